@@ -1,0 +1,42 @@
+# One command per habit. Every target bootstraps .venv on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+
+.PHONY: setup demo test lint types unit integration crash clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+## Run the example app's main job end to end on SQLite with fakes, and print what happened.
+demo: setup
+	rm -rf examples/ar_desk/.remit
+	REMIT_FAKES=1 $(BIN)/remit --app examples/ar_desk run chase-invoice \
+		--input '{"invoice_id": "inv_1001", "customer_email": "ap@northwind.example"}'
+
+## Lint, types, then every test on SQLite and Postgres.
+test: setup lint types
+	$(BIN)/pytest
+
+lint: setup
+	$(BIN)/ruff check src tests examples
+	$(BIN)/ruff format --check src tests examples
+
+types: setup
+	$(BIN)/mypy src
+
+unit: setup
+	$(BIN)/pytest tests/unit
+
+crash: setup
+	$(BIN)/pytest -m crash
+
+clean:
+	rm -rf $(VENV) examples/*/.remit .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,176 @@
+"""The payments connector: invoices at a Stripe-shaped payments API.
+
+The driver speaks the vendor's documented HTTP API (`GET /v1/invoices/{id}`, `POST
+/v1/invoices/{id}` with an `Idempotency-Key` header); the fake keeps invoices in memory.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import date
+from typing import Any
+
+import httpx
+from pydantic import BaseModel
+
+from remit import CallContext, Connector, Driver, DriverError, Fake, implements, op
+
+
+class InvoiceRef(BaseModel):
+    invoice_id: str
+
+
+class Invoice(BaseModel):
+    invoice_id: str
+    customer_email: str
+    amount_due: int  # in cents
+    currency: str
+    due_date: date
+    status: str  # open, paid, void
+    reminders_sent: int = 0
+
+
+class ReminderNote(BaseModel):
+    invoice_id: str
+    note: str
+
+
+get_invoice = op(
+    "payments.invoices.get",
+    effect="read",
+    input=InvoiceRef,
+    output=Invoice,
+    description="Read an invoice.",
+)
+record_reminder = op(
+    "payments.invoices.record_reminder",
+    effect="write",
+    idempotent=True,
+    input=ReminderNote,
+    output=Invoice,
+    description="Count a reminder on the invoice and note it (keyed, so repeating is harmless).",
+)
+
+
+def _error(response: httpx.Response) -> DriverError:
+    try:
+        body: dict[str, Any] = response.json().get("error", {})
+    except ValueError:
+        body = {}
+    return DriverError(
+        body.get("message") or f"payments API answered {response.status_code}",
+        retryable=response.status_code == 429 or response.status_code >= 500,
+        status=response.status_code,
+        vendor_code=body.get("code"),
+    )
+
+
+def _invoice(body: dict[str, Any]) -> Invoice:
+    metadata = body.get("metadata") or {}
+    return Invoice(
+        invoice_id=body["id"],
+        customer_email=body["customer_email"],
+        amount_due=body["amount_due"],
+        currency=body["currency"],
+        due_date=date.fromtimestamp(body["due_date"]),
+        status=body["status"],
+        reminders_sent=int(metadata.get("reminders_sent", 0)),
+    )
+
+
+class PaymentsDriver(Driver):
+    """The live payments API. Needs `PAYMENTS_API_KEY`; `PAYMENTS_API_BASE` points elsewhere."""
+
+    credentials = ("PAYMENTS_API_KEY",)
+
+    def __init__(self, transport: httpx.BaseTransport | None = None) -> None:
+        self.base_url = os.environ.get("PAYMENTS_API_BASE", "https://api.payments.example")
+        self.transport = transport
+
+    def _client(self, call: CallContext) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.base_url,
+            transport=self.transport,
+            timeout=30.0,
+            headers={"Authorization": f"Bearer {call.credential('PAYMENTS_API_KEY')}"},
+        )
+
+    def _send(self, call: CallContext, request: httpx.Request) -> dict[str, Any]:
+        with self._client(call) as client:
+            try:
+                response = client.send(request)
+            except httpx.TransportError as error:
+                raise DriverError(f"payments API unreachable: {error}", retryable=True) from error
+        if response.status_code >= 400:
+            raise _error(response)
+        body: dict[str, Any] = response.json()
+        return body
+
+    @implements(get_invoice)
+    def get(self, input: InvoiceRef, call: CallContext) -> Invoice:
+        with self._client(call) as client:
+            request = client.build_request("GET", f"/v1/invoices/{input.invoice_id}")
+        return _invoice(self._send(call, request))
+
+    @implements(record_reminder)
+    def record(self, input: ReminderNote, call: CallContext) -> Invoice:
+        with self._client(call) as client:
+            current = _invoice(self._send(call, client.build_request("GET", f"/v1/invoices/{input.invoice_id}")))
+            request = client.build_request(
+                "POST",
+                f"/v1/invoices/{input.invoice_id}",
+                headers={"Idempotency-Key": call.idempotency_key},
+                data={
+                    "metadata[reminders_sent]": str(current.reminders_sent + 1),
+                    "metadata[last_reminder]": input.note,
+                },
+            )
+        return _invoice(self._send(call, request))
+
+
+class FakePayments(Fake):
+    """Invoices in memory, seeded with a few overdue ones."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.invoices: dict[str, Invoice] = {
+            "inv_1001": Invoice(
+                invoice_id="inv_1001",
+                customer_email="ap@northwind.example",
+                amount_due=128_000,
+                currency="eur",
+                due_date=date(2026, 10, 15),
+                status="open",
+            ),
+            "inv_1002": Invoice(
+                invoice_id="inv_1002",
+                customer_email="billing@contoso.example",
+                amount_due=45_900,
+                currency="eur",
+                due_date=date(2026, 11, 1),
+                status="paid",
+            ),
+        }
+
+    @implements(get_invoice)
+    def get(self, input: InvoiceRef, call: CallContext) -> Invoice:
+        invoice = self.invoices.get(input.invoice_id)
+        if invoice is None:
+            raise DriverError(f"no invoice {input.invoice_id}", retryable=False, status=404, vendor_code="resource_missing")
+        return invoice
+
+    @implements(record_reminder)
+    def record(self, input: ReminderNote, call: CallContext) -> Invoice:
+        invoice = self.get(InvoiceRef(invoice_id=input.invoice_id), call)
+        updated = invoice.model_copy(update={"reminders_sent": invoice.reminders_sent + 1})
+        self.invoices[input.invoice_id] = updated
+        return updated
+
+
+payments = Connector(
+    "payments",
+    ops=[get_invoice, record_reminder],
+    driver=PaymentsDriver,
+    fake=FakePayments,
+    description="Invoices at the payments provider.",
+)

@@ -1,0 +1,3 @@
+from remit.cli import main
+
+main()

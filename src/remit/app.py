@@ -1,0 +1,215 @@
+"""An app: its workflows, connectors and queues, checked as a whole when it loads."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from remit._version import __version__
+from remit.connectors.base import Connector
+from remit.connectors.ops import Op
+from remit.errors import AppError, UnknownWorkflow
+from remit.workflows import DEFAULT_QUEUE, Workflow, check_name
+
+ENTRY_MODULE = "app"
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A queue the app's workflows run on.
+
+    `concurrency` bounds the runs in flight across every worker, `worker_concurrency` those on
+    one worker. None leaves a bound off.
+    """
+
+    name: str
+    concurrency: int | None = None
+    worker_concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        check_name("queue", self.name)
+        for what, value in (
+            ("concurrency", self.concurrency),
+            ("worker_concurrency", self.worker_concurrency),
+        ):
+            if value is not None and value < 1:
+                raise AppError(f"queue `{self.name}`: {what} must be 1 or more, or None")
+
+
+class App:
+    """The workflows, connectors and queues of one app, checked together.
+
+    Raises `AppError` naming what to change: two workflows with one name, an op used that no
+    connector declares, a queue no one declared, two connectors for one vendor.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        workflows: Iterable[Workflow],
+        connectors: Iterable[Connector] = (),
+        queues: Iterable[Queue] = (),
+    ) -> None:
+        check_name("app", name)
+        self.name = name
+        self.connectors: dict[str, Connector] = {}
+        for connector in connectors:
+            if not isinstance(connector, Connector):
+                raise AppError(f"app `{name}` lists {connector!r} among its connectors")
+            if connector.vendor in self.connectors:
+                raise AppError(
+                    f"app `{name}` has two connectors for the vendor `{connector.vendor}`: keep one"
+                )
+            self.connectors[connector.vendor] = connector
+        self.ops: dict[str, Op[Any, Any]] = {
+            declared.id: declared
+            for connector in self.connectors.values()
+            for declared in connector.ops
+        }
+        self.queues: dict[str, Queue] = {DEFAULT_QUEUE: Queue(DEFAULT_QUEUE)}
+        for queue in queues:
+            self.queues[queue.name] = queue
+        self.workflows: dict[str, Workflow] = {}
+        for wf in workflows:
+            self._add(wf)
+
+    def _add(self, wf: Workflow) -> None:
+        if not isinstance(wf, Workflow):
+            raise AppError(
+                f"app `{self.name}` lists {wf!r} among its workflows: decorate it with "
+                "`@workflow(name=..., input=...)`"
+            )
+        if wf.name in self.workflows:
+            raise AppError(
+                f"app `{self.name}` has two workflows named `{wf.name}` "
+                f"({_where(self.workflows[wf.name])} and {_where(wf)}): rename one"
+            )
+        for used in wf.uses:
+            declared = self.ops.get(used.id)
+            if declared is None:
+                raise AppError(
+                    f"workflow `{wf.name}` uses `{used.id}`, which no connector in the app "
+                    f"declares: add the {used.vendor} connector to `App(connectors=...)`"
+                )
+            if declared is not used:
+                raise AppError(
+                    f"workflow `{wf.name}` uses an op `{used.id}` that is not the one the "
+                    f"{used.vendor} connector declares: import the op from the connector"
+                )
+        if wf.queue not in self.queues:
+            raise AppError(
+                f"workflow `{wf.name}` runs on queue `{wf.queue}`, which the app does not "
+                f"declare: add `Queue({wf.queue!r})` to `App(queues=...)`"
+            )
+        self.workflows[wf.name] = wf
+
+    def workflow(self, name: str) -> Workflow:
+        try:
+            return self.workflows[name]
+        except KeyError:
+            known = ", ".join(sorted(self.workflows)) or "none"
+            raise UnknownWorkflow(
+                f"app `{self.name}` has no workflow `{name}` (it has: {known})"
+            ) from None
+
+    @property
+    def version(self) -> str:
+        """The application version: a hash of remit's version and every workflow's code.
+
+        Any edit to a workflow function (or its name, queue or ops) gives a new version; an
+        edit elsewhere in the app does not.
+        """
+        digest = hashlib.sha256(f"remit {__version__}\n".encode())
+        for name in sorted(self.workflows):
+            wf = self.workflows[name]
+            ops = ",".join(sorted(wf.op_ids))
+            digest.update(f"{name}\n{wf.queue}\n{ops}\n{wf.source()}\n".encode())
+        return digest.hexdigest()[:16]
+
+    def __repr__(self) -> str:
+        return f"App({self.name!r}, workflows={sorted(self.workflows)})"
+
+
+def _where(wf: Workflow) -> str:
+    return f"{wf.fn.__module__}.{wf.fn.__qualname__}"
+
+
+def load_app(path: Path | str = ".") -> App:
+    """Load the app in folder `path`.
+
+    The folder is imported as a package named after it. Its entry module `app.py` declares an
+    `App(...)`; without one, the workflows in `workflows/*.py` and the connectors in
+    `connectors/*.py` are discovered and the app is named after the folder.
+    """
+    folder = Path(path).resolve()
+    if not folder.is_dir():
+        raise AppError(f"--app {path}: no such folder; point --app at the folder of your app")
+    package = folder.name
+    if not package.isidentifier():
+        raise AppError(
+            f"app folder `{folder.name}` must be a valid Python package name "
+            "(letters, digits and underscores): rename the folder"
+        )
+    parent = str(folder.parent)
+    if parent not in sys.path:
+        sys.path.insert(0, parent)
+    _ensure_package(package, folder)
+
+    if (folder / f"{ENTRY_MODULE}.py").exists():
+        module = _import(f"{package}.{ENTRY_MODULE}", folder / f"{ENTRY_MODULE}.py")
+        apps = [value for value in vars(module).values() if isinstance(value, App)]
+        if len(apps) != 1:
+            raise AppError(
+                f"{folder / 'app.py'} must declare exactly one `App(...)`; it declares {len(apps)}"
+            )
+        return apps[0]
+
+    workflows: list[Workflow] = []
+    connectors: list[Connector] = []
+    for kind, found, cls in (("workflows", workflows, Workflow), ("connectors", connectors, Connector)):
+        for file in sorted((folder / kind).glob("*.py")):
+            if file.stem.startswith("_"):
+                continue
+            module = _import(f"{package}.{kind}.{file.stem}", file)
+            found.extend(v for v in vars(module).values() if isinstance(v, cls))
+    if not workflows:
+        raise AppError(
+            f"{folder} has no app.py declaring `App(...)` and no workflows in workflows/*.py: "
+            "add one or the other"
+        )
+    name = package.replace("_", "-").lower()
+    return App(name=name, workflows=_unique(workflows), connectors=_unique(connectors))
+
+
+def _unique(items: list[Any]) -> list[Any]:
+    seen: set[int] = set()
+    return [item for item in items if not (id(item) in seen or seen.add(id(item)))]
+
+
+def _ensure_package(package: str, folder: Path) -> None:
+    if package in sys.modules:
+        existing = getattr(sys.modules[package], "__path__", [])
+        if str(folder) not in [str(Path(p).resolve()) for p in existing]:
+            raise AppError(
+                f"a different module named `{package}` is already imported; rename the app "
+                f"folder {folder}"
+            )
+        return
+    importlib.import_module(package)
+
+
+def _import(name: str, file: Path) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except AppError:
+        raise
+    except Exception as error:
+        raise AppError(f"{file} failed to import: {type(error).__name__}: {error}") from error

@@ -1,0 +1,217 @@
+"""Making one op call inside a run: the ledger, the retries, and a JSON outcome.
+
+The call runs as a DBOS step. It returns an *outcome*, a plain JSON dict, rather than raising:
+DBOS checkpoints the outcome, and the run's `ctx` turns a failed outcome into the same typed
+error on the first run and on every replay (DBOS's JSON serializer would otherwise bring an
+exception back as a generic one).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from remit.clock import Clock
+from remit.connectors.base import CallContext, Implementation
+from remit.connectors.ops import Op
+from remit.errors import DriverError, MissingCredential, OpError, OpUncertain
+from remit.ledger import CallRecord, LedgerRow, LedgerStore, input_hash, on_reentry
+from remit.retry import next_delay
+
+log = logging.getLogger("remit.calls")
+
+Outcome = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """The attempt a call belongs to."""
+
+    run_id: str
+    attempt: int
+    workflow_id: str
+    actor: str
+
+
+def ok(output: Any) -> Outcome:
+    return {"ok": output}
+
+
+def failure(kind: str, message: str, **info: Any) -> Outcome:
+    return {"error": {"kind": kind, "message": message, **info}}
+
+
+def raise_failure(op_id: str, outcome: Outcome) -> None:
+    """Raise the typed error an outcome records; return if it records a success."""
+    error = outcome.get("error")
+    if error is None:
+        return
+    kind, message = error["kind"], error["message"]
+    if kind == "uncertain":
+        raise OpUncertain(message, op=op_id, idempotency_key=error["idempotency_key"])
+    if kind == "credential":
+        raise MissingCredential(message, op=op_id, variable=error["variable"])
+    if kind == "driver":
+        raise DriverError(
+            message,
+            retryable=bool(error.get("retryable")),
+            status=error.get("status"),
+            vendor_code=error.get("vendor_code"),
+            op=op_id,
+        )
+    raise OpError(message, op=op_id)
+
+
+class OpCaller:
+    """Calls ops on the worker's implementations, recording each call in the ledger."""
+
+    def __init__(
+        self,
+        *,
+        implementations: Mapping[str, Implementation],
+        ledger: LedgerStore,
+        clock: Clock,
+        environ: Mapping[str, str],
+    ) -> None:
+        self.implementations = implementations
+        self.ledger = ledger
+        self.clock = clock
+        self.environ = environ
+
+    def call(
+        self, run: RunInfo, op: Op[Any, Any], payload: dict[str, Any], *, step_id: int, key: str
+    ) -> Outcome:
+        """Make the call keyed `key` (stable across retries and attempts) and return its outcome."""
+        implementation = self.implementations[op.vendor]
+        record = CallRecord(
+            run_id=run.run_id,
+            attempt=run.attempt,
+            step_id=step_id,
+            op_id=op.id,
+            effect=op.effect,
+            idempotent=op.idempotent,
+            idempotency_key=key,
+            input_hash=input_hash(payload),
+            actor=run.actor,
+        )
+        started_at = self.clock.now()
+        if op.effect == "write":
+            existing = self.ledger.begin(record)
+            if existing is not None:
+                decided = self._reenter(op, record, existing)
+                if decided is not None:
+                    return decided
+        missing = [
+            name for name in getattr(implementation, "credentials", ()) if not self.environ.get(name)
+        ]
+        if missing:
+            message = (
+                f"op `{op.id}` needs the credential `{missing[0]}`: set the environment variable "
+                f"{missing[0]} for the worker (or run with REMIT_FAKES=1 to use the fake)"
+            )
+            outcome = failure("credential", message, variable=missing[0])
+            self._finish_failed(record, outcome, tries=0, started_at=started_at)
+            return outcome
+        return self._attempt_calls(op, implementation, record, payload, run, started_at)
+
+    def _reenter(self, op: Op[Any, Any], record: CallRecord, existing: LedgerRow) -> Outcome | None:
+        decision = on_reentry(existing.status, safe_to_repeat=op.safe_to_repeat)
+        if decision == "replay":
+            if existing.status == "ok":
+                return ok(existing.output)
+            info = dict(existing.error_info or {})
+            info.setdefault("kind", "failed")
+            info["message"] = existing.error or "the call failed"
+            return {"error": info}
+        if decision == "call":
+            self.ledger.retake(record.idempotency_key, record.attempt)
+            log.info("calling %s again with key %s: its earlier outcome is unknown", op.id, record.idempotency_key)
+            return None
+        message = (
+            f"op `{op.id}` (key {record.idempotency_key}) started and its outcome is unknown: "
+            "the process making it stopped mid-call. It is not idempotent, so remit will not call "
+            "it again; check with the vendor whether it happened"
+        )
+        outcome = failure("uncertain", message, idempotency_key=record.idempotency_key)
+        self.ledger.finish(
+            record, "uncertain", tries=existing.tries, error=message, error_info=outcome["error"]
+        )
+        log.warning("%s", message)
+        return outcome
+
+    def _attempt_calls(
+        self,
+        op: Op[Any, Any],
+        implementation: Implementation,
+        record: CallRecord,
+        payload: dict[str, Any],
+        run: RunInfo,
+        started_at: Any,
+    ) -> Outcome:
+        call = CallContext(
+            op=op,
+            idempotency_key=record.idempotency_key,
+            run_id=run.run_id,
+            attempt=run.attempt,
+            actor=run.actor,
+            environ=self.environ,
+        )
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                output = implementation.invoke(op, op.input.model_validate(payload), call)
+            except DriverError as error:
+                outcome = failure(
+                    "driver",
+                    str(error),
+                    retryable=error.retryable,
+                    status=error.status,
+                    vendor_code=error.vendor_code,
+                )
+                delay = next_delay(
+                    op.retry, safe_to_repeat=op.safe_to_repeat, retryable=error.retryable, tries=tries
+                )
+                if delay is None:
+                    self._finish_failed(record, outcome, tries=tries, started_at=started_at)
+                    return outcome
+                log.info("%s failed (%s); trying again in %.2fs", op.id, error, delay)
+                if op.effect == "write":
+                    self.ledger.tried(record.idempotency_key, tries)
+                self.clock.sleep(delay)
+                continue
+            except MissingCredential as error:
+                outcome = failure("credential", str(error), variable=error.variable)
+                self._finish_failed(record, outcome, tries=tries, started_at=started_at)
+                return outcome
+            except ValidationError as error:
+                outcome = failure(
+                    "driver", f"op `{op.id}` returned output that does not parse: {error}", retryable=False
+                )
+                self._finish_failed(record, outcome, tries=tries, started_at=started_at)
+                return outcome
+            except Exception as error:
+                # Not a DriverError: a bug or an unexpected failure in the implementation. For a
+                # write that cannot be repeated safely, the vendor may have acted before it.
+                message = f"op `{op.id}` raised {type(error).__name__}: {error}"
+                if op.effect == "write" and not op.safe_to_repeat:
+                    outcome = failure("uncertain", message + "; its outcome is unknown", idempotency_key=record.idempotency_key)
+                    self.ledger.finish(record, "uncertain", tries=tries, error=message, error_info=outcome["error"])
+                    return outcome
+                outcome = failure("driver", message, retryable=False)
+                self._finish_failed(record, outcome, tries=tries, started_at=started_at)
+                return outcome
+            dumped = output.model_dump(mode="json")
+            self.ledger.finish(record, "ok", tries=tries, output=dumped, started_at=started_at)
+            return ok(dumped)
+
+    def _finish_failed(self, record: CallRecord, outcome: Outcome, *, tries: int, started_at: Any) -> None:
+        error = outcome["error"]
+        self.ledger.finish(
+            record, "failed", tries=tries, error=error["message"], error_info=error, started_at=started_at
+        )
+

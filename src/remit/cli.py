@@ -1,0 +1,290 @@
+"""`remit`: the command line. Every command takes `--app PATH` (default: the current folder)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from remit.app import App, load_app
+from remit.errors import RemitError
+from remit.ledger import LedgerRow, LedgerStore
+from remit.runs import Run, RunStore, attempt_workflow_id
+from remit.settings import Settings
+from remit.store.database import Database
+
+cli = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="remit: durable workflows for a business's operations.",
+    pretty_exceptions_enable=False,
+)
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+class _State:
+    app_path: Path = Path(".")
+
+
+_state = _State()
+
+
+@cli.callback()
+def _main(
+    app: Annotated[Path, typer.Option("--app", help="The app's folder.", show_default=True)] = Path("."),
+) -> None:
+    _state.app_path = app
+
+
+def _load() -> tuple[App, Settings]:
+    app = load_app(_state.app_path)
+    settings = Settings.from_env(_state.app_path)
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return app, settings
+
+
+def _database(settings: Settings) -> Database:
+    db = Database(settings.database_url, pool_size=2)
+    db.prepare()
+    return db
+
+
+def _parse_json(raw: str, what: str) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise RemitError(f"{what} is not valid JSON ({error.msg} at column {error.colno}): {raw!r}") from None
+
+
+@cli.command()
+def worker(
+    executor_id: Annotated[str | None, typer.Option(help="Executor id (default: a free slot on this host).")] = None,
+) -> None:
+    """Serve the app's queues until SIGTERM or Ctrl-C, then drain running work."""
+    from remit.worker import Worker
+
+    app, settings = _load()
+    if executor_id:
+        settings = _replace(settings, executor_id=executor_id)
+    running = Worker(app, settings)
+    running.start()
+    err.print(
+        f"worker [bold]{running.executor_id}[/] serving [bold]{app.name}[/] "
+        f"(version {running.runtime.version}, {len(app.workflows)} workflows, "
+        f"queues: {', '.join(sorted(app.queues))})"
+    )
+    running.serve()
+    err.print(f"worker {running.executor_id} stopped")
+
+
+@cli.command()
+def start(
+    name: Annotated[str, typer.Argument(help="The workflow's name.")],
+    input: Annotated[str, typer.Option("--input", help="The run's input as JSON.")] = "{}",
+    as_: Annotated[str | None, typer.Option("--as", help="Who starts it (default REMIT_ACTOR or user:<login>).")] = None,
+) -> None:
+    """Start a run and print its id. No worker needs to run in this process."""
+    app, settings = _load()
+    payload = _parse_json(input, "--input")
+    db = _database(settings)
+    client = db.client(app.name)
+    try:
+        run = RunStore(db).start(client, app.workflow(name), payload, started_by=as_ or settings.actor)
+    finally:
+        client.destroy()
+        db.dispose()
+    out.print(run.run_id)
+
+
+@cli.command()
+def run(
+    name: Annotated[str, typer.Argument(help="The workflow's name.")],
+    input: Annotated[str, typer.Option("--input", help="The run's input as JSON.")] = "{}",
+    as_: Annotated[str | None, typer.Option("--as", help="Who starts it.")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the run to finish.")] = 300.0,
+) -> None:
+    """Run a workflow in the foreground: start it, serve it here, wait, and show what happened."""
+    from remit.worker import Worker
+
+    app, settings = _load()
+    payload = _parse_json(input, "--input")
+    wf = app.workflow(name)
+    running = Worker(app, settings)
+    running.start()
+    try:
+        runs = running.runtime.runs
+        started = runs.start(running.client, wf, payload, started_by=as_ or settings.actor)
+        err.print(f"started {started.run_id} ({wf.name}) on {'fakes' if settings.fakes else 'drivers'}")
+        deadline = time.monotonic() + timeout
+        current = runs.get(started.run_id)
+        while not current.finished and time.monotonic() < deadline:
+            time.sleep(0.05)
+            current = runs.get(started.run_id)
+        _show(current, running.client, running.runtime.ledger)
+    finally:
+        running.stop()
+    if current.status != "done":
+        raise typer.Exit(1)
+
+
+@cli.command()
+def runs(
+    status: Annotated[str | None, typer.Option(help="Only runs with this status.")] = None,
+    workflow: Annotated[str | None, typer.Option(help="Only runs of this workflow.")] = None,
+    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 50,
+) -> None:
+    """List runs, newest first."""
+    _, settings = _load()
+    db = _database(settings)
+    try:
+        found = RunStore(db).list(status=status, workflow=workflow, limit=limit)
+    finally:
+        db.dispose()
+    table = Table("run", "workflow", "status", "attempt", "started by", "created", "finished", box=None)
+    for each in found:
+        table.add_row(
+            each.run_id,
+            each.workflow,
+            _status(each.status),
+            str(each.attempt),
+            each.started_by,
+            _time(each.created_at),
+            _time(each.finished_at),
+        )
+    out.print(table if found else "no runs")
+
+
+@cli.command()
+def show(run_id: Annotated[str, typer.Argument(help="The run's id.")]) -> None:
+    """Show a run: status, attempts, each step with its timing and output, and its ledger."""
+    app, settings = _load()
+    db = _database(settings)
+    client = db.client(app.name)
+    try:
+        _show(RunStore(db).get(run_id), client, LedgerStore(db))
+    finally:
+        client.destroy()
+        db.dispose()
+
+
+@cli.command()
+def cancel(run_id: Annotated[str, typer.Argument(help="The run's id.")]) -> None:
+    """Cancel a run that has not finished."""
+    app, settings = _load()
+    db = _database(settings)
+    client = db.client(app.name)
+    try:
+        before = RunStore(db).get(run_id)
+        after = RunStore(db).cancel(client, run_id)
+    finally:
+        client.destroy()
+        db.dispose()
+    if before.finished:
+        out.print(f"{run_id} had already finished: {before.status}")
+    else:
+        out.print(f"{run_id} {after.status}")
+
+
+@cli.command()
+def ledger(
+    run: Annotated[str | None, typer.Option("--run", help="Only this run's calls.")] = None,
+    limit: Annotated[int, typer.Option(help="How many, newest first (without --run).")] = 200,
+) -> None:
+    """List op calls from the ledger."""
+    _, settings = _load()
+    db = _database(settings)
+    try:
+        rows = LedgerStore(db).list(run_id=run, limit=limit)
+    finally:
+        db.dispose()
+    out.print(_ledger_table(rows, with_run=run is None) if rows else "no calls")
+
+
+def _show(run: Run, client: Any, ledger: LedgerStore) -> None:
+    out.print(f"[bold]{run.run_id}[/]  {run.workflow}  {_status(run.status)}")
+    out.print(
+        f"  attempt {run.attempt} · version {run.version or '-'} · started by {run.started_by} · "
+        f"created {_time(run.created_at)} · finished {_time(run.finished_at)}"
+    )
+    out.print(f"  input  {json.dumps(run.input)}")
+    if run.output is not None:
+        out.print(f"  output {json.dumps(run.output)}")
+    if run.error:
+        out.print(f"  [red]error  {run.error}[/]")
+    steps = Table("attempt", "#", "step", "ms", "output", box=None, title="steps", title_justify="left")
+    for attempt in range(1, run.attempt + 1):
+        for step in client.list_workflow_steps(attempt_workflow_id(run.run_id, attempt)):
+            started, finished = step["started_at_epoch_ms"], step["completed_at_epoch_ms"]
+            took = "-" if started is None or finished is None else str(finished - started)
+            shown = step["error"] if step["error"] is not None else step["output"]
+            steps.add_row(str(attempt), str(step["function_id"]), step["function_name"], took, _short(shown))
+    out.print(steps)
+    rows = ledger.list(run_id=run.run_id)
+    out.print(_ledger_table(rows, with_run=False) if rows else "  no op calls")
+
+
+def _ledger_table(rows: list[LedgerRow], *, with_run: bool) -> Table:
+    table = Table(box=None, title="ledger", title_justify="left")
+    columns = ["run"] if with_run else []
+    for column in [*columns, "attempt", "op", "effect", "key", "status", "tries", "ms", "actor", "error"]:
+        table.add_column(column)
+    for row in rows:
+        took = "-"
+        if row.finished_at is not None:
+            took = str(int((row.finished_at - row.started_at).total_seconds() * 1000))
+        cells = [row.run_id] if with_run else []
+        effect = row.effect + (" (idempotent)" if row.effect == "write" and row.idempotent else "")
+        cells += [
+            str(row.attempt),
+            row.op_id,
+            effect,
+            row.idempotency_key,
+            _status(row.status),
+            str(row.tries),
+            took,
+            row.actor,
+            row.error or "",
+        ]
+        table.add_row(*cells)
+    return table
+
+
+_COLOURS = {"done": "green", "ok": "green", "failed": "red", "uncertain": "magenta", "cancelled": "yellow"}
+
+
+def _status(status: str) -> str:
+    colour = _COLOURS.get(status)
+    return f"[{colour}]{status}[/]" if colour else status
+
+
+def _time(value: datetime | None) -> str:
+    return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _short(value: Any, width: int = 80) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else value
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _replace(settings: Settings, **changes: Any) -> Settings:
+    from dataclasses import replace
+
+    return replace(settings, **changes)
+
+
+def main() -> None:
+    """The `remit` command."""
+    try:
+        cli()
+    except RemitError as error:
+        err.print(f"[red]error:[/] {error}")
+        sys.exit(1)

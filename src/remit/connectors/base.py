@@ -1,0 +1,237 @@
+"""Connectors, and the two ways to implement them: a driver (the live service) and a fake.
+
+A connector declares a vendor's ops. A `Driver` implements them against the vendor's API; a
+`Fake` implements them in memory with state, for tests and demos. Both mark their methods with
+`@implements(op)`, so remit can check when the app loads that every op has an implementation.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import BaseModel
+
+from remit.connectors.ops import Op
+from remit.errors import AppError, MissingCredential
+
+_OP_MARK = "__remit_op__"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def implements(op: Op[Any, Any]) -> Callable[[F], F]:
+    """Mark a driver or fake method as the implementation of `op`.
+
+    The method is called as `method(self, input, call)` with the op's parsed input model and a
+    `CallContext`, and returns an instance of the op's output model (or a dict that parses as
+    one).
+    """
+
+    def mark(method: F) -> F:
+        setattr(method, _OP_MARK, op.id)
+        return method
+
+    return mark
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """What an implementation knows about the call it is making.
+
+    `idempotency_key` is stable across retries, crash recovery and later attempts of the same
+    run: pass it to the vendor (e.g. Stripe's `Idempotency-Key` header).
+    """
+
+    op: Op[Any, Any]
+    idempotency_key: str
+    run_id: str
+    attempt: int
+    actor: str
+    environ: Mapping[str, str] = field(repr=False, default_factory=lambda: dict(os.environ))
+
+    def credential(self, name: str) -> str:
+        """The value of credential `name`, or `MissingCredential` naming it."""
+        value = self.environ.get(name)
+        if not value:
+            raise MissingCredential(
+                f"op `{self.op.id}` needs the credential `{name}`: set the environment "
+                f"variable {name} for the worker",
+                op=self.op.id,
+                variable=name,
+            )
+        return value
+
+
+class Implementation:
+    """What drivers and fakes have in common: a table from op id to method."""
+
+    _handlers: ClassVar[dict[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        handlers: dict[str, str] = {}
+        for klass in reversed(cls.__mro__):
+            for attr, value in vars(klass).items():
+                op_id = getattr(value, _OP_MARK, None)
+                if isinstance(op_id, str):
+                    handlers[op_id] = attr
+        cls._handlers = handlers
+
+    @classmethod
+    def implemented(cls) -> frozenset[str]:
+        return frozenset(cls._handlers)
+
+    def invoke(self, op: Op[Any, Any], input: BaseModel, call: CallContext) -> BaseModel:
+        """Call the method that implements `op` and return its output as the op's model."""
+        name = self._handlers.get(op.id)
+        if name is None:
+            raise AppError(f"{type(self).__name__} does not implement `{op.id}`")
+        result = getattr(self, name)(input, call)
+        return op.output.model_validate(result)
+
+
+class Driver(Implementation):
+    """Implements a connector's ops against the live service.
+
+    `credentials` lists the environment variables the driver needs; a call made while one is
+    missing fails before reaching the vendor, with a message naming the variable.
+    """
+
+    credentials: ClassVar[tuple[str, ...]] = ()
+
+
+@dataclass(frozen=True)
+class AppliedEffect:
+    """One write a fake applied: which op, under which idempotency key, with what."""
+
+    op: str
+    idempotency_key: str
+    input: dict[str, Any]
+    output: dict[str, Any]
+
+
+class Fake(Implementation):
+    """Implements a connector's ops in memory, for tests, scenarios and demos.
+
+    Every write the fake applies is recorded in `effects` with its idempotency key. A write
+    whose key the fake has seen returns the first result and applies nothing, as Stripe does.
+    With a `journal` path the effects also go to a JSON-lines file and are read back at start,
+    so a fake's record survives a process that was killed (crash tests read it).
+    """
+
+    credentials: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, *, journal: Path | str | None = None) -> None:
+        self.effects: list[AppliedEffect] = []
+        self.calls: list[tuple[str, str]] = []
+        self._results: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._journal = Path(journal) if journal is not None else None
+        if self._journal is not None and self._journal.exists():
+            for line in self._journal.read_text().splitlines():
+                if line.strip():
+                    effect = AppliedEffect(**json.loads(line))
+                    self.effects.append(effect)
+                    self._results[effect.idempotency_key] = effect.output
+
+    def effects_of(self, op: Op[Any, Any] | str) -> list[AppliedEffect]:
+        op_id = op if isinstance(op, str) else op.id
+        return [effect for effect in self.effects if effect.op == op_id]
+
+    def invoke(self, op: Op[Any, Any], input: BaseModel, call: CallContext) -> BaseModel:
+        with self._lock:
+            self.calls.append((op.id, call.idempotency_key))
+            if op.effect == "write" and call.idempotency_key in self._results:
+                return op.output.model_validate(self._results[call.idempotency_key])
+        output = super().invoke(op, input, call)
+        if op.effect == "write":
+            self._record(
+                AppliedEffect(
+                    op=op.id,
+                    idempotency_key=call.idempotency_key,
+                    input=input.model_dump(mode="json"),
+                    output=output.model_dump(mode="json"),
+                )
+            )
+        return output
+
+    def _record(self, effect: AppliedEffect) -> None:
+        with self._lock:
+            self.effects.append(effect)
+            self._results[effect.idempotency_key] = effect.output
+            if self._journal is not None:
+                line = json.dumps(effect.__dict__, sort_keys=True) + "\n"
+                with self._journal.open("a") as journal:
+                    fcntl.flock(journal, fcntl.LOCK_EX)
+                    journal.write(line)
+                    journal.flush()
+                    os.fsync(journal.fileno())
+
+
+@dataclass(frozen=True, eq=False)
+class Connector:
+    """A vendor's ops with their driver and fake, e.g. `Connector("payments", ops=[...], ...)`.
+
+    `driver` and `fake` are called with no arguments to make an implementation.
+    """
+
+    vendor: str
+    ops: tuple[Op[Any, Any], ...]
+    driver: Callable[[], Implementation]
+    fake: Callable[[], Implementation]
+    description: str = ""
+
+    def __init__(
+        self,
+        vendor: str,
+        *,
+        ops: Iterable[Op[Any, Any]],
+        driver: Callable[[], Implementation],
+        fake: Callable[[], Implementation],
+        description: str = "",
+    ) -> None:
+        object.__setattr__(self, "vendor", vendor)
+        object.__setattr__(self, "ops", tuple(ops))
+        object.__setattr__(self, "driver", driver)
+        object.__setattr__(self, "fake", fake)
+        object.__setattr__(self, "description", description)
+        self._check()
+
+    def _check(self) -> None:
+        seen: set[str] = set()
+        for declared in self.ops:
+            if not isinstance(declared, Op):
+                raise AppError(
+                    f"connector `{self.vendor}` lists {declared!r} among its ops: "
+                    "list `Op` objects made with `remit.op(...)`"
+                )
+            if declared.vendor != self.vendor:
+                raise AppError(
+                    f"connector `{self.vendor}` declares `{declared.id}`, whose vendor is "
+                    f"`{declared.vendor}`: rename the op to `{self.vendor}.<resource>.<op>`"
+                )
+            if declared.id in seen:
+                raise AppError(f"connector `{self.vendor}` declares `{declared.id}` twice")
+            seen.add(declared.id)
+        for role, factory in (("driver", self.driver), ("fake", self.fake)):
+            implemented = getattr(factory, "implemented", None)
+            if implemented is None:
+                continue
+            missing = sorted(seen - implemented())
+            if missing:
+                raise AppError(
+                    f"connector `{self.vendor}`: its {role} {getattr(factory, '__name__', factory)} "
+                    f"does not implement {', '.join(f'`{m}`' for m in missing)}: add a method "
+                    "marked `@implements(op)` for each"
+                )
+
+    def credentials(self, implementation: Implementation) -> tuple[str, ...]:
+        """The environment variables `implementation` needs before any call can be made."""
+        return tuple(getattr(implementation, "credentials", ()))

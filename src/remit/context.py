@@ -1,0 +1,215 @@
+"""`ctx`: what a workflow function uses to checkpoint work and call ops.
+
+A sync workflow gets a `Context`; an async one an `AsyncContext`, whose methods are awaited.
+Every `ctx.step` and op call is a DBOS step: once it has finished it is never executed again,
+not on recovery, not on a later attempt. Its value comes back as JSON, so the first run and a
+replay see the same value.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar, cast, overload
+
+from dbos import DBOS
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic_core import to_jsonable_python
+
+from remit.calls import OpCaller, Outcome, RunInfo, failure, ok, raise_failure
+from remit.connectors.ops import Op
+from remit.errors import InputInvalid, OpNotDeclared, StepFailed
+from remit.workflows import Workflow
+
+O = TypeVar("O", bound=BaseModel)
+T = TypeVar("T")
+
+
+class _Base:
+    def __init__(self, run: RunInfo, workflow: Workflow, ops: Mapping[str, Op[Any, Any]], caller: OpCaller) -> None:
+        self._run = run
+        self._workflow = workflow
+        self._ops = ops
+        self._caller = caller
+
+    @property
+    def run_id(self) -> str:
+        return self._run.run_id
+
+    @property
+    def attempt(self) -> int:
+        return self._run.attempt
+
+    @property
+    def actor(self) -> str:
+        """Who started the run."""
+        return self._run.actor
+
+    def _prepare(self, op: Op[Any, Any] | str, input: Any, fields: Mapping[str, Any]) -> tuple[Op[Any, Any], dict[str, Any]]:
+        op_id = op if isinstance(op, str) else op.id
+        if op_id not in self._workflow.op_ids:
+            raise OpNotDeclared(
+                f"workflow `{self._workflow.name}` called `{op_id}`, which its `uses` does not "
+                f"list: add it to @workflow(uses=[...])",
+                op=op_id,
+            )
+        declared = self._ops[op_id]
+        if input is None:
+            input = dict(fields)
+        elif fields:
+            raise TypeError(f"`{op_id}`: pass the input as one model or dict, or as keywords, not both")
+        try:
+            model = input if isinstance(input, declared.input) else declared.input.model_validate(
+                input.model_dump() if isinstance(input, BaseModel) else input
+            )
+        except ValidationError as error:
+            raise InputInvalid(
+                f"input to op `{op_id}` does not parse: {error}",
+                target=op_id,
+                errors=[dict(e) for e in error.errors(include_url=False)],
+            ) from None
+        return declared, model.model_dump(mode="json")
+
+    def _op_step(self, op: Op[Any, Any], payload: dict[str, Any], key: str | None) -> Callable[[], Outcome]:
+        def body() -> Outcome:
+            step_id = DBOS.step_id
+            assert step_id is not None, "an op call runs as a DBOS step"
+            idempotency_key = f"{self._run.run_id}:{key if key is not None else step_id}"
+            return self._caller.call(self._run, op, payload, step_id=step_id, key=idempotency_key)
+
+        return body
+
+
+def _finish_op(op: Op[Any, O], outcome: Outcome) -> O:
+    raise_failure(op.id, outcome)
+    return op.output.model_validate(outcome["ok"])
+
+
+def _step_outcome(name: str, value: Any) -> Outcome:
+    try:
+        return ok(to_jsonable_python(value))
+    except Exception as error:
+        return failure(
+            "step",
+            f"step `{name}` returned a value that is not JSON ({type(error).__name__}: {error}): "
+            "return plain data or a pydantic model",
+            error_type=type(error).__name__,
+        )
+
+
+def _step_error(name: str, error: Exception) -> Outcome:
+    return failure("step", f"step `{name}` failed: {type(error).__name__}: {error}", error_type=type(error).__name__)
+
+
+def _step_value(name: str, outcome: Outcome, output: Any, cause: BaseException | None) -> Any:
+    error = outcome.get("error")
+    if error is not None:
+        raise StepFailed(error["message"], step=name, error_type=error.get("error_type", "")) from cause
+    value = outcome["ok"]
+    if output is None:
+        return value
+    return TypeAdapter(output).validate_python(value)
+
+
+class _Path:
+    """`ctx.<vendor>.<resource>.<op>(...)`: the attribute path to an op id."""
+
+    def __init__(self, invoke: Callable[[str, Any, dict[str, Any]], Any], ops: Mapping[str, Op[Any, Any]], path: str) -> None:
+        self._invoke = invoke
+        self._ops = ops
+        self._path = path
+
+    def __getattr__(self, part: str) -> Any:
+        if part.startswith("_"):
+            raise AttributeError(part)
+        return _Path(self._invoke, self._ops, f"{self._path}.{part}")
+
+    def __call__(self, input: Any = None, /, *, key: str | None = None, **fields: Any) -> Any:
+        if self._path not in self._ops:
+            raise OpNotDeclared(
+                f"`ctx.{self._path}(...)` names no op any connector in the app declares",
+                op=self._path,
+            )
+        return self._invoke(self._path, input, {"__key": key, **fields})
+
+
+class Context(_Base):
+    """The `ctx` of a sync workflow."""
+
+    @overload
+    def step(self, name: str, fn: Callable[[], Any]) -> Any: ...
+    @overload
+    def step(self, name: str, fn: Callable[[], Any], *, output: type[T]) -> T: ...
+    def step(self, name: str, fn: Callable[[], Any], *, output: Any = None) -> Any:
+        """Run `fn` once as a checkpointed step named `name` and return its value as JSON.
+
+        With `output=SomeType` the JSON is parsed back into that type. If `fn` raises, the run
+        sees `StepFailed` (now and on replay).
+        """
+        cause: list[BaseException] = []
+
+        def body() -> Outcome:
+            try:
+                return _step_outcome(name, fn())
+            except Exception as error:
+                cause.append(error)
+                return _step_error(name, error)
+
+        outcome = DBOS.run_step({"name": name}, body)
+        return _step_value(name, outcome, output, cause[0] if cause else None)
+
+    def call(self, op: Op[Any, O], input: Any = None, /, *, key: str | None = None, **fields: Any) -> O:
+        """Call `op` as a checkpointed step and return its output model.
+
+        `key` names the call for its idempotency key (default: the step's position in the run).
+        """
+        declared, payload = self._prepare(op, input, fields)
+        outcome = DBOS.run_step({"name": declared.id}, self._op_step(declared, payload, key))
+        return _finish_op(cast(Op[Any, O], declared), outcome)
+
+    def __getattr__(self, vendor: str) -> Any:
+        if vendor.startswith("_"):
+            raise AttributeError(vendor)
+
+        def invoke(op_id: str, input: Any, fields: dict[str, Any]) -> Any:
+            key = fields.pop("__key")
+            return self.call(op_id, input, key=key, **fields)  # type: ignore[arg-type]
+
+        return _Path(invoke, self._ops, vendor)
+
+
+class AsyncContext(_Base):
+    """The `ctx` of an async workflow: the same methods as `Context`, awaited."""
+
+    async def step(self, name: str, fn: Callable[[], Any], *, output: Any = None) -> Any:
+        """Run `fn` (sync or async) once as a checkpointed step; see `Context.step`."""
+        cause: list[BaseException] = []
+
+        async def body() -> Outcome:
+            try:
+                value = fn()
+                if inspect.isawaitable(value):
+                    value = await cast(Awaitable[Any], value)
+                return _step_outcome(name, value)
+            except Exception as error:
+                cause.append(error)
+                return _step_error(name, error)
+
+        outcome = await DBOS.run_step_async({"name": name}, body)
+        return _step_value(name, outcome, output, cause[0] if cause else None)
+
+    async def call(self, op: Op[Any, O], input: Any = None, /, *, key: str | None = None, **fields: Any) -> O:
+        """Call `op` as a checkpointed step; see `Context.call`."""
+        declared, payload = self._prepare(op, input, fields)
+        outcome = await DBOS.run_step_async({"name": declared.id}, self._op_step(declared, payload, key))
+        return _finish_op(cast(Op[Any, O], declared), outcome)
+
+    def __getattr__(self, vendor: str) -> Any:
+        if vendor.startswith("_"):
+            raise AttributeError(vendor)
+
+        def invoke(op_id: str, input: Any, fields: dict[str, Any]) -> Any:
+            key = fields.pop("__key")
+            return self.call(op_id, input, key=key, **fields)  # type: ignore[arg-type]
+
+        return _Path(invoke, self._ops, vendor)

@@ -1,0 +1,124 @@
+"""Every error remit raises, under one root.
+
+    RemitError
+    ├── AppError              the app folder cannot be loaded as written (fix the code)
+    ├── InputInvalid          an input does not parse against its workflow's or op's model
+    ├── UnknownWorkflow       no workflow of that name in the app
+    ├── RunNotFound           no run with that id
+    ├── SettingsError         an environment setting has a value remit cannot use
+    ├── DatabaseError         the database URL is unusable or the database cannot be prepared
+    ├── StepFailed            a `ctx.step` function raised (the same on first run and replay)
+    └── OpError               an operation call did not succeed (raised inside a run)
+        ├── OpNotDeclared     the workflow called an op it did not list in `uses`
+        ├── MissingCredential the driver needs an environment variable that is not set
+        ├── DriverError       the vendor (or the driver) refused or failed the call
+        └── OpUncertain       a write started and its outcome is unknown; never retried blindly
+
+Fields are keyword-only. Whether a retry can help is the `retryable` field, never parsed from a
+message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RemitError(Exception):
+    """The root of every error remit raises."""
+
+
+class AppError(RemitError):
+    """The app cannot be loaded: the message names what to change."""
+
+
+class InputInvalid(RemitError):
+    """An input does not parse against its model: a run's (nothing was written) or an op's.
+
+    `target` names the workflow or op; `errors` are pydantic's, one per field.
+    """
+
+    def __init__(self, message: str, *, target: str, errors: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.target = target
+        self.errors = errors
+
+
+class UnknownWorkflow(RemitError):
+    """A run was asked for a workflow the app does not define."""
+
+
+class RunNotFound(RemitError):
+    """No run has the id that was given."""
+
+
+class SettingsError(RemitError):
+    """An environment setting has a value remit cannot use; the message names it."""
+
+
+class DatabaseError(RemitError):
+    """The database URL is unusable, or the database could not be prepared."""
+
+
+class OpError(RemitError):
+    """An operation call did not succeed. `retryable` says whether calling again can help."""
+
+    def __init__(self, message: str, *, op: str, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.op = op
+        self.retryable = retryable
+
+
+class OpNotDeclared(OpError):
+    """A workflow called an op that its `uses` does not list."""
+
+
+class MissingCredential(OpError):
+    """The driver needs an environment variable (or credential) that is not set."""
+
+    def __init__(self, message: str, *, op: str, variable: str) -> None:
+        super().__init__(message, op=op, retryable=False)
+        self.variable = variable
+
+
+class DriverError(OpError):
+    """A driver's call failed. Drivers raise it; `retryable` drives remit's retry decision.
+
+    `status` is the vendor's HTTP status where there was one, `vendor_code` its error code.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        vendor_code: str | None = None,
+        op: str = "",
+    ) -> None:
+        super().__init__(message, op=op, retryable=retryable)
+        self.status = status
+        self.vendor_code = vendor_code
+
+
+class OpUncertain(OpError):
+    """A write started and never recorded its outcome (the process died mid-call).
+
+    It may or may not have happened at the vendor, so remit does not call it again: the ledger
+    row is `uncertain` and a person must confirm what happened.
+    """
+
+    def __init__(self, message: str, *, op: str, idempotency_key: str) -> None:
+        super().__init__(message, op=op, retryable=False)
+        self.idempotency_key = idempotency_key
+
+
+class StepFailed(RemitError):
+    """A `ctx.step` function raised. The same error is raised on the first run and on replay.
+
+    `error_type` is the class name of what the function raised, `message` its text.
+    """
+
+    def __init__(self, message: str, *, step: str, error_type: str) -> None:
+        super().__init__(message)
+        self.step = step
+        self.error_type = error_type

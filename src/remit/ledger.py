@@ -1,0 +1,175 @@
+"""The ledger: one row per op call, and what a re-entered call may do.
+
+A write's row is `started` (durable) before its driver is called, and gets its outcome after.
+A call that finds its own row already there is a re-entry (a step retried after a crash, or a
+later attempt reaching the same step): `on_reentry` decides what it may do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Literal
+
+import sqlalchemy as sa
+
+from remit.clock import Clock, SystemClock
+from remit.store.database import Database
+from remit.store.schema import ledger
+
+LedgerStatus = Literal["started", "ok", "failed", "uncertain"]
+Reentry = Literal["replay", "call", "uncertain"]
+
+
+def on_reentry(status: str, *, safe_to_repeat: bool) -> Reentry:
+    """What a call that finds its ledger row may do.
+
+    - `replay`: the outcome is recorded (ok, failed or uncertain); return it, call nothing.
+    - `call`: the earlier call may or may not have happened, and calling again with the same
+      idempotency key cannot double its effect.
+    - `uncertain`: the earlier call may have happened and repeating it could double it.
+    """
+    if status != "started":
+        return "replay"
+    return "call" if safe_to_repeat else "uncertain"
+
+
+def input_hash(payload: Any) -> str:
+    """A stable hash of an op's JSON input (keys sorted)."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    id: int
+    run_id: str
+    attempt: int
+    step_id: int
+    op_id: str
+    effect: str
+    idempotent: bool
+    idempotency_key: str
+    input_hash: str
+    status: str
+    tries: int
+    actor: str
+    started_at: datetime
+    finished_at: datetime | None
+    output: Any
+    error: str | None
+    error_info: dict[str, Any] | None
+    cost: Decimal | None
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """Who makes which call: the fields of a new ledger row."""
+
+    run_id: str
+    attempt: int
+    step_id: int
+    op_id: str
+    effect: str
+    idempotent: bool
+    idempotency_key: str
+    input_hash: str
+    actor: str
+
+
+class LedgerStore:
+    """Reads and writes of the ledger table."""
+
+    def __init__(self, db: Database, *, clock: Clock | None = None) -> None:
+        self.db = db
+        self.clock = clock or SystemClock()
+
+    def begin(self, record: CallRecord) -> LedgerRow | None:
+        """Write the call's `started` row, durable when this returns.
+
+        Returns None for a new row, or the row already there under the same idempotency key.
+        """
+        try:
+            with self.db.begin() as conn:
+                existing = self._by_key(conn, record.idempotency_key, lock=True)
+                if existing is not None:
+                    return existing
+                conn.execute(
+                    ledger.insert().values(
+                        **record.__dict__, status="started", tries=0, started_at=self.clock.now()
+                    )
+                )
+        except sa.exc.IntegrityError:
+            # Another process inserted the same key between our read and our insert.
+            return self.get(record.idempotency_key)
+        return None
+
+    def retake(self, key: str, attempt: int) -> None:
+        """A re-entered call goes ahead: note the attempt that makes it."""
+        with self.db.begin() as conn:
+            conn.execute(
+                ledger.update().where(ledger.c.idempotency_key == key).values(attempt=attempt)
+            )
+
+    def tried(self, key: str, tries: int) -> None:
+        with self.db.begin() as conn:
+            conn.execute(ledger.update().where(ledger.c.idempotency_key == key).values(tries=tries))
+
+    def finish(
+        self,
+        record: CallRecord,
+        status: LedgerStatus,
+        *,
+        tries: int,
+        output: Any = None,
+        error: str | None = None,
+        error_info: dict[str, Any] | None = None,
+        started_at: datetime | None = None,
+    ) -> None:
+        """Record a call's outcome. A read (which had no `started` row) gets its row now."""
+        now = self.clock.now()
+        values = {
+            "status": status,
+            "tries": tries,
+            "finished_at": now,
+            "output": output,
+            "error": error,
+            "error_info": error_info,
+        }
+        with self.db.begin() as conn:
+            updated = conn.execute(
+                ledger.update()
+                .where(ledger.c.idempotency_key == record.idempotency_key)
+                .values(**values)
+            )
+            if updated.rowcount == 0:
+                conn.execute(
+                    ledger.insert().values(
+                        **record.__dict__, **values, started_at=started_at or now
+                    )
+                )
+
+    def get(self, key: str) -> LedgerRow | None:
+        with self.db.engine.connect() as conn:
+            return self._by_key(conn, key, lock=False)
+
+    def list(self, *, run_id: str | None = None, limit: int = 200) -> list[LedgerRow]:
+        query = sa.select(ledger).order_by(ledger.c.id.desc()).limit(limit)
+        if run_id is not None:
+            query = sa.select(ledger).where(ledger.c.run_id == run_id).order_by(ledger.c.id)
+        with self.db.engine.connect() as conn:
+            return [_row(row) for row in conn.execute(query)]
+
+    def _by_key(self, conn: sa.Connection, key: str, *, lock: bool) -> LedgerRow | None:
+        query = sa.select(ledger).where(ledger.c.idempotency_key == key)
+        if lock:
+            query = query.with_for_update()
+        row = conn.execute(query).one_or_none()
+        return None if row is None else _row(row)
+
+
+def _row(row: sa.Row[Any]) -> LedgerRow:
+    return LedgerRow(**{column.name: row._mapping[column.name] for column in ledger.columns})

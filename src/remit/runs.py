@@ -1,0 +1,292 @@
+"""Runs: the user-visible unit of work, one row each, with fenced status writes.
+
+A run's attempt N is the DBOS workflow `<run_id>:<N>`. The row's `workflow_id` names the current
+attempt, and every status write an attempt makes is fenced on it: once a run has moved to a later
+attempt, a write from an earlier one matches no row and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from dbos import DBOSClient
+from pydantic import BaseModel, ValidationError
+
+from remit.clock import Clock, SystemClock
+from remit.errors import InputInvalid, RemitError, RunNotFound
+from remit.store.database import Database
+from remit.store.schema import runs
+from remit.workflows import Workflow
+
+log = logging.getLogger("remit.runs")
+
+RunStatus = Literal[
+    "queued", "running", "waiting", "sleeping", "paused", "done", "failed", "cancelled"
+]
+FINISHED: frozenset[str] = frozenset({"done", "failed", "cancelled"})
+# The statuses an attempt may move on from: a finished or cancelled run stays as it is.
+_ACTIVE = ("queued", "running", "waiting", "sleeping", "paused")
+
+
+def attempt_workflow_id(run_id: str, attempt: int) -> str:
+    """The DBOS workflow id of attempt `attempt` of run `run_id`."""
+    return f"{run_id}:{attempt}"
+
+
+def new_run_id() -> str:
+    return f"run_{uuid.uuid4().hex[:16]}"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run as its row holds it."""
+
+    run_id: str
+    workflow: str
+    queue: str
+    input: dict[str, Any]
+    status: str
+    attempt: int
+    workflow_id: str
+    version: str | None
+    started_by: str
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    output: Any
+    error: str | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+
+class RunStore:
+    """Reads and writes of the runs table. Every status write an attempt makes is fenced."""
+
+    def __init__(self, db: Database, *, clock: Clock | None = None) -> None:
+        self.db = db
+        self.clock = clock or SystemClock()
+
+    def start(
+        self,
+        client: DBOSClient,
+        workflow: Workflow,
+        input: Mapping[str, Any] | BaseModel,
+        *,
+        started_by: str,
+        run_id: str | None = None,
+    ) -> Run:
+        """Write the run's row and enqueue its first attempt, in one transaction.
+
+        The input is parsed first: one that does not parse raises `InputInvalid` and nothing
+        is written. Works from any process; no worker needs to run here.
+        """
+        payload = parse_input(workflow, input)
+        run_id = run_id or new_run_id()
+        workflow_id = attempt_workflow_id(run_id, 1)
+        now = self.clock.now()
+        with self.db.begin() as conn:
+            conn.execute(
+                runs.insert().values(
+                    run_id=run_id,
+                    workflow=workflow.name,
+                    queue=workflow.queue,
+                    input=payload,
+                    status="queued",
+                    attempt=1,
+                    workflow_id=workflow_id,
+                    started_by=started_by,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            client.enqueue_in_transaction(
+                conn,
+                {
+                    "workflow_name": workflow.name,
+                    "queue_name": workflow.queue,
+                    "workflow_id": workflow_id,
+                    # The default silently returns an existing workflow of the same id.
+                    "workflow_id_reuse_policy": "reject",
+                },
+                run_id,
+                1,
+                payload,
+                started_by,
+            )
+        return self.get(run_id)
+
+    def get(self, run_id: str) -> Run:
+        with self.db.engine.connect() as conn:
+            row = conn.execute(sa.select(runs).where(runs.c.run_id == run_id)).one_or_none()
+        if row is None:
+            raise RunNotFound(f"no run `{run_id}`: `remit runs` lists the runs")
+        return _run(row)
+
+    def list(self, *, status: str | None = None, workflow: str | None = None, limit: int = 50) -> list[Run]:
+        query = sa.select(runs).order_by(runs.c.created_at.desc(), runs.c.run_id).limit(limit)
+        if status is not None:
+            query = query.where(runs.c.status == status)
+        if workflow is not None:
+            query = query.where(runs.c.workflow == workflow)
+        with self.db.engine.connect() as conn:
+            return [_run(row) for row in conn.execute(query)]
+
+    def claim(self, run_id: str, workflow_id: str, version: str) -> bool:
+        """An attempt's first write: mark the run running under `version`.
+
+        False when the run has moved to another attempt, or finished, or was cancelled: the
+        attempt must then stop without running anything.
+        """
+        return self._fenced(
+            run_id,
+            workflow_id,
+            {"status": "running", "version": version},
+            from_statuses=("queued", "running"),
+        )
+
+    def conclude(
+        self,
+        run_id: str,
+        workflow_id: str,
+        status: RunStatus,
+        *,
+        output: Any = None,
+        error: str | None = None,
+    ) -> bool:
+        """Write the outcome of the attempt `workflow_id`. False when the fence refused it."""
+        values: dict[str, Any] = {"status": status, "output": output, "error": error}
+        if status in FINISHED:
+            values["finished_at"] = self.clock.now()
+        written = self._fenced(run_id, workflow_id, values, from_statuses=("queued", "running"))
+        if not written:
+            log.info(
+                "status write refused: run %s has moved on from attempt %s (wanted %s)",
+                run_id,
+                workflow_id,
+                status,
+            )
+        return written
+
+    def _fenced(
+        self,
+        run_id: str,
+        workflow_id: str,
+        values: dict[str, Any],
+        *,
+        from_statuses: tuple[str, ...],
+    ) -> bool:
+        values = {**values, "updated_at": self.clock.now()}
+        with self.db.begin() as conn:
+            result = conn.execute(
+                runs.update()
+                .where(
+                    runs.c.run_id == run_id,
+                    runs.c.workflow_id == workflow_id,
+                    runs.c.status.in_(from_statuses),
+                )
+                .values(**values)
+            )
+        return result.rowcount == 1
+
+    def bump(self, conn: sa.Connection, run_id: str) -> tuple[int, str]:
+        """Move the run to its next attempt inside the caller's transaction.
+
+        Returns the new attempt number and its DBOS workflow id; from the commit on, every
+        write of the earlier attempt is refused by the fence. The caller enqueues or forks
+        the new attempt in the same transaction (or through an outbox).
+        """
+        row = conn.execute(
+            sa.select(runs.c.attempt, runs.c.status)
+            .where(runs.c.run_id == run_id)
+            .with_for_update()
+        ).one_or_none()
+        if row is None:
+            raise RunNotFound(f"no run `{run_id}`: `remit runs` lists the runs")
+        if row.status in FINISHED:
+            raise RemitError(f"run `{run_id}` is {row.status}: a finished run has no next attempt")
+        attempt = int(row.attempt) + 1
+        workflow_id = attempt_workflow_id(run_id, attempt)
+        conn.execute(
+            runs.update()
+            .where(runs.c.run_id == run_id)
+            .values(
+                attempt=attempt,
+                workflow_id=workflow_id,
+                status="queued",
+                updated_at=self.clock.now(),
+            )
+        )
+        return attempt, workflow_id
+
+    def cancel(self, client: DBOSClient, run_id: str) -> Run:
+        """Cancel a run that has not finished, and its current attempt in DBOS.
+
+        A finished run is left as it is. An attempt in flight stops at its next step; its
+        later status writes are refused because the run is no longer running.
+        """
+        now = self.clock.now()
+        with self.db.begin() as conn:
+            row = conn.execute(
+                sa.select(runs.c.workflow_id, runs.c.status)
+                .where(runs.c.run_id == run_id)
+                .with_for_update()
+            ).one_or_none()
+            if row is None:
+                raise RunNotFound(f"no run `{run_id}`: `remit runs` lists the runs")
+            if row.status in FINISHED:
+                return self.get(run_id)
+            conn.execute(
+                runs.update()
+                .where(runs.c.run_id == run_id, runs.c.status.in_(_ACTIVE))
+                .values(status="cancelled", finished_at=now, updated_at=now)
+            )
+        client.cancel_workflow(row.workflow_id)
+        return self.get(run_id)
+
+
+def parse_input(workflow: Workflow, input: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
+    """The run's input as JSON, parsed against the workflow's model. Raises `InputInvalid`."""
+    try:
+        if isinstance(input, BaseModel):
+            input = input.model_dump(mode="json")
+        model = workflow.input.model_validate(input)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in error.errors()
+        )
+        raise InputInvalid(
+            f"input to workflow `{workflow.name}` does not parse: {problems}. "
+            "Fix the input and start the run again; nothing was written",
+            target=workflow.name,
+            errors=json.loads(error.json()),
+        ) from None
+    dumped: dict[str, Any] = model.model_dump(mode="json")
+    return dumped
+
+
+def _run(row: sa.Row[Any]) -> Run:
+    return Run(
+        run_id=row.run_id,
+        workflow=row.workflow,
+        queue=row.queue,
+        input=row.input,
+        status=row.status,
+        attempt=row.attempt,
+        workflow_id=row.workflow_id,
+        version=row.version,
+        started_by=row.started_by,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        finished_at=row.finished_at,
+        output=row.output,
+        error=row.error,
+    )

@@ -1,0 +1,116 @@
+"""The attempt: how one DBOS workflow runs one attempt of a run, fenced on the run's row.
+
+Each app workflow is registered with DBOS under its own name. The DBOS workflow receives
+`(run_id, attempt, input, actor)` and owns every status write of its attempt: it claims the run
+(or stops at once if the run has moved on), runs the user's function with a `ctx`, and concludes
+the run, each write fenced on its own workflow id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from dbos import DBOS
+from dbos._error import DBOSWorkflowCancelledError
+from pydantic_core import to_jsonable_python
+
+from remit.app import App
+from remit.calls import OpCaller, RunInfo
+from remit.clock import Clock
+from remit.connectors.base import Implementation
+from remit.context import AsyncContext, Context
+from remit.ledger import LedgerStore
+from remit.runs import RunStore
+from remit.store.database import Database
+from remit.workflows import Workflow
+
+log = logging.getLogger("remit.runtime")
+
+
+class Runtime:
+    """What a worker runs attempts with: the app, its stores, and its op implementations."""
+
+    def __init__(
+        self,
+        app: App,
+        db: Database,
+        *,
+        implementations: Mapping[str, Implementation],
+        clock: Clock,
+        environ: Mapping[str, str],
+    ) -> None:
+        self.app = app
+        self.version = app.version
+        self.runs = RunStore(db, clock=clock)
+        self.ledger = LedgerStore(db, clock=clock)
+        self.caller = OpCaller(
+            implementations=implementations, ledger=self.ledger, clock=clock, environ=environ
+        )
+
+    def register(self) -> None:
+        """Register every workflow of the app with DBOS, under its own name."""
+        for wf in self.app.workflows.values():
+            body = self._async_attempt(wf) if wf.is_async else self._sync_attempt(wf)
+            DBOS.workflow(name=wf.name)(body)
+
+    def _begin(self, wf: Workflow, run_id: str, attempt: int, actor: str) -> RunInfo | None:
+        workflow_id = DBOS.workflow_id
+        assert workflow_id is not None
+        if not self.runs.claim(run_id, workflow_id, self.version):
+            log.info("attempt %s of run %s is superseded or cancelled: nothing ran", workflow_id, run_id)
+            return None
+        return RunInfo(run_id=run_id, attempt=attempt, workflow_id=workflow_id, actor=actor)
+
+    def _done(self, run: RunInfo, result: Any) -> Any:
+        try:
+            output = to_jsonable_python(result)
+        except Exception as error:
+            message = (
+                f"the workflow returned a value that is not JSON ({type(error).__name__}: {error}): "
+                "return plain data or a pydantic model"
+            )
+            self.runs.conclude(run.run_id, run.workflow_id, "failed", error=message)
+            raise TypeError(message) from error
+        self.runs.conclude(run.run_id, run.workflow_id, "done", output=output)
+        return output
+
+    def _failed(self, run: RunInfo, error: Exception) -> None:
+        if isinstance(error, DBOSWorkflowCancelledError):
+            return
+        self.runs.conclude(run.run_id, run.workflow_id, "failed", error=f"{type(error).__name__}: {error}")
+
+    def _sync_attempt(self, wf: Workflow) -> Any:
+        def attempt(run_id: str, attempt: int, input: dict[str, Any], actor: str) -> Any:
+            run = self._begin(wf, run_id, attempt, actor)
+            if run is None:
+                return None
+            ctx = Context(run, wf, self.app.ops, self.caller)
+            try:
+                result = wf.fn(ctx, wf.input.model_validate(input))
+            except Exception as error:
+                self._failed(run, error)
+                raise
+            return self._done(run, result)
+
+        attempt.__qualname__ = f"remit:{wf.name}"
+        return attempt
+
+    def _async_attempt(self, wf: Workflow) -> Any:
+        async def attempt(run_id: str, attempt: int, input: dict[str, Any], actor: str) -> Any:
+            # The run's row writes are blocking database calls: keep them off the event loop.
+            run = await asyncio.to_thread(self._begin, wf, run_id, attempt, actor)
+            if run is None:
+                return None
+            ctx = AsyncContext(run, wf, self.app.ops, self.caller)
+            try:
+                result = await wf.fn(ctx, wf.input.model_validate(input))
+            except Exception as error:
+                await asyncio.to_thread(self._failed, run, error)
+                raise
+            return await asyncio.to_thread(self._done, run, result)
+
+        attempt.__qualname__ = f"remit:{wf.name}"
+        return attempt

@@ -1,0 +1,79 @@
+"""Settings from the environment, with the defaults a user gets when they set nothing."""
+
+from __future__ import annotations
+
+import getpass
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from remit.errors import SettingsError
+
+N = TypeVar("N", int, float)
+
+DATA_DIR = ".remit"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a remit process reaches its database and runs its work.
+
+    - `database_url`: `REMIT_DATABASE_URL`; default a SQLite file `.remit/remit.sqlite` in the
+      app's folder. `postgresql://user@host/db` selects Postgres.
+    - `fakes`: `REMIT_FAKES=1` runs every connector on its fake instead of its driver.
+    - `executor_id`: `REMIT_EXECUTOR_ID`; default a per-host slot (see `worker.py`).
+    - `threads`: `REMIT_WORKER_THREADS`, the bound on a worker's executor threads (default 64).
+    - `poll_interval`: `REMIT_POLL_INTERVAL`, seconds between queue polls (default 0.1).
+    - `drain_timeout`: `REMIT_DRAIN_TIMEOUT`, seconds a worker waits on SIGTERM (default 30).
+    - `actor`: `REMIT_ACTOR`, who the CLI acts as (default `user:<login name>`).
+    """
+
+    database_url: str
+    fakes: bool = False
+    executor_id: str | None = None
+    threads: int = 64
+    poll_interval: float = 0.1
+    drain_timeout: float = 30.0
+    actor: str = "user:unknown"
+    log_level: str = "WARNING"
+
+    @classmethod
+    def from_env(cls, app_dir: Path | str, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        url = env.get("REMIT_DATABASE_URL") or default_database_url(Path(app_dir))
+        return cls(
+            database_url=url,
+            fakes=env.get("REMIT_FAKES", "").lower() in ("1", "true", "yes"),
+            executor_id=env.get("REMIT_EXECUTOR_ID") or None,
+            threads=_number(env, "REMIT_WORKER_THREADS", 64, int),
+            poll_interval=_number(env, "REMIT_POLL_INTERVAL", 0.1, float),
+            drain_timeout=_number(env, "REMIT_DRAIN_TIMEOUT", 30.0, float),
+            actor=env.get("REMIT_ACTOR") or f"user:{_login()}",
+            log_level=env.get("REMIT_LOG_LEVEL", "WARNING").upper(),
+        )
+
+
+def default_database_url(app_dir: Path) -> str:
+    return f"sqlite:///{(app_dir.resolve() / DATA_DIR / 'remit.sqlite')}"
+
+
+def _number(env: Mapping[str, str], name: str, default: N, kind: type[N]) -> N:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not a number: set it to e.g. {default}") from None
+    if value <= 0:
+        raise SettingsError(f"{name}={raw!r} must be greater than 0")
+    return value
+
+
+def _login() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"

@@ -1,0 +1,150 @@
+"""The database seam: one URL, SQLite or Postgres, holding DBOS's tables and remit's."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from dbos import DBOS, DBOSClient, DBOSPortableJSONSerializer
+
+from remit.errors import DatabaseError
+from remit.store.schema import SCHEMA_VERSION, meta, metadata
+
+# Any fixed 64-bit number: the Postgres advisory lock that serialises `prepare()`.
+_PREPARE_LOCK = 0x72656D6974  # "remit"
+
+
+def portable_serializer() -> DBOSPortableJSONSerializer:
+    """JSON for every value DBOS stores: no pickle ever reaches the database."""
+    return DBOSPortableJSONSerializer()
+
+
+def normalize_url(raw: str) -> sa.URL:
+    """Parse a database URL, selecting psycopg 3 for Postgres. Raises `DatabaseError`."""
+    try:
+        url = sa.make_url(raw)
+    except sa.exc.ArgumentError:
+        raise DatabaseError(
+            f"database URL {raw!r} cannot be parsed: use postgresql://user@host:5432/db "
+            "or sqlite:////absolute/path.sqlite"
+        ) from None
+    backend = url.get_backend_name()
+    if backend in ("postgresql", "postgres"):
+        return url.set(drivername="postgresql+psycopg")
+    if backend == "sqlite":
+        if not url.database or url.database == ":memory:":
+            raise DatabaseError(
+                f"database URL {raw!r}: remit needs a SQLite file that several processes can "
+                "open, not an in-memory database: use sqlite:////path/to/remit.sqlite"
+            )
+        return url
+    raise DatabaseError(
+        f"database URL {raw!r} names `{backend}`: remit runs on postgresql:// or sqlite://"
+    )
+
+
+class Database:
+    """An engine on remit's database, and the one-time preparation of its tables."""
+
+    def __init__(self, raw_url: str, *, pool_size: int = 8) -> None:
+        self.url = normalize_url(raw_url)
+        self.is_sqlite = self.url.get_backend_name() == "sqlite"
+        if self.is_sqlite:
+            assert self.url.database is not None
+            Path(self.url.database).parent.mkdir(parents=True, exist_ok=True)
+            self.engine = sa.create_engine(self.url, connect_args={"timeout": 30})
+            sa.event.listen(self.engine, "connect", _sqlite_connect)
+        else:
+            self.engine = sa.create_engine(
+                self.url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+            )
+
+    @property
+    def dbos_url(self) -> str:
+        """The same database as DBOS's system database URL."""
+        return self.url.render_as_string(hide_password=False)
+
+    def begin(self) -> contextlib.AbstractContextManager[sa.Connection]:
+        """A connection in a transaction that commits on leaving (rolls back on an error)."""
+        return self.engine.begin()
+
+    def client(self, app_name: str, *, pool_size: int = 2) -> DBOSClient:
+        """A DBOS client on this database: enqueues and manages runs without a worker."""
+        return DBOSClient(
+            system_database_url=self.dbos_url,
+            serializer=portable_serializer(),
+            application_name=app_name,
+            system_database_pool_size=pool_size,
+        )
+
+    def prepare(self) -> None:
+        """Create or migrate DBOS's tables and remit's. Safe to call from many processes at once:
+        one prepares while the others wait, then find the work done."""
+        if self._prepared():
+            return
+        with self._prepare_lock():
+            if self._prepared():
+                return
+            try:
+                DBOS.migrate(self.dbos_url)
+                metadata.create_all(self.engine, checkfirst=True)
+                with self.begin() as conn:
+                    conn.execute(meta.delete().where(meta.c.key == "schema"))
+                    conn.execute(meta.insert().values(key="schema", value=SCHEMA_VERSION))
+            except sa.exc.OperationalError as error:
+                raise DatabaseError(
+                    f"cannot prepare the database at {self.url.render_as_string()}: "
+                    f"{error.orig or error}"
+                ) from error
+
+    def _prepared(self) -> bool:
+        try:
+            with self.engine.connect() as conn:
+                stored = conn.execute(
+                    sa.select(meta.c.value).where(meta.c.key == "schema")
+                ).scalar_one_or_none()
+        except sa.exc.ProgrammingError:
+            return False
+        except sa.exc.OperationalError as error:
+            if self.is_sqlite and "no such table" in str(error):
+                return False
+            raise DatabaseError(
+                f"cannot reach the database at {self.url.render_as_string()}: "
+                f"{error.orig or error}. Check REMIT_DATABASE_URL and that the server is up"
+            ) from error
+        return stored == SCHEMA_VERSION
+
+    @contextlib.contextmanager
+    def _prepare_lock(self) -> Iterator[None]:
+        if self.is_sqlite:
+            assert self.url.database is not None
+            with open(f"{self.url.database}.prepare-lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+            return
+        with self.engine.connect() as conn:
+            conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": _PREPARE_LOCK})
+            conn.commit()
+            try:
+                yield
+            finally:
+                conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": _PREPARE_LOCK})
+                conn.commit()
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
+    # Writers take the lock when their transaction begins, as DBOS's own engine does, so two
+    # writers queue on the busy timeout instead of failing to upgrade a read lock.
+    dbapi_conn.isolation_level = "IMMEDIATE"
+    dbapi_conn.execute("PRAGMA busy_timeout=30000")
+    dbapi_conn.execute("PRAGMA journal_mode=WAL")

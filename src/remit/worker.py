@@ -1,0 +1,184 @@
+"""The worker: loads the app, prepares the database, launches DBOS and serves the app's queues.
+
+Executor ids. DBOS gives every process the executor id `local`, so two live workers recover each
+other's running work. A remit worker takes its own id: `REMIT_EXECUTOR_ID` if set, otherwise the
+lowest free *slot* on its host, `<host>-<n>`, held by an exclusive file lock for the life of the
+process. A worker restarted after a crash gets the slot (and so the id) its predecessor held, and
+DBOS's recovery at launch completes that predecessor's unfinished attempts.
+
+Version. Every worker runs under the app's explicit version (`App.version`): a hash of remit's
+version and the code of every workflow.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import os
+import signal
+import socket
+import tempfile
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+from dbos import DBOS, DBOSClient, DBOSConfig
+
+from remit.app import App
+from remit.clock import Clock, SystemClock
+from remit.connectors.base import Implementation
+from remit.errors import RemitError
+from remit.runtime import Runtime
+from remit.settings import Settings
+from remit.store.database import Database, portable_serializer
+
+log = logging.getLogger("remit.worker")
+
+
+class ExecutorSlot:
+    """The lowest free executor slot on this host for one app on one database."""
+
+    def __init__(self, scope: str) -> None:
+        digest = hashlib.sha256(scope.encode()).hexdigest()[:12]
+        self.folder = Path(tempfile.gettempdir()) / "remit-executors" / digest
+        self._held: IO[str] | None = None
+
+    def acquire(self) -> str:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        host = socket.gethostname().split(".")[0] or "host"
+        for n in range(4096):
+            handle = (self.folder / f"slot-{n}.lock").open("w")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            handle.write(str(os.getpid()))
+            handle.flush()
+            self._held = handle
+            return f"{host}-{n}"
+        raise RemitError(f"no free executor slot under {self.folder}: set REMIT_EXECUTOR_ID")
+
+    def release(self) -> None:
+        if self._held is not None:
+            fcntl.flock(self._held, fcntl.LOCK_UN)
+            self._held.close()
+            self._held = None
+
+
+class Worker:
+    """One worker process's DBOS instance, serving the app's queues.
+
+    `start()` prepares the database and launches; `serve()` blocks until SIGTERM or SIGINT and
+    then drains; `stop()` drains running work for up to `drain_timeout` seconds.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        settings: Settings,
+        *,
+        implementations: Mapping[str, Implementation] | None = None,
+        clock: Clock | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.app = app
+        self.settings = settings
+        self.db = Database(settings.database_url, pool_size=min(settings.threads, 16))
+        chosen = dict(implementations or {})
+        for vendor, connector in app.connectors.items():
+            if vendor not in chosen:
+                chosen[vendor] = connector.fake() if settings.fakes else connector.driver()
+        self.implementations = chosen
+        self.runtime = Runtime(
+            app,
+            self.db,
+            implementations=chosen,
+            clock=clock or SystemClock(),
+            environ=dict(os.environ if environ is None else environ),
+        )
+        self._slot = ExecutorSlot(f"{self.db.dbos_url}\n{app.name}")
+        self.executor_id = ""
+        self._client: DBOSClient | None = None
+        self._stop = threading.Event()
+        self._launched = False
+
+    @property
+    def client(self) -> DBOSClient:
+        if self._client is None:
+            self._client = self.db.client(self.app.name)
+        return self._client
+
+    def start(self) -> None:
+        self.db.prepare()
+        self.executor_id = self.settings.executor_id or self._slot.acquire()
+        config: DBOSConfig = {
+            "name": self.app.name,
+            "system_database_url": self.db.dbos_url,
+            "application_version": self.runtime.version,
+            "executor_id": self.executor_id,
+            "serializer": portable_serializer(),
+            "max_executor_threads": self.settings.threads,
+            "sys_db_pool_size": min(self.settings.threads, 16),
+            "run_migrations": False,
+            "log_level": self.settings.log_level,
+            "notification_listener_polling_interval_sec": self.settings.poll_interval,
+        }
+        DBOS(config=config)
+        self.runtime.register()
+        DBOS.launch()
+        self._launched = True
+        for queue in self.app.queues.values():
+            DBOS.register_queue(
+                queue.name,
+                global_concurrency=queue.concurrency,
+                worker_concurrency=queue.worker_concurrency,
+                polling_interval_sec=self.settings.poll_interval,
+                on_conflict="always_update",
+            )
+        log.info(
+            "worker %s serving app %s version %s on %s",
+            self.executor_id,
+            self.app.name,
+            self.runtime.version,
+            self.db.url.render_as_string(),
+        )
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop taking work, let running attempts finish for up to `timeout` seconds, and exit.
+
+        Attempts still running then are left PENDING under this executor id; the next worker
+        to take the same id recovers them.
+        """
+        drain = self.settings.drain_timeout if timeout is None else timeout
+        if self._launched:
+            DBOS.destroy(workflow_completion_timeout_sec=max(0, int(round(drain))), destroy_registry=True)
+            self._launched = False
+        if self._client is not None:
+            self._client.destroy()
+            self._client = None
+        self._slot.release()
+        self.db.dispose()
+
+    def serve(self) -> None:
+        """Serve until SIGTERM or SIGINT, then drain (see `stop`)."""
+
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            log.warning("received %s: draining for up to %.0fs", signal.Signals(signum).name, self.settings.drain_timeout)
+            self._stop.set()
+
+        previous: dict[int, Any] = {
+            sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
+        }
+        try:
+            self._stop.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.stop()
+
+    def request_stop(self) -> None:
+        self._stop.set()

@@ -1,0 +1,94 @@
+"""Workflows: a named Python function with a typed input, the ops it uses and a queue."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from remit.connectors.ops import Op
+from remit.errors import AppError
+
+_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
+DEFAULT_QUEUE = "default"
+
+
+def check_name(kind: str, name: str) -> None:
+    """Refuse a name that is not lowercase letters, digits and dashes starting with a letter."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        suggestion = re.sub(r"[^a-z0-9-]+", "-", str(name).lower()).strip("-") or "my-name"
+        if not suggestion[0].isalpha():
+            suggestion = f"w-{suggestion}"
+        raise AppError(
+            f"{kind} name `{name}` must be lowercase letters, digits and dashes, starting with "
+            f"a letter: for example `{suggestion}`"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Workflow:
+    """A workflow as the app declares it. Made by the `@workflow(...)` decorator."""
+
+    name: str
+    fn: Callable[..., Any]
+    input: type[BaseModel]
+    uses: tuple[Op[Any, Any], ...]
+    queue: str
+    is_async: bool
+
+    @property
+    def op_ids(self) -> frozenset[str]:
+        return frozenset(used.id for used in self.uses)
+
+    def source(self) -> str:
+        """The function's source, which the app's version is derived from."""
+        try:
+            return inspect.getsource(self.fn)
+        except (OSError, TypeError):
+            return self.fn.__qualname__
+
+    def __repr__(self) -> str:
+        return f"Workflow({self.name!r}, queue={self.queue!r})"
+
+
+def workflow(
+    *,
+    name: str,
+    input: type[BaseModel],
+    uses: Iterable[Op[Any, Any]] = (),
+    queue: str = DEFAULT_QUEUE,
+) -> Callable[[Callable[..., Any]], Workflow]:
+    """Declare a workflow. The function receives `(ctx, input)`; it may be sync or async.
+
+    `uses` lists every op the workflow may call; calling any other fails the run.
+    """
+    check_name("workflow", name)
+    if not (isinstance(input, type) and issubclass(input, BaseModel)):
+        raise AppError(
+            f"workflow `{name}`: `input` must be a pydantic model class, got {input!r}"
+        )
+    used = tuple(uses)
+    for each in used:
+        if not isinstance(each, Op):
+            raise AppError(
+                f"workflow `{name}` lists {each!r} in `uses`: list ops (made with `remit.op`)"
+            )
+    check_name("queue", queue)
+
+    def declare(fn: Callable[..., Any]) -> Workflow:
+        if not callable(fn):
+            raise AppError(f"@workflow(name={name!r}) must decorate a function")
+        return Workflow(
+            name=name,
+            fn=fn,
+            input=input,
+            uses=used,
+            queue=queue,
+            is_async=inspect.iscoroutinefunction(fn),
+        )
+
+    return declare
