@@ -46,7 +46,11 @@ def chase_invoice(ctx: Context, input: ChaseInput) -> ChaseResult:
     invoice = ctx.call(get_invoice, invoice_id=input.invoice_id)
     days = ctx.step("days-overdue", lambda: (input.as_of - invoice.due_date).days, output=int)
     if invoice.status != "open" or days <= 0:
-        return ChaseResult(invoice_id=invoice.invoice_id, outcome=f"nothing to chase ({invoice.status})", days_overdue=max(days, 0))
+        return ChaseResult(
+            invoice_id=invoice.invoice_id,
+            outcome=f"nothing to chase ({invoice.status})",
+            days_overdue=max(days, 0),
+        )
 
     tone = tone_for(days)
     amount = f"{invoice.amount_due / 100:,.2f} {invoice.currency.upper()}"
@@ -65,8 +69,15 @@ def chase_invoice(ctx: Context, input: ChaseInput) -> ChaseResult:
             + "\n\nAccounts receivable"
         ),
     )
-    ctx.call(record_reminder, invoice_id=invoice.invoice_id, note=f"{tone} reminder {sent.message_id}")
-    return ChaseResult(invoice_id=invoice.invoice_id, outcome=f"{tone} reminder sent", days_overdue=days, message_id=sent.message_id)
+    ctx.call(
+        record_reminder, invoice_id=invoice.invoice_id, note=f"{tone} reminder {sent.message_id}"
+    )
+    return ChaseResult(
+        invoice_id=invoice.invoice_id,
+        outcome=f"{tone} reminder sent",
+        days_overdue=days,
+        message_id=sent.message_id,
+    )
 
 
 app = App(

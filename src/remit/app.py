@@ -174,7 +174,10 @@ def load_app(path: Path | str = ".") -> App:
 
     workflows: list[Workflow] = []
     connectors: list[Connector] = []
-    for kind, found, cls in (("workflows", workflows, Workflow), ("connectors", connectors, Connector)):
+    for kind, found, cls in (
+        ("workflows", workflows, Workflow),
+        ("connectors", connectors, Connector),
+    ):
         for file in sorted((folder / kind).glob("*.py")):
             if file.stem.startswith("_"):
                 continue

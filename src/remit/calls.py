@@ -106,7 +106,9 @@ class OpCaller:
                 if decided is not None:
                     return decided
         missing = [
-            name for name in getattr(implementation, "credentials", ()) if not self.environ.get(name)
+            name
+            for name in getattr(implementation, "credentials", ())
+            if not self.environ.get(name)
         ]
         if missing:
             message = (
@@ -129,7 +131,11 @@ class OpCaller:
             return {"error": info}
         if decision == "call":
             self.ledger.retake(record.idempotency_key, record.attempt)
-            log.info("calling %s again with key %s: its earlier outcome is unknown", op.id, record.idempotency_key)
+            log.info(
+                "calling %s again with key %s: its earlier outcome is unknown",
+                op.id,
+                record.idempotency_key,
+            )
             return None
         message = (
             f"op `{op.id}` (key {record.idempotency_key}) started and its outcome is unknown: "
@@ -174,7 +180,10 @@ class OpCaller:
                     vendor_code=error.vendor_code,
                 )
                 delay = next_delay(
-                    op.retry, safe_to_repeat=op.safe_to_repeat, retryable=error.retryable, tries=tries
+                    op.retry,
+                    safe_to_repeat=op.safe_to_repeat,
+                    retryable=error.retryable,
+                    tries=tries,
                 )
                 if delay is None:
                     self._finish_failed(record, outcome, tries=tries, started_at=started_at)
@@ -190,7 +199,9 @@ class OpCaller:
                 return outcome
             except ValidationError as error:
                 outcome = failure(
-                    "driver", f"op `{op.id}` returned output that does not parse: {error}", retryable=False
+                    "driver",
+                    f"op `{op.id}` returned output that does not parse: {error}",
+                    retryable=False,
                 )
                 self._finish_failed(record, outcome, tries=tries, started_at=started_at)
                 return outcome
@@ -199,8 +210,14 @@ class OpCaller:
                 # write that cannot be repeated safely, the vendor may have acted before it.
                 message = f"op `{op.id}` raised {type(error).__name__}: {error}"
                 if op.effect == "write" and not op.safe_to_repeat:
-                    outcome = failure("uncertain", message + "; its outcome is unknown", idempotency_key=record.idempotency_key)
-                    self.ledger.finish(record, "uncertain", tries=tries, error=message, error_info=outcome["error"])
+                    outcome = failure(
+                        "uncertain",
+                        message + "; its outcome is unknown",
+                        idempotency_key=record.idempotency_key,
+                    )
+                    self.ledger.finish(
+                        record, "uncertain", tries=tries, error=message, error_info=outcome["error"]
+                    )
                     return outcome
                 outcome = failure("driver", message, retryable=False)
                 self._finish_failed(record, outcome, tries=tries, started_at=started_at)
@@ -209,9 +226,15 @@ class OpCaller:
             self.ledger.finish(record, "ok", tries=tries, output=dumped, started_at=started_at)
             return ok(dumped)
 
-    def _finish_failed(self, record: CallRecord, outcome: Outcome, *, tries: int, started_at: Any) -> None:
+    def _finish_failed(
+        self, record: CallRecord, outcome: Outcome, *, tries: int, started_at: Any
+    ) -> None:
         error = outcome["error"]
         self.ledger.finish(
-            record, "failed", tries=tries, error=error["message"], error_info=error, started_at=started_at
+            record,
+            "failed",
+            tries=tries,
+            error=error["message"],
+            error_info=error,
+            started_at=started_at,
         )
-

@@ -40,7 +40,9 @@ _state = _State()
 
 @cli.callback()
 def _main(
-    app: Annotated[Path, typer.Option("--app", help="The app's folder.", show_default=True)] = Path("."),
+    app: Annotated[Path, typer.Option("--app", help="The app's folder.", show_default=True)] = Path(
+        "."
+    ),
 ) -> None:
     _state.app_path = app
 
@@ -48,7 +50,9 @@ def _main(
 def _load() -> tuple[App, Settings]:
     app = load_app(_state.app_path)
     settings = Settings.from_env(_state.app_path)
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     return app, settings
 
 
@@ -62,12 +66,16 @@ def _parse_json(raw: str, what: str) -> Any:
     try:
         return json.loads(raw)
     except json.JSONDecodeError as error:
-        raise RemitError(f"{what} is not valid JSON ({error.msg} at column {error.colno}): {raw!r}") from None
+        raise RemitError(
+            f"{what} is not valid JSON ({error.msg} at column {error.colno}): {raw!r}"
+        ) from None
 
 
 @cli.command()
 def worker(
-    executor_id: Annotated[str | None, typer.Option(help="Executor id (default: a free slot on this host).")] = None,
+    executor_id: Annotated[
+        str | None, typer.Option(help="Executor id (default: a free slot on this host).")
+    ] = None,
 ) -> None:
     """Serve the app's queues until SIGTERM or Ctrl-C, then drain running work."""
     from remit.worker import Worker
@@ -90,7 +98,10 @@ def worker(
 def start(
     name: Annotated[str, typer.Argument(help="The workflow's name.")],
     input: Annotated[str, typer.Option("--input", help="The run's input as JSON.")] = "{}",
-    as_: Annotated[str | None, typer.Option("--as", help="Who starts it (default REMIT_ACTOR or user:<login>).")] = None,
+    as_: Annotated[
+        str | None,
+        typer.Option("--as", help="Who starts it (default REMIT_ACTOR or user:<login>)."),
+    ] = None,
 ) -> None:
     """Start a run and print its id. No worker needs to run in this process."""
     app, settings = _load()
@@ -98,7 +109,9 @@ def start(
     db = _database(settings)
     client = db.client(app.name)
     try:
-        run = RunStore(db).start(client, app.workflow(name), payload, started_by=as_ or settings.actor)
+        run = RunStore(db).start(
+            client, app.workflow(name), payload, started_by=as_ or settings.actor
+        )
     finally:
         client.destroy()
         db.dispose()
@@ -123,7 +136,9 @@ def run(
     try:
         runs = running.runtime.runs
         started = runs.start(running.client, wf, payload, started_by=as_ or settings.actor)
-        err.print(f"started {started.run_id} ({wf.name}) on {'fakes' if settings.fakes else 'drivers'}")
+        err.print(
+            f"started {started.run_id} ({wf.name}) on {'fakes' if settings.fakes else 'drivers'}"
+        )
         deadline = time.monotonic() + timeout
         current = runs.get(started.run_id)
         while not current.finished and time.monotonic() < deadline:
@@ -149,7 +164,9 @@ def runs(
         found = RunStore(db).list(status=status, workflow=workflow, limit=limit)
     finally:
         db.dispose()
-    table = Table("run", "workflow", "status", "attempt", "started by", "created", "finished", box=None)
+    table = Table(
+        "run", "workflow", "status", "attempt", "started by", "created", "finished", box=None
+    )
     for each in found:
         table.add_row(
             each.run_id,
@@ -220,13 +237,17 @@ def _show(run: Run, client: Any, ledger: LedgerStore) -> None:
         out.print(f"  output {json.dumps(run.output)}")
     if run.error:
         out.print(f"  [red]error  {run.error}[/]")
-    steps = Table("attempt", "#", "step", "ms", "output", box=None, title="steps", title_justify="left")
+    steps = Table(
+        "attempt", "#", "step", "ms", "output", box=None, title="steps", title_justify="left"
+    )
     for attempt in range(1, run.attempt + 1):
         for step in client.list_workflow_steps(attempt_workflow_id(run.run_id, attempt)):
             started, finished = step["started_at_epoch_ms"], step["completed_at_epoch_ms"]
             took = "-" if started is None or finished is None else str(finished - started)
             shown = step["error"] if step["error"] is not None else step["output"]
-            steps.add_row(str(attempt), str(step["function_id"]), step["function_name"], took, _short(shown))
+            steps.add_row(
+                str(attempt), str(step["function_id"]), step["function_name"], took, _short(shown)
+            )
     out.print(steps)
     rows = ledger.list(run_id=run.run_id)
     out.print(_ledger_table(rows, with_run=False) if rows else "  no op calls")
@@ -235,7 +256,18 @@ def _show(run: Run, client: Any, ledger: LedgerStore) -> None:
 def _ledger_table(rows: list[LedgerRow], *, with_run: bool) -> Table:
     table = Table(box=None, title="ledger", title_justify="left")
     columns = ["run"] if with_run else []
-    for column in [*columns, "attempt", "op", "effect", "key", "status", "tries", "ms", "actor", "error"]:
+    for column in [
+        *columns,
+        "attempt",
+        "op",
+        "effect",
+        "key",
+        "status",
+        "tries",
+        "ms",
+        "actor",
+        "error",
+    ]:
         table.add_column(column)
     for row in rows:
         took = "-"
@@ -258,7 +290,13 @@ def _ledger_table(rows: list[LedgerRow], *, with_run: bool) -> Table:
     return table
 
 
-_COLOURS = {"done": "green", "ok": "green", "failed": "red", "uncertain": "magenta", "cancelled": "yellow"}
+_COLOURS = {
+    "done": "green",
+    "ok": "green",
+    "failed": "red",
+    "uncertain": "magenta",
+    "cancelled": "yellow",
+}
 
 
 def _status(status: str) -> str:

@@ -26,7 +26,9 @@ T = TypeVar("T")
 
 
 class _Base:
-    def __init__(self, run: RunInfo, workflow: Workflow, ops: Mapping[str, Op[Any, Any]], caller: OpCaller) -> None:
+    def __init__(
+        self, run: RunInfo, workflow: Workflow, ops: Mapping[str, Op[Any, Any]], caller: OpCaller
+    ) -> None:
         self._run = run
         self._workflow = workflow
         self._ops = ops
@@ -45,7 +47,9 @@ class _Base:
         """Who started the run."""
         return self._run.actor
 
-    def _prepare(self, op: Op[Any, Any] | str, input: Any, fields: Mapping[str, Any]) -> tuple[Op[Any, Any], dict[str, Any]]:
+    def _prepare(
+        self, op: Op[Any, Any] | str, input: Any, fields: Mapping[str, Any]
+    ) -> tuple[Op[Any, Any], dict[str, Any]]:
         op_id = op if isinstance(op, str) else op.id
         if op_id not in self._workflow.op_ids:
             raise OpNotDeclared(
@@ -57,10 +61,16 @@ class _Base:
         if input is None:
             input = dict(fields)
         elif fields:
-            raise TypeError(f"`{op_id}`: pass the input as one model or dict, or as keywords, not both")
+            raise TypeError(
+                f"`{op_id}`: pass the input as one model or dict, or as keywords, not both"
+            )
         try:
-            model = input if isinstance(input, declared.input) else declared.input.model_validate(
-                input.model_dump() if isinstance(input, BaseModel) else input
+            model = (
+                input
+                if isinstance(input, declared.input)
+                else declared.input.model_validate(
+                    input.model_dump() if isinstance(input, BaseModel) else input
+                )
             )
         except ValidationError as error:
             raise InputInvalid(
@@ -70,7 +80,9 @@ class _Base:
             ) from None
         return declared, model.model_dump(mode="json")
 
-    def _op_step(self, op: Op[Any, Any], payload: dict[str, Any], key: str | None) -> Callable[[], Outcome]:
+    def _op_step(
+        self, op: Op[Any, Any], payload: dict[str, Any], key: str | None
+    ) -> Callable[[], Outcome]:
         def body() -> Outcome:
             step_id = DBOS.step_id
             assert step_id is not None, "an op call runs as a DBOS step"
@@ -98,13 +110,19 @@ def _step_outcome(name: str, value: Any) -> Outcome:
 
 
 def _step_error(name: str, error: Exception) -> Outcome:
-    return failure("step", f"step `{name}` failed: {type(error).__name__}: {error}", error_type=type(error).__name__)
+    return failure(
+        "step",
+        f"step `{name}` failed: {type(error).__name__}: {error}",
+        error_type=type(error).__name__,
+    )
 
 
 def _step_value(name: str, outcome: Outcome, output: Any, cause: BaseException | None) -> Any:
     error = outcome.get("error")
     if error is not None:
-        raise StepFailed(error["message"], step=name, error_type=error.get("error_type", "")) from cause
+        raise StepFailed(
+            error["message"], step=name, error_type=error.get("error_type", "")
+        ) from cause
     value = outcome["ok"]
     if output is None:
         return value
@@ -114,7 +132,12 @@ def _step_value(name: str, outcome: Outcome, output: Any, cause: BaseException |
 class _Path:
     """`ctx.<vendor>.<resource>.<op>(...)`: the attribute path to an op id."""
 
-    def __init__(self, invoke: Callable[[str, Any, dict[str, Any]], Any], ops: Mapping[str, Op[Any, Any]], path: str) -> None:
+    def __init__(
+        self,
+        invoke: Callable[[str, Any, dict[str, Any]], Any],
+        ops: Mapping[str, Op[Any, Any]],
+        path: str,
+    ) -> None:
         self._invoke = invoke
         self._ops = ops
         self._path = path
@@ -158,7 +181,9 @@ class Context(_Base):
         outcome = DBOS.run_step({"name": name}, body)
         return _step_value(name, outcome, output, cause[0] if cause else None)
 
-    def call(self, op: Op[Any, O], input: Any = None, /, *, key: str | None = None, **fields: Any) -> O:
+    def call(
+        self, op: Op[Any, O], input: Any = None, /, *, key: str | None = None, **fields: Any
+    ) -> O:
         """Call `op` as a checkpointed step and return its output model.
 
         `key` names the call for its idempotency key (default: the step's position in the run).
@@ -198,10 +223,14 @@ class AsyncContext(_Base):
         outcome = await DBOS.run_step_async({"name": name}, body)
         return _step_value(name, outcome, output, cause[0] if cause else None)
 
-    async def call(self, op: Op[Any, O], input: Any = None, /, *, key: str | None = None, **fields: Any) -> O:
+    async def call(
+        self, op: Op[Any, O], input: Any = None, /, *, key: str | None = None, **fields: Any
+    ) -> O:
         """Call `op` as a checkpointed step; see `Context.call`."""
         declared, payload = self._prepare(op, input, fields)
-        outcome = await DBOS.run_step_async({"name": declared.id}, self._op_step(declared, payload, key))
+        outcome = await DBOS.run_step_async(
+            {"name": declared.id}, self._op_step(declared, payload, key)
+        )
         return _finish_op(cast(Op[Any, O], declared), outcome)
 
     def __getattr__(self, vendor: str) -> Any:

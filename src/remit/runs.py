@@ -131,7 +131,9 @@ class RunStore:
             raise RunNotFound(f"no run `{run_id}`: `remit runs` lists the runs")
         return _run(row)
 
-    def list(self, *, status: str | None = None, workflow: str | None = None, limit: int = 50) -> list[Run]:
+    def list(
+        self, *, status: str | None = None, workflow: str | None = None, limit: int = 50
+    ) -> list[Run]:
         query = sa.select(runs).order_by(runs.c.created_at.desc(), runs.c.run_id).limit(limit)
         if status is not None:
             query = query.where(runs.c.status == status)

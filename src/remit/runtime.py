@@ -60,7 +60,9 @@ class Runtime:
         workflow_id = DBOS.workflow_id
         assert workflow_id is not None
         if not self.runs.claim(run_id, workflow_id, self.version):
-            log.info("attempt %s of run %s is superseded or cancelled: nothing ran", workflow_id, run_id)
+            log.info(
+                "attempt %s of run %s is superseded or cancelled: nothing ran", workflow_id, run_id
+            )
             return None
         return RunInfo(run_id=run_id, attempt=attempt, workflow_id=workflow_id, actor=actor)
 
@@ -80,7 +82,9 @@ class Runtime:
     def _failed(self, run: RunInfo, error: Exception) -> None:
         if isinstance(error, DBOSWorkflowCancelledError):
             return
-        self.runs.conclude(run.run_id, run.workflow_id, "failed", error=f"{type(error).__name__}: {error}")
+        self.runs.conclude(
+            run.run_id, run.workflow_id, "failed", error=f"{type(error).__name__}: {error}"
+        )
 
     def _sync_attempt(self, wf: Workflow) -> Any:
         def attempt(run_id: str, attempt: int, input: dict[str, Any], actor: str) -> Any:

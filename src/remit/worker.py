@@ -155,7 +155,9 @@ class Worker:
         """
         drain = self.settings.drain_timeout if timeout is None else timeout
         if self._launched:
-            DBOS.destroy(workflow_completion_timeout_sec=max(0, int(round(drain))), destroy_registry=True)
+            DBOS.destroy(
+                workflow_completion_timeout_sec=max(0, int(round(drain))), destroy_registry=True
+            )
             self._launched = False
         if self._client is not None:
             self._client.destroy()
@@ -167,7 +169,11 @@ class Worker:
         """Serve until SIGTERM or SIGINT, then drain (see `stop`)."""
 
         def on_signal(signum: int, _frame: FrameType | None) -> None:
-            log.warning("received %s: draining for up to %.0fs", signal.Signals(signum).name, self.settings.drain_timeout)
+            log.warning(
+                "received %s: draining for up to %.0fs",
+                signal.Signals(signum).name,
+                self.settings.drain_timeout,
+            )
             self._stop.set()
 
         previous: dict[int, Any] = {

@@ -68,9 +68,7 @@ def workflow(
     """
     check_name("workflow", name)
     if not (isinstance(input, type) and issubclass(input, BaseModel)):
-        raise AppError(
-            f"workflow `{name}`: `input` must be a pydantic model class, got {input!r}"
-        )
+        raise AppError(f"workflow `{name}`: `input` must be a pydantic model class, got {input!r}")
     used = tuple(uses)
     for each in used:
         if not isinstance(each, Op):

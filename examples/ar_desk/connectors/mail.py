@@ -59,7 +59,9 @@ class MailDriver(Driver):
             "Metadata": {"remit_key": call.idempotency_key},
         }
         try:
-            with httpx.Client(base_url=self.base_url, transport=self.transport, timeout=30.0) as client:
+            with httpx.Client(
+                base_url=self.base_url, transport=self.transport, timeout=30.0
+            ) as client:
                 response = client.post("/email", json=payload, headers=headers)
         except httpx.ConnectError as error:
             # Refused before anything was sent: safe to report as retryable.

@@ -115,7 +115,9 @@ class PaymentsDriver(Driver):
     @implements(record_reminder)
     def record(self, input: ReminderNote, call: CallContext) -> Invoice:
         with self._client(call) as client:
-            current = _invoice(self._send(call, client.build_request("GET", f"/v1/invoices/{input.invoice_id}")))
+            current = _invoice(
+                self._send(call, client.build_request("GET", f"/v1/invoices/{input.invoice_id}"))
+            )
             request = client.build_request(
                 "POST",
                 f"/v1/invoices/{input.invoice_id}",
@@ -156,7 +158,12 @@ class FakePayments(Fake):
     def get(self, input: InvoiceRef, call: CallContext) -> Invoice:
         invoice = self.invoices.get(input.invoice_id)
         if invoice is None:
-            raise DriverError(f"no invoice {input.invoice_id}", retryable=False, status=404, vendor_code="resource_missing")
+            raise DriverError(
+                f"no invoice {input.invoice_id}",
+                retryable=False,
+                status=404,
+                vendor_code="resource_missing",
+            )
         return invoice
 
     @implements(record_reminder)

@@ -1,0 +1,115 @@
+"""Running an app in a test: a real worker in this process, on a real database, with fakes.
+
+    with Harness(app, database_url="sqlite:////tmp/t/remit.sqlite") as harness:
+        run = harness.run("chase-invoice", {"invoice_id": "inv_1001"})
+        assert run.status == "done"
+        assert len(harness.fake("mail").effects) == 1
+
+DBOS keeps one instance per process, so one harness runs at a time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from dbos import StepInfo
+from pydantic import BaseModel
+
+from remit.app import App
+from remit.clock import Clock
+from remit.connectors.base import AppliedEffect, Fake, Implementation
+from remit.ledger import LedgerRow
+from remit.runs import Run, attempt_workflow_id
+from remit.settings import Settings
+from remit.worker import Worker
+
+F = TypeVar("F", bound=Fake)
+
+__all__ = ["AppliedEffect", "Harness"]
+
+
+class Harness:
+    """An app served by a worker in this process, every connector on its fake by default.
+
+    `implementations` replaces some connectors' implementations (e.g. a fake seeded by the
+    test); `environ` is what drivers see as the environment.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        database_url: str,
+        implementations: Mapping[str, Implementation] | None = None,
+        fakes: bool = True,
+        clock: Clock | None = None,
+        environ: Mapping[str, str] | None = None,
+        actor: str = "user:test",
+        poll_interval: float = 0.05,
+        threads: int = 16,
+    ) -> None:
+        settings = replace(
+            Settings.from_env(".", environ={"REMIT_DATABASE_URL": database_url}),
+            fakes=fakes,
+            actor=actor,
+            poll_interval=poll_interval,
+            threads=threads,
+        )
+        self.app = app
+        self.worker = Worker(
+            app, settings, implementations=implementations, clock=clock, environ=environ or {}
+        )
+        self.runs = self.worker.runtime.runs
+        self.ledger_store = self.worker.runtime.ledger
+        self.actor = actor
+
+    def __enter__(self) -> Harness:
+        self.worker.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.worker.stop(timeout=0)
+
+    def start(
+        self, workflow: str, input: Mapping[str, Any] | BaseModel, *, actor: str | None = None
+    ) -> Run:
+        """Start a run (as `remit start` does) and return its row."""
+        return self.runs.start(
+            self.worker.client, self.app.workflow(workflow), input, started_by=actor or self.actor
+        )
+
+    def wait(self, run_id: str, *, timeout: float = 30.0, until: tuple[str, ...] = ()) -> Run:
+        """Wait for the run to finish (or reach a status in `until`) and return its row."""
+        deadline = time.monotonic() + timeout
+        while True:
+            run = self.runs.get(run_id)
+            if run.finished or run.status in until:
+                return run
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id} is still {run.status} after {timeout}s")
+            time.sleep(0.02)
+
+    def run(
+        self, workflow: str, input: Mapping[str, Any] | BaseModel, *, timeout: float = 30.0
+    ) -> Run:
+        """Start a run and wait for it to finish."""
+        return self.wait(self.start(workflow, input).run_id, timeout=timeout)
+
+    def fake(self, vendor: str, kind: type[F] = Fake) -> F:  # type: ignore[assignment]
+        """The implementation serving `vendor`, checked to be a `kind`."""
+        implementation = self.worker.implementations[vendor]
+        if not isinstance(implementation, kind):
+            raise TypeError(
+                f"`{vendor}` runs on {type(implementation).__name__}, not a {kind.__name__}"
+            )
+        return implementation
+
+    def ledger(self, run_id: str) -> list[LedgerRow]:
+        return self.ledger_store.list(run_id=run_id)
+
+    def steps(self, run_id: str, attempt: int = 1) -> list[StepInfo]:
+        """The DBOS steps of one attempt, in order."""
+        return self.worker.client.list_workflow_steps(attempt_workflow_id(run_id, attempt))

@@ -1,0 +1,102 @@
+"""Databases for tests: every database test runs on SQLite and on Postgres.
+
+Postgres comes from REMIT_TEST_POSTGRES_URL (default: the local server). Each test gets a fresh
+database, copied from a prepared template so DBOS's migrations run once per session. Under
+CI=true a Postgres that cannot be reached fails the test; elsewhere it is skipped with a reason.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from remit.store.database import Database
+
+DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
+_template: dict[str, str] = {}
+
+
+def postgres_admin_url() -> sa.URL:
+    return sa.make_url(os.environ.get("REMIT_TEST_POSTGRES_URL") or DEFAULT_POSTGRES).set(
+        drivername="postgresql+psycopg"
+    )
+
+
+def _admin() -> sa.Engine:
+    return sa.create_engine(postgres_admin_url(), isolation_level="AUTOCOMMIT")
+
+
+def _postgres_or_fail() -> sa.Engine:
+    engine = _admin()
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except sa.exc.OperationalError as error:
+        engine.dispose()
+        message = (
+            f"Postgres at {postgres_admin_url().render_as_string()} is unreachable: {error.orig}"
+        )
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message + " (CI=true: the Postgres tests must run)")
+        pytest.skip(message)
+    return engine
+
+
+def _template_name(engine: sa.Engine) -> str:
+    if "name" not in _template:
+        name = f"remit_tmpl_{uuid.uuid4().hex[:10]}"
+        with engine.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        db = Database(postgres_admin_url().set(database=name).render_as_string(hide_password=False))
+        db.prepare()
+        db.dispose()
+        _template["name"] = name
+    return _template["name"]
+
+
+def new_postgres_database() -> str:
+    """A fresh, prepared Postgres database; returns its URL."""
+    engine = _postgres_or_fail()
+    try:
+        template = _template_name(engine)
+        name = f"remit_t_{uuid.uuid4().hex[:12]}"
+        with engine.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+    finally:
+        engine.dispose()
+    return postgres_admin_url().set(database=name).render_as_string(hide_password=False)
+
+
+def drop_postgres_database(url: str) -> None:
+    name = sa.make_url(url).database
+    engine = _admin()
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        engine.dispose()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if "name" in _template:
+        drop_postgres_database(
+            postgres_admin_url().set(database=_template["name"]).render_as_string()
+        )
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh database URL, once for SQLite and once for Postgres."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'remit.sqlite'}"
+        return
+    url = new_postgres_database()
+    try:
+        yield url
+    finally:
+        drop_postgres_database(url)

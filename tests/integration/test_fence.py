@@ -1,0 +1,163 @@
+"""Every status write is fenced on the run's current attempt; cancel stops a run."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from remit.runs import RunStore
+from remit.store.database import Database
+from remit.testing import Harness
+from tests.support import FakeShop, create_order, make_app, send_email
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[tuple[Database, RunStore]]:
+    db = Database(database_url)
+    db.prepare()
+    yield db, RunStore(db)
+    db.dispose()
+
+
+def test_a_superseded_attempt_writes_nothing(store: tuple[Database, RunStore]) -> None:
+    db, runs = store
+    client = db.client("shop")
+    try:
+        run = runs.start(client, make_app().workflow("purchase"), {"sku": "sku-1"}, started_by="t")
+    finally:
+        client.destroy()
+    with db.begin() as conn:
+        assert runs.bump(conn, run.run_id) == (2, f"{run.run_id}:2")
+
+    assert runs.claim(run.run_id, f"{run.run_id}:1", "v1") is False
+    assert runs.conclude(run.run_id, f"{run.run_id}:1", "done", output={"x": 1}) is False
+    assert runs.conclude(run.run_id, f"{run.run_id}:1", "failed", error="late") is False
+    after = runs.get(run.run_id)
+    assert (after.status, after.attempt, after.workflow_id) == ("queued", 2, f"{run.run_id}:2")
+    assert (after.output, after.error, after.version) == (None, None, None)
+
+    assert runs.claim(run.run_id, f"{run.run_id}:2", "v1") is True
+    assert runs.get(run.run_id).status == "running"
+
+
+def test_a_superseded_attempt_that_is_dequeued_runs_nothing(database_url: str) -> None:
+    db = Database(database_url)
+    db.prepare()
+    client = db.client("shop")
+    runs = RunStore(db)
+    run = runs.start(client, make_app().workflow("purchase"), {"sku": "sku-1"}, started_by="t")
+    with db.begin() as conn:
+        runs.bump(conn, run.run_id)
+    client.destroy()
+    db.dispose()
+
+    with Harness(make_app(), database_url=database_url) as harness:
+        handle = harness.worker.client.retrieve_workflow(f"{run.run_id}:1")
+        assert handle.get_result() is None
+        assert harness.fake("shop", FakeShop).calls == []
+        assert harness.ledger(run.run_id) == []
+        after = harness.runs.get(run.run_id)
+        assert (after.status, after.attempt) == ("queued", 2)
+
+
+def test_an_attempt_superseded_mid_run_cannot_conclude(database_url: str) -> None:
+    with Harness(make_app(), database_url=database_url) as harness:
+        shop = harness.fake("shop", FakeShop)
+        shop.gate = threading.Event()
+        run = harness.start("purchase", {"sku": "sku-1"})
+        assert shop.entered.wait(10)
+        with harness.worker.db.begin() as conn:
+            harness.runs.bump(conn, run.run_id)
+        shop.gate.set()
+        harness.worker.client.retrieve_workflow(f"{run.run_id}:1").get_result()
+
+        after = harness.runs.get(run.run_id)
+        assert (after.status, after.attempt, after.output) == ("queued", 2, None)
+        # The attempt did make its calls; only its writes to the run were refused.
+        assert [r.op_id for r in harness.ledger(run.run_id)][-1] == send_email.id
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(["bump", "claim", "done", "failed"]), st.integers(1, 4)),
+        max_size=8,
+    )
+)
+def test_only_the_current_attempt_ever_changes_the_run(
+    store: tuple[Database, RunStore], steps: list[tuple[str, int]]
+) -> None:
+    db, runs = store
+    client = db.client("shop")
+    try:
+        run = runs.start(client, make_app().workflow("purchase"), {"sku": "sku-1"}, started_by="t")
+    finally:
+        client.destroy()
+    current, status = 1, "queued"
+    for action, attempt in steps:
+        before = runs.get(run.run_id)
+        if action == "bump":
+            if status in ("done", "failed"):
+                continue
+            with db.begin() as conn:
+                runs.bump(conn, run.run_id)
+            current, status = current + 1, "queued"
+            continue
+        wf_id = f"{run.run_id}:{attempt}"
+        if action == "claim":
+            wrote = runs.claim(run.run_id, wf_id, "v")
+        else:
+            wrote = runs.conclude(run.run_id, wf_id, action)  # type: ignore[arg-type]
+        expected = attempt == current and status in ("queued", "running")
+        assert wrote is expected
+        after = runs.get(run.run_id)
+        if wrote:
+            status = "running" if action == "claim" else action
+        else:
+            assert (after.status, after.workflow_id, after.updated_at) == (
+                before.status,
+                before.workflow_id,
+                before.updated_at,
+            )
+        assert (after.status, after.attempt) == (status, current)
+
+
+def test_cancel_a_queued_run(store: tuple[Database, RunStore]) -> None:
+    db, runs = store
+    client = db.client("shop")
+    try:
+        run = runs.start(client, make_app().workflow("purchase"), {"sku": "sku-1"}, started_by="t")
+        cancelled = runs.cancel(client, run.run_id)
+        assert cancelled.status == "cancelled"
+        assert cancelled.finished_at is not None
+        assert client.retrieve_workflow(run.workflow_id).get_status().status == "CANCELLED"
+        # Cancelling again, or a finished run, changes nothing.
+        assert runs.cancel(client, run.run_id).updated_at == cancelled.updated_at
+    finally:
+        client.destroy()
+
+
+def test_cancel_a_running_run_stops_it_at_its_next_step(database_url: str) -> None:
+    with Harness(make_app(), database_url=database_url) as harness:
+        shop = harness.fake("shop", FakeShop)
+        shop.gate = threading.Event()
+        run = harness.start("purchase", {"sku": "sku-1"})
+        assert shop.entered.wait(10)
+        assert harness.runs.cancel(harness.worker.client, run.run_id).status == "cancelled"
+        shop.gate.set()
+        status = harness.worker.client.retrieve_workflow(run.workflow_id)
+        with pytest.raises(Exception, match="cancel"):
+            status.get_result()
+
+        after = harness.runs.get(run.run_id)
+        assert after.status == "cancelled"
+        assert after.output is None
+        called = [op_id for op_id, _ in shop.calls]
+        assert create_order.id in called
+        assert send_email.id not in called

@@ -1,0 +1,175 @@
+"""A small app for the integration tests: a shop connector whose fake can be scripted."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from typing import Any
+
+from pydantic import BaseModel
+
+from remit import (
+    App,
+    AsyncContext,
+    CallContext,
+    Connector,
+    Context,
+    Driver,
+    DriverError,
+    Fake,
+    RetryPolicy,
+    implements,
+    op,
+    workflow,
+)
+
+FAST = RetryPolicy(max_tries=4, initial=0.01, factor=2.0, cap=0.05)
+
+
+class ItemRef(BaseModel):
+    sku: str
+
+
+class Item(BaseModel):
+    sku: str
+    price: int
+
+
+class OrderIn(BaseModel):
+    sku: str
+    quantity: int
+
+
+class Order(BaseModel):
+    order_id: str
+    sku: str
+    quantity: int
+
+
+class EmailIn(BaseModel):
+    to: str
+    text: str
+
+
+class Sent(BaseModel):
+    message_id: str
+
+
+get_item = op("shop.items.get", effect="read", input=ItemRef, output=Item, retry=FAST)
+create_order = op(
+    "shop.orders.create", effect="write", idempotent=True, input=OrderIn, output=Order, retry=FAST
+)
+send_email = op("shop.emails.send", effect="write", input=EmailIn, output=Sent, retry=FAST)
+
+
+class ShopDriver(Driver):
+    """Stands for the live service: it needs a token, and never gets far in tests."""
+
+    credentials = ("SHOP_TOKEN",)
+
+    @implements(get_item)
+    def get(self, input: ItemRef, call: CallContext) -> Item:
+        raise DriverError("the live shop is not reachable from tests", retryable=False)
+
+    @implements(create_order)
+    def create(self, input: OrderIn, call: CallContext) -> Order:
+        raise DriverError("the live shop is not reachable from tests", retryable=False)
+
+    @implements(send_email)
+    def send(self, input: EmailIn, call: CallContext) -> Sent:
+        raise DriverError("the live shop is not reachable from tests", retryable=False)
+
+
+class FakeShop(Fake):
+    """The shop in memory. `failures[op_id]` lists errors to raise before succeeding; `gate`
+    (when set up) holds `shop.orders.create` until the test releases it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.prices = {"sku-1": 1200, "sku-2": 450}
+        self.failures: dict[str, list[Exception]] = defaultdict(list)
+        self.entered = threading.Event()
+        self.gate: threading.Event | None = None
+        self.orders = 0
+
+    def _maybe_fail(self, op_id: str) -> None:
+        if self.failures[op_id]:
+            raise self.failures[op_id].pop(0)
+
+    @implements(get_item)
+    def get(self, input: ItemRef, call: CallContext) -> Item:
+        self._maybe_fail(get_item.id)
+        if input.sku not in self.prices:
+            raise DriverError(
+                f"no item {input.sku}", retryable=False, status=404, vendor_code="not_found"
+            )
+        return Item(sku=input.sku, price=self.prices[input.sku])
+
+    @implements(create_order)
+    def create(self, input: OrderIn, call: CallContext) -> Order:
+        self.entered.set()
+        if self.gate is not None:
+            self.gate.wait(timeout=30)
+        self._maybe_fail(create_order.id)
+        self.orders += 1
+        return Order(order_id=f"ord_{self.orders}", sku=input.sku, quantity=input.quantity)
+
+    @implements(send_email)
+    def send(self, input: EmailIn, call: CallContext) -> Sent:
+        self._maybe_fail(send_email.id)
+        return Sent(message_id=f"msg_{len(self.effects_of(send_email)) + 1}")
+
+
+shop = Connector("shop", ops=[get_item, create_order, send_email], driver=ShopDriver, fake=FakeShop)
+
+
+class Purchase(BaseModel):
+    sku: str
+    quantity: int = 1
+    email: str = "buyer@example.com"
+
+
+class Receipt(BaseModel):
+    order_id: str
+    total: int
+    message_id: str
+
+
+@workflow(name="purchase", input=Purchase, uses=[get_item, create_order, send_email])
+def purchase(ctx: Context, input: Purchase) -> Receipt:
+    item = ctx.call(get_item, sku=input.sku)
+    total = ctx.step("total", lambda: item.price * input.quantity, output=int)
+    order = ctx.shop.orders.create(sku=input.sku, quantity=input.quantity)
+    sent = ctx.call(send_email, EmailIn(to=input.email, text=f"order {order.order_id}: {total}"))
+    return Receipt(order_id=order.order_id, total=total, message_id=sent.message_id)
+
+
+@workflow(name="purchase-async", input=Purchase, uses=[get_item, create_order])
+async def purchase_async(ctx: AsyncContext, input: Purchase) -> dict[str, Any]:
+    item = await ctx.call(get_item, sku=input.sku)
+
+    async def total() -> int:
+        return item.price * input.quantity
+
+    amount = await ctx.step("total", total)
+    order = await ctx.shop.orders.create(sku=input.sku, quantity=input.quantity)
+    return {"order_id": order.order_id, "total": amount}
+
+
+@workflow(name="sneaky", input=Purchase, uses=[get_item])
+def sneaky(ctx: Context, input: Purchase) -> None:
+    ctx.call(create_order, sku=input.sku, quantity=1)
+
+
+@workflow(name="broken-step", input=Purchase)
+def broken_step(ctx: Context, input: Purchase) -> None:
+    def explode() -> int:
+        raise ValueError(f"no price for {input.sku}")
+
+    ctx.step("price", explode)
+
+
+def make_app() -> App:
+    return App(
+        name="shop", workflows=[purchase, purchase_async, sneaky, broken_step], connectors=[shop]
+    )
