@@ -1,0 +1,118 @@
+"""An app for the crash tests: a bank whose fake can hold a call until the worker is killed.
+
+The fake journals every applied effect to `CRASH_JOURNAL`, so the record outlives a killed
+worker. When the file `<CRASH_HOLD_DIR>/hold-<point>` exists, the worker writes
+`reached-<point>` there and waits to be killed at that point.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from remit import App, CallContext, Connector, Context, Driver, DriverError, Fake, implements, op, workflow
+from remit.connectors.base import AppliedEffect
+
+
+def hold(point: str) -> None:
+    folder = os.environ.get("CRASH_HOLD_DIR")
+    if not folder or not (Path(folder) / f"hold-{point}").exists():
+        return
+    (Path(folder) / f"reached-{point}").write_text(str(os.getpid()))
+    while True:
+        time.sleep(0.1)
+
+
+class Account(BaseModel):
+    account: str
+
+
+class Balance(BaseModel):
+    account: str
+    balance: int
+
+
+class TransferIn(BaseModel):
+    to: str
+    amount: int
+
+
+class Transfer(BaseModel):
+    transfer_id: str
+
+
+class LetterIn(BaseModel):
+    to: str
+    text: str
+
+
+class Letter(BaseModel):
+    letter_id: str
+
+
+read_balance = op("bank.accounts.read", effect="read", input=Account, output=Balance)
+create_transfer = op("bank.transfers.create", effect="write", idempotent=True, input=TransferIn, output=Transfer)
+post_letter = op("bank.letters.post", effect="write", input=LetterIn, output=Letter)
+
+
+class BankDriver(Driver):
+    credentials = ("BANK_TOKEN",)
+
+    @implements(read_balance)
+    def read(self, input: Account, call: CallContext) -> Balance:
+        raise DriverError("no live bank in tests", retryable=False)
+
+    @implements(create_transfer)
+    def transfer(self, input: TransferIn, call: CallContext) -> Transfer:
+        raise DriverError("no live bank in tests", retryable=False)
+
+    @implements(post_letter)
+    def post(self, input: LetterIn, call: CallContext) -> Letter:
+        raise DriverError("no live bank in tests", retryable=False)
+
+
+class FakeBank(Fake):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(journal=os.environ.get("CRASH_JOURNAL"), **kwargs)
+
+    @implements(read_balance)
+    def read(self, input: Account, call: CallContext) -> Balance:
+        return Balance(account=input.account, balance=10_000)
+
+    @implements(create_transfer)
+    def transfer(self, input: TransferIn, call: CallContext) -> Transfer:
+        return Transfer(transfer_id=f"tr_{call.idempotency_key}")
+
+    @implements(post_letter)
+    def post(self, input: LetterIn, call: CallContext) -> Letter:
+        return Letter(letter_id=f"lt_{call.idempotency_key}")
+
+    def _record(self, effect: AppliedEffect) -> None:
+        super()._record(effect)
+        # The vendor has applied the write; the worker has not yet recorded the outcome.
+        hold(effect.op)
+
+
+bank = Connector("bank", ops=[read_balance, create_transfer, post_letter], driver=BankDriver, fake=FakeBank)
+
+
+class PayoutIn(BaseModel):
+    account: str
+    amount: int
+
+
+@workflow(name="payout", input=PayoutIn, uses=[read_balance, create_transfer, post_letter])
+def payout(ctx: Context, input: PayoutIn) -> dict[str, Any]:
+    balance = ctx.call(read_balance, account=input.account)
+    first = ctx.call(create_transfer, to=input.account, amount=input.amount // 2)
+    ctx.step("between", lambda: hold("between"))
+    second = ctx.call(create_transfer, to=input.account, amount=input.amount - input.amount // 2)
+    letter = ctx.call(post_letter, to=input.account, text=f"paid {input.amount} of {balance.balance}")
+    return {"transfers": [first.transfer_id, second.transfer_id], "letter": letter.letter_id}
+
+
+app = App(name="crash-app", workflows=[payout], connectors=[bank])
