@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from remit._version import __version__
 from remit.connectors.base import Connector
@@ -19,6 +19,8 @@ from remit.errors import AppError, UnknownWorkflow
 from remit.workflows import DEFAULT_QUEUE, Workflow, check_name
 
 ENTRY_MODULE = "app"
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,8 @@ class App:
         }
         self.queues: dict[str, Queue] = {DEFAULT_QUEUE: Queue(DEFAULT_QUEUE)}
         for queue in queues:
+            if queue.name in self.queues and queue.name != DEFAULT_QUEUE:
+                raise AppError(f"app `{name}` declares the queue `{queue.name}` twice: keep one")
             self.queues[queue.name] = queue
         self.workflows: dict[str, Workflow] = {}
         for wf in workflows:
@@ -172,17 +176,18 @@ def load_app(path: Path | str = ".") -> App:
             )
         return apps[0]
 
-    workflows: list[Workflow] = []
-    connectors: list[Connector] = []
-    for kind, found, cls in (
-        ("workflows", workflows, Workflow),
-        ("connectors", connectors, Connector),
-    ):
-        for file in sorted((folder / kind).glob("*.py")):
-            if file.stem.startswith("_"):
-                continue
-            module = _import(f"{package}.{kind}.{file.stem}", file)
-            found.extend(v for v in vars(module).values() if isinstance(v, cls))
+    workflows = [
+        v
+        for module in _modules(folder, package, "workflows")
+        for v in vars(module).values()
+        if isinstance(v, Workflow)
+    ]
+    connectors = [
+        v
+        for module in _modules(folder, package, "connectors")
+        for v in vars(module).values()
+        if isinstance(v, Connector)
+    ]
     if not workflows:
         raise AppError(
             f"{folder} has no app.py declaring `App(...)` and no workflows in workflows/*.py: "
@@ -192,9 +197,23 @@ def load_app(path: Path | str = ".") -> App:
     return App(name=name, workflows=_unique(workflows), connectors=_unique(connectors))
 
 
-def _unique(items: list[Any]) -> list[Any]:
+def _modules(folder: Path, package: str, kind: str) -> list[ModuleType]:
+    return [
+        _import(f"{package}.{kind}.{file.stem}", file)
+        for file in sorted((folder / kind).glob("*.py"))
+        if not file.stem.startswith("_")
+    ]
+
+
+def _unique(items: list[T]) -> list[T]:
+    """The items without repeats (one object imported by two modules), in their order."""
     seen: set[int] = set()
-    return [item for item in items if not (id(item) in seen or seen.add(id(item)))]
+    unique: list[T] = []
+    for item in items:
+        if id(item) not in seen:
+            seen.add(id(item))
+            unique.append(item)
+    return unique
 
 
 def _ensure_package(package: str, folder: Path) -> None:
@@ -206,7 +225,7 @@ def _ensure_package(package: str, folder: Path) -> None:
                 f"folder {folder}"
             )
         return
-    importlib.import_module(package)
+    _import(package, folder / "__init__.py")
 
 
 def _import(name: str, file: Path) -> ModuleType:

@@ -9,7 +9,7 @@ replay see the same value.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast, overload
 
 from dbos import DBOS
@@ -21,7 +21,7 @@ from remit.connectors.ops import Op
 from remit.errors import InputInvalid, OpNotDeclared, StepFailed
 from remit.workflows import Workflow
 
-O = TypeVar("O", bound=BaseModel)
+Out = TypeVar("Out", bound=BaseModel)
 T = TypeVar("T")
 
 
@@ -92,7 +92,7 @@ class _Base:
         return body
 
 
-def _finish_op(op: Op[Any, O], outcome: Outcome) -> O:
+def _finish_op(op: Op[Any, Out], outcome: Outcome) -> Out:
     raise_failure(op.id, outcome)
     return op.output.model_validate(outcome["ok"])
 
@@ -182,15 +182,15 @@ class Context(_Base):
         return _step_value(name, outcome, output, cause[0] if cause else None)
 
     def call(
-        self, op: Op[Any, O], input: Any = None, /, *, key: str | None = None, **fields: Any
-    ) -> O:
+        self, op: Op[Any, Out], input: Any = None, /, *, key: str | None = None, **fields: Any
+    ) -> Out:
         """Call `op` as a checkpointed step and return its output model.
 
         `key` names the call for its idempotency key (default: the step's position in the run).
         """
         declared, payload = self._prepare(op, input, fields)
         outcome = DBOS.run_step({"name": declared.id}, self._op_step(declared, payload, key))
-        return _finish_op(cast(Op[Any, O], declared), outcome)
+        return _finish_op(cast(Op[Any, Out], declared), outcome)
 
     def __getattr__(self, vendor: str) -> Any:
         if vendor.startswith("_"):
@@ -214,7 +214,7 @@ class AsyncContext(_Base):
             try:
                 value = fn()
                 if inspect.isawaitable(value):
-                    value = await cast(Awaitable[Any], value)
+                    value = await value
                 return _step_outcome(name, value)
             except Exception as error:
                 cause.append(error)
@@ -224,14 +224,14 @@ class AsyncContext(_Base):
         return _step_value(name, outcome, output, cause[0] if cause else None)
 
     async def call(
-        self, op: Op[Any, O], input: Any = None, /, *, key: str | None = None, **fields: Any
-    ) -> O:
+        self, op: Op[Any, Out], input: Any = None, /, *, key: str | None = None, **fields: Any
+    ) -> Out:
         """Call `op` as a checkpointed step; see `Context.call`."""
         declared, payload = self._prepare(op, input, fields)
         outcome = await DBOS.run_step_async(
             {"name": declared.id}, self._op_step(declared, payload, key)
         )
-        return _finish_op(cast(Op[Any, O], declared), outcome)
+        return _finish_op(cast(Op[Any, Out], declared), outcome)
 
     def __getattr__(self, vendor: str) -> Any:
         if vendor.startswith("_"):

@@ -25,7 +25,11 @@ class RetryPolicy:
 
     def delay(self, tries: int) -> float:
         """Seconds to wait after the `tries`-th failed call (1-based)."""
-        return float(min(self.cap, self.initial * self.factor ** (tries - 1)))
+        try:
+            grown = self.initial * self.factor ** (tries - 1)
+        except OverflowError:
+            return float(self.cap)
+        return float(min(self.cap, grown))
 
 
 DEFAULT_RETRY = RetryPolicy()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,7 +51,8 @@ class Settings:
             threads=_number(env, "REMIT_WORKER_THREADS", 64, int),
             poll_interval=_number(env, "REMIT_POLL_INTERVAL", 0.1, float),
             drain_timeout=_number(env, "REMIT_DRAIN_TIMEOUT", 30.0, float),
-            actor=env.get("REMIT_ACTOR") or f"user:{_login()}",
+            actor=env.get("REMIT_ACTOR")
+            or f"user:{env.get('USER') or env.get('LOGNAME') or _login()}",
             log_level=env.get("REMIT_LOG_LEVEL", "WARNING").upper(),
         )
 
@@ -67,8 +69,8 @@ def _number(env: Mapping[str, str], name: str, default: N, kind: type[N]) -> N:
         value = kind(raw)
     except ValueError:
         raise SettingsError(f"{name}={raw!r} is not a number: set it to e.g. {default}") from None
-    if value <= 0:
-        raise SettingsError(f"{name}={raw!r} must be greater than 0")
+    if not math.isfinite(value) or value <= 0:
+        raise SettingsError(f"{name}={raw!r} must be a number greater than 0, e.g. {default}")
     return value
 
 

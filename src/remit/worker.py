@@ -156,7 +156,7 @@ class Worker:
         drain = self.settings.drain_timeout if timeout is None else timeout
         if self._launched:
             DBOS.destroy(
-                workflow_completion_timeout_sec=max(0, int(round(drain))), destroy_registry=True
+                workflow_completion_timeout_sec=max(0, round(drain)), destroy_registry=True
             )
             self._launched = False
         if self._client is not None:

@@ -19,7 +19,7 @@ DEFAULT_QUEUE = "default"
 
 def check_name(kind: str, name: str) -> None:
     """Refuse a name that is not lowercase letters, digits and dashes starting with a letter."""
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         suggestion = re.sub(r"[^a-z0-9-]+", "-", str(name).lower()).strip("-") or "my-name"
         if not suggestion[0].isalpha():
             suggestion = f"w-{suggestion}"

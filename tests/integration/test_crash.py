@@ -101,7 +101,9 @@ class Crashable:
         return [json.loads(line) for line in self.journal.read_text().splitlines() if line]
 
     def logs(self) -> str:
-        return "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted(self.tmp.glob("worker-*.log")))
+        return "\n".join(
+            p.read_text(errors="replace")[-3000:] for p in sorted(self.tmp.glob("worker-*.log"))
+        )
 
     def close(self) -> None:
         for worker in self.workers:
@@ -124,7 +126,9 @@ def crash(database_url: str, tmp_path: Path) -> Iterator[Crashable]:
 
 
 def _start(crash: Crashable) -> str:
-    run_id = crash.remit("start", "payout", "--input", '{"account": "acc-7", "amount": 900}', "--as", "user:ops")
+    run_id = crash.remit(
+        "start", "payout", "--input", '{"account": "acc-7", "amount": 900}', "--as", "user:ops"
+    )
     assert run_id.startswith("run_")
     return run_id
 
@@ -145,7 +149,9 @@ def test_killed_between_two_ops_the_run_completes_with_each_write_once(crash: Cr
     assert [r.status for r in crash.ledger.list(run_id=run_id)] == ["ok"] * 4
 
 
-def test_killed_inside_an_idempotent_write_it_is_called_again_with_the_same_key(crash: Crashable) -> None:
+def test_killed_inside_an_idempotent_write_it_is_called_again_with_the_same_key(
+    crash: Crashable,
+) -> None:
     crash.hold_at("bank.transfers.create")
     run_id = _start(crash)
     crash.kill_when_reached(crash.start_worker(), "bank.transfers.create")

@@ -95,10 +95,12 @@ def test_a_non_idempotent_write_is_never_retried(database_url: str) -> None:
         run = harness.run("purchase", {"sku": "sku-1"})
         assert run.status == "failed"
         assert "mail relay timeout" in (run.error or "")
-        assert run.error is not None and run.error.startswith("DriverError")
+        assert run.error is not None
+        assert run.error.startswith("DriverError")
         last = harness.ledger(run.run_id)[-1]
         assert (last.op_id, last.status, last.tries) == ("shop.emails.send", "failed", 1)
-        assert last.error_info is not None and last.error_info["status"] == 504
+        assert last.error_info is not None
+        assert last.error_info["status"] == 504
         assert [op_id for op_id, _ in shop.calls].count(send_email.id) == 1
 
 
@@ -108,7 +110,7 @@ def test_an_idempotent_write_retries_until_the_policy_gives_up(database_url: str
         shop.failures[create_order.id] = [DriverError("down", retryable=True, status=502)] * 4
         run = harness.run("purchase", {"sku": "sku-1"})
         assert run.status == "failed"
-        row = [r for r in harness.ledger(run.run_id) if r.op_id == create_order.id][0]
+        row = next(r for r in harness.ledger(run.run_id) if r.op_id == create_order.id)
         assert (row.status, row.tries) == ("failed", 4)
         assert shop.effects_of(create_order) == []
 

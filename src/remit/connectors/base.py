@@ -94,7 +94,8 @@ class Implementation:
         if name is None:
             raise AppError(f"{type(self).__name__} does not implement `{op.id}`")
         result = getattr(self, name)(input, call)
-        return op.output.model_validate(result)
+        output: BaseModel = op.output.model_validate(result)
+        return output
 
 
 class Driver(Implementation):
@@ -133,11 +134,15 @@ class Fake(Implementation):
         self.calls: list[tuple[str, str]] = []
         self._results: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
+        self._key_locks: dict[str, threading.Lock] = {}
         self._journal = Path(journal) if journal is not None else None
         if self._journal is not None and self._journal.exists():
             for line in self._journal.read_text().splitlines():
-                if line.strip():
+                try:
                     effect = AppliedEffect(**json.loads(line))
+                except (ValueError, TypeError):
+                    continue  # a line torn by a process killed mid-write
+                else:
                     self.effects.append(effect)
                     self._results[effect.idempotency_key] = effect.output
 
@@ -148,10 +153,15 @@ class Fake(Implementation):
     def invoke(self, op: Op[Any, Any], input: BaseModel, call: CallContext) -> BaseModel:
         with self._lock:
             self.calls.append((op.id, call.idempotency_key))
-            if op.effect == "write" and call.idempotency_key in self._results:
-                return op.output.model_validate(self._results[call.idempotency_key])
-        output = super().invoke(op, input, call)
-        if op.effect == "write":
+            key_lock = self._key_locks.setdefault(call.idempotency_key, threading.Lock())
+        if op.effect != "write":
+            return super().invoke(op, input, call)
+        # One write per key at a time: a second caller with the same key waits, then replays.
+        with key_lock:
+            if call.idempotency_key in self._results:
+                replayed: BaseModel = op.output.model_validate(self._results[call.idempotency_key])
+                return replayed
+            output = super().invoke(op, input, call)
             self._record(
                 AppliedEffect(
                     op=op.id,
@@ -160,7 +170,7 @@ class Fake(Implementation):
                     output=output.model_dump(mode="json"),
                 )
             )
-        return output
+            return output
 
     def _record(self, effect: AppliedEffect) -> None:
         with self._lock:

@@ -13,15 +13,15 @@ from remit.retry import DEFAULT_RETRY, RetryPolicy
 
 Effect = Literal["read", "write"]
 
-I = TypeVar("I", bound=BaseModel)
-O = TypeVar("O", bound=BaseModel)
+In = TypeVar("In", bound=BaseModel)
+Out = TypeVar("Out", bound=BaseModel)
 
 _PART = r"[a-z][a-z0-9_]*"
 _OP_ID = re.compile(rf"^{_PART}\.{_PART}\.{_PART}$")
 
 
 @dataclass(frozen=True, eq=False)
-class Op(Generic[I, O]):
+class Op(Generic[In, Out]):
     """One vendor operation, `<vendor>.<resource>.<op>`, e.g. `payments.invoices.get`.
 
     `effect` says whether it changes anything at the vendor. `idempotent` promises that calling
@@ -31,14 +31,14 @@ class Op(Generic[I, O]):
 
     id: str
     effect: Effect
-    input: type[I]
-    output: type[O]
+    input: type[In]
+    output: type[Out]
     idempotent: bool = False
     description: str = ""
     retry: RetryPolicy = field(default=DEFAULT_RETRY)
 
     def __post_init__(self) -> None:
-        if not _OP_ID.match(self.id):
+        if not _OP_ID.fullmatch(self.id):
             raise AppError(
                 f"op id `{self.id}` must be `<vendor>.<resource>.<op>`, each part lowercase "
                 "letters, digits and underscores starting with a letter, e.g. `payments.invoices.get`"
@@ -74,12 +74,12 @@ def op(
     id: str,
     *,
     effect: Effect,
-    input: type[I],
-    output: type[O],
+    input: type[In],
+    output: type[Out],
     idempotent: bool = False,
     description: str = "",
     retry: RetryPolicy = DEFAULT_RETRY,
-) -> Op[I, O]:
+) -> Op[In, Out]:
     """Declare an operation. See `Op`."""
     return Op(
         id=id,

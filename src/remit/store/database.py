@@ -41,7 +41,8 @@ def normalize_url(raw: str) -> sa.URL:
                 f"database URL {raw!r}: remit needs a SQLite file that several processes can "
                 "open, not an in-memory database: use sqlite:////path/to/remit.sqlite"
             )
-        return url
+        # Every process must open the same file, whatever its working directory.
+        return url.set(database=str(Path(url.database).resolve()))
     raise DatabaseError(
         f"database URL {raw!r} names `{backend}`: remit runs on postgresql:// or sqlite://"
     )

@@ -14,7 +14,18 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from remit import App, CallContext, Connector, Context, Driver, DriverError, Fake, implements, op, workflow
+from remit import (
+    App,
+    CallContext,
+    Connector,
+    Context,
+    Driver,
+    DriverError,
+    Fake,
+    implements,
+    op,
+    workflow,
+)
 from remit.connectors.base import AppliedEffect
 
 
@@ -55,7 +66,9 @@ class Letter(BaseModel):
 
 
 read_balance = op("bank.accounts.read", effect="read", input=Account, output=Balance)
-create_transfer = op("bank.transfers.create", effect="write", idempotent=True, input=TransferIn, output=Transfer)
+create_transfer = op(
+    "bank.transfers.create", effect="write", idempotent=True, input=TransferIn, output=Transfer
+)
 post_letter = op("bank.letters.post", effect="write", input=LetterIn, output=Letter)
 
 
@@ -97,7 +110,9 @@ class FakeBank(Fake):
         hold(effect.op)
 
 
-bank = Connector("bank", ops=[read_balance, create_transfer, post_letter], driver=BankDriver, fake=FakeBank)
+bank = Connector(
+    "bank", ops=[read_balance, create_transfer, post_letter], driver=BankDriver, fake=FakeBank
+)
 
 
 class PayoutIn(BaseModel):
@@ -111,7 +126,9 @@ def payout(ctx: Context, input: PayoutIn) -> dict[str, Any]:
     first = ctx.call(create_transfer, to=input.account, amount=input.amount // 2)
     ctx.step("between", lambda: hold("between"))
     second = ctx.call(create_transfer, to=input.account, amount=input.amount - input.amount // 2)
-    letter = ctx.call(post_letter, to=input.account, text=f"paid {input.amount} of {balance.balance}")
+    letter = ctx.call(
+        post_letter, to=input.account, text=f"paid {input.amount} of {balance.balance}"
+    )
     return {"transfers": [first.transfer_id, second.transfer_id], "letter": letter.letter_id}
 
 
