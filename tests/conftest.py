@@ -59,14 +59,14 @@ def _template_name(engine: sa.Engine) -> str:
     return _template["name"]
 
 
-def new_postgres_database() -> str:
-    """A fresh, prepared Postgres database; returns its URL."""
+def new_postgres_database(*, prepared: bool = True) -> str:
+    """A fresh Postgres database, prepared unless asked otherwise; returns its URL."""
     engine = _postgres_or_fail()
     try:
-        template = _template_name(engine)
         name = f"remit_t_{uuid.uuid4().hex[:12]}"
+        copy = f' TEMPLATE "{_template_name(engine)}"' if prepared else ""
         with engine.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"{copy}'))
     finally:
         engine.dispose()
     return postgres_admin_url().set(database=name).render_as_string(hide_password=False)
@@ -96,6 +96,19 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         yield f"sqlite:///{tmp_path / 'remit.sqlite'}"
         return
     url = new_postgres_database()
+    try:
+        yield url
+    finally:
+        drop_postgres_database(url)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database nothing has prepared yet, once for SQLite and once for Postgres."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.sqlite'}"
+        return
+    url = new_postgres_database(prepared=False)
     try:
         yield url
     finally:

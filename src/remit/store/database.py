@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -130,14 +131,22 @@ class Database:
                 finally:
                     fcntl.flock(lock, fcntl.LOCK_UN)
             return
-        with self.engine.connect() as conn:
-            conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": _PREPARE_LOCK})
-            conn.commit()
+        # Wait by polling outside any transaction: DBOS's migrations build indexes
+        # CONCURRENTLY, which wait for every open transaction, including a waiting locker's.
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            deadline = time.monotonic() + 300
+            while not conn.execute(
+                sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": _PREPARE_LOCK}
+            ).scalar():
+                if time.monotonic() > deadline:
+                    raise DatabaseError(
+                        "another process has been preparing the database for 5 minutes"
+                    )
+                time.sleep(0.1)
             try:
                 yield
             finally:
                 conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": _PREPARE_LOCK})
-                conn.commit()
 
     def dispose(self) -> None:
         self.engine.dispose()

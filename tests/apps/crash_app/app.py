@@ -2,7 +2,8 @@
 
 The fake journals every applied effect to `CRASH_JOURNAL`, so the record outlives a killed
 worker. When the file `<CRASH_HOLD_DIR>/hold-<point>` exists, the worker writes
-`reached-<point>` there and waits to be killed at that point.
+`reached-<point>` there and waits to be killed at that point; `slow-<point>` holding a number
+makes it wait that many seconds instead.
 """
 
 from __future__ import annotations
@@ -30,8 +31,16 @@ from remit.connectors.base import AppliedEffect
 
 
 def hold(point: str) -> None:
+    """Wait here to be killed if `hold-<point>` exists; wait N seconds if `slow-<point>` holds N."""
     folder = os.environ.get("CRASH_HOLD_DIR")
-    if not folder or not (Path(folder) / f"hold-{point}").exists():
+    if not folder:
+        return
+    slow = Path(folder) / f"slow-{point}"
+    if slow.exists():
+        (Path(folder) / f"reached-{point}").write_text(str(os.getpid()))
+        time.sleep(float(slow.read_text()))
+        return
+    if not (Path(folder) / f"hold-{point}").exists():
         return
     (Path(folder) / f"reached-{point}").write_text(str(os.getpid()))
     while True:

@@ -1,0 +1,205 @@
+"""The `remit` command as a user runs it: exit codes, what it prints, what it leaves behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from remit.runs import RunStore
+from remit.store.database import Database
+
+ROOT = Path(__file__).parent.parent.parent
+AR_DESK = ROOT / "examples" / "ar_desk"
+CRASH_APP = ROOT / "tests" / "apps" / "crash_app"
+
+
+class Cli:
+    def __init__(self, database_url: str, tmp: Path) -> None:
+        self.tmp = tmp
+        self.env = {
+            **os.environ,
+            "REMIT_DATABASE_URL": database_url,
+            "REMIT_FAKES": "1",
+            "REMIT_POLL_INTERVAL": "0.05",
+            "REMIT_ACTOR": "user:ann",
+            "CRASH_HOLD_DIR": str(tmp),
+            "CRASH_JOURNAL": str(tmp / "journal.jsonl"),
+            "COLUMNS": "200",
+        }
+        self.db = Database(database_url)
+        self.procs: list[subprocess.Popen[str]] = []
+        self.logs: list[IO[str]] = []
+
+    def __call__(
+        self, *args: str, app: Path = AR_DESK, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "remit", "--app", str(app), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if check:
+            assert done.returncode == 0, done.stdout + done.stderr
+        return done
+
+    def worker(self, app: Path = AR_DESK, *extra: str) -> subprocess.Popen[str]:
+        log = (self.tmp / f"worker-{len(self.procs)}.log").open("w")
+        self.logs.append(log)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "remit", "--app", str(app), "worker", *extra],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def log(self, index: int) -> str:
+        return (self.tmp / f"worker-{index}.log").read_text()
+
+    def wait_for(self, run_id: str, status: str, timeout: float = 60) -> None:
+        runs = RunStore(self.db)
+        deadline = time.monotonic() + timeout
+        while runs.get(run_id).status != status:
+            assert time.monotonic() < deadline, (
+                f"{run_id} is {runs.get(run_id).status}, not {status}"
+            )
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        for log in self.logs:
+            log.close()
+        self.db.dispose()
+
+
+@pytest.fixture
+def cli(database_url: str, tmp_path: Path) -> Iterator[Cli]:
+    runner = Cli(database_url, tmp_path)
+    yield runner
+    runner.close()
+
+
+def test_start_list_serve_show_and_ledger(cli: Cli) -> None:
+    run_id = cli("start", "chase-invoice", "--input", '{"invoice_id": "inv_1001"}').stdout.strip()
+    assert run_id.startswith("run_")
+    listed = cli("runs").stdout
+    assert run_id in listed
+    assert "queued" in listed
+    assert "user:ann" in listed
+
+    cli.worker()
+    cli.wait_for(run_id, "done")
+
+    shown = cli("show", run_id).stdout
+    assert "done" in shown
+    for step in (
+        "payments.invoices.get",
+        "days-overdue",
+        "mail.messages.send",
+        "payments.invoices.record_reminder",
+    ):
+        assert step in shown
+    assert "final reminder sent" in shown
+    assert f"{run_id}:3" in shown  # the mail call's idempotency key, in the ledger
+
+    ledger = cli("ledger", "--run", run_id).stdout
+    assert ledger.count(run_id) == 3
+    assert "uncertain" not in ledger
+    assert cli("runs", "--status", "done").stdout.count(run_id) == 1
+    assert cli("cancel", run_id).stdout.strip() == f"{run_id} had already finished: done"
+
+
+def test_run_in_the_foreground_prints_steps_and_ledger(cli: Cli) -> None:
+    done = cli("run", "chase-invoice", "--input", '{"invoice_id": "inv_1001"}')
+    assert "done" in done.stdout
+    assert "mail.messages.send" in done.stdout
+    assert "ledger" in done.stdout
+    assert "steps" in done.stdout
+
+
+def test_a_run_that_fails_exits_1(cli: Cli) -> None:
+    done = cli("run", "chase-invoice", "--input", '{"invoice_id": "inv_404"}', check=False)
+    assert done.returncode == 1
+    assert "failed" in done.stdout
+    assert "no invoice inv_404" in done.stdout
+
+
+def test_cancel_a_queued_run(cli: Cli) -> None:
+    run_id = cli("start", "chase-invoice", "--input", '{"invoice_id": "inv_1001"}').stdout.strip()
+    assert cli("cancel", run_id).stdout.strip() == f"{run_id} cancelled"
+    assert "cancelled" in cli("show", run_id).stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["start", "chase-invoice", "--input", "{invoice"], "--input is not valid JSON"),
+        (["start", "chase-invoice", "--input", "{}"], "invoice_id: Field required"),
+        (["start", "chase-everyone"], "has no workflow `chase-everyone` (it has: chase-invoice)"),
+        (["show", "run_missing"], "no run `run_missing`"),
+        (["cancel", "run_missing"], "no run `run_missing`"),
+    ],
+)
+def test_bad_input_exits_1_with_a_message_and_writes_nothing(
+    cli: Cli, args: list[str], message: str
+) -> None:
+    done = cli(*args, check=False)
+    assert done.returncode == 1
+    assert message in " ".join(done.stderr.split())
+    assert "Traceback" not in done.stderr
+    assert cli("runs").stdout.strip() == "no runs"
+
+
+def test_an_app_folder_that_does_not_exist(cli: Cli, tmp_path: Path) -> None:
+    done = cli("runs", app=tmp_path / "nowhere", check=False)
+    assert done.returncode == 1
+    assert "no such folder" in done.stderr
+
+
+def test_two_workers_on_one_host_take_distinct_executor_ids(cli: Cli) -> None:
+    cli.worker()
+    cli.worker()
+    deadline = time.monotonic() + 60
+    while not all("serving" in cli.log(i) for i in (0, 1)):
+        assert time.monotonic() < deadline, cli.log(0) + cli.log(1)
+        time.sleep(0.1)
+    ids = {
+        line.split()[1]
+        for i in (0, 1)
+        for line in cli.log(i).splitlines()
+        if line.startswith("worker ")
+    }
+    assert len(ids) == 2
+    assert {executor.rsplit("-", 1)[1] for executor in ids} == {"0", "1"}
+
+
+def test_sigterm_lets_running_work_finish_then_exits(cli: Cli) -> None:
+    (cli.tmp / "slow-between").write_text("2")
+    worker = cli.worker(CRASH_APP)
+    run_id = cli(
+        "start", "payout", "--input", '{"account": "a", "amount": 10}', app=CRASH_APP
+    ).stdout.strip()
+    deadline = time.monotonic() + 60
+    while not (cli.tmp / "reached-between").exists():
+        assert time.monotonic() < deadline, cli.log(0)
+        time.sleep(0.02)
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, cli.log(0)
+    assert RunStore(cli.db).get(run_id).status == "done"
+    assert "draining" in cli.log(0)

@@ -1,0 +1,53 @@
+"""Preparing the database: several processes at once all succeed, and the work is done once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import sqlalchemy as sa
+
+from remit.store.database import Database
+from remit.store.schema import SCHEMA_VERSION
+
+PREPARE = "import sys; from remit.store.database import Database; Database(sys.argv[1]).prepare(); print('prepared')"
+
+
+def test_processes_preparing_at_once_all_succeed(empty_database_url: str) -> None:
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PREPARE, empty_database_url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    results = [proc.communicate(timeout=120) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0, 0], results
+    assert all(out.strip() == "prepared" for out, _ in results)
+
+    db = Database(empty_database_url)
+    try:
+        tables = set(sa.inspect(db.engine).get_table_names())
+        assert {"remit_runs", "remit_ledger", "remit_meta"} <= tables
+        with db.engine.connect() as conn:
+            stored = conn.execute(sa.text("SELECT key, value FROM remit_meta")).all()
+        assert [tuple(row) for row in stored] == [("schema", SCHEMA_VERSION)]
+        db.prepare()  # once prepared, preparing again is a no-op
+    finally:
+        db.dispose()
+
+
+def test_an_unreachable_database_says_so() -> None:
+    db = Database("postgresql://nobody@127.0.0.1:1/none")
+    try:
+        db.prepare()
+    except Exception as error:
+        assert type(error).__name__ == "DatabaseError"
+        assert "cannot reach the database" in str(error)
+        assert "REMIT_DATABASE_URL" in str(error)
+    else:
+        raise AssertionError("preparing an unreachable database did not fail")
+    finally:
+        db.dispose()
