@@ -5,8 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import sqlalchemy as sa
 
+from remit.errors import DatabaseError
 from remit.store.database import Database
 from remit.store.schema import SCHEMA_VERSION
 
@@ -42,12 +44,9 @@ def test_processes_preparing_at_once_all_succeed(empty_database_url: str) -> Non
 def test_an_unreachable_database_says_so() -> None:
     db = Database("postgresql://nobody@127.0.0.1:1/none")
     try:
-        db.prepare()
-    except Exception as error:
-        assert type(error).__name__ == "DatabaseError"
-        assert "cannot reach the database" in str(error)
-        assert "REMIT_DATABASE_URL" in str(error)
-    else:
-        raise AssertionError("preparing an unreachable database did not fail")
+        with pytest.raises(DatabaseError) as refused:
+            db.prepare()
     finally:
         db.dispose()
+    assert "cannot reach the database" in str(refused.value)
+    assert "REMIT_DATABASE_URL" in str(refused.value)
