@@ -27,8 +27,10 @@ cli = typer.Typer(
     help="remit: durable workflows for a business's operations.",
     pretty_exceptions_enable=False,
 )
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+# Piped output (CI logs, `make demo` in a pipe) gets a readable width instead of 80 columns.
+_WIDTH = None if sys.stdout.isatty() else 150
+out = Console(highlight=False, width=_WIDTH)
+err = Console(stderr=True, highlight=False, width=_WIDTH)
 
 
 class _State:
@@ -244,10 +246,8 @@ def _show(run: Run, client: Any, ledger: LedgerStore) -> None:
         for step in client.list_workflow_steps(attempt_workflow_id(run.run_id, attempt)):
             started, finished = step["started_at_epoch_ms"], step["completed_at_epoch_ms"]
             took = "-" if started is None or finished is None else str(finished - started)
-            shown = step["error"] if step["error"] is not None else step["output"]
-            steps.add_row(
-                str(attempt), str(step["function_id"]), step["function_name"], took, _short(shown)
-            )
+            result = _outcome(step["output"], step["error"])
+            steps.add_row(str(attempt), str(step["function_id"]), step["function_name"], took, result)
     out.print(steps)
     rows = ledger.list(run_id=run.run_id)
     out.print(_ledger_table(rows, with_run=False) if rows else "  no op calls")
@@ -306,6 +306,17 @@ def _status(status: str) -> str:
 
 def _time(value: datetime | None) -> str:
     return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _outcome(output: Any, error: Any) -> str:
+    """A step's result as a person reads it: its value, or its error's message."""
+    if error is not None:
+        return f"[red]{_short(str(error))}[/]"
+    if isinstance(output, dict) and "error" in output:
+        return f"[red]{_short(output['error'].get('message', output['error']))}[/]"
+    if isinstance(output, dict) and "ok" in output:
+        return _short(output["ok"])
+    return _short(output)
 
 
 def _short(value: Any, width: int = 80) -> str:
