@@ -7,7 +7,7 @@ The driver speaks the vendor's documented HTTP API (`GET /v1/invoices/{id}`, `PO
 from __future__ import annotations
 
 import os
-from datetime import date
+from datetime import UTC, date, datetime
 from typing import Any
 
 import httpx
@@ -72,7 +72,7 @@ def _invoice(body: dict[str, Any]) -> Invoice:
         customer_email=body["customer_email"],
         amount_due=body["amount_due"],
         currency=body["currency"],
-        due_date=date.fromtimestamp(body["due_date"]),
+        due_date=datetime.fromtimestamp(body["due_date"], UTC).date(),
         status=body["status"],
         reminders_sent=int(metadata.get("reminders_sent", 0)),
     )
