@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup demo test lint types unit integration crash clean
+.PHONY: setup demo test lint types unit integration crash bench clean
 
 setup: $(STAMP)
 
@@ -37,6 +37,10 @@ unit: setup
 
 crash: setup
 	$(BIN)/pytest -m crash
+
+## Measure, and write the tables in BENCHMARKS.md.
+bench: setup
+	$(BIN)/python bench/poll.py --write
 
 clean:
 	rm -rf $(VENV) examples/*/.remit .mypy_cache .ruff_cache .pytest_cache

@@ -40,7 +40,12 @@ def cpu_seconds(pid: int) -> float:
 def fresh_database(kind: str, folder: Path) -> str:
     if kind == "sqlite":
         return f"sqlite:///{folder / f'poll-{uuid.uuid4().hex[:8]}.sqlite'}"
-    admin = sa.create_engine(os.environ.get("REMIT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres").replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT")
+    admin = sa.create_engine(
+        os.environ.get(
+            "REMIT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+        ).replace("postgresql://", "postgresql+psycopg://"),
+        isolation_level="AUTOCOMMIT",
+    )
     name = f"remit_bench_{uuid.uuid4().hex[:8]}"
     with admin.connect() as conn:
         conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
@@ -48,12 +53,24 @@ def fresh_database(kind: str, folder: Path) -> str:
     return admin.url.set(database=name).render_as_string(hide_password=False)
 
 
-def measure(kind: str, interval: float, runs: int, idle: float, folder: Path) -> tuple[float, float, float]:
+def measure(
+    kind: str, interval: float, runs: int, idle: float, folder: Path
+) -> tuple[float, float, float]:
     url = fresh_database(kind, folder)
     db = Database(url)
     db.prepare()
-    env = {**os.environ, "REMIT_DATABASE_URL": url, "REMIT_FAKES": "1", "REMIT_POLL_INTERVAL": str(interval)}
-    worker = subprocess.Popen([sys.executable, "-m", "remit", "--app", str(APP), "worker"], env=env, stderr=subprocess.PIPE, text=True)
+    env = {
+        **os.environ,
+        "REMIT_DATABASE_URL": url,
+        "REMIT_FAKES": "1",
+        "REMIT_POLL_INTERVAL": str(interval),
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "remit", "--app", str(APP), "worker"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert worker.stderr is not None
         while "serving" not in worker.stderr.readline():

@@ -247,7 +247,9 @@ def _show(run: Run, client: Any, ledger: LedgerStore) -> None:
             started, finished = step["started_at_epoch_ms"], step["completed_at_epoch_ms"]
             took = "-" if started is None or finished is None else str(finished - started)
             result = _outcome(step["output"], step["error"])
-            steps.add_row(str(attempt), str(step["function_id"]), step["function_name"], took, result)
+            steps.add_row(
+                str(attempt), str(step["function_id"]), step["function_name"], took, result
+            )
     out.print(steps)
     rows = ledger.list(run_id=run.run_id)
     out.print(_ledger_table(rows, with_run=False) if rows else "  no op calls")

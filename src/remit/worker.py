@@ -127,18 +127,20 @@ class Worker:
             "log_level": self.settings.log_level,
             "notification_listener_polling_interval_sec": self.settings.poll_interval,
         }
-        DBOS(config=config)
-        self.runtime.register()
-        DBOS.launch()
-        self._launched = True
+        # Queues are registered before launch, so DBOS's queue manager serves them from its
+        # first pass rather than finding them on a later one (it looks once a second).
         for queue in self.app.queues.values():
-            DBOS.register_queue(
+            self.client.register_queue(
                 queue.name,
                 global_concurrency=queue.concurrency,
                 worker_concurrency=queue.worker_concurrency,
                 polling_interval_sec=self.settings.poll_interval,
                 on_conflict="always_update",
             )
+        DBOS(config=config)
+        self.runtime.register()
+        DBOS.launch()
+        self._launched = True
         log.info(
             "worker %s serving app %s version %s on %s",
             self.executor_id,
