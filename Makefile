@@ -26,8 +26,8 @@ test: setup lint types
 	$(BIN)/pytest
 
 lint: setup
-	$(BIN)/ruff check src tests examples
-	$(BIN)/ruff format --check src tests examples
+	$(BIN)/ruff check src tests examples bench
+	$(BIN)/ruff format --check src tests examples bench
 
 types: setup
 	$(BIN)/mypy src
