@@ -186,21 +186,16 @@ def test_no_pickle_reaches_the_database(database_url: str) -> None:
         engine = harness.worker.db.engine
         schema = "" if harness.worker.db.is_sqlite else "dbos."
         with engine.connect() as conn:
-            formats = (
-                conn.execute(sa.text(f"SELECT DISTINCT serialization FROM {schema}workflow_status"))
-                .scalars()
-                .all()
-            )
-            inputs = (
-                conn.execute(sa.text(f"SELECT inputs FROM {schema}workflow_status")).scalars().all()
-            )
-            outputs = (
-                conn.execute(sa.text(f"SELECT output FROM {schema}operation_outputs"))
-                .scalars()
-                .all()
-            )
+
+            def column(query: str) -> list[str | None]:
+                return list(conn.execute(sa.text(query.format(schema=schema))).scalars())
+
+            formats = column("SELECT DISTINCT serialization FROM {schema}workflow_status")
+            inputs = column("SELECT inputs FROM {schema}workflow_input")
+            results = column("SELECT output FROM {schema}workflow_output")
+            outputs = column("SELECT output FROM {schema}operation_outputs")
         assert formats == ["portable_json"]
-        stored = [t for t in [*inputs, *outputs] if t is not None]
-        assert len(stored) >= 5  # the attempt's input and its four steps' outputs
+        stored = [t for t in [*inputs, *results, *outputs] if t is not None]
+        assert len(stored) == 6  # the attempt's input and output, and its four steps' outputs
         for text in stored:
             json.loads(text)
