@@ -80,6 +80,18 @@ class _Base:
             ) from None
         return declared, model.model_dump(mode="json")
 
+    def __getattr__(self, vendor: str) -> Any:
+        """`ctx.<vendor>.<resource>.<op>(...)`: the same call as `ctx.call(op, ...)`."""
+        if vendor.startswith("_"):
+            raise AttributeError(vendor)
+        call = cast(Any, self).call
+
+        def invoke(op_id: str, input: Any, fields: dict[str, Any]) -> Any:
+            key = fields.pop("__key")
+            return call(op_id, input, key=key, **fields)
+
+        return _Path(invoke, self._ops, vendor)
+
     def _op_step(
         self, op: Op[Any, Any], payload: dict[str, Any], key: str | None
     ) -> Callable[[], Outcome]:
@@ -192,16 +204,6 @@ class Context(_Base):
         outcome = DBOS.run_step({"name": declared.id}, self._op_step(declared, payload, key))
         return _finish_op(cast(Op[Any, Out], declared), outcome)
 
-    def __getattr__(self, vendor: str) -> Any:
-        if vendor.startswith("_"):
-            raise AttributeError(vendor)
-
-        def invoke(op_id: str, input: Any, fields: dict[str, Any]) -> Any:
-            key = fields.pop("__key")
-            return self.call(op_id, input, key=key, **fields)  # type: ignore[arg-type]
-
-        return _Path(invoke, self._ops, vendor)
-
 
 class AsyncContext(_Base):
     """The `ctx` of an async workflow: the same methods as `Context`, awaited."""
@@ -232,13 +234,3 @@ class AsyncContext(_Base):
             {"name": declared.id}, self._op_step(declared, payload, key)
         )
         return _finish_op(cast(Op[Any, Out], declared), outcome)
-
-    def __getattr__(self, vendor: str) -> Any:
-        if vendor.startswith("_"):
-            raise AttributeError(vendor)
-
-        def invoke(op_id: str, input: Any, fields: dict[str, Any]) -> Any:
-            key = fields.pop("__key")
-            return self.call(op_id, input, key=key, **fields)  # type: ignore[arg-type]
-
-        return _Path(invoke, self._ops, vendor)

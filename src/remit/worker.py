@@ -187,6 +187,3 @@ class Worker:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self.stop()
-
-    def request_stop(self) -> None:
-        self._stop.set()

@@ -241,7 +241,3 @@ class Connector:
                     f"does not implement {', '.join(f'`{m}`' for m in missing)}: add a method "
                     "marked `@implements(op)` for each"
                 )
-
-    def credentials(self, implementation: Implementation) -> tuple[str, ...]:
-        """The environment variables `implementation` needs before any call can be made."""
-        return tuple(getattr(implementation, "credentials", ()))
