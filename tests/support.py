@@ -169,7 +169,23 @@ def broken_step(ctx: Context, input: Purchase) -> None:
     ctx.step("price", explode)
 
 
+class Keyed(BaseModel):
+    first: str
+    second: str
+    sku: str = "sku-1"
+
+
+@workflow(name="keyed", input=Keyed, uses=[get_item, create_order])
+def keyed(ctx: Context, input: Keyed) -> list[str]:
+    ctx.call(get_item, sku=input.sku)
+    a = ctx.call(create_order, sku=input.sku, quantity=1, key=input.first)
+    b = ctx.call(create_order, sku=input.sku, quantity=2, key=input.second)
+    return [a.order_id, b.order_id]
+
+
 def make_app() -> App:
     return App(
-        name="shop", workflows=[purchase, purchase_async, sneaky, broken_step], connectors=[shop]
+        name="shop",
+        workflows=[purchase, purchase_async, sneaky, broken_step, keyed],
+        connectors=[shop],
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,7 +19,7 @@ from pydantic import ValidationError
 from remit.clock import Clock
 from remit.connectors.base import CallContext, Implementation
 from remit.connectors.ops import Op
-from remit.errors import DriverError, MissingCredential, OpError, OpUncertain
+from remit.errors import DriverError, MissingCredential, OpError, OpUncertain, RunMovedOn
 from remit.ledger import CallRecord, LedgerRow, LedgerStore, input_hash, on_reentry
 from remit.retry import next_delay
 
@@ -55,15 +56,29 @@ def raise_failure(op_id: str, outcome: Outcome) -> None:
         raise OpUncertain(message, op=op_id, idempotency_key=error["idempotency_key"])
     if kind == "credential":
         raise MissingCredential(message, op=op_id, variable=error["variable"])
+    if kind == "moved":
+        raise RunMovedOn(message)
     if kind == "driver":
         raise DriverError(
             message,
             retryable=bool(error.get("retryable")),
             status=error.get("status"),
             vendor_code=error.get("vendor_code"),
+            maybe_applied=error.get("maybe_applied"),
             op=op_id,
         )
     raise OpError(message, op=op_id)
+
+
+def _driver_failure(error: DriverError) -> Outcome:
+    return failure(
+        "driver",
+        str(error),
+        retryable=error.retryable,
+        status=error.status,
+        vendor_code=error.vendor_code,
+        maybe_applied=error.maybe_applied,
+    )
 
 
 class OpCaller:
@@ -86,7 +101,6 @@ class OpCaller:
         self, run: RunInfo, op: Op[Any, Any], payload: dict[str, Any], *, step_id: int, key: str
     ) -> Outcome:
         """Make the call keyed `key` (stable across retries and attempts) and return its outcome."""
-        implementation = self.implementations[op.vendor]
         record = CallRecord(
             run_id=run.run_id,
             attempt=run.attempt,
@@ -100,24 +114,31 @@ class OpCaller:
         )
         started_at = self.clock.now()
         if op.effect == "write":
-            existing = self.ledger.begin(record)
-            if existing is not None:
+            begun = self.ledger.begin(record, run.workflow_id)
+            if begun.moved_on:
+                return failure(
+                    "moved",
+                    f"run {run.run_id} has moved on from attempt {run.workflow_id} (it was "
+                    f"cancelled or a later attempt took over): `{op.id}` was not called",
+                )
+            existing = begun.existing
+        else:
+            existing = self.ledger.get(key)
+        if existing is not None:
+            conflict = _conflict(record, existing)
+            if conflict is not None:
+                return conflict
+            if op.effect == "write":
                 decided = self._reenter(op, record, existing)
                 if decided is not None:
                     return decided
-        missing = [
-            name
-            for name in getattr(implementation, "credentials", ())
-            if not self.environ.get(name)
-        ]
-        if missing:
-            message = (
-                f"op `{op.id}` needs the credential `{missing[0]}`: set the environment variable "
-                f"{missing[0]} for the worker (or run with REMIT_FAKES=1 to use the fake)"
-            )
-            outcome = failure("credential", message, variable=missing[0])
-            self._finish_failed(record, outcome, tries=0, started_at=started_at)
-            return outcome
+        implementation = self.implementations[op.vendor]
+        for name in getattr(implementation, "credentials", ()):
+            if not self.environ.get(name):
+                missing = MissingCredential.named(op.id, name)
+                outcome = failure("credential", str(missing), variable=name)
+                self._finish_failed(record, outcome, tries=0, started_at=started_at)
+                return outcome
         return self._attempt_calls(op, implementation, record, payload, run, started_at)
 
     def _reenter(self, op: Op[Any, Any], record: CallRecord, existing: LedgerRow) -> Outcome | None:
@@ -142,12 +163,7 @@ class OpCaller:
             "the process making it stopped mid-call. It is not idempotent, so remit will not call "
             "it again; check with the vendor whether it happened"
         )
-        outcome = failure("uncertain", message, idempotency_key=record.idempotency_key)
-        self.ledger.finish(
-            record, "uncertain", tries=existing.tries, error=message, error_info=outcome["error"]
-        )
-        log.warning("%s", message)
-        return outcome
+        return self._uncertain(record, message, tries=existing.tries)
 
     def _attempt_calls(
         self,
@@ -156,7 +172,7 @@ class OpCaller:
         record: CallRecord,
         payload: dict[str, Any],
         run: RunInfo,
-        started_at: Any,
+        started_at: datetime,
     ) -> Outcome:
         call = CallContext(
             op=op,
@@ -172,20 +188,22 @@ class OpCaller:
             try:
                 output = implementation.invoke(op, op.input.model_validate(payload), call)
             except DriverError as error:
-                outcome = failure(
-                    "driver",
-                    str(error),
-                    retryable=error.retryable,
-                    status=error.status,
-                    vendor_code=error.vendor_code,
-                )
+                if op.effect == "write" and not op.idempotent and error.maybe_applied:
+                    return self._uncertain(
+                        record,
+                        f"op `{op.id}` (key {record.idempotency_key}) failed in a way that may "
+                        f"have reached the vendor ({error}): it is not idempotent, so remit will "
+                        "not call it again; check with the vendor whether it happened",
+                        tries=tries,
+                    )
                 delay = next_delay(
                     op.retry,
-                    safe_to_repeat=op.safe_to_repeat,
+                    safe_to_repeat=op.safe_to_repeat or not error.maybe_applied,
                     retryable=error.retryable,
                     tries=tries,
                 )
                 if delay is None:
+                    outcome = _driver_failure(error)
                     self._finish_failed(record, outcome, tries=tries, started_at=started_at)
                     return outcome
                 log.info("%s failed (%s); trying again in %.2fs", op.id, error, delay)
@@ -197,28 +215,16 @@ class OpCaller:
                 outcome = failure("credential", str(error), variable=error.variable)
                 self._finish_failed(record, outcome, tries=tries, started_at=started_at)
                 return outcome
-            except ValidationError as error:
-                outcome = failure(
-                    "driver",
-                    f"op `{op.id}` returned output that does not parse: {error}",
-                    retryable=False,
-                )
-                self._finish_failed(record, outcome, tries=tries, started_at=started_at)
-                return outcome
             except Exception as error:
-                # Not a DriverError: a bug or an unexpected failure in the implementation. For a
-                # write that cannot be repeated safely, the vendor may have acted before it.
+                # Not a DriverError: a bug, or output that does not parse. The vendor may have
+                # acted before it, so a write that cannot be repeated safely is uncertain.
                 message = f"op `{op.id}` raised {type(error).__name__}: {error}"
                 if op.effect == "write" and not op.safe_to_repeat:
-                    outcome = failure(
-                        "uncertain",
-                        message + "; its outcome is unknown",
-                        idempotency_key=record.idempotency_key,
+                    return self._uncertain(
+                        record, message + "; its outcome is unknown", tries=tries
                     )
-                    self.ledger.finish(
-                        record, "uncertain", tries=tries, error=message, error_info=outcome["error"]
-                    )
-                    return outcome
+                if isinstance(error, ValidationError):
+                    message = f"op `{op.id}` returned output that does not parse: {error}"
                 outcome = failure("driver", message, retryable=False)
                 self._finish_failed(record, outcome, tries=tries, started_at=started_at)
                 return outcome
@@ -226,8 +232,16 @@ class OpCaller:
             self.ledger.finish(record, "ok", tries=tries, output=dumped, started_at=started_at)
             return ok(dumped)
 
+    def _uncertain(self, record: CallRecord, message: str, *, tries: int) -> Outcome:
+        outcome = failure("uncertain", message, idempotency_key=record.idempotency_key)
+        self.ledger.finish(
+            record, "uncertain", tries=tries, error=message, error_info=outcome["error"]
+        )
+        log.warning("%s", message)
+        return outcome
+
     def _finish_failed(
-        self, record: CallRecord, outcome: Outcome, *, tries: int, started_at: Any
+        self, record: CallRecord, outcome: Outcome, *, tries: int, started_at: datetime
     ) -> None:
         error = outcome["error"]
         self.ledger.finish(
@@ -238,3 +252,16 @@ class OpCaller:
             error_info=error,
             started_at=started_at,
         )
+
+
+def _conflict(record: CallRecord, existing: LedgerRow) -> Outcome | None:
+    """A failure when the key already names a different call (another op, or other input)."""
+    if (existing.op_id, existing.input_hash) == (record.op_id, record.input_hash):
+        return None
+    what = f"`{existing.op_id}`" + (" with other input" if existing.op_id == record.op_id else "")
+    return failure(
+        "key",
+        f"idempotency key {record.idempotency_key} already belongs to a call of {what} "
+        f"(step {existing.step_id}): give each call its own `key=`, or make the workflow call "
+        "the same op with the same input at the same step on every attempt",
+    )

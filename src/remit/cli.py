@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -17,7 +18,7 @@ from rich.table import Table
 from remit.app import App, load_app
 from remit.errors import RemitError
 from remit.ledger import LedgerRow, LedgerStore
-from remit.runs import Run, RunStore, attempt_workflow_id
+from remit.runs import STATUSES, Run, RunStore, attempt_workflow_id
 from remit.settings import Settings
 from remit.store.database import Database
 
@@ -49,9 +50,16 @@ def _main(
     _state.app_path = app
 
 
-def _load() -> tuple[App, Settings]:
-    app = load_app(_state.app_path)
-    settings = Settings.from_env(_state.app_path)
+# `--app` is taken before the command (`remit --app X runs`) or after it (`remit runs --app X`).
+AppDir = Annotated[
+    Path | None, typer.Option("--app", help="The app's folder (default: the current folder).")
+]
+
+
+def _load(app_dir: Path | None) -> tuple[App, Settings]:
+    folder = app_dir or _state.app_path
+    app = load_app(folder)
+    settings = Settings.from_env(folder)
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -78,11 +86,12 @@ def worker(
     executor_id: Annotated[
         str | None, typer.Option(help="Executor id (default: a free slot on this host).")
     ] = None,
+    app_dir: AppDir = None,
 ) -> None:
     """Serve the app's queues until SIGTERM or Ctrl-C, then drain running work."""
     from remit.worker import Worker
 
-    app, settings = _load()
+    app, settings = _load(app_dir)
     if executor_id:
         settings = _replace(settings, executor_id=executor_id)
     running = Worker(app, settings)
@@ -94,6 +103,12 @@ def worker(
     )
     running.serve()
     err.print(f"worker {running.executor_id} stopped")
+    # Attempts that outlived the drain stay with DBOS for the next worker with this executor
+    # id; end now rather than let their threads run on past the bound.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(0)
 
 
 @cli.command()
@@ -104,9 +119,10 @@ def start(
         str | None,
         typer.Option("--as", help="Who starts it (default REMIT_ACTOR or user:<login>)."),
     ] = None,
+    app_dir: AppDir = None,
 ) -> None:
     """Start a run and print its id. No worker needs to run in this process."""
-    app, settings = _load()
+    app, settings = _load(app_dir)
     payload = _parse_json(input, "--input")
     db = _database(settings)
     client = db.client(app.name)
@@ -126,11 +142,16 @@ def run(
     input: Annotated[str, typer.Option("--input", help="The run's input as JSON.")] = "{}",
     as_: Annotated[str | None, typer.Option("--as", help="Who starts it.")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the run to finish.")] = 300.0,
+    app_dir: AppDir = None,
 ) -> None:
-    """Run a workflow in the foreground: start it, serve it here, wait, and show what happened."""
+    """Start a run and serve it in this process until it finishes, then show it.
+
+    This process is a worker while it waits: it serves the app's queues, so it may also take
+    other queued runs, which it lets finish (up to REMIT_DRAIN_TIMEOUT) before it exits.
+    """
     from remit.worker import Worker
 
-    app, settings = _load()
+    app, settings = _load(app_dir)
     payload = _parse_json(input, "--input")
     wf = app.workflow(name)
     running = Worker(app, settings)
@@ -158,9 +179,14 @@ def runs(
     status: Annotated[str | None, typer.Option(help="Only runs with this status.")] = None,
     workflow: Annotated[str | None, typer.Option(help="Only runs of this workflow.")] = None,
     limit: Annotated[int, typer.Option(help="How many, newest first.")] = 50,
+    app_dir: AppDir = None,
 ) -> None:
     """List runs, newest first."""
-    _, settings = _load()
+    _, settings = _load(app_dir)
+    if status is not None and status not in STATUSES:
+        raise RemitError(
+            f"--status {status!r} is not a run status: use one of {', '.join(STATUSES)}"
+        )
     db = _database(settings)
     try:
         found = RunStore(db).list(status=status, workflow=workflow, limit=limit)
@@ -183,9 +209,12 @@ def runs(
 
 
 @cli.command()
-def show(run_id: Annotated[str, typer.Argument(help="The run's id.")]) -> None:
+def show(
+    run_id: Annotated[str, typer.Argument(help="The run's id.")],
+    app_dir: AppDir = None,
+) -> None:
     """Show a run: status, attempts, each step with its timing and output, and its ledger."""
-    app, settings = _load()
+    app, settings = _load(app_dir)
     db = _database(settings)
     client = db.client(app.name)
     try:
@@ -196,9 +225,12 @@ def show(run_id: Annotated[str, typer.Argument(help="The run's id.")]) -> None:
 
 
 @cli.command()
-def cancel(run_id: Annotated[str, typer.Argument(help="The run's id.")]) -> None:
+def cancel(
+    run_id: Annotated[str, typer.Argument(help="The run's id.")],
+    app_dir: AppDir = None,
+) -> None:
     """Cancel a run that has not finished."""
-    app, settings = _load()
+    app, settings = _load(app_dir)
     db = _database(settings)
     client = db.client(app.name)
     try:
@@ -217,11 +249,14 @@ def cancel(run_id: Annotated[str, typer.Argument(help="The run's id.")]) -> None
 def ledger(
     run: Annotated[str | None, typer.Option("--run", help="Only this run's calls.")] = None,
     limit: Annotated[int, typer.Option(help="How many, newest first (without --run).")] = 200,
+    app_dir: AppDir = None,
 ) -> None:
     """List op calls from the ledger."""
-    _, settings = _load()
+    _, settings = _load(app_dir)
     db = _database(settings)
     try:
+        if run is not None:
+            RunStore(db).get(run)  # an unknown run is an error, not an empty ledger
         rows = LedgerStore(db).list(run_id=run, limit=limit)
     finally:
         db.dispose()

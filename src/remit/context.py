@@ -8,11 +8,14 @@ replay see the same value.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast, overload
 
-from dbos import DBOS
+import sqlalchemy as sa
+from dbos import DBOS, StepOptions
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
@@ -23,6 +26,8 @@ from remit.workflows import Workflow
 
 Out = TypeVar("Out", bound=BaseModel)
 T = TypeVar("T")
+
+_KEY = re.compile(r"[A-Za-z0-9._-]{1,100}")
 
 
 class _Base:
@@ -48,9 +53,16 @@ class _Base:
         return self._run.actor
 
     def _prepare(
-        self, op: Op[Any, Any] | str, input: Any, fields: Mapping[str, Any]
+        self, op: Op[Any, Any] | str, input: Any, fields: Mapping[str, Any], key: str | None
     ) -> tuple[Op[Any, Any], dict[str, Any]]:
         op_id = op if isinstance(op, str) else op.id
+        if key is not None and not _KEY.fullmatch(key):
+            raise InputInvalid(
+                f"key {key!r} for `{op_id}` must be 1 to 100 letters, digits, dots, dashes or "
+                "underscores, e.g. key='reminder-1'",
+                target=op_id,
+                errors=[],
+            )
         if op_id not in self._workflow.op_ids:
             raise OpNotDeclared(
                 f"workflow `{self._workflow.name}` called `{op_id}`, which its `uses` does not "
@@ -84,13 +96,7 @@ class _Base:
         """`ctx.<vendor>.<resource>.<op>(...)`: the same call as `ctx.call(op, ...)`."""
         if vendor.startswith("_"):
             raise AttributeError(vendor)
-        call = cast(Any, self).call
-
-        def invoke(op_id: str, input: Any, fields: dict[str, Any]) -> Any:
-            key = fields.pop("__key")
-            return call(op_id, input, key=key, **fields)
-
-        return _Path(invoke, self._ops, vendor)
+        return _Path(cast(Any, self).call, self._ops, vendor)
 
     def _op_step(
         self, op: Op[Any, Any], payload: dict[str, Any], key: str | None
@@ -98,10 +104,28 @@ class _Base:
         def body() -> Outcome:
             step_id = DBOS.step_id
             assert step_id is not None, "an op call runs as a DBOS step"
-            idempotency_key = f"{self._run.run_id}:{key if key is not None else step_id}"
+            # A call's position names it unless the workflow names it: `<run>:<step>` or
+            # `<run>:key:<key>`, two spaces that cannot collide.
+            name = str(step_id) if key is None else f"key:{key}"
+            idempotency_key = f"{self._run.run_id}:{name}"
             return self._caller.call(self._run, op, payload, step_id=step_id, key=idempotency_key)
 
         return body
+
+
+def _op_options(op: Op[Any, Any]) -> StepOptions:
+    """An op call's step: retried by DBOS only when the database failed under it, so the call
+    re-enters through the ledger, which decides whether calling the vendor again is safe."""
+    return {
+        "name": op.id,
+        "retries_allowed": True,
+        "max_attempts": 4,
+        "interval_seconds": 1.0,
+        "backoff_rate": 2.0,
+        "should_retry": lambda error: isinstance(
+            error, sa.exc.OperationalError | sa.exc.InterfaceError
+        ),
+    }
 
 
 def _finish_op(op: Op[Any, Out], outcome: Outcome) -> Out:
@@ -145,10 +169,7 @@ class _Path:
     """`ctx.<vendor>.<resource>.<op>(...)`: the attribute path to an op id."""
 
     def __init__(
-        self,
-        invoke: Callable[[str, Any, dict[str, Any]], Any],
-        ops: Mapping[str, Op[Any, Any]],
-        path: str,
+        self, invoke: Callable[..., Any], ops: Mapping[str, Op[Any, Any]], path: str
     ) -> None:
         self._invoke = invoke
         self._ops = ops
@@ -165,7 +186,7 @@ class _Path:
                 f"`ctx.{self._path}(...)` names no op any connector in the app declares",
                 op=self._path,
             )
-        return self._invoke(self._path, input, {"__key": key, **fields})
+        return self._invoke(self._path, input, key=key, **fields)
 
 
 class Context(_Base):
@@ -200,8 +221,8 @@ class Context(_Base):
 
         `key` names the call for its idempotency key (default: the step's position in the run).
         """
-        declared, payload = self._prepare(op, input, fields)
-        outcome = DBOS.run_step({"name": declared.id}, self._op_step(declared, payload, key))
+        declared, payload = self._prepare(op, input, fields, key)
+        outcome = DBOS.run_step(_op_options(declared), self._op_step(declared, payload, key))
         return _finish_op(cast(Op[Any, Out], declared), outcome)
 
 
@@ -214,7 +235,8 @@ class AsyncContext(_Base):
 
         async def body() -> Outcome:
             try:
-                value = fn()
+                # A sync function runs in a thread, so it cannot block other async workflows.
+                value = fn() if inspect.iscoroutinefunction(fn) else await asyncio.to_thread(fn)
                 if inspect.isawaitable(value):
                     value = await value
                 return _step_outcome(name, value)
@@ -229,8 +251,8 @@ class AsyncContext(_Base):
         self, op: Op[Any, Out], input: Any = None, /, *, key: str | None = None, **fields: Any
     ) -> Out:
         """Call `op` as a checkpointed step; see `Context.call`."""
-        declared, payload = self._prepare(op, input, fields)
+        declared, payload = self._prepare(op, input, fields, key)
         outcome = await DBOS.run_step_async(
-            {"name": declared.id}, self._op_step(declared, payload, key)
+            _op_options(declared), self._op_step(declared, payload, key)
         )
         return _finish_op(cast(Op[Any, Out], declared), outcome)

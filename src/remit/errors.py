@@ -8,6 +8,7 @@
     ├── SettingsError         an environment setting has a value remit cannot use
     ├── DatabaseError         the database URL is unusable or the database cannot be prepared
     ├── StepFailed            a `ctx.step` function raised (the same on first run and replay)
+    ├── RunMovedOn            the attempt was superseded or cancelled; it writes no more
     └── OpError               an operation call did not succeed (raised inside a run)
         ├── OpNotDeclared     the workflow called an op it did not list in `uses`
         ├── MissingCredential the driver needs an environment variable that is not set
@@ -79,11 +80,26 @@ class MissingCredential(OpError):
         super().__init__(message, op=op, retryable=False)
         self.variable = variable
 
+    @classmethod
+    def named(cls, op: str, variable: str) -> MissingCredential:
+        return cls(
+            f"op `{op}` needs the credential `{variable}`: set the environment variable "
+            f"{variable} for the worker (or run with REMIT_FAKES=1 to use the fakes)",
+            op=op,
+            variable=variable,
+        )
+
 
 class DriverError(OpError):
     """A driver's call failed. Drivers raise it; `retryable` drives remit's retry decision.
 
     `status` is the vendor's HTTP status where there was one, `vendor_code` its error code.
+    `maybe_applied` says whether the vendor may have acted on the call before it failed: False
+    for a refusal (a 4xx answer, a connection never made), True for a 5xx answer or a timeout
+    after the request was sent. Left as None it follows `status`: a 4xx answer means not
+    applied, anything else may have been. It decides what happens to a non-idempotent write:
+    one that may have been applied is `uncertain` and never repeated; one that was not applied
+    is retried when `retryable`.
     """
 
     def __init__(
@@ -93,11 +109,15 @@ class DriverError(OpError):
         retryable: bool,
         status: int | None = None,
         vendor_code: str | None = None,
+        maybe_applied: bool | None = None,
         op: str = "",
     ) -> None:
         super().__init__(message, op=op, retryable=retryable)
         self.status = status
         self.vendor_code = vendor_code
+        if maybe_applied is None:
+            maybe_applied = not (status is not None and 400 <= status < 500)
+        self.maybe_applied = maybe_applied
 
 
 class OpUncertain(OpError):
@@ -110,6 +130,11 @@ class OpUncertain(OpError):
     def __init__(self, message: str, *, op: str, idempotency_key: str) -> None:
         super().__init__(message, op=op, retryable=False)
         self.idempotency_key = idempotency_key
+
+
+class RunMovedOn(RemitError):
+    """The run moved on from this attempt (it was cancelled, or a later attempt took over):
+    the attempt starts no new write and ends without touching the run."""
 
 
 class StepFailed(RemitError):

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from remit.clock import Clock, SystemClock
 from remit.store.database import Database
-from remit.store.schema import ledger
+from remit.store.schema import ledger, runs
 
 LedgerStatus = Literal["started", "ok", "failed", "uncertain"]
 Reentry = Literal["replay", "call", "uncertain"]
@@ -80,6 +80,15 @@ class CallRecord:
     actor: str
 
 
+@dataclass(frozen=True)
+class Begun:
+    """What `LedgerStore.begin` found: a new `started` row, the row already under the key, or
+    a run that has moved on from the calling attempt (nothing written)."""
+
+    existing: LedgerRow | None = None
+    moved_on: bool = False
+
+
 class LedgerStore:
     """Reads and writes of the ledger table."""
 
@@ -87,36 +96,47 @@ class LedgerStore:
         self.db = db
         self.clock = clock or SystemClock()
 
-    def begin(self, record: CallRecord) -> LedgerRow | None:
-        """Write the call's `started` row, durable when this returns.
+    def begin(self, record: CallRecord, workflow_id: str) -> Begun:
+        """Write a write's `started` row, durable when this returns, if its attempt is current.
 
-        Returns None for a new row, or the row already there under the same idempotency key.
+        In the same transaction it checks that the run is still running on `workflow_id`: an
+        attempt that was superseded or cancelled starts no new write.
         """
-        try:
+
+        def write() -> Begun:
             with self.db.begin() as conn:
-                existing = self._by_key(conn, record.idempotency_key, lock=True)
+                current = conn.execute(
+                    sa.select(runs.c.workflow_id, runs.c.status)
+                    .where(runs.c.run_id == record.run_id)
+                    .with_for_update()
+                ).one_or_none()
+                if current is None or (current.workflow_id, current.status) != (
+                    workflow_id,
+                    "running",
+                ):
+                    return Begun(moved_on=True)
+                existing = self._by_key(conn, record.idempotency_key)
                 if existing is not None:
-                    return existing
+                    return Begun(existing=existing)
                 conn.execute(
                     ledger.insert().values(
                         **record.__dict__, status="started", tries=0, started_at=self.clock.now()
                     )
                 )
+                return Begun()
+
+        try:
+            return self.db.retrying(f"ledger {record.idempotency_key}: started", write)
         except sa.exc.IntegrityError:
             # Another process inserted the same key between our read and our insert.
-            return self.get(record.idempotency_key)
-        return None
+            return Begun(existing=self.get(record.idempotency_key))
 
     def retake(self, key: str, attempt: int) -> None:
         """A re-entered call goes ahead: note the attempt that makes it."""
-        with self.db.begin() as conn:
-            conn.execute(
-                ledger.update().where(ledger.c.idempotency_key == key).values(attempt=attempt)
-            )
+        self._update(key, {"attempt": attempt})
 
     def tried(self, key: str, tries: int) -> None:
-        with self.db.begin() as conn:
-            conn.execute(ledger.update().where(ledger.c.idempotency_key == key).values(tries=tries))
+        self._update(key, {"tries": tries})
 
     def finish(
         self,
@@ -139,22 +159,38 @@ class LedgerStore:
             "error": error,
             "error_info": error_info,
         }
-        with self.db.begin() as conn:
-            updated = conn.execute(
-                ledger.update()
-                .where(ledger.c.idempotency_key == record.idempotency_key)
-                .values(**values)
-            )
-            if updated.rowcount == 0:
-                conn.execute(
-                    ledger.insert().values(
-                        **record.__dict__, **values, started_at=started_at or now
+
+        def write() -> None:
+            with self.db.begin() as conn:
+                updated = conn.execute(
+                    ledger.update()
+                    .where(
+                        ledger.c.idempotency_key == record.idempotency_key,
+                        ledger.c.op_id == record.op_id,
                     )
+                    .values(**values)
                 )
+                if updated.rowcount == 0:
+                    conn.execute(
+                        ledger.insert().values(
+                            **record.__dict__, **values, started_at=started_at or now
+                        )
+                    )
+
+        self.db.retrying(f"ledger {record.idempotency_key}: {status}", write)
+
+    def _update(self, key: str, values: dict[str, Any]) -> None:
+        def write() -> None:
+            with self.db.begin() as conn:
+                conn.execute(
+                    ledger.update().where(ledger.c.idempotency_key == key).values(**values)
+                )
+
+        self.db.retrying(f"ledger {key}", write)
 
     def get(self, key: str) -> LedgerRow | None:
         with self.db.engine.connect() as conn:
-            return self._by_key(conn, key, lock=False)
+            return self._by_key(conn, key)
 
     def list(self, *, run_id: str | None = None, limit: int = 200) -> list[LedgerRow]:
         query = sa.select(ledger).order_by(ledger.c.id.desc()).limit(limit)
@@ -163,11 +199,8 @@ class LedgerStore:
         with self.db.engine.connect() as conn:
             return [_row(row) for row in conn.execute(query)]
 
-    def _by_key(self, conn: sa.Connection, key: str, *, lock: bool) -> LedgerRow | None:
-        query = sa.select(ledger).where(ledger.c.idempotency_key == key)
-        if lock:
-            query = query.with_for_update()
-        row = conn.execute(query).one_or_none()
+    def _by_key(self, conn: sa.Connection, key: str) -> LedgerRow | None:
+        row = conn.execute(sa.select(ledger).where(ledger.c.idempotency_key == key)).one_or_none()
         return None if row is None else _row(row)
 
 

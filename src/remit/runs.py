@@ -30,6 +30,16 @@ log = logging.getLogger("remit.runs")
 RunStatus = Literal[
     "queued", "running", "waiting", "sleeping", "paused", "done", "failed", "cancelled"
 ]
+STATUSES: tuple[str, ...] = (
+    "queued",
+    "running",
+    "waiting",
+    "sleeping",
+    "paused",
+    "done",
+    "failed",
+    "cancelled",
+)
 FINISHED: frozenset[str] = frozenset({"done", "failed", "cancelled"})
 # The statuses an attempt may move on from: a finished or cancelled run stays as it is.
 _ACTIVE = ("queued", "running", "waiting", "sleeping", "paused")
@@ -128,7 +138,7 @@ class RunStore:
         with self.db.engine.connect() as conn:
             row = conn.execute(sa.select(runs).where(runs.c.run_id == run_id)).one_or_none()
         if row is None:
-            raise RunNotFound(f"no run `{run_id}`: `remit runs` lists the runs")
+            raise _not_found(run_id)
         return _run(row)
 
     def list(
@@ -187,17 +197,22 @@ class RunStore:
         from_statuses: tuple[str, ...],
     ) -> bool:
         values = {**values, "updated_at": self.clock.now()}
-        with self.db.begin() as conn:
-            result = conn.execute(
-                runs.update()
-                .where(
-                    runs.c.run_id == run_id,
-                    runs.c.workflow_id == workflow_id,
-                    runs.c.status.in_(from_statuses),
-                )
-                .values(**values)
+        statement = (
+            runs.update()
+            .where(
+                runs.c.run_id == run_id,
+                runs.c.workflow_id == workflow_id,
+                runs.c.status.in_(from_statuses),
             )
-        return result.rowcount == 1
+            .values(**values)
+        )
+
+        def write() -> bool:
+            with self.db.begin() as conn:
+                return conn.execute(statement).rowcount == 1
+
+        # Repeating the write is harmless: the fence and the status guard make it idempotent.
+        return self.db.retrying(f"run {run_id}: status write", write)
 
     def bump(self, conn: sa.Connection, run_id: str) -> tuple[int, str]:
         """Move the run to its next attempt inside the caller's transaction.
@@ -212,7 +227,7 @@ class RunStore:
             .with_for_update()
         ).one_or_none()
         if row is None:
-            raise RunNotFound(f"no run `{run_id}`: `remit runs` lists the runs")
+            raise _not_found(run_id)
         if row.status in FINISHED:
             raise RemitError(f"run `{run_id}` is {row.status}: a finished run has no next attempt")
         attempt = int(row.attempt) + 1
@@ -243,7 +258,7 @@ class RunStore:
                 .with_for_update()
             ).one_or_none()
             if row is None:
-                raise RunNotFound(f"no run `{run_id}`: `remit runs` lists the runs")
+                raise _not_found(run_id)
             if row.status in FINISHED:
                 return self.get(run_id)
             conn.execute(
@@ -253,6 +268,10 @@ class RunStore:
             )
         client.cancel_workflow(row.workflow_id)
         return self.get(run_id)
+
+
+def _not_found(run_id: str) -> RunNotFound:
+    return RunNotFound(f"no run `{run_id}`: `remit runs` lists the runs")
 
 
 def parse_input(workflow: Workflow, input: Mapping[str, Any] | BaseModel) -> dict[str, Any]:

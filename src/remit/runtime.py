@@ -13,8 +13,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import sqlalchemy as sa
 from dbos import DBOS
-from dbos._error import DBOSWorkflowCancelledError
+from dbos import error as dbos_error
 from pydantic_core import to_jsonable_python
 
 from remit.app import App
@@ -22,6 +23,7 @@ from remit.calls import OpCaller, RunInfo
 from remit.clock import Clock
 from remit.connectors.base import Implementation
 from remit.context import AsyncContext, Context
+from remit.errors import RunMovedOn
 from remit.ledger import LedgerStore
 from remit.runs import RunStore
 from remit.store.database import Database
@@ -80,11 +82,27 @@ class Runtime:
         return output
 
     def _failed(self, run: RunInfo, error: Exception) -> None:
-        if isinstance(error, DBOSWorkflowCancelledError):
+        """Conclude the run as failed, unless the failure is not the run's own.
+
+        A database or DBOS failure (the database went away, the worker is shutting down) says
+        nothing about the run: its row stays as it is and the attempt stays with DBOS, which
+        recovers it.
+        """
+        if isinstance(error, sa.exc.SQLAlchemyError | dbos_error.DBOSException):
+            log.error(
+                "attempt %s of run %s stopped by %s: %s; left for recovery",
+                run.workflow_id,
+                run.run_id,
+                type(error).__name__,
+                error,
+            )
             return
         self.runs.conclude(
             run.run_id, run.workflow_id, "failed", error=f"{type(error).__name__}: {error}"
         )
+
+    def _moved_on(self, run: RunInfo, error: RunMovedOn) -> None:
+        log.info("attempt %s stops: %s", run.workflow_id, error)
 
     def _sync_attempt(self, wf: Workflow) -> Any:
         def attempt(run_id: str, attempt: int, input: dict[str, Any], actor: str) -> Any:
@@ -94,6 +112,9 @@ class Runtime:
             ctx = Context(run, wf, self.app.ops, self.caller)
             try:
                 result = wf.fn(ctx, wf.input.model_validate(input))
+            except RunMovedOn as error:
+                self._moved_on(run, error)
+                return None
             except Exception as error:
                 self._failed(run, error)
                 raise
@@ -111,6 +132,9 @@ class Runtime:
             ctx = AsyncContext(run, wf, self.app.ops, self.caller)
             try:
                 result = await wf.fn(ctx, wf.input.model_validate(input))
+            except RunMovedOn as error:
+                self._moved_on(run, error)
+                return None
             except Exception as error:
                 await asyncio.to_thread(self._failed, run, error)
                 raise

@@ -50,10 +50,10 @@ class Settings:
             executor_id=env.get("REMIT_EXECUTOR_ID") or None,
             threads=_number(env, "REMIT_WORKER_THREADS", 64, int),
             poll_interval=_number(env, "REMIT_POLL_INTERVAL", 0.1, float),
-            drain_timeout=_number(env, "REMIT_DRAIN_TIMEOUT", 30.0, float),
+            drain_timeout=_number(env, "REMIT_DRAIN_TIMEOUT", 30.0, float, zero=True),
             actor=env.get("REMIT_ACTOR")
             or f"user:{env.get('USER') or env.get('LOGNAME') or _login()}",
-            log_level=env.get("REMIT_LOG_LEVEL", "WARNING").upper(),
+            log_level=_log_level(env),
         )
 
 
@@ -61,17 +61,33 @@ def default_database_url(app_dir: Path) -> str:
     return f"sqlite:///{(app_dir.resolve() / DATA_DIR / 'remit.sqlite')}"
 
 
-def _number(env: Mapping[str, str], name: str, default: N, kind: type[N]) -> N:
+def _number(
+    env: Mapping[str, str], name: str, default: N, kind: type[N], *, zero: bool = False
+) -> N:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
+    what = "a whole number" if kind is int else "a number"
+    bound = "0 or more" if zero else "greater than 0"
     try:
         value = kind(raw)
     except ValueError:
-        raise SettingsError(f"{name}={raw!r} is not a number: set it to e.g. {default}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise SettingsError(f"{name}={raw!r} must be a number greater than 0, e.g. {default}")
+        raise SettingsError(f"{name}={raw!r} must be {what} {bound}, e.g. {default}") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        raise SettingsError(f"{name}={raw!r} must be {what} {bound}, e.g. {default}")
     return value
+
+
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(env: Mapping[str, str]) -> str:
+    level = env.get("REMIT_LOG_LEVEL", "WARNING").upper()
+    if level not in _LEVELS:
+        raise SettingsError(
+            f"REMIT_LOG_LEVEL={env['REMIT_LOG_LEVEL']!r} is not a log level: use one of {', '.join(_LEVELS)}"
+        )
+    return level
 
 
 def _login() -> str:

@@ -77,8 +77,31 @@ def test_an_attempt_superseded_mid_run_cannot_conclude(database_url: str) -> Non
 
         after = harness.runs.get(run.run_id)
         assert (after.status, after.attempt, after.output) == ("queued", 2, None)
-        # The attempt did make its calls; only its writes to the run were refused.
-        assert [r.op_id for r in harness.ledger(run.run_id)][-1] == send_email.id
+        # The call in flight finished; the attempt started no write after the bump.
+        assert [r.op_id for r in harness.ledger(run.run_id)][-1] == create_order.id
+        assert send_email.id not in [op_id for op_id, _ in shop.calls]
+
+
+def test_concurrent_bumps_give_distinct_attempts(store: tuple[Database, RunStore]) -> None:
+    db, runs = store
+    client = db.client("shop")
+    try:
+        run = runs.start(client, make_app().workflow("purchase"), {"sku": "sku-1"}, started_by="t")
+    finally:
+        client.destroy()
+    results: list[int] = []
+
+    def bump() -> None:
+        with db.begin() as conn:
+            results.append(runs.bump(conn, run.run_id)[0])
+
+    threads = [threading.Thread(target=bump) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(results) == [2, 3, 4, 5, 6, 7]
+    assert runs.get(run.run_id).attempt == 7
 
 
 @settings(

@@ -35,7 +35,7 @@ def test_processes_preparing_at_once_all_succeed(empty_database_url: str) -> Non
         assert {"remit_runs", "remit_ledger", "remit_meta"} <= tables
         with db.engine.connect() as conn:
             stored = conn.execute(sa.text("SELECT key, value FROM remit_meta")).all()
-        assert [tuple(row) for row in stored] == [("schema", SCHEMA_VERSION)]
+        assert dict(stored) == {"schema": SCHEMA_VERSION, "dbos": "3.4.0"}
         db.prepare()  # once prepared, preparing again is a no-op
     finally:
         db.dispose()

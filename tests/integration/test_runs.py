@@ -86,7 +86,9 @@ def test_retryable_read_errors_are_retried_with_the_same_key(database_url: str) 
         assert keys == [f"{run.run_id}:1"] * 3
 
 
-def test_a_non_idempotent_write_is_never_retried(database_url: str) -> None:
+def test_a_non_idempotent_write_that_may_have_happened_is_uncertain_and_not_retried(
+    database_url: str,
+) -> None:
     with Harness(make_app(), database_url=database_url) as harness:
         shop = harness.fake("shop", FakeShop)
         shop.failures[send_email.id] = [
@@ -94,14 +96,70 @@ def test_a_non_idempotent_write_is_never_retried(database_url: str) -> None:
         ]
         run = harness.run("purchase", {"sku": "sku-1"})
         assert run.status == "failed"
-        assert "mail relay timeout" in (run.error or "")
         assert run.error is not None
-        assert run.error.startswith("DriverError")
+        assert run.error.startswith("OpUncertain")
+        assert "mail relay timeout" in run.error
+        assert "will not call it again" in run.error
         last = harness.ledger(run.run_id)[-1]
-        assert (last.op_id, last.status, last.tries) == ("shop.emails.send", "failed", 1)
-        assert last.error_info is not None
-        assert last.error_info["status"] == 504
+        assert (last.op_id, last.status, last.tries) == ("shop.emails.send", "uncertain", 1)
         assert [op_id for op_id, _ in shop.calls].count(send_email.id) == 1
+
+
+def test_a_non_idempotent_write_the_vendor_refused_is_retried(database_url: str) -> None:
+    with Harness(make_app(), database_url=database_url) as harness:
+        shop = harness.fake("shop", FakeShop)
+        shop.failures[send_email.id] = [DriverError("slow down", retryable=True, status=429)]
+        run = harness.run("purchase", {"sku": "sku-1"})
+        assert run.status == "done", run.error
+        last = harness.ledger(run.run_id)[-1]
+        assert (last.op_id, last.status, last.tries) == ("shop.emails.send", "ok", 2)
+        assert len(shop.effects_of(send_email)) == 1
+
+
+def test_a_non_idempotent_write_refused_for_good_fails_the_run(database_url: str) -> None:
+    with Harness(make_app(), database_url=database_url) as harness:
+        shop = harness.fake("shop", FakeShop)
+        shop.failures[send_email.id] = [
+            DriverError("inactive recipient", retryable=False, status=422, vendor_code="406")
+        ]
+        run = harness.run("purchase", {"sku": "sku-1"})
+        assert run.status == "failed"
+        assert (run.error or "").startswith("DriverError: inactive recipient")
+        last = harness.ledger(run.run_id)[-1]
+        assert (last.status, last.tries) == ("failed", 1)
+        assert last.error_info is not None
+        assert (last.error_info["status"], last.error_info["vendor_code"]) == (422, "406")
+
+
+def test_named_keys_live_apart_from_step_keys(database_url: str) -> None:
+    with Harness(make_app(), database_url=database_url) as harness:
+        run = harness.run("keyed", {"first": "2", "second": "reorder"})
+        assert run.status == "done", run.error
+        keys = [r.idempotency_key for r in harness.ledger(run.run_id)]
+        assert keys == [f"{run.run_id}:1", f"{run.run_id}:key:2", f"{run.run_id}:key:reorder"]
+
+
+def test_one_key_for_two_different_calls_is_refused(database_url: str) -> None:
+    with Harness(make_app(), database_url=database_url) as harness:
+        run = harness.run("keyed", {"first": "same", "second": "same"})
+        assert run.status == "failed"
+        assert f"idempotency key {run.run_id}:key:same already belongs to a call" in (
+            run.error or ""
+        )
+        rows = harness.ledger(run.run_id)
+        assert [(r.op_id, r.status) for r in rows] == [
+            ("shop.items.get", "ok"),
+            ("shop.orders.create", "ok"),
+        ]
+        assert len(harness.fake("shop", FakeShop).effects_of(create_order)) == 1
+
+
+def test_a_bad_key_is_refused(database_url: str) -> None:
+    with Harness(make_app(), database_url=database_url) as harness:
+        run = harness.run("keyed", {"first": "has spaces", "second": "x"})
+        assert run.status == "failed"
+        assert "key 'has spaces'" in (run.error or "")
+        assert "letters, digits" in (run.error or "")
 
 
 def test_an_idempotent_write_retries_until_the_policy_gives_up(database_url: str) -> None:

@@ -99,7 +99,7 @@ def test_a_worker_threads_that_is_not_a_number(tmp_path: Path, raw: str) -> None
         Settings.from_env(tmp_path, environ={"REMIT_WORKER_THREADS": raw})
 
     message = str(raised.value)
-    assert f"REMIT_WORKER_THREADS={raw!r} is not a number" in message
+    assert f"REMIT_WORKER_THREADS={raw!r} must be a whole number greater than 0" in message
     assert "e.g. 64" in message
 
 
@@ -109,14 +109,27 @@ def test_a_worker_threads_that_is_not_positive(tmp_path: Path, raw: str) -> None
         Settings.from_env(tmp_path, environ={"REMIT_WORKER_THREADS": raw})
 
     assert str(raised.value).startswith(
-        f"REMIT_WORKER_THREADS={raw!r} must be a number greater than 0"
+        f"REMIT_WORKER_THREADS={raw!r} must be a whole number greater than 0"
     )
 
 
 @pytest.mark.parametrize("name", ["REMIT_POLL_INTERVAL", "REMIT_DRAIN_TIMEOUT"])
 def test_a_bad_interval_names_its_variable(tmp_path: Path, name: str) -> None:
-    with pytest.raises(SettingsError, match=f"^{name}='soon' is not a number"):
+    with pytest.raises(SettingsError, match=f"^{name}='soon' must be a number"):
         Settings.from_env(tmp_path, environ={name: "soon"})
+
+
+def test_a_drain_timeout_of_zero_means_do_not_wait(tmp_path: Path) -> None:
+    assert Settings.from_env(tmp_path, environ={"REMIT_DRAIN_TIMEOUT": "0"}).drain_timeout == 0
+    with pytest.raises(SettingsError, match="0 or more"):
+        Settings.from_env(tmp_path, environ={"REMIT_DRAIN_TIMEOUT": "-1"})
+
+
+def test_an_unknown_log_level_lists_the_levels(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_env(tmp_path, environ={"REMIT_LOG_LEVEL": "verbose"})
+    assert "REMIT_LOG_LEVEL='verbose'" in str(raised.value)
+    assert "DEBUG, INFO, WARNING, ERROR, CRITICAL" in str(raised.value)
 
 
 def test_a_poll_interval_that_is_not_a_number_at_all(tmp_path: Path) -> None:

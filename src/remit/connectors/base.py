@@ -60,12 +60,7 @@ class CallContext:
         """The value of credential `name`, or `MissingCredential` naming it."""
         value = self.environ.get(name)
         if not value:
-            raise MissingCredential(
-                f"op `{self.op.id}` needs the credential `{name}`: set the environment "
-                f"variable {name} for the worker",
-                op=self.op.id,
-                variable=name,
-            )
+            raise MissingCredential.named(self.op.id, name)
         return value
 
 

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib.metadata
+import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from dbos import DBOS, DBOSClient, DBOSPortableJSONSerializer
 
 from remit.errors import DatabaseError
 from remit.store.schema import SCHEMA_VERSION, meta, metadata
+
+log = logging.getLogger("remit.store")
+
+T = TypeVar("T")
 
 # Any fixed 64-bit number: the Postgres advisory lock that serialises `prepare()`.
 _PREPARE_LOCK = 0x72656D6974  # "remit"
@@ -70,9 +76,36 @@ class Database:
         """The same database as DBOS's system database URL."""
         return self.url.render_as_string(hide_password=False)
 
-    def begin(self) -> contextlib.AbstractContextManager[sa.Connection]:
-        """A connection in a transaction that commits on leaving (rolls back on an error)."""
-        return self.engine.begin()
+    @contextlib.contextmanager
+    def begin(self) -> Iterator[sa.Connection]:
+        """A connection in a transaction that commits on leaving (rolls back on an error).
+
+        On SQLite the transaction takes the write lock when it begins (`BEGIN IMMEDIATE`), so
+        a read-then-write inside it cannot interleave with another writer: SQLite has no
+        `SELECT ... FOR UPDATE`, and the driver would otherwise begin only at the first write.
+        """
+        with self.engine.connect() as conn, conn.begin():
+            if self.is_sqlite:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+            yield conn
+
+    def retrying(self, what: str, fn: Callable[[], T], *, within: float = 30.0) -> T:
+        """Call `fn` (one short transaction), again on a lost connection or a busy database.
+
+        For writes that are safe to repeat. Gives up after `within` seconds with the last
+        error, so a database that stays down fails the caller rather than hanging it.
+        """
+        deadline = time.monotonic() + within
+        delay = 0.05
+        while True:
+            try:
+                return fn()
+            except (sa.exc.OperationalError, sa.exc.InterfaceError) as error:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("%s: %s; trying again in %.2fs", what, error.orig or error, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     def client(self, app_name: str, *, pool_size: int = 2) -> DBOSClient:
         """A DBOS client on this database: enqueues and manages runs without a worker."""
@@ -95,8 +128,10 @@ class Database:
                 DBOS.migrate(self.dbos_url)
                 metadata.create_all(self.engine, checkfirst=True)
                 with self.begin() as conn:
-                    conn.execute(meta.delete().where(meta.c.key == "schema"))
-                    conn.execute(meta.insert().values(key="schema", value=SCHEMA_VERSION))
+                    conn.execute(meta.delete())
+                    conn.execute(
+                        meta.insert(), [{"key": k, "value": v} for k, v in _stamp().items()]
+                    )
             except sa.exc.OperationalError as error:
                 raise DatabaseError(
                     f"cannot prepare the database at {self.url.render_as_string()}: "
@@ -106,9 +141,9 @@ class Database:
     def _prepared(self) -> bool:
         try:
             with self.engine.connect() as conn:
-                stored = conn.execute(
-                    sa.select(meta.c.value).where(meta.c.key == "schema")
-                ).scalar_one_or_none()
+                stored = {
+                    row.key: row.value for row in conn.execute(sa.select(meta.c.key, meta.c.value))
+                }
         except sa.exc.ProgrammingError:
             return False
         except sa.exc.OperationalError as error:
@@ -118,7 +153,7 @@ class Database:
                 f"cannot reach the database at {self.url.render_as_string()}: "
                 f"{error.orig or error}. Check REMIT_DATABASE_URL and that the server is up"
             ) from error
-        return stored == SCHEMA_VERSION
+        return stored == _stamp()
 
     @contextlib.contextmanager
     def _prepare_lock(self) -> Iterator[None]:
@@ -152,9 +187,14 @@ class Database:
         self.engine.dispose()
 
 
+def _stamp() -> dict[str, str]:
+    """What a prepared database records: remit's schema and the DBOS whose migrations ran."""
+    return {"schema": SCHEMA_VERSION, "dbos": importlib.metadata.version("dbos")}
+
+
 def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
-    # Writers take the lock when their transaction begins, as DBOS's own engine does, so two
-    # writers queue on the busy timeout instead of failing to upgrade a read lock.
-    dbapi_conn.isolation_level = "IMMEDIATE"
+    # The driver begins no transactions of its own: `Database.begin` issues BEGIN IMMEDIATE,
+    # and a plain read runs on its own. A writer waits on the busy timeout for the lock.
+    dbapi_conn.isolation_level = None
     dbapi_conn.execute("PRAGMA busy_timeout=30000")
     dbapi_conn.execute("PRAGMA journal_mode=WAL")

@@ -9,7 +9,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
-# Bump when a table changes; `prepare()` re-runs its DDL when the stored number differs.
+# Bump when a table changes. A database stamped with another number is prepared again; a
+# change to an existing table needs its own migration step in `Database.prepare`.
 SCHEMA_VERSION = "1"
 
 
