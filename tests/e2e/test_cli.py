@@ -203,3 +203,51 @@ def test_sigterm_lets_running_work_finish_then_exits(cli: Cli) -> None:
     assert worker.wait(30) == 0, cli.log(0)
     assert RunStore(cli.db).get(run_id).status == "done"
     assert "draining" in cli.log(0)
+
+
+def test_sigterm_past_the_drain_bound_exits_and_the_next_worker_completes_the_run(cli: Cli) -> None:
+    cli.env["REMIT_DRAIN_TIMEOUT"] = "1"
+    (cli.tmp / "slow-between").write_text("30")
+    worker = cli.worker(CRASH_APP)
+    run_id = cli(
+        "start", "payout", "--input", '{"account": "a", "amount": 10}', app=CRASH_APP
+    ).stdout.strip()
+    deadline = time.monotonic() + 60
+    while not (cli.tmp / "reached-between").exists():
+        assert time.monotonic() < deadline, cli.log(0)
+        time.sleep(0.02)
+    stopping = time.monotonic()
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(20) == 0, cli.log(0)
+    assert time.monotonic() - stopping < 10
+    assert RunStore(cli.db).get(run_id).status == "running"
+
+    (cli.tmp / "slow-between").unlink()
+    cli.worker(CRASH_APP)
+    cli.wait_for(run_id, "done")
+    journal = (cli.tmp / "journal.jsonl").read_text().splitlines()
+    transfers = [line for line in journal if "bank.transfers.create" in line]
+    assert len(transfers) == 2
+
+
+def test_app_may_follow_the_command(cli: Cli) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "remit", "runs", "--app", str(AR_DESK)],
+        env=cli.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "no runs"
+
+
+def test_an_unknown_status_or_run_is_an_error_not_an_empty_list(cli: Cli) -> None:
+    done = cli("runs", "--status", "bogus", check=False)
+    assert done.returncode == 1
+    assert "--status 'bogus' is not a run status" in done.stderr
+    assert "queued, running, waiting" in " ".join(done.stderr.split())
+    done = cli("ledger", "--run", "run_nope", check=False)
+    assert done.returncode == 1
+    assert "no run `run_nope`" in done.stderr
