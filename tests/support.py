@@ -156,9 +156,15 @@ async def purchase_async(ctx: AsyncContext, input: Purchase) -> dict[str, Any]:
     return {"order_id": order.order_id, "total": amount}
 
 
+def order_anyway(ctx: Context, sku: str) -> None:
+    ctx.call(create_order, sku=sku, quantity=1)
+
+
 @workflow(name="sneaky", input=Purchase, uses=[get_item])
 def sneaky(ctx: Context, input: Purchase) -> None:
-    ctx.call(create_order, sku=input.sku, quantity=1)
+    # The load-time check reads only the workflow's own code; the helper's call is caught
+    # when the run makes it.
+    order_anyway(ctx, input.sku)
 
 
 @workflow(name="broken-step", input=Purchase)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import dis
 import hashlib
 import importlib
 import importlib.util
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
+from types import CodeType, ModuleType
 from typing import Any, TypeVar
 
 from remit._version import __version__
@@ -108,6 +110,13 @@ class App:
                     f"workflow `{wf.name}` uses an op `{used.id}` that is not the one the "
                     f"{used.vendor} connector declares: import the op from the connector"
                 )
+        unlisted = sorted(referenced_ops(wf.fn, self.ops) - wf.op_ids)
+        if unlisted:
+            listed = ", ".join(f"`{op_id}`" for op_id in unlisted)
+            raise AppError(
+                f"workflow `{wf.name}` calls {listed}, which its `uses` does not list: add "
+                f"{'it' if len(unlisted) == 1 else 'them'} to @workflow(uses=[...])"
+            )
         if wf.queue not in self.queues:
             raise AppError(
                 f"workflow `{wf.name}` runs on queue `{wf.queue}`, which the app does not "
@@ -140,6 +149,46 @@ class App:
 
     def __repr__(self) -> str:
         return f"App({self.name!r}, workflows={sorted(self.workflows)})"
+
+
+def referenced_ops(fn: Callable[..., Any], ops: Mapping[str, Op[Any, Any]]) -> set[str]:
+    """The ids of the app's ops that `fn`'s own code names: an op object it refers to by name
+    (`ctx.call(send_message, ...)`), or an attribute path `ctx.<vendor>.<resource>.<op>`.
+
+    Code the function calls into is not read; the run-time check covers it.
+    """
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return set()
+    by_path = {tuple(op_id.split(".")): op_id for op_id in ops}
+    known = {id(op): op.id for op in ops.values()}
+    scope: dict[str, Any] = dict(getattr(fn, "__globals__", {}))
+    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or (), strict=False):
+        with contextlib.suppress(ValueError):
+            scope[name] = cell.cell_contents
+    found: set[str] = set()
+    for each in _code_objects(code):
+        for name in each.co_names + each.co_freevars:
+            value = scope.get(name)
+            if isinstance(value, Op) and id(value) in known:
+                found.add(value.id)
+        attributes: list[str] = []
+        for instruction in dis.get_instructions(each):
+            if instruction.opname in ("LOAD_ATTR", "LOAD_METHOD"):
+                attributes.append(str(instruction.argval))
+                path = tuple(attributes[-3:])
+                if path in by_path:
+                    found.add(by_path[path])
+            else:
+                attributes = []
+    return found
+
+
+def _code_objects(code: CodeType) -> Iterator[CodeType]:
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            yield from _code_objects(const)
 
 
 def _where(wf: Workflow) -> str:

@@ -521,3 +521,63 @@ def test_parse_input_names_a_missing_field() -> None:
 def test_attempt_workflow_id() -> None:
     assert attempt_workflow_id("run_abc", 1) == "run_abc:1"
     assert attempt_workflow_id("run_abc", 2) != attempt_workflow_id("run_abc", 1)
+
+
+# --- ops the workflow's code calls without listing them ------------------------------------
+
+
+class _Ref(BaseModel):
+    id: str
+
+
+_read = op("acme.things.read", effect="read", input=_Ref, output=_Ref)
+_write = op("acme.things.write", effect="write", input=_Ref, output=_Ref)
+
+
+class _AcmeFake(Fake):
+    @implements(_read)
+    def read(self, input: _Ref, call: CallContext) -> _Ref:
+        return input
+
+    @implements(_write)
+    def write(self, input: _Ref, call: CallContext) -> _Ref:
+        return input
+
+
+_acme = Connector("acme", ops=[_read, _write], driver=_AcmeFake, fake=_AcmeFake)
+
+
+def test_an_op_named_in_the_code_but_not_in_uses_is_refused_at_load() -> None:
+    @workflow(name="by-name", input=_Ref, uses=[_read])
+    def by_name(ctx: Any, input: _Ref) -> None:
+        ctx.call(_read, id=input.id)
+        ctx.call(_write, id=input.id)
+
+    with pytest.raises(AppError) as refused:
+        App(name="acme", workflows=[by_name], connectors=[_acme])
+    assert str(refused.value) == (
+        "workflow `by-name` calls `acme.things.write`, which its `uses` does not list: "
+        "add it to @workflow(uses=[...])"
+    )
+
+
+def test_an_attribute_path_inside_a_lambda_is_refused_at_load() -> None:
+    @workflow(name="by-path", input=_Ref)
+    def by_path(ctx: Any, input: _Ref) -> None:
+        ctx.step("later", lambda: ctx.acme.things.write(id=input.id))
+
+    with pytest.raises(AppError, match=re.escape("`by-path` calls `acme.things.write`")):
+        App(name="acme", workflows=[by_path], connectors=[_acme])
+
+
+def test_listed_ops_and_unrelated_attributes_pass() -> None:
+    things = {"a": 1}
+
+    @workflow(name="fine", input=_Ref, uses=[_read, _write])
+    def fine(ctx: Any, input: _Ref) -> None:
+        ctx.acme.things.read(id=input.id)
+        ctx.call(_write, id=input.id)
+        things.get("a")
+
+    app = App(name="acme", workflows=[fine], connectors=[_acme])
+    assert app.workflow("fine").op_ids == {"acme.things.read", "acme.things.write"}
