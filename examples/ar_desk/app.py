@@ -70,7 +70,10 @@ def chase_invoice(ctx: Context, input: ChaseInput) -> ChaseResult:
         ),
     )
     ctx.call(
-        record_reminder, invoice_id=invoice.invoice_id, note=f"{tone} reminder {sent.message_id}"
+        record_reminder,
+        invoice_id=invoice.invoice_id,
+        reminders_sent=invoice.reminders_sent + 1,
+        note=f"{tone} reminder {sent.message_id}",
     )
     return ChaseResult(
         invoice_id=invoice.invoice_id,

@@ -105,8 +105,12 @@ def test_payments_record_sends_the_idempotency_key_and_a_repeat_changes_nothing(
     vendor = PaymentsVendor()
     driver = PaymentsDriver(transport=httpx.MockTransport(vendor))
     context = call(record_reminder, {"PAYMENTS_API_KEY": "sk_test"}, key="run_1:4")
-    first = driver.invoke(record_reminder, ReminderNote(invoice_id="inv_1", note="firm"), context)
-    again = driver.invoke(record_reminder, ReminderNote(invoice_id="inv_1", note="firm"), context)
+    first = driver.invoke(
+        record_reminder, ReminderNote(invoice_id="inv_1", reminders_sent=1, note="firm"), context
+    )
+    again = driver.invoke(
+        record_reminder, ReminderNote(invoice_id="inv_1", reminders_sent=1, note="firm"), context
+    )
     posts = [r for r in vendor.requests if r.method == "POST"]
     assert [r.headers["Idempotency-Key"] for r in posts] == ["run_1:4", "run_1:4"]
     assert first.model_dump()["reminders_sent"] == 1

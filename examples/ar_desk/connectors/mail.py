@@ -64,8 +64,10 @@ class MailDriver(Driver):
             ) as client:
                 response = client.post("/email", json=payload, headers=headers)
         except httpx.ConnectError as error:
-            # Refused before anything was sent: safe to report as retryable.
-            raise DriverError(f"mail API unreachable: {error}", retryable=True) from error
+            # No connection, so nothing was sent: safe to try again.
+            raise DriverError(
+                f"mail API unreachable: {error}", retryable=True, maybe_applied=False
+            ) from error
         body: dict[str, Any] = response.json() if response.content else {}
         if response.status_code >= 400 or body.get("ErrorCode", 0) != 0:
             raise DriverError(
@@ -86,8 +88,9 @@ class FakeMail(Fake):
 
     @implements(send_message)
     def send(self, input: Message, call: CallContext) -> Sent:
-        self.outbox.append(input)
-        return Sent(message_id=f"msg_{len(self.outbox):04d}", to=input.to)
+        with self._lock:
+            self.outbox.append(input)
+            return Sent(message_id=f"msg_{len(self.outbox):04d}", to=input.to)
 
 
 mail = Connector(

@@ -31,7 +31,10 @@ class Invoice(BaseModel):
 
 
 class ReminderNote(BaseModel):
+    """The reminder count to set, decided by the workflow: a retry sends the same request."""
+
     invoice_id: str
+    reminders_sent: int
     note: str
 
 
@@ -115,15 +118,12 @@ class PaymentsDriver(Driver):
     @implements(record_reminder)
     def record(self, input: ReminderNote, call: CallContext) -> Invoice:
         with self._client(call) as client:
-            current = _invoice(
-                self._send(call, client.build_request("GET", f"/v1/invoices/{input.invoice_id}"))
-            )
             request = client.build_request(
                 "POST",
                 f"/v1/invoices/{input.invoice_id}",
                 headers={"Idempotency-Key": call.idempotency_key},
                 data={
-                    "metadata[reminders_sent]": str(current.reminders_sent + 1),
+                    "metadata[reminders_sent]": str(input.reminders_sent),
                     "metadata[last_reminder]": input.note,
                 },
             )
@@ -168,10 +168,11 @@ class FakePayments(Fake):
 
     @implements(record_reminder)
     def record(self, input: ReminderNote, call: CallContext) -> Invoice:
-        invoice = self.get(InvoiceRef(invoice_id=input.invoice_id), call)
-        updated = invoice.model_copy(update={"reminders_sent": invoice.reminders_sent + 1})
-        self.invoices[input.invoice_id] = updated
-        return updated
+        with self._lock:
+            invoice = self.get(InvoiceRef(invoice_id=input.invoice_id), call)
+            updated = invoice.model_copy(update={"reminders_sent": input.reminders_sent})
+            self.invoices[input.invoice_id] = updated
+            return updated
 
 
 payments = Connector(
