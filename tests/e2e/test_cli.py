@@ -66,6 +66,17 @@ class Cli:
         self.procs.append(proc)
         return proc
 
+    def start_payout_and_wait_between(self) -> str:
+        """Start a crash-app payout and wait until a worker holds it at its `between` step."""
+        run_id = self(
+            "start", "payout", "--input", '{"account": "a", "amount": 10}', app=CRASH_APP
+        ).stdout.strip()
+        deadline = time.monotonic() + 60
+        while not (self.tmp / "reached-between").exists():
+            assert time.monotonic() < deadline, self.log(0)
+            time.sleep(0.02)
+        return run_id
+
     def log(self, index: int) -> str:
         return (self.tmp / f"worker-{index}.log").read_text()
 
@@ -192,13 +203,7 @@ def test_two_workers_on_one_host_take_distinct_executor_ids(cli: Cli) -> None:
 def test_sigterm_lets_running_work_finish_then_exits(cli: Cli) -> None:
     (cli.tmp / "slow-between").write_text("2")
     worker = cli.worker(CRASH_APP)
-    run_id = cli(
-        "start", "payout", "--input", '{"account": "a", "amount": 10}', app=CRASH_APP
-    ).stdout.strip()
-    deadline = time.monotonic() + 60
-    while not (cli.tmp / "reached-between").exists():
-        assert time.monotonic() < deadline, cli.log(0)
-        time.sleep(0.02)
+    run_id = cli.start_payout_and_wait_between()
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(30) == 0, cli.log(0)
     assert RunStore(cli.db).get(run_id).status == "done"
@@ -209,13 +214,7 @@ def test_sigterm_past_the_drain_bound_exits_and_the_next_worker_completes_the_ru
     cli.env["REMIT_DRAIN_TIMEOUT"] = "1"
     (cli.tmp / "slow-between").write_text("30")
     worker = cli.worker(CRASH_APP)
-    run_id = cli(
-        "start", "payout", "--input", '{"account": "a", "amount": 10}', app=CRASH_APP
-    ).stdout.strip()
-    deadline = time.monotonic() + 60
-    while not (cli.tmp / "reached-between").exists():
-        assert time.monotonic() < deadline, cli.log(0)
-        time.sleep(0.02)
+    run_id = cli.start_payout_and_wait_between()
     stopping = time.monotonic()
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(20) == 0, cli.log(0)

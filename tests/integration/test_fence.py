@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remit.runs import RunStore
+from remit.runs import Run, RunStore
 from remit.store.database import Database
 from remit.testing import Harness
 from tests.support import FakeShop, create_order, make_app, send_email
@@ -23,13 +23,18 @@ def store(database_url: str) -> Iterator[tuple[Database, RunStore]]:
     db.dispose()
 
 
-def test_a_superseded_attempt_writes_nothing(store: tuple[Database, RunStore]) -> None:
-    db, runs = store
+def queued_run(db: Database, runs: RunStore) -> Run:
+    """A run of `purchase` started with no worker to take it."""
     client = db.client("shop")
     try:
-        run = runs.start(client, make_app().workflow("purchase"), {"sku": "sku-1"}, started_by="t")
+        return runs.start(client, make_app().workflow("purchase"), {"sku": "sku-1"}, started_by="t")
     finally:
         client.destroy()
+
+
+def test_a_superseded_attempt_writes_nothing(store: tuple[Database, RunStore]) -> None:
+    db, runs = store
+    run = queued_run(db, runs)
     with db.begin() as conn:
         assert runs.bump(conn, run.run_id) == (2, f"{run.run_id}:2")
 
@@ -44,16 +49,13 @@ def test_a_superseded_attempt_writes_nothing(store: tuple[Database, RunStore]) -
     assert runs.get(run.run_id).status == "running"
 
 
-def test_a_superseded_attempt_that_is_dequeued_runs_nothing(database_url: str) -> None:
-    db = Database(database_url)
-    db.prepare()
-    client = db.client("shop")
-    runs = RunStore(db)
-    run = runs.start(client, make_app().workflow("purchase"), {"sku": "sku-1"}, started_by="t")
+def test_a_superseded_attempt_that_is_dequeued_runs_nothing(
+    store: tuple[Database, RunStore], database_url: str
+) -> None:
+    db, runs = store
+    run = queued_run(db, runs)
     with db.begin() as conn:
         runs.bump(conn, run.run_id)
-    client.destroy()
-    db.dispose()
 
     with Harness(make_app(), database_url=database_url) as harness:
         handle = harness.worker.client.retrieve_workflow(f"{run.run_id}:1")
@@ -84,11 +86,7 @@ def test_an_attempt_superseded_mid_run_cannot_conclude(database_url: str) -> Non
 
 def test_concurrent_bumps_give_distinct_attempts(store: tuple[Database, RunStore]) -> None:
     db, runs = store
-    client = db.client("shop")
-    try:
-        run = runs.start(client, make_app().workflow("purchase"), {"sku": "sku-1"}, started_by="t")
-    finally:
-        client.destroy()
+    run = queued_run(db, runs)
     results: list[int] = []
 
     def bump() -> None:
@@ -117,11 +115,7 @@ def test_only_the_current_attempt_ever_changes_the_run(
     store: tuple[Database, RunStore], steps: list[tuple[str, int]]
 ) -> None:
     db, runs = store
-    client = db.client("shop")
-    try:
-        run = runs.start(client, make_app().workflow("purchase"), {"sku": "sku-1"}, started_by="t")
-    finally:
-        client.destroy()
+    run = queued_run(db, runs)
     current, status = 1, "queued"
     for action, attempt in steps:
         before = runs.get(run.run_id)
