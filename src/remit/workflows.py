@@ -80,6 +80,14 @@ def workflow(
     def declare(fn: Callable[..., Any]) -> Workflow:
         if not callable(fn):
             raise AppError(f"@workflow(name={name!r}) must decorate a function")
+        try:
+            inspect.signature(fn).bind(None, None)
+        except TypeError:
+            raise AppError(
+                f"workflow `{name}`: {fn.__qualname__} must take two arguments, `(ctx, input)`"
+            ) from None
+        except ValueError:
+            pass  # no signature to read (a builtin): the run will tell
         return Workflow(
             name=name,
             fn=fn,

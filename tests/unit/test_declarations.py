@@ -581,3 +581,14 @@ def test_listed_ops_and_unrelated_attributes_pass() -> None:
 
     app = App(name="acme", workflows=[fine], connectors=[_acme])
     assert app.workflow("fine").op_ids == {"acme.things.read", "acme.things.write"}
+
+
+def test_a_workflow_function_must_take_ctx_and_input() -> None:
+    with pytest.raises(AppError) as refused:
+
+        @workflow(name="no-input", input=_Ref)
+        def no_input(ctx: Any) -> None:
+            return None
+
+    assert "workflow `no-input`" in str(refused.value)
+    assert "must take two arguments, `(ctx, input)`" in str(refused.value)
