@@ -1,17 +1,18 @@
-# One command per habit. Every target bootstraps .venv on a fresh machine.
+# One command per habit. Every target bootstraps .venv on a fresh machine, installing the
+# versions pinned in constraints.txt (every dependency, direct or not).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
 .PHONY: setup demo test lint types unit integration crash bench clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
