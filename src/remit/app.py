@@ -152,8 +152,9 @@ class App:
 
 
 def referenced_ops(fn: Callable[..., Any], ops: Mapping[str, Op[Any, Any]]) -> set[str]:
-    """The ids of the app's ops that `fn`'s own code names: an op object it refers to by name
-    (`ctx.call(send_message, ...)`), or an attribute path `ctx.<vendor>.<resource>.<op>`.
+    """The ids of the app's ops that `fn`'s own code names: an op object it loads by name, a
+    module global or a variable it closes over (`ctx.call(send_message, ...)`), or an
+    attribute path `ctx.<vendor>.<resource>.<op>`.
 
     Code the function calls into is not read; the run-time check covers it.
     """
@@ -161,21 +162,26 @@ def referenced_ops(fn: Callable[..., Any], ops: Mapping[str, Op[Any, Any]]) -> s
     if code is None:
         return set()
     by_path = {tuple(op_id.split(".")): op_id for op_id in ops}
-    known = {id(op): op.id for op in ops.values()}
-    scope: dict[str, Any] = dict(getattr(fn, "__globals__", {}))
+    known = {id(op) for op in ops.values()}
+    globals_: dict[str, Any] = getattr(fn, "__globals__", {})
+    closure: dict[str, Any] = {}
     for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or (), strict=False):
         with contextlib.suppress(ValueError):
-            scope[name] = cell.cell_contents
+            closure[name] = cell.cell_contents
     found: set[str] = set()
     for each in _code_objects(code):
-        for name in each.co_names + each.co_freevars:
-            value = scope.get(name)
-            if isinstance(value, Op) and id(value) in known:
-                found.add(value.id)
         attributes: list[str] = []
         for instruction in dis.get_instructions(each):
+            name = str(instruction.argval)
+            value: Any = None
+            if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+                value = globals_.get(name)
+            elif instruction.opname == "LOAD_DEREF" and each is code:
+                value = closure.get(name)
+            if isinstance(value, Op) and id(value) in known:
+                found.add(value.id)
             if instruction.opname in ("LOAD_ATTR", "LOAD_METHOD"):
-                attributes.append(str(instruction.argval))
+                attributes.append(name)
                 path = tuple(attributes[-3:])
                 if path in by_path:
                     found.add(by_path[path])

@@ -20,7 +20,7 @@ from remit.clock import Clock
 from remit.connectors.base import CallContext, Implementation
 from remit.connectors.ops import Op
 from remit.errors import DriverError, MissingCredential, OpError, OpUncertain, RunMovedOn
-from remit.ledger import CallRecord, LedgerRow, LedgerStore, input_hash, on_reentry
+from remit.ledger import CallRecord, LedgerRow, LedgerStatus, LedgerStore, input_hash, on_reentry
 from remit.retry import next_delay
 
 log = logging.getLogger("remit.calls")
@@ -98,9 +98,26 @@ class OpCaller:
         self.environ = environ
 
     def call(
-        self, run: RunInfo, op: Op[Any, Any], payload: dict[str, Any], *, step_id: int, key: str
+        self,
+        run: RunInfo,
+        op: Op[Any, Any],
+        payload: dict[str, Any],
+        *,
+        step_id: int,
+        key: str,
+        memo: dict[str, Any] | None = None,
     ) -> Outcome:
-        """Make the call keyed `key` (stable across retries and attempts) and return its outcome."""
+        """Make the call keyed `key` (stable across retries and attempts) and return its outcome.
+
+        `memo` lives as long as the step: when DBOS retries the step because recording the
+        outcome failed, the outcome already in `memo` is recorded, and the vendor is not
+        called again.
+        """
+        memo = {} if memo is None else memo
+        if "settled" in memo:
+            record, status, values, outcome = memo["settled"]
+            self.ledger.finish(record, status, **values)
+            return dict(outcome)
         record = CallRecord(
             run_id=run.run_id,
             attempt=run.attempt,
@@ -129,7 +146,7 @@ class OpCaller:
             if conflict is not None:
                 return conflict
             if op.effect == "write":
-                decided = self._reenter(op, record, existing)
+                decided = self._reenter(op, record, existing, memo)
                 if decided is not None:
                     return decided
         implementation = self.implementations[op.vendor]
@@ -137,11 +154,13 @@ class OpCaller:
             if not self.environ.get(name):
                 missing = MissingCredential.named(op.id, name)
                 outcome = failure("credential", str(missing), variable=name)
-                self._finish_failed(record, outcome, tries=0, started_at=started_at)
+                self._finish_failed(record, outcome, tries=0, started_at=started_at, memo=memo)
                 return outcome
-        return self._attempt_calls(op, implementation, record, payload, run, started_at)
+        return self._attempt_calls(op, implementation, record, payload, run, started_at, memo)
 
-    def _reenter(self, op: Op[Any, Any], record: CallRecord, existing: LedgerRow) -> Outcome | None:
+    def _reenter(
+        self, op: Op[Any, Any], record: CallRecord, existing: LedgerRow, memo: dict[str, Any]
+    ) -> Outcome | None:
         decision = on_reentry(existing.status, safe_to_repeat=op.safe_to_repeat)
         if decision == "replay":
             if existing.status == "ok":
@@ -163,7 +182,7 @@ class OpCaller:
             "the process making it stopped mid-call. It is not idempotent, so remit will not call "
             "it again; check with the vendor whether it happened"
         )
-        return self._uncertain(record, message, tries=existing.tries)
+        return self._uncertain(record, message, tries=existing.tries, memo=memo)
 
     def _attempt_calls(
         self,
@@ -173,6 +192,7 @@ class OpCaller:
         payload: dict[str, Any],
         run: RunInfo,
         started_at: datetime,
+        memo: dict[str, Any],
     ) -> Outcome:
         call = CallContext(
             op=op,
@@ -195,6 +215,7 @@ class OpCaller:
                         f"have reached the vendor ({error}): it is not idempotent, so remit will "
                         "not call it again; check with the vendor whether it happened",
                         tries=tries,
+                        memo=memo,
                     )
                 delay = next_delay(
                     op.retry,
@@ -204,7 +225,9 @@ class OpCaller:
                 )
                 if delay is None:
                     outcome = _driver_failure(error)
-                    self._finish_failed(record, outcome, tries=tries, started_at=started_at)
+                    self._finish_failed(
+                        record, outcome, tries=tries, started_at=started_at, memo=memo
+                    )
                     return outcome
                 log.info("%s failed (%s); trying again in %.2fs", op.id, error, delay)
                 if op.effect == "write":
@@ -213,7 +236,7 @@ class OpCaller:
                 continue
             except MissingCredential as error:
                 outcome = failure("credential", str(error), variable=error.variable)
-                self._finish_failed(record, outcome, tries=tries, started_at=started_at)
+                self._finish_failed(record, outcome, tries=tries, started_at=started_at, memo=memo)
                 return outcome
             except Exception as error:
                 # Not a DriverError: a bug, or output that does not parse. The vendor may have
@@ -221,37 +244,66 @@ class OpCaller:
                 message = f"op `{op.id}` raised {type(error).__name__}: {error}"
                 if op.effect == "write" and not op.safe_to_repeat:
                     return self._uncertain(
-                        record, message + "; its outcome is unknown", tries=tries
+                        record, message + "; its outcome is unknown", tries=tries, memo=memo
                     )
                 if isinstance(error, ValidationError):
                     message = f"op `{op.id}` returned output that does not parse: {error}"
                 outcome = failure("driver", message, retryable=False)
-                self._finish_failed(record, outcome, tries=tries, started_at=started_at)
+                self._finish_failed(record, outcome, tries=tries, started_at=started_at, memo=memo)
                 return outcome
             dumped = output.model_dump(mode="json")
-            self.ledger.finish(record, "ok", tries=tries, output=dumped, started_at=started_at)
-            return ok(dumped)
+            return self._settle(
+                memo, record, "ok", ok(dumped), tries=tries, output=dumped, started_at=started_at
+            )
 
-    def _uncertain(self, record: CallRecord, message: str, *, tries: int) -> Outcome:
-        outcome = failure("uncertain", message, idempotency_key=record.idempotency_key)
-        self.ledger.finish(
-            record, "uncertain", tries=tries, error=message, error_info=outcome["error"]
-        )
+    def _uncertain(
+        self, record: CallRecord, message: str, *, tries: int, memo: dict[str, Any]
+    ) -> Outcome:
         log.warning("%s", message)
-        return outcome
+        outcome = failure("uncertain", message, idempotency_key=record.idempotency_key)
+        return self._settle(
+            memo,
+            record,
+            "uncertain",
+            outcome,
+            tries=tries,
+            error=message,
+            error_info=outcome["error"],
+        )
 
     def _finish_failed(
-        self, record: CallRecord, outcome: Outcome, *, tries: int, started_at: datetime
-    ) -> None:
+        self,
+        record: CallRecord,
+        outcome: Outcome,
+        *,
+        tries: int,
+        started_at: datetime,
+        memo: dict[str, Any],
+    ) -> Outcome:
         error = outcome["error"]
-        self.ledger.finish(
+        return self._settle(
+            memo,
             record,
             "failed",
+            outcome,
             tries=tries,
             error=error["message"],
             error_info=error,
             started_at=started_at,
         )
+
+    def _settle(
+        self,
+        memo: dict[str, Any],
+        record: CallRecord,
+        status: LedgerStatus,
+        outcome: Outcome,
+        **values: Any,
+    ) -> Outcome:
+        """Record the call's outcome, keeping it in `memo` first (see `call`)."""
+        memo["settled"] = (record, status, values, outcome)
+        self.ledger.finish(record, status, **values)
+        return outcome
 
 
 def _conflict(record: CallRecord, existing: LedgerRow) -> Outcome | None:

@@ -103,12 +103,7 @@ def worker(
     )
     running.serve()
     err.print(f"worker {running.executor_id} stopped")
-    # Attempts that outlived the drain stay with DBOS for the next worker with this executor
-    # id; end now rather than let their threads run on past the bound.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    logging.shutdown()
-    os._exit(0)
+    _exit_now(0)
 
 
 @cli.command()
@@ -169,9 +164,8 @@ def run(
             current = runs.get(started.run_id)
         _show(current, running.client, running.runtime.ledger)
     finally:
-        running.stop()
-    if current.status != "done":
-        raise typer.Exit(1)
+        running.stop(keep_slot=True)
+    _exit_now(0 if current.status == "done" else 1)
 
 
 @cli.command()
@@ -359,6 +353,15 @@ def _outcome(output: Any, error: Any) -> str:
 def _short(value: Any, width: int = 80) -> str:
     text = json.dumps(value, default=str) if not isinstance(value, str) else value
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _exit_now(code: int) -> None:
+    """End the process now. Attempts that outlived the drain stay with DBOS for the next worker
+    with this executor id; their threads must not run on past the bound."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
 
 
 def _replace(settings: Settings, **changes: Any) -> Settings:

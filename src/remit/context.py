@@ -101,6 +101,8 @@ class _Base:
     def _op_step(
         self, op: Op[Any, Any], payload: dict[str, Any], key: str | None
     ) -> Callable[[], Outcome]:
+        memo: dict[str, Any] = {}  # outlives a DBOS retry of this step (see OpCaller.call)
+
         def body() -> Outcome:
             step_id = DBOS.step_id
             assert step_id is not None, "an op call runs as a DBOS step"
@@ -108,7 +110,9 @@ class _Base:
             # `<run>:key:<key>`, two spaces that cannot collide.
             name = str(step_id) if key is None else f"key:{key}"
             idempotency_key = f"{self._run.run_id}:{name}"
-            return self._caller.call(self._run, op, payload, step_id=step_id, key=idempotency_key)
+            return self._caller.call(
+                self._run, op, payload, step_id=step_id, key=idempotency_key, memo=memo
+            )
 
         return body
 

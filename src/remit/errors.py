@@ -8,12 +8,16 @@
     ├── SettingsError         an environment setting has a value remit cannot use
     ├── DatabaseError         the database URL is unusable or the database cannot be prepared
     ├── StepFailed            a `ctx.step` function raised (the same on first run and replay)
-    ├── RunMovedOn            the attempt was superseded or cancelled; it writes no more
     └── OpError               an operation call did not succeed (raised inside a run)
         ├── OpNotDeclared     the workflow called an op it did not list in `uses`
         ├── MissingCredential the driver needs an environment variable that is not set
         ├── DriverError       the vendor (or the driver) refused or failed the call
         └── OpUncertain       a write started and its outcome is unknown; never retried blindly
+
+and, outside the root because a workflow must not swallow it:
+
+    BaseException
+    └── RunMovedOn            the attempt was superseded or cancelled; it starts no new write
 
 Fields are keyword-only. Whether a retry can help is the `retryable` field, never parsed from a
 message.
@@ -132,9 +136,13 @@ class OpUncertain(OpError):
         self.idempotency_key = idempotency_key
 
 
-class RunMovedOn(RemitError):
+class RunMovedOn(BaseException):
     """The run moved on from this attempt (it was cancelled, or a later attempt took over):
-    the attempt starts no new write and ends without touching the run."""
+    the attempt starts no new write and ends without touching the run.
+
+    Like `KeyboardInterrupt` it is not an `Exception`, so a workflow's `except Exception`
+    around a call does not swallow it; re-raise it if you catch `BaseException`.
+    """
 
 
 class StepFailed(RemitError):

@@ -103,6 +103,8 @@ class LedgerStore:
         attempt that was superseded or cancelled starts no new write.
         """
 
+        started_at = self.clock.now()
+
         def write() -> Begun:
             with self.db.begin() as conn:
                 current = conn.execute(
@@ -116,13 +118,14 @@ class LedgerStore:
                 ):
                     return Begun(moved_on=True)
                 existing = self._by_key(conn, record.idempotency_key)
-                if existing is not None:
+                if existing is not None and not _ours(existing, record, started_at):
                     return Begun(existing=existing)
-                conn.execute(
-                    ledger.insert().values(
-                        **record.__dict__, status="started", tries=0, started_at=self.clock.now()
+                if existing is None:
+                    conn.execute(
+                        ledger.insert().values(
+                            **record.__dict__, status="started", tries=0, started_at=started_at
+                        )
                     )
-                )
                 return Begun()
 
         try:
@@ -202,6 +205,17 @@ class LedgerStore:
     def _by_key(self, conn: sa.Connection, key: str) -> LedgerRow | None:
         row = conn.execute(sa.select(ledger).where(ledger.c.idempotency_key == key)).one_or_none()
         return None if row is None else _row(row)
+
+
+def _ours(existing: LedgerRow, record: CallRecord, started_at: datetime) -> bool:
+    """True when `existing` is the row this very `begin` wrote on an earlier try whose commit
+    went through but whose answer was lost: the call has not been made yet."""
+    return (existing.status, existing.attempt, existing.tries, existing.started_at) == (
+        "started",
+        record.attempt,
+        0,
+        started_at,
+    )
 
 
 def _row(row: sa.Row[Any]) -> LedgerRow:

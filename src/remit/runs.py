@@ -7,6 +7,7 @@ attempt, a write from an earlier one matches no row and changes nothing.
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import uuid
@@ -151,6 +152,16 @@ class RunStore:
             query = query.where(runs.c.workflow == workflow)
         with self.db.engine.connect() as conn:
             return [_run(row) for row in conn.execute(query)]
+
+    def in_flight(self) -> builtins.list[tuple[str, str]]:
+        """(run id, current attempt's workflow id) of every run queued or running."""
+        with self.db.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(runs.c.run_id, runs.c.workflow_id).where(
+                    runs.c.status.in_(("queued", "running"))
+                )
+            )
+            return [(row.run_id, row.workflow_id) for row in rows]
 
     def claim(self, run_id: str, workflow_id: str, version: str) -> bool:
         """An attempt's first write: mark the run running under `version`.

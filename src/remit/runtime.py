@@ -46,6 +46,7 @@ class Runtime:
     ) -> None:
         self.app = app
         self.version = app.version
+        self.stopping = False
         self.runs = RunStore(db, clock=clock)
         self.ledger = LedgerStore(db, clock=clock)
         self.caller = OpCaller(
@@ -82,13 +83,13 @@ class Runtime:
         return output
 
     def _failed(self, run: RunInfo, error: Exception) -> None:
-        """Conclude the run as failed, unless the failure is not the run's own.
+        """Conclude the run as failed, unless the worker is shutting down under it.
 
-        A database or DBOS failure (the database went away, the worker is shutting down) says
-        nothing about the run: its row stays as it is and the attempt stays with DBOS, which
-        recovers it.
+        During shutdown a database or DBOS error says nothing about the run: its row stays as
+        it is and the attempt stays with DBOS, for the next worker with this executor id. If
+        the write itself fails, the reconciler concludes the run from DBOS's record later.
         """
-        if isinstance(error, sa.exc.SQLAlchemyError | dbos_error.DBOSException):
+        if self.stopping and isinstance(error, sa.exc.SQLAlchemyError | dbos_error.DBOSException):
             log.error(
                 "attempt %s of run %s stopped by %s: %s; left for recovery",
                 run.workflow_id,

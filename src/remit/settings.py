@@ -29,6 +29,7 @@ class Settings:
     - `poll_interval`: `REMIT_POLL_INTERVAL`, seconds between queue polls (default 0.1).
     - `drain_timeout`: `REMIT_DRAIN_TIMEOUT`, seconds a worker waits on SIGTERM (default 30).
     - `actor`: `REMIT_ACTOR`, who the CLI acts as (default `user:<login name>`).
+    - `reconcile_interval`: `REMIT_RECONCILE_INTERVAL`, seconds between reconciler passes (60).
     """
 
     database_url: str
@@ -39,6 +40,7 @@ class Settings:
     drain_timeout: float = 30.0
     actor: str = "user:unknown"
     log_level: str = "WARNING"
+    reconcile_interval: float = 60.0
 
     @classmethod
     def from_env(cls, app_dir: Path | str, environ: Mapping[str, str] | None = None) -> Settings:
@@ -54,6 +56,7 @@ class Settings:
             actor=env.get("REMIT_ACTOR")
             or f"user:{env.get('USER') or env.get('LOGNAME') or _login()}",
             log_level=_log_level(env),
+            reconcile_interval=_number(env, "REMIT_RECONCILE_INTERVAL", 60.0, float),
         )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import logging
+import math
 import os
 import signal
 import socket
@@ -31,6 +32,7 @@ from remit.app import App
 from remit.clock import Clock, SystemClock
 from remit.connectors.base import Implementation
 from remit.errors import RemitError
+from remit.reconciler import Reconciler
 from remit.runtime import Runtime
 from remit.settings import Settings
 from remit.store.database import Database, portable_serializer
@@ -105,6 +107,7 @@ class Worker:
         self._client: DBOSClient | None = None
         self._stop = threading.Event()
         self._launched = False
+        self._reconciler: Reconciler | None = None
 
     @property
     def client(self) -> DBOSClient:
@@ -141,6 +144,10 @@ class Worker:
         self.runtime.register()
         DBOS.launch()
         self._launched = True
+        self._reconciler = Reconciler(
+            self.runtime.runs, self.client, interval=self.settings.reconcile_interval
+        )
+        self._reconciler.start()
         log.info(
             "worker %s serving app %s version %s on %s",
             self.executor_id,
@@ -149,22 +156,27 @@ class Worker:
             self.db.url.render_as_string(),
         )
 
-    def stop(self, timeout: float | None = None) -> None:
-        """Stop taking work, let running attempts finish for up to `timeout` seconds, and exit.
+    def stop(self, timeout: float | None = None, *, keep_slot: bool = False) -> None:
+        """Stop taking work and let running attempts finish for up to `timeout` seconds.
 
-        Attempts still running then are left PENDING under this executor id; the next worker
-        to take the same id recovers them.
+        Attempts still running then are left PENDING under this executor id, and their threads
+        go on until the process ends: end it soon after (the `remit` commands do, at once),
+        keeping the executor slot (`keep_slot=True`) so that no other worker takes the id and
+        recovers attempts this process is still running.
         """
         drain = self.settings.drain_timeout if timeout is None else timeout
+        self.runtime.stopping = True
+        if self._reconciler is not None:
+            self._reconciler.stop()
+            self._reconciler = None
         if self._launched:
-            DBOS.destroy(
-                workflow_completion_timeout_sec=max(0, round(drain)), destroy_registry=True
-            )
+            DBOS.destroy(workflow_completion_timeout_sec=math.ceil(drain), destroy_registry=True)
             self._launched = False
         if self._client is not None:
             self._client.destroy()
             self._client = None
-        self._slot.release()
+        if not keep_slot:
+            self._slot.release()
         self.db.dispose()
 
     def serve(self) -> None:
@@ -186,4 +198,4 @@ class Worker:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            self.stop()
+            self.stop(keep_slot=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -592,3 +593,15 @@ def test_a_workflow_function_must_take_ctx_and_input() -> None:
 
     assert "workflow `no-input`" in str(refused.value)
     assert "must take two arguments, `(ctx, input)`" in str(refused.value)
+
+
+def test_names_that_merely_match_an_op_do_not_count() -> None:
+    @workflow(name="lookalike", input=_Ref, uses=[_read])
+    def lookalike(ctx: Any, input: _Ref) -> None:
+        flags = SimpleNamespace(_write=True)
+        if flags._write:  # an attribute named like the module's `_write` op is not a call
+            _write = ctx.call(_read, id=input.id)  # nor is a local of that name
+            ctx.step("later", lambda: _write.id)
+
+    app = App(name="acme", workflows=[lookalike], connectors=[_acme])
+    assert app.workflow("lookalike").op_ids == {"acme.things.read"}

@@ -89,11 +89,12 @@ class Database:
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
             yield conn
 
-    def retrying(self, what: str, fn: Callable[[], T], *, within: float = 30.0) -> T:
+    def retrying(self, what: str, fn: Callable[[], T], *, within: float = 90.0) -> T:
         """Call `fn` (one short transaction), again on a lost connection or a busy database.
 
-        For writes that are safe to repeat. Gives up after `within` seconds with the last
-        error, so a database that stays down fails the caller rather than hanging it.
+        For writes that are safe to repeat. Gives up after `within` seconds (longer than
+        SQLite's 30-second busy timeout) with the last error, so a database that stays down
+        fails the caller rather than hanging it. Other errors are raised at once.
         """
         deadline = time.monotonic() + within
         delay = 0.05
@@ -101,7 +102,7 @@ class Database:
             try:
                 return fn()
             except (sa.exc.OperationalError, sa.exc.InterfaceError) as error:
-                if time.monotonic() + delay > deadline:
+                if not self._transient(error) or time.monotonic() + delay > deadline:
                     raise
                 log.warning("%s: %s; trying again in %.2fs", what, error.orig or error, delay)
                 time.sleep(delay)
@@ -182,6 +183,15 @@ class Database:
                 yield
             finally:
                 conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": _PREPARE_LOCK})
+
+    def _transient(self, error: sa.exc.DBAPIError) -> bool:
+        """Whether trying again can help: on SQLite a busy or locked database (not, say, a
+        missing table); on Postgres any operational error (a lost connection, a restart, a
+        serialization failure)."""
+        if not self.is_sqlite:
+            return True
+        text = str(error.orig or error).lower()
+        return "locked" in text or "busy" in text
 
     def dispose(self) -> None:
         self.engine.dispose()
