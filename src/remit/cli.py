@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,6 +21,7 @@ from remit.ledger import LedgerRow, LedgerStore
 from remit.runs import STATUSES, Run, RunStore, attempt_workflow_id
 from remit.settings import Settings
 from remit.store.database import Database
+from remit.workers import WorkerRegistry, state
 
 cli = typer.Typer(
     add_completion=False,
@@ -257,6 +258,37 @@ def ledger(
     out.print(_ledger_table(rows, with_run=run is None) if rows else "no calls")
 
 
+@cli.command()
+def workers(app_dir: AppDir = None) -> None:
+    """List the app's workers: live, dead, stopped, or taken over by another."""
+    app, settings = _load(app_dir)
+    db = _database(settings)
+    try:
+        rows = WorkerRegistry(db).list(app=app.name)
+    finally:
+        db.dispose()
+    if not rows:
+        out.print("no workers")
+        return
+    now = datetime.now(UTC)
+    dead_after = timedelta(seconds=settings.dead_after)
+    table = Table("worker", "state", "host", "pid", "version", "started", "heartbeat", box=None)
+    for row in rows:
+        shown = state(row, now=now, dead_after=dead_after)
+        label = f"taken over by {row.taken_over_by}" if shown == "taken over" else shown
+        age = int((now - row.heartbeat_at).total_seconds())
+        table.add_row(
+            row.executor_id,
+            _status(label),
+            row.host,
+            str(row.pid),
+            row.version,
+            _time(row.started_at),
+            f"{age}s ago",
+        )
+    out.print(table)
+
+
 def _show(run: Run, client: Any, ledger: LedgerStore) -> None:
     out.print(f"[bold]{run.run_id}[/]  {run.workflow}  {_status(run.status)}")
     out.print(
@@ -324,7 +356,9 @@ def _ledger_table(rows: list[LedgerRow], *, with_run: bool) -> Table:
 _COLOURS = {
     "done": "green",
     "ok": "green",
+    "live": "green",
     "failed": "red",
+    "dead": "red",
     "uncertain": "magenta",
     "cancelled": "yellow",
 }

@@ -47,6 +47,7 @@ class Runtime:
         self.app = app
         self.version = app.version
         self.stopping = False
+        self.clock = clock
         self.runs = RunStore(db, clock=clock)
         self.ledger = LedgerStore(db, clock=clock)
         self.caller = OpCaller(

@@ -30,6 +30,8 @@ class Settings:
     - `drain_timeout`: `REMIT_DRAIN_TIMEOUT`, seconds a worker waits on SIGTERM (default 30).
     - `actor`: `REMIT_ACTOR`, who the CLI acts as (default `user:<login name>`).
     - `reconcile_interval`: `REMIT_RECONCILE_INTERVAL`, seconds between reconciler passes (60).
+    - `heartbeat_interval`: `REMIT_HEARTBEAT_INTERVAL`, seconds between heartbeats (5).
+    - `dead_after`: `REMIT_DEAD_AFTER`, seconds without a heartbeat before a worker is dead (30).
     """
 
     database_url: str
@@ -41,11 +43,20 @@ class Settings:
     actor: str = "user:unknown"
     log_level: str = "WARNING"
     reconcile_interval: float = 60.0
+    heartbeat_interval: float = 5.0
+    dead_after: float = 30.0
 
     @classmethod
     def from_env(cls, app_dir: Path | str, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
         url = env.get("REMIT_DATABASE_URL") or default_database_url(Path(app_dir))
+        heartbeat = _number(env, "REMIT_HEARTBEAT_INTERVAL", 5.0, float)
+        dead_after = _number(env, "REMIT_DEAD_AFTER", 30.0, float)
+        if heartbeat * 2 > dead_after:
+            raise SettingsError(
+                f"REMIT_HEARTBEAT_INTERVAL={heartbeat:g} must be at most half of "
+                f"REMIT_DEAD_AFTER={dead_after:g}, or live workers would look dead"
+            )
         return cls(
             database_url=url,
             fakes=env.get("REMIT_FAKES", "").lower() in ("1", "true", "yes"),
@@ -57,6 +68,8 @@ class Settings:
             or f"user:{env.get('USER') or env.get('LOGNAME') or _login()}",
             log_level=_log_level(env),
             reconcile_interval=_number(env, "REMIT_RECONCILE_INTERVAL", 60.0, float),
+            heartbeat_interval=heartbeat,
+            dead_after=dead_after,
         )
 
 

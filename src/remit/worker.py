@@ -21,7 +21,8 @@ import signal
 import socket
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
@@ -36,6 +37,7 @@ from remit.reconciler import Reconciler
 from remit.runtime import Runtime
 from remit.settings import Settings
 from remit.store.database import Database, portable_serializer
+from remit.workers import WorkerRegistry, takeover_candidates
 
 log = logging.getLogger("remit.worker")
 
@@ -86,6 +88,7 @@ class Worker:
         implementations: Mapping[str, Implementation] | None = None,
         clock: Clock | None = None,
         environ: Mapping[str, str] | None = None,
+        on_taken_over: Callable[[], None] | None = None,
     ) -> None:
         self.app = app
         self.settings = settings
@@ -108,6 +111,9 @@ class Worker:
         self._stop = threading.Event()
         self._launched = False
         self._reconciler: Reconciler | None = None
+        self._heartbeat: Heartbeat | None = None
+        self.registry = WorkerRegistry(self.db, clock=self.runtime.clock)
+        self.on_taken_over = on_taken_over or _taken_over
 
     @property
     def client(self) -> DBOSClient:
@@ -140,10 +146,13 @@ class Worker:
                 polling_interval_sec=self.settings.poll_interval,
                 on_conflict="always_update",
             )
+        self.registry.register(self.executor_id, app=self.app.name, version=self.runtime.version)
         DBOS(config=config)
         self.runtime.register()
         DBOS.launch()
         self._launched = True
+        self._heartbeat = Heartbeat(self)
+        self._heartbeat.start()
         self._reconciler = Reconciler(
             self.runtime.runs, self.client, interval=self.settings.reconcile_interval
         )
@@ -166,18 +175,31 @@ class Worker:
         """
         drain = self.settings.drain_timeout if timeout is None else timeout
         self.runtime.stopping = True
-        if self._reconciler is not None:
-            self._reconciler.stop()
-            self._reconciler = None
+        for background in (self._reconciler, self._heartbeat):
+            if background is not None:
+                background.stop()
+        self._reconciler = self._heartbeat = None
         if self._launched:
             DBOS.destroy(workflow_completion_timeout_sec=math.ceil(drain), destroy_registry=True)
             self._launched = False
+            self._sign_off()
         if self._client is not None:
             self._client.destroy()
             self._client = None
         if not keep_slot:
             self._slot.release()
         self.db.dispose()
+
+    def _sign_off(self) -> None:
+        """Mark the worker stopped, unless it leaves attempts behind: then its heartbeat goes
+        stale and a live worker takes them over (or this executor id, restarted, recovers them)."""
+        left = self.client.list_workflows(
+            executor_id=self.executor_id, status="PENDING", load_input=False, load_output=False
+        )
+        if left:
+            log.warning("worker %s leaves %d attempts for recovery", self.executor_id, len(left))
+        else:
+            self.registry.stopped(self.executor_id)
 
     def serve(self) -> None:
         """Serve until SIGTERM or SIGINT, then drain (see `stop`)."""
@@ -199,3 +221,67 @@ class Worker:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self.stop(keep_slot=True)
+
+
+def _taken_over() -> None:
+    """A worker that another has taken over stops at once: its attempts now run elsewhere."""
+    log.critical("this worker was declared dead and taken over; stopping now")
+    logging.shutdown()
+    os._exit(75)
+
+
+class Heartbeat:
+    """Renews the worker's heartbeat, and takes over dead workers of the same version.
+
+    Runs on a daemon thread every `REMIT_HEARTBEAT_INTERVAL` seconds.
+    """
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.interval = worker.settings.heartbeat_interval
+        self.dead_after = timedelta(seconds=worker.settings.dead_after)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="remit-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.beat()
+            except Exception:
+                log.exception("heartbeat failed; trying again in %.1fs", self.interval)
+
+    def beat(self) -> list[str]:
+        """Renew the heartbeat and take over the dead; returns the executor ids taken over."""
+        worker = self.worker
+        me = worker.executor_id
+        if not worker.registry.heartbeat(me):
+            worker.on_taken_over()
+            return []
+        dead = takeover_candidates(
+            worker.registry.list(app=worker.app.name),
+            me=me,
+            version=worker.runtime.version,
+            now=worker.runtime.clock.now(),
+            dead_after=self.dead_after,
+        )
+        taken: list[str] = []
+        for executor_id in dead:
+            if not worker.registry.claim(executor_id, by=me, dead_after=self.dead_after):
+                continue
+            # DBOS's own guarded recovery: it re-enqueues each PENDING attempt of the dead
+            # executor (of this version) on its queue, and only while it is still PENDING
+            # under that executor, so an attempt another worker already picked up is left
+            # alone. The public resume_workflow has no such guard. Only the claimer calls it.
+            handles = DBOS._recover_pending_workflows([executor_id])
+            log.warning(
+                "took over worker %s: %d attempts back on their queues", executor_id, len(handles)
+            )
+            taken.append(executor_id)
+        return taken

@@ -6,126 +6,24 @@ idempotent write is applied once; the cut non-idempotent write is never repeated
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import pytest
 
-from remit.ledger import LedgerStore
-from remit.runs import Run, RunStore
-from remit.store.database import Database
+from tests.processes import Workers
 
 pytestmark = pytest.mark.crash
 
-APP = Path(__file__).parent.parent / "apps" / "crash_app"
-
-
-class Crashable:
-    """Starts and kills `remit worker` processes for one database and journal."""
-
-    def __init__(self, database_url: str, tmp: Path) -> None:
-        self.tmp = tmp
-        self.hold_dir = tmp / "hold"
-        self.hold_dir.mkdir()
-        self.journal = tmp / "journal.jsonl"
-        self.env = {
-            **os.environ,
-            "REMIT_DATABASE_URL": database_url,
-            "REMIT_FAKES": "1",
-            "REMIT_POLL_INTERVAL": "0.05",
-            "REMIT_LOG_LEVEL": "INFO",
-            "CRASH_JOURNAL": str(self.journal),
-            "CRASH_HOLD_DIR": str(self.hold_dir),
-        }
-        self.db = Database(database_url)
-        self.runs = RunStore(self.db)
-        self.ledger = LedgerStore(self.db)
-        self.workers: list[subprocess.Popen[bytes]] = []
-        self.logs_open: list[IO[bytes]] = []
-
-    def remit(self, *args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "remit", "--app", str(APP), *args],
-            env=self.env,
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr.decode()
-        return done.stdout.decode().strip()
-
-    def start_worker(self) -> subprocess.Popen[bytes]:
-        log = (self.tmp / f"worker-{len(self.workers)}.log").open("wb")
-        self.logs_open.append(log)
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "remit", "--app", str(APP), "worker"],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        self.workers.append(worker)
-        return worker
-
-    def hold_at(self, point: str) -> None:
-        (self.hold_dir / f"hold-{point}").touch()
-
-    def kill_when_reached(self, worker: subprocess.Popen[bytes], point: str) -> None:
-        reached = self.hold_dir / f"reached-{point}"
-        deadline = time.monotonic() + 60
-        while not reached.exists():
-            assert worker.poll() is None, self.logs()
-            assert time.monotonic() < deadline, f"the worker never reached {point}\n{self.logs()}"
-            time.sleep(0.02)
-        worker.kill()
-        worker.wait(10)
-        (self.hold_dir / f"hold-{point}").unlink()
-
-    def wait_finished(self, run_id: str, timeout: float = 60) -> Run:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            run = self.runs.get(run_id)
-            if run.finished:
-                return run
-            time.sleep(0.05)
-        raise AssertionError(f"run {run_id} did not finish\n{self.logs()}")
-
-    def effects(self) -> list[dict[str, str]]:
-        if not self.journal.exists():
-            return []
-        return [json.loads(line) for line in self.journal.read_text().splitlines() if line]
-
-    def logs(self) -> str:
-        return "\n".join(
-            p.read_text(errors="replace")[-3000:] for p in sorted(self.tmp.glob("worker-*.log"))
-        )
-
-    def close(self) -> None:
-        for worker in self.workers:
-            if worker.poll() is None:
-                worker.terminate()
-                try:
-                    worker.wait(20)
-                except subprocess.TimeoutExpired:
-                    worker.kill()
-        for log in self.logs_open:
-            log.close()
-        self.db.dispose()
-
 
 @pytest.fixture
-def crash(database_url: str, tmp_path: Path) -> Iterator[Crashable]:
-    harness = Crashable(database_url, tmp_path)
-    yield harness
-    harness.close()
+def crash(database_url: str, tmp_path: Path) -> Iterator[Workers]:
+    workers = Workers(database_url, tmp_path)
+    yield workers
+    workers.close()
 
 
-def _start(crash: Crashable) -> str:
+def _start(crash: Workers) -> str:
     run_id = crash.remit(
         "start", "payout", "--input", '{"account": "acc-7", "amount": 900}', "--as", "user:ops"
     )
@@ -133,13 +31,13 @@ def _start(crash: Crashable) -> str:
     return run_id
 
 
-def test_killed_between_two_ops_the_run_completes_with_each_write_once(crash: Crashable) -> None:
+def test_killed_between_two_ops_the_run_completes_with_each_write_once(crash: Workers) -> None:
     crash.hold_at("between")
     run_id = _start(crash)
-    crash.kill_when_reached(crash.start_worker(), "between")
+    crash.kill_when_reached(crash.start(), "between")
     assert crash.runs.get(run_id).status == "running"
 
-    crash.start_worker()
+    crash.start()
     run = crash.wait_finished(run_id)
 
     assert run.status == "done", run.error
@@ -150,15 +48,15 @@ def test_killed_between_two_ops_the_run_completes_with_each_write_once(crash: Cr
 
 
 def test_killed_inside_an_idempotent_write_it_is_called_again_with_the_same_key(
-    crash: Crashable,
+    crash: Workers,
 ) -> None:
     crash.hold_at("bank.transfers.create")
     run_id = _start(crash)
-    crash.kill_when_reached(crash.start_worker(), "bank.transfers.create")
+    crash.kill_when_reached(crash.start(), "bank.transfers.create")
     cut = [r for r in crash.ledger.list(run_id=run_id) if r.op_id == "bank.transfers.create"]
     assert [(r.status, r.idempotency_key) for r in cut] == [("started", f"{run_id}:2")]
 
-    crash.start_worker()
+    crash.start()
     run = crash.wait_finished(run_id)
 
     assert run.status == "done", run.error
@@ -170,13 +68,13 @@ def test_killed_inside_an_idempotent_write_it_is_called_again_with_the_same_key(
 
 
 def test_killed_inside_a_non_idempotent_write_it_becomes_uncertain_and_is_not_repeated(
-    crash: Crashable,
+    crash: Workers,
 ) -> None:
     crash.hold_at("bank.letters.post")
     run_id = _start(crash)
-    crash.kill_when_reached(crash.start_worker(), "bank.letters.post")
+    crash.kill_when_reached(crash.start(), "bank.letters.post")
 
-    crash.start_worker()
+    crash.start()
     run = crash.wait_finished(run_id)
 
     assert run.status == "failed"

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -89,4 +89,21 @@ ledger = sa.Table(
     sa.Column("error_info", sa.JSON),
     sa.Column("cost", sa.Numeric(18, 6)),
     sa.Index("remit_ledger_run", "run_id", "id"),
+)
+
+workers = sa.Table(
+    "remit_workers",
+    metadata,
+    sa.Column("executor_id", sa.String(200), primary_key=True),
+    sa.Column("app", sa.String(200), nullable=False),
+    sa.Column("host", sa.String(200), nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("version", sa.String(64), nullable=False),
+    sa.Column("started_at", UTCDateTime, nullable=False),
+    sa.Column("heartbeat_at", UTCDateTime, nullable=False),
+    # Set when the worker stopped on its own (SIGTERM): it is gone, not dead.
+    sa.Column("stopped_at", UTCDateTime),
+    # The live worker that took over this one's unfinished attempts, and when.
+    sa.Column("taken_over_by", sa.String(200)),
+    sa.Column("taken_over_at", UTCDateTime),
 )

@@ -1,0 +1,141 @@
+"""Worker processes for tests that kill, stop and restart them: `remit worker` subprocesses on
+one database, with the crash app's hold points and effect journal (see tests/apps/crash_app)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+from remit.ledger import LedgerStore
+from remit.runs import Run, RunStore
+from remit.store.database import Database
+
+CRASH_APP = Path(__file__).parent / "apps" / "crash_app"
+
+
+class Workers:
+    """Starts, kills and restarts `remit worker` processes for one database and journal."""
+
+    def __init__(self, database_url: str, tmp: Path, *, app: Path = CRASH_APP, **env: str) -> None:
+        self.tmp = tmp
+        self.app = app
+        self.hold_dir = tmp / "hold"
+        self.hold_dir.mkdir(exist_ok=True)
+        self.journal = tmp / "journal.jsonl"
+        self.env = {
+            **os.environ,
+            "REMIT_DATABASE_URL": database_url,
+            "REMIT_FAKES": "1",
+            "REMIT_POLL_INTERVAL": "0.05",
+            "REMIT_LOG_LEVEL": "INFO",
+            "CRASH_JOURNAL": str(self.journal),
+            "CRASH_HOLD_DIR": str(self.hold_dir),
+            **env,
+        }
+        self.db = Database(database_url)
+        self.runs = RunStore(self.db)
+        self.ledger = LedgerStore(self.db)
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._logs: list[IO[bytes]] = []
+
+    def remit(self, *args: str) -> str:
+        """Run a `remit` command to completion and return what it printed."""
+        done = subprocess.run(
+            [sys.executable, "-m", "remit", "--app", str(self.app), *args],
+            env=self.env,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        return done.stdout.decode().strip()
+
+    def start(self, executor_id: str | None = None, **env: str) -> subprocess.Popen[bytes]:
+        """Start a worker (with its own executor id if given) and return its process."""
+        log = (self.tmp / f"worker-{len(self.procs)}.log").open("wb")
+        self._logs.append(log)
+        extra = {"REMIT_EXECUTOR_ID": executor_id} if executor_id else {}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "remit", "--app", str(self.app), "worker"],
+            env={**self.env, **extra, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def wait_serving(self, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+        index = self.procs.index(proc)
+        self._wait(lambda: "serving" in self.log(index), f"worker {index} to serve", proc)
+
+    def hold_at(self, point: str) -> None:
+        (self.hold_dir / f"hold-{point}").touch()
+
+    def release(self, point: str) -> None:
+        (self.hold_dir / f"hold-{point}").unlink(missing_ok=True)
+
+    def wait_reached(self, point: str, proc: subprocess.Popen[bytes] | None = None) -> None:
+        reached = self.hold_dir / f"reached-{point}"
+        self._wait(reached.exists, f"a worker to reach {point}", proc)
+
+    def kill_when_reached(self, proc: subprocess.Popen[bytes], point: str) -> None:
+        self.wait_reached(point, proc)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        self.release(point)
+
+    def wait_finished(self, run_id: str, timeout: float = 90) -> Run:
+        runs: list[Run] = []
+
+        def finished() -> bool:
+            runs.insert(0, self.runs.get(run_id))
+            return runs[0].finished
+
+        self._wait(finished, f"run {run_id} to finish", timeout=timeout)
+        return runs[0]
+
+    def effects(self) -> list[dict[str, str]]:
+        if not self.journal.exists():
+            return []
+        return [json.loads(line) for line in self.journal.read_text().splitlines() if line]
+
+    def log(self, index: int) -> str:
+        return (self.tmp / f"worker-{index}.log").read_text(errors="replace")
+
+    def logs(self) -> str:
+        return "\n".join(f"--- worker {i}\n{self.log(i)[-3000:]}" for i in range(len(self.procs)))
+
+    def _wait(
+        self,
+        condition: object,
+        what: str,
+        proc: subprocess.Popen[bytes] | None = None,
+        timeout: float = 60,
+    ) -> None:
+        assert callable(condition)
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if proc is not None:
+                assert proc.poll() is None, f"the worker exited waiting for {what}\n{self.logs()}"
+            assert time.monotonic() < deadline, f"gave up waiting for {what}\n{self.logs()}"
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.terminate()
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(10)
+        for log in self._logs:
+            log.close()
+        self.db.dispose()
