@@ -39,6 +39,7 @@ class Workers:
             **env,
         }
         self.db = Database(database_url)
+        self.db.prepare()
         self.runs = RunStore(self.db)
         self.ledger = LedgerStore(self.db)
         self.procs: list[subprocess.Popen[bytes]] = []

@@ -30,15 +30,24 @@ class Queue:
     """A queue the app's workflows run on.
 
     `concurrency` bounds the runs in flight across every worker, `worker_concurrency` those on
-    one worker. None leaves a bound off.
+    one worker, and `rate=(n, seconds)` the runs started in any window of that many seconds.
+    None leaves a bound off. The bounds hold across every worker on the database.
     """
 
     name: str
     concurrency: int | None = None
     worker_concurrency: int | None = None
+    rate: tuple[int, float] | None = None
 
     def __post_init__(self) -> None:
         check_name("queue", self.name)
+        if self.rate is not None:
+            limit, period = self.rate
+            if limit < 1 or period <= 0:
+                raise AppError(
+                    f"queue `{self.name}`: rate={self.rate!r} must be (runs, seconds) with at "
+                    "least 1 run in a period over 0 seconds, e.g. rate=(10, 60.0)"
+                )
         for what, value in (
             ("concurrency", self.concurrency),
             ("worker_concurrency", self.worker_concurrency),

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
+import sqlalchemy as sa
 from dbos import DBOS, DBOSClient, DBOSConfig
 
 from remit.app import App
@@ -112,6 +113,7 @@ class Worker:
         self._launched = False
         self._reconciler: Reconciler | None = None
         self._heartbeat: Heartbeat | None = None
+        self._dbos_engine: sa.Engine | None = None
         self.registry = WorkerRegistry(self.db, clock=self.runtime.clock)
         self.on_taken_over = on_taken_over or _taken_over
 
@@ -136,6 +138,9 @@ class Worker:
             "log_level": self.settings.log_level,
             "notification_listener_polling_interval_sec": self.settings.poll_interval,
         }
+        self._dbos_engine = self.db.dbos_engine(pool_size=min(self.settings.threads, 16))
+        if self._dbos_engine is not None:
+            config["system_database_engine"] = self._dbos_engine
         # Queues are registered before launch, so DBOS's queue manager serves them from its
         # first pass rather than finding them on a later one (it looks once a second).
         for queue in self.app.queues.values():
@@ -143,6 +148,9 @@ class Worker:
                 queue.name,
                 global_concurrency=queue.concurrency,
                 worker_concurrency=queue.worker_concurrency,
+                limiter=None
+                if queue.rate is None
+                else {"limit": queue.rate[0], "period": queue.rate[1]},
                 polling_interval_sec=self.settings.poll_interval,
                 on_conflict="always_update",
             )
@@ -188,6 +196,9 @@ class Worker:
             self._client = None
         if not keep_slot:
             self._slot.release()
+        if self._dbos_engine is not None:
+            self._dbos_engine.dispose()
+            self._dbos_engine = None
         self.db.dispose()
 
     def _sign_off(self) -> None:

@@ -108,6 +108,23 @@ class Database:
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
+    def dbos_engine(self, *, pool_size: int) -> sa.Engine | None:
+        """The engine a worker's DBOS runs on: None (DBOS makes its own) on Postgres.
+
+        On SQLite, DBOS's engine begins a transaction only at its first write, so a worker's
+        dequeue reads the queue's running count before it holds the lock, and workers in
+        several processes can together pass a global concurrency limit. This engine takes the
+        write lock when each transaction begins, so the count and the claim are one step.
+        """
+        if not self.is_sqlite:
+            return None
+        engine = sa.create_engine(
+            self.url, connect_args={"timeout": 30}, pool_size=pool_size, max_overflow=pool_size
+        )
+        sa.event.listen(engine, "connect", _sqlite_connect)
+        sa.event.listen(engine, "begin", _sqlite_begin)
+        return engine
+
     def client(self, app_name: str, *, pool_size: int = 2) -> DBOSClient:
         """A DBOS client on this database: enqueues and manages runs without a worker."""
         return DBOSClient(
@@ -197,6 +214,10 @@ class Database:
         self.engine.dispose()
 
 
+def _sqlite_begin(conn: sa.Connection) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
 def _stamp() -> dict[str, str]:
     """What a prepared database records: remit's schema and the DBOS whose migrations ran."""
     return {"schema": SCHEMA_VERSION, "dbos": importlib.metadata.version("dbos")}
@@ -207,4 +228,5 @@ def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
     # and a plain read runs on its own. A writer waits on the busy timeout for the lock.
     dbapi_conn.isolation_level = None
     dbapi_conn.execute("PRAGMA busy_timeout=30000")
+    dbapi_conn.execute("PRAGMA foreign_keys=ON")
     dbapi_conn.execute("PRAGMA journal_mode=WAL")
