@@ -217,3 +217,29 @@ def test_credential_raises_missing_credential_naming_the_variable(
     assert error.retryable is False
     assert "op `bank.accounts.deposit` needs the credential `BANK_API_KEY`" in str(error)
     assert "set the environment variable BANK_API_KEY" in str(error)
+
+
+def test_fakes_sharing_a_journal_act_as_one_vendor(tmp_path: Path) -> None:
+    journal = tmp_path / "vendor.jsonl"
+    first, second = BankFake(journal=journal), BankFake(journal=journal)
+
+    one = first.invoke(deposit, Transfer(account="a", cents=500), call_for(deposit, "k1"))
+    again = second.invoke(deposit, Transfer(account="a", cents=500), call_for(deposit, "k1"))
+
+    assert again == one  # the second process saw the first one's write and replayed it
+    assert second.applied == 0
+    assert [e.idempotency_key for e in second.effects] == ["k1"]
+
+
+def test_a_journal_line_torn_by_a_killed_process_loses_no_later_effect(tmp_path: Path) -> None:
+    journal = tmp_path / "vendor.jsonl"
+    BankFake(journal=journal).invoke(
+        deposit, Transfer(account="a", cents=1), call_for(deposit, "k1")
+    )
+    with journal.open("ab") as torn:
+        torn.write(b'{"op": "bank.accounts.dep')  # killed mid-write
+    BankFake(journal=journal).invoke(
+        deposit, Transfer(account="a", cents=2), call_for(deposit, "k2")
+    )
+
+    assert [e.idempotency_key for e in BankFake(journal=journal).effects] == ["k1", "k2"]

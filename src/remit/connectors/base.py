@@ -7,11 +7,12 @@ A connector declares a vendor's ops. A `Driver` implements them against the vend
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -118,8 +119,11 @@ class Fake(Implementation):
 
     Every write the fake applies is recorded in `effects` with its idempotency key. A write
     whose key the fake has seen returns the first result and applies nothing, as Stripe does.
-    With a `journal` path the effects also go to a JSON-lines file and are read back at start,
-    so a fake's record survives a process that was killed (crash tests read it).
+
+    With a `journal` path the fake behaves as one vendor shared by every process that opens
+    the same file: effects are appended to it (JSON lines), a write first reads what other
+    processes applied, and check-and-apply holds an exclusive lock on the file. Its record
+    survives a process that was killed, which is what crash tests read.
     """
 
     credentials: ClassVar[tuple[str, ...]] = ()
@@ -131,15 +135,8 @@ class Fake(Implementation):
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
         self._journal = Path(journal) if journal is not None else None
-        if self._journal is not None and self._journal.exists():
-            for line in self._journal.read_text().splitlines():
-                try:
-                    effect = AppliedEffect(**json.loads(line))
-                except (ValueError, TypeError):
-                    continue  # a line torn by a process killed mid-write
-                else:
-                    self.effects.append(effect)
-                    self._results[effect.idempotency_key] = effect.output
+        self._read_to = 0
+        self._catch_up()
 
     def effects_of(self, op: Op[Any, Any] | str) -> list[AppliedEffect]:
         op_id = op if isinstance(op, str) else op.id
@@ -152,7 +149,8 @@ class Fake(Implementation):
         if op.effect != "write":
             return super().invoke(op, input, call)
         # One write per key at a time: a second caller with the same key waits, then replays.
-        with key_lock:
+        with key_lock, self._vendor_lock():
+            self._catch_up()
             if call.idempotency_key in self._results:
                 replayed: BaseModel = op.output.model_validate(self._results[call.idempotency_key])
                 return replayed
@@ -172,12 +170,42 @@ class Fake(Implementation):
             self.effects.append(effect)
             self._results[effect.idempotency_key] = effect.output
             if self._journal is not None:
-                line = json.dumps(effect.__dict__, sort_keys=True) + "\n"
-                with self._journal.open("a") as journal:
-                    fcntl.flock(journal, fcntl.LOCK_EX)
-                    journal.write(line)
+                with self._journal.open("a+b") as journal:
+                    if journal.tell() > 0:
+                        journal.seek(journal.tell() - 1)
+                        if journal.read(1) != b"\n":
+                            journal.write(b"\n")  # end a line torn by a process killed mid-write
+                    journal.write((json.dumps(effect.__dict__, sort_keys=True) + "\n").encode())
                     journal.flush()
                     os.fsync(journal.fileno())
+                    self._read_to = journal.tell()
+
+    @contextlib.contextmanager
+    def _vendor_lock(self) -> Iterator[None]:
+        """Across processes sharing the journal, one write is checked and applied at a time."""
+        if self._journal is None:
+            yield
+            return
+        with open(f"{self._journal}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def _catch_up(self) -> None:
+        """Read the effects other processes appended to the journal since the last read."""
+        if self._journal is None or not self._journal.exists():
+            return
+        with self._lock, self._journal.open("rb") as journal:
+            journal.seek(self._read_to)
+            for raw in journal:
+                if not raw.endswith(b"\n"):
+                    break  # a line still being written, or torn by a process killed mid-write
+                self._read_to += len(raw)
+                try:
+                    effect = AppliedEffect(**json.loads(raw))
+                except (ValueError, TypeError):
+                    continue
+                self.effects.append(effect)
+                self._results[effect.idempotency_key] = effect.output
 
 
 @dataclass(frozen=True, eq=False)
