@@ -9,6 +9,7 @@ makes it wait that many seconds instead.
 from __future__ import annotations
 
 import os
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,13 @@ def hold(point: str) -> None:
     (Path(folder) / f"reached-{point}").write_text(str(os.getpid()))
     while True:
         time.sleep(0.1)
+
+
+def jitter() -> None:
+    """Wait a random 0 to `CRASH_JITTER_MS` milliseconds: a window for a kill to land in."""
+    most = float(os.environ.get("CRASH_JITTER_MS", "0"))
+    if most:
+        time.sleep(random.random() * most / 1000)
 
 
 class Account(BaseModel):
@@ -103,20 +111,24 @@ class FakeBank(Fake):
 
     @implements(read_balance)
     def read(self, input: Account, call: CallContext) -> Balance:
+        jitter()
         return Balance(account=input.account, balance=10_000)
 
     @implements(create_transfer)
     def transfer(self, input: TransferIn, call: CallContext) -> Transfer:
+        jitter()  # a kill here: the vendor has not acted
         return Transfer(transfer_id=f"tr_{call.idempotency_key}")
 
     @implements(post_letter)
     def post(self, input: LetterIn, call: CallContext) -> Letter:
+        jitter()
         return Letter(letter_id=f"lt_{call.idempotency_key}")
 
     def _record(self, effect: AppliedEffect) -> None:
         super()._record(effect)
         # The vendor has applied the write; the worker has not yet recorded the outcome.
         hold(effect.op)
+        jitter()
 
 
 bank = Connector(
@@ -141,4 +153,19 @@ def payout(ctx: Context, input: PayoutIn) -> dict[str, Any]:
     return {"transfers": [first.transfer_id, second.transfer_id], "letter": letter.letter_id}
 
 
-app = App(name="crash-app", workflows=[payout], connectors=[bank])
+@workflow(name="settle", input=PayoutIn, uses=[read_balance, create_transfer, post_letter])
+def settle(ctx: Context, input: PayoutIn) -> dict[str, Any]:
+    """Five ops: a read, an idempotent write, a non-idempotent one, another write, a read."""
+    before = ctx.call(read_balance, account=input.account)
+    first = ctx.call(create_transfer, to=input.account, amount=input.amount // 2)
+    letter = ctx.call(post_letter, to=input.account, text=f"paying {input.amount}")
+    second = ctx.call(create_transfer, to=input.account, amount=input.amount - input.amount // 2)
+    after = ctx.call(read_balance, account=input.account)
+    return {
+        "transfers": [first.transfer_id, second.transfer_id],
+        "letter": letter.letter_id,
+        "balances": [before.balance, after.balance],
+    }
+
+
+app = App(name="crash-app", workflows=[payout, settle], connectors=[bank])

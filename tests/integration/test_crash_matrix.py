@@ -1,0 +1,116 @@
+"""The crash matrix: workers SIGKILLed at random moments (inside ops too) under load.
+
+Postgres runs two workers, SQLite one. Killed workers are restarted, at once or after a
+while (then, on Postgres, the other takes their work over). In the end no run is lost, every
+idempotent write is applied once, and every non-idempotent write that was cut is `uncertain`
+and never repeated. `REMIT_CRASH_SCALE=full` (`make crash`) runs the full size; the default is
+the size CI runs. A failure prints the seed; `REMIT_CRASH_SEED` replays it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from remit.app import load_app
+from tests.processes import CRASH_APP, Workers
+
+pytestmark = pytest.mark.crash
+
+SIZES = {"ci": (100, 35.0), "full": (600, 180.0)}  # runs, seconds of killing
+
+
+def test_no_run_is_lost_and_no_write_is_doubled(database_url: str, tmp_path: Path) -> None:
+    runs_wanted, chaos_seconds = SIZES[os.environ.get("REMIT_CRASH_SCALE", "ci")]
+    seed = int(os.environ.get("REMIT_CRASH_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    count = 1 if database_url.startswith("sqlite") else 2
+    workers = Workers(
+        database_url,
+        tmp_path,
+        CRASH_JITTER_MS="40",
+        REMIT_HEARTBEAT_INTERVAL="0.25",
+        REMIT_DEAD_AFTER="2",
+        REMIT_LOG_LEVEL="WARNING",
+    )
+    try:
+        ids = [f"m{i}" for i in range(count)]
+        procs: dict[str, subprocess.Popen[bytes]] = {name: workers.start(name) for name in ids}
+        app = load_app(CRASH_APP)
+        client = workers.db.client(app.name)
+        run_ids: list[str] = []
+
+        def feed(n: int) -> None:
+            for _ in range(min(n, runs_wanted - len(run_ids))):
+                payload = {"account": f"acc-{len(run_ids)}", "amount": 100 + len(run_ids)}
+                run = workers.runs.start(
+                    client, app.workflow("settle"), payload, started_by="chaos"
+                )
+                run_ids.append(run.run_id)
+
+        # Runs arrive while workers die, spread over the whole time of killing.
+        per_round = max(1, round(runs_wanted / chaos_seconds * 0.9))
+        kills = 0
+        stop_at = time.monotonic() + chaos_seconds
+        try:
+            while time.monotonic() < stop_at:
+                feed(rng.randint(1, 2 * per_round))
+                time.sleep(rng.uniform(0.3, 1.5))
+                victim = rng.choice(ids)
+                procs[victim].kill()
+                procs[victim].wait(10)
+                kills += 1
+                if count > 1 and rng.random() < 0.3:
+                    time.sleep(3)  # long enough to be declared dead and taken over
+                procs[victim] = workers.start(victim)
+            feed(runs_wanted)
+        finally:
+            client.destroy()
+        deadline = time.monotonic() + 120
+        while not all_finished(workers, run_ids):
+            assert time.monotonic() < deadline, (
+                f"seed {seed}: runs left unfinished\n{workers.logs()}"
+            )
+            time.sleep(0.5)
+    finally:
+        workers.close()
+
+    check_invariants(workers, run_ids, seed)
+    assert kills >= 5, f"seed {seed}: only {kills} kills; the matrix proved little"
+
+
+def all_finished(workers: Workers, run_ids: list[str]) -> bool:
+    finished = {run.run_id for run in workers.runs.list(limit=100_000) if run.finished}
+    return finished >= set(run_ids)
+
+
+def check_invariants(workers: Workers, run_ids: list[str], seed: int) -> None:
+    effects = workers.effects()
+    applied = Counter(effect["idempotency_key"] for effect in effects)
+    doubled = [key for key, times in applied.items() if times > 1]
+    assert not doubled, f"seed {seed}: writes applied twice: {doubled}"
+    for run_id in run_ids:
+        run = workers.runs.get(run_id)
+        rows = {row.step_id: row for row in workers.ledger.list(run_id=run_id)}
+        letter = rows.get(3)
+        if run.status == "done":
+            assert [rows[step].status for step in (1, 2, 3, 4, 5)] == ["ok"] * 5, (
+                f"seed {seed}: {run_id}"
+            )
+            for key in (f"{run_id}:2", f"{run_id}:3", f"{run_id}:4"):
+                assert applied[key] == 1, f"seed {seed}: {key} applied {applied[key]} times"
+        else:
+            assert run.status == "failed", f"seed {seed}: {run_id} is {run.status}"
+            # Only a cut non-idempotent write may fail a run, and it is never repeated.
+            assert "OpUncertain" in (run.error or ""), f"seed {seed}: {run_id}: {run.error}"
+            assert letter is not None
+            assert letter.status == "uncertain", f"seed {seed}: {run_id}"
+            assert applied[f"{run_id}:3"] <= 1
+            assert applied[f"{run_id}:2"] == 1
+            assert f"{run_id}:4" not in applied
