@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
-.PHONY: setup demo test lint types unit integration crash bench clean
+.PHONY: setup demo test lint types unit integration crash bench bench-poll clean
 
 setup: $(STAMP)
 
@@ -36,11 +36,16 @@ types: setup
 unit: setup
 	$(BIN)/pytest tests/unit
 
+## The crash tests at full size (the crash matrix: 600 runs, 3 minutes of kills per database).
 crash: setup
-	$(BIN)/pytest -m crash
+	REMIT_CRASH_SCALE=full $(BIN)/pytest -m crash
 
-## Measure, and write the tables in BENCHMARKS.md.
+## Measure remit against bare DBOS, and write the table in BENCHMARKS.md (QUICK=1: under 3 min).
 bench: setup
+	$(BIN)/python bench/bench.py --write $(if $(QUICK),--quick,)
+
+## Queue polling: latency against idle CPU per interval (BENCHMARKS.md).
+bench-poll: setup
 	$(BIN)/python bench/poll.py --write
 
 clean:

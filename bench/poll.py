@@ -21,12 +21,11 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
+from remit.app import load_app
+from remit.runs import RunStore
+from remit.store.database import Database
 
-from remit.app import load_app  # noqa: E402
-from remit.runs import RunStore  # noqa: E402
-from remit.store.database import Database  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 APP = ROOT / "examples" / "ar_desk"
 TICKS = os.sysconf("SC_CLK_TCK")

@@ -123,7 +123,12 @@ class Worker:
             self._client = self.db.client(self.app.name)
         return self._client
 
-    def start(self) -> None:
+    def start(self, *, before_launch: Callable[[], None] | None = None) -> None:
+        """Prepare the database, register the app's workflows and queues, and launch DBOS.
+
+        `before_launch` runs after remit has registered its workflows and before DBOS launches:
+        the place to register plain DBOS workflows of your own beside remit's.
+        """
         self.db.prepare()
         self.executor_id = self.settings.executor_id or self._slot.acquire()
         config: DBOSConfig = {
@@ -157,6 +162,8 @@ class Worker:
         self.registry.register(self.executor_id, app=self.app.name, version=self.runtime.version)
         DBOS(config=config)
         self.runtime.register()
+        if before_launch is not None:
+            before_launch()
         DBOS.launch()
         self._launched = True
         self._heartbeat = Heartbeat(self)

@@ -78,10 +78,9 @@ def test_no_run_is_lost_and_no_write_is_doubled(database_url: str, tmp_path: Pat
                 f"seed {seed}: runs left unfinished\n{workers.logs()}"
             )
             time.sleep(0.5)
+        check_invariants(workers, run_ids, seed)
     finally:
         workers.close()
-
-    check_invariants(workers, run_ids, seed)
     assert kills >= 5, f"seed {seed}: only {kills} kills; the matrix proved little"
 
 

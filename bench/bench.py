@@ -1,0 +1,247 @@
+"""remit against bare DBOS, in one run: sequential latency per database, and queue drain.
+
+    make bench            # full size
+    make bench QUICK=1    # about half the runs, under three minutes
+
+Sequential: one process serves remit's 3-op workflow (fake connector) and bare DBOS's 3-step
+workflow side by side, and runs them one at a time, alternating A/B, each from enqueue to
+result. Drain: runs queued on Postgres in advance, then timed from the moment the worker
+processes serve until the last one is done: bare DBOS with one worker, remit with one, remit
+with two. Prints `BENCH <name> <value> <unit>` lines and writes the table to BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import bare  # bench/bare.py, beside this file
+import sqlalchemy as sa
+
+from remit.app import load_app
+from remit.runs import RunStore
+from remit.settings import Settings
+from remit.store.database import Database
+from remit.worker import Worker
+
+ROOT = Path(__file__).resolve().parent.parent
+
+APP = ROOT / "bench" / "apps" / "bench_app"
+POSTGRES = os.environ.get(
+    "REMIT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+SEQ_POLL = 0.01
+RESULT_POLL = 0.002
+
+
+def fresh_database(kind: str, folder: Path) -> str:
+    if kind == "sqlite":
+        return f"sqlite:///{folder / f'bench-{uuid.uuid4().hex[:8]}.sqlite'}"
+    admin_url = sa.make_url(POSTGRES).set(drivername="postgresql+psycopg")
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    name = f"remit_bench_{uuid.uuid4().hex[:8]}"
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return admin_url.set(database=name).render_as_string(hide_password=False)
+
+
+def drop_database(url: str) -> None:
+    if url.startswith("sqlite"):
+        return
+    admin = sa.create_engine(
+        sa.make_url(POSTGRES).set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT"
+    )
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{sa.make_url(url).database}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def sequential(kind: str, runs: int, folder: Path) -> tuple[float, float]:
+    """Mean seconds per run: (bare DBOS, remit), interleaved A/B in one process."""
+    url = fresh_database(kind, folder)
+    app = load_app(APP)
+    settings = replace(
+        Settings.from_env(APP, environ={"REMIT_DATABASE_URL": url}),
+        fakes=True,
+        poll_interval=SEQ_POLL,
+    )
+    worker = Worker(app, settings)
+    worker.start(before_launch=bare.register)
+    bare_client = bare.client(worker.db)
+    bare.register_queue(bare_client, poll=SEQ_POLL, worker_concurrency=16)
+    wf = app.workflow("bump")
+    timings: dict[str, list[float]] = {"bare": [], "remit": []}
+    try:
+        for i in range(runs + 5):  # the first five of each warm up and are not counted
+            began = time.perf_counter()
+            handle = bare_client.enqueue(
+                {"workflow_name": bare.WORKFLOW, "queue_name": bare.QUEUE}, f"item-{i}"
+            )
+            handle.get_result(polling_interval_sec=RESULT_POLL)
+            took_bare = time.perf_counter() - began
+
+            began = time.perf_counter()
+            run = worker.runtime.runs.start(
+                worker.client, wf, {"item": f"item-{i}"}, started_by="bench"
+            )
+            worker.client.retrieve_workflow(run.workflow_id).get_result(
+                polling_interval_sec=RESULT_POLL
+            )
+            took_remit = time.perf_counter() - began
+            if i >= 5:
+                timings["bare"].append(took_bare)
+                timings["remit"].append(took_remit)
+        done = worker.runtime.runs.list(status="done", limit=runs + 10)
+        assert len(done) == runs + 5, f"{len(done)} remit runs done of {runs + 5}"
+    finally:
+        bare_client.destroy()
+        worker.stop(timeout=0)
+        drop_database(url)
+    return statistics.mean(timings["bare"]), statistics.mean(timings["remit"])
+
+
+def _serving(proc: subprocess.Popen[str], ready: threading.Event) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "serving" in line:
+            ready.set()
+
+
+def drain(kind: str, runs: int, workers: int, folder: Path) -> float:
+    """Runs per second for `workers` processes of `kind` (bare or remit) draining a full queue."""
+    url = fresh_database("postgres", folder)
+    db = Database(url)
+    db.prepare()
+    try:
+        if kind == "bare":
+            client = bare.client(db)
+            bare.register_queue(client, poll=0.1, worker_concurrency=16)
+            for i in range(runs):
+                client.enqueue(
+                    {"workflow_name": bare.WORKFLOW, "queue_name": bare.QUEUE}, f"item-{i}"
+                )
+            command = [sys.executable, str(ROOT / "bench" / "bare.py"), "worker", url]
+        else:
+            app = load_app(APP)
+            client = db.client(app.name)
+            store = RunStore(db)
+            for i in range(runs):
+                store.start(client, app.workflow("bump"), {"item": f"item-{i}"}, started_by="bench")
+            command = [sys.executable, "-m", "remit", "--app", str(APP), "worker"]
+        env = {**os.environ, "REMIT_DATABASE_URL": url, "REMIT_FAKES": "1"}
+        procs = [
+            subprocess.Popen(
+                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+            for _ in range(workers)
+        ]
+        ready = [threading.Event() for _ in procs]
+        for proc, event in zip(procs, ready, strict=True):
+            threading.Thread(target=_serving, args=(proc, event), daemon=True).start()
+        for event in ready:
+            if not event.wait(120):
+                raise RuntimeError("a worker did not start serving within 120 s")
+        began = time.perf_counter()
+        done_query = sa.text("SELECT count(*) FROM dbos.workflow_status WHERE status = 'SUCCESS'")
+        with db.engine.connect() as conn:
+            while conn.execute(done_query).scalar_one() < runs:
+                time.sleep(0.05)
+                conn.commit()
+        took = time.perf_counter() - began
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(60)
+        client.destroy()
+        return runs / took
+    finally:
+        db.dispose()
+        drop_database(url)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
+    args = parser.parse_args()
+    seq_runs, drain_runs = (100, 400) if args.quick else (200, 1000)
+    folder = Path(os.environ.get("TMPDIR", "/tmp")) / "remit-bench"
+    folder.mkdir(exist_ok=True)
+    figures: list[tuple[str, float, str, str]] = []
+
+    def report(name: str, value: float, unit: str, note: str) -> None:
+        print(f"BENCH {name} {value:.3f} {unit}", flush=True)
+        figures.append((name, value, unit, note))
+
+    for kind, short in (("sqlite", "sqlite"), ("postgres", "pg")):
+        bare_s, remit_s = sequential(kind, seq_runs, folder)
+        report(
+            f"seq_bare_ms_{short}",
+            bare_s * 1000,
+            "ms",
+            f"bare DBOS, mean of {seq_runs} sequential runs",
+        )
+        report(
+            f"seq_remit_ms_{short}",
+            remit_s * 1000,
+            "ms",
+            f"remit, mean of {seq_runs} sequential runs",
+        )
+        report(f"seq_ratio_{short}", remit_s / bare_s, "x", "remit ÷ bare DBOS (goal ≤ 1.2)")
+
+    bare_1 = drain("bare", drain_runs, 1, folder)
+    remit_1 = drain("remit", drain_runs, 1, folder)
+    remit_2 = drain("remit", drain_runs, 2, folder)
+    report("drain_bare_1w_pg", bare_1, "runs/s", f"bare DBOS, 1 worker, {drain_runs} queued runs")
+    report("drain_remit_1w_pg", remit_1, "runs/s", f"remit, 1 worker, {drain_runs} queued runs")
+    report("drain_remit_2w_pg", remit_2, "runs/s", f"remit, 2 workers, {drain_runs} queued runs")
+    report(
+        "drain_ratio_pg",
+        bare_1 / remit_1,
+        "x",
+        "bare throughput ÷ remit throughput, 1 worker (goal ≤ 1.2)",
+    )
+    report("scale_2w_pg", remit_2 / remit_1, "x", "remit 2 workers ÷ 1 worker (goal ≥ 1.5)")
+
+    if args.write:
+        write_table(figures, quick=args.quick)
+
+
+def write_table(figures: list[tuple[str, float, str, str]], *, quick: bool) -> None:
+    command = "make bench QUICK=1" if quick else "make bench"
+    lines = [
+        "## remit against bare DBOS",
+        "",
+        f"`{command}` on {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}. Sequential runs poll "
+        f"their queue every {SEQ_POLL} s (both sides); drain workers poll every 0.1 s with 16 "
+        "runs at a time per worker.",
+        "",
+        "| figure | value | unit | what |",
+        "|---|---|---|---|",
+        *[f"| `{name}` | {value:.2f} | {unit} | {note} |" for name, value, unit, note in figures],
+        "",
+    ]
+    table = "\n".join(lines)
+    path = ROOT / "BENCHMARKS.md"
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    start = text.find("## remit against bare DBOS")
+    if start >= 0:
+        end = text.find("\n## ", start + 1)
+        text = text[:start] + table + (text[end + 1 :] if end >= 0 else "")
+    else:
+        head, _, rest = text.partition("\n## ")
+        text = head.rstrip("\n") + "\n\n" + table + ("\n## " + rest if rest else "")
+    path.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
