@@ -49,9 +49,10 @@ def register_queue(client: DBOSClient, *, poll: float, worker_concurrency: int) 
     )
 
 
-def client(db: Database) -> DBOSClient:
+def client(db: Database, app_name: str = APP) -> DBOSClient:
+    """A client of the DBOS application `app_name` (DBOS serves only its own app's queues)."""
     return DBOSClient(
-        system_database_url=db.dbos_url, serializer=portable_serializer(), application_name=APP
+        system_database_url=db.dbos_url, serializer=portable_serializer(), application_name=app_name
     )
 
 

@@ -76,7 +76,7 @@ def sequential(kind: str, runs: int, folder: Path) -> tuple[float, float]:
     )
     worker = Worker(app, settings)
     worker.start(before_launch=bare.register)
-    bare_client = bare.client(worker.db)
+    bare_client = bare.client(worker.db, app.name)  # served by the remit worker's DBOS
     bare.register_queue(bare_client, poll=SEQ_POLL, worker_concurrency=16)
     wf = app.workflow("bump")
     timings: dict[str, list[float]] = {"bare": [], "remit": []}

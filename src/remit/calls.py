@@ -116,7 +116,8 @@ class OpCaller:
         memo = {} if memo is None else memo
         if "settled" in memo:
             record, status, values, outcome = memo["settled"]
-            self.ledger.finish(record, status, **values)
+            if outcome.get("error", {}).get("kind") != "key":
+                self.ledger.finish(record, status, **values)
             return dict(outcome)
         record = CallRecord(
             run_id=run.run_id,
@@ -138,17 +139,15 @@ class OpCaller:
                     f"run {run.run_id} has moved on from attempt {run.workflow_id} (it was "
                     f"cancelled or a later attempt took over): `{op.id}` was not called",
                 )
-            existing = begun.existing
-        else:
-            existing = self.ledger.get(key)
-        if existing is not None:
-            conflict = _conflict(record, existing)
-            if conflict is not None:
-                return conflict
-            if op.effect == "write":
-                decided = self._reenter(op, record, existing, memo)
+            if begun.existing is not None:
+                conflict = _conflict(record, begun.existing)
+                if conflict is not None:
+                    return conflict
+                decided = self._reenter(op, record, begun.existing, memo)
                 if decided is not None:
                     return decided
+        # A read has no row before the call: a key that belongs to another call is found when
+        # its outcome is recorded (calling a read twice is harmless).
         implementation = self.implementations[op.vendor]
         for name in getattr(implementation, "credentials", ()):
             if not self.environ.get(name):
@@ -302,8 +301,14 @@ class OpCaller:
     ) -> Outcome:
         """Record the call's outcome, keeping it in `memo` first (see `call`)."""
         memo["settled"] = (record, status, values, outcome)
-        self.ledger.finish(record, status, **values)
-        return outcome
+        if self.ledger.finish(record, status, **values):
+            return outcome
+        existing = self.ledger.get(record.idempotency_key)
+        assert existing is not None, "a ledger key that is taken has a row"
+        taken = _conflict(record, existing)
+        assert taken is not None
+        memo["settled"] = (record, status, values, taken)
+        return taken
 
 
 def _conflict(record: CallRecord, existing: LedgerRow) -> Outcome | None:

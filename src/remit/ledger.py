@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 
 from remit.clock import Clock, SystemClock
 from remit.store.database import Database
@@ -151,8 +152,12 @@ class LedgerStore:
         error: str | None = None,
         error_info: dict[str, Any] | None = None,
         started_at: datetime | None = None,
-    ) -> None:
-        """Record a call's outcome. A read (which had no `started` row) gets its row now."""
+    ) -> bool:
+        """Record a call's outcome; a read, which has no `started` row, gets its row now.
+
+        False when the idempotency key already belongs to another call (another op, or the
+        same op with other input): nothing is written.
+        """
         now = self.clock.now()
         values = {
             "status": status,
@@ -162,25 +167,31 @@ class LedgerStore:
             "error": error,
             "error_info": error_info,
         }
+        new_row = {**record.__dict__, **values, "started_at": started_at or now}
+        same_call = (
+            ledger.c.idempotency_key == record.idempotency_key,
+            ledger.c.op_id == record.op_id,
+            ledger.c.input_hash == record.input_hash,
+        )
 
-        def write() -> None:
+        def write() -> bool:
             with self.db.begin() as conn:
-                updated = conn.execute(
-                    ledger.update()
-                    .where(
-                        ledger.c.idempotency_key == record.idempotency_key,
-                        ledger.c.op_id == record.op_id,
-                    )
-                    .values(**values)
-                )
-                if updated.rowcount == 0:
-                    conn.execute(
-                        ledger.insert().values(
-                            **record.__dict__, **values, started_at=started_at or now
-                        )
-                    )
+                # The common case first: a read's first and only row.
+                read = record.effect == "read"
+                if read and conn.execute(self._insert_new(new_row)).rowcount == 1:
+                    return True
+                if conn.execute(ledger.update().where(*same_call).values(**values)).rowcount == 1:
+                    return True
+                return conn.execute(self._insert_new(new_row)).rowcount == 1
 
-        self.db.retrying(f"ledger {record.idempotency_key}: {status}", write)
+        return self.db.retrying(f"ledger {record.idempotency_key}: {status}", write)
+
+    def _insert_new(self, row: dict[str, Any]) -> sa.Insert:
+        """An insert that does nothing when the key is taken."""
+        insert = postgresql.insert if not self.db.is_sqlite else sqlite.insert
+        return (
+            insert(ledger).values(**row).on_conflict_do_nothing(index_elements=["idempotency_key"])
+        )
 
     def _update(self, key: str, values: dict[str, Any]) -> None:
         def write() -> None:

@@ -241,6 +241,8 @@ def test_no_pickle_reaches_the_database(database_url: str) -> None:
     with Harness(make_app(), database_url=database_url) as harness:
         run = harness.run("purchase", {"sku": "sku-1"})
         assert run.status == "done"
+        # The run row is concluded just before DBOS records the attempt's own output.
+        harness.worker.client.retrieve_workflow(run.workflow_id).get_result()
         engine = harness.worker.db.engine
         schema = "" if harness.worker.db.is_sqlite else "dbos."
         with engine.connect() as conn:
