@@ -175,14 +175,14 @@ class LedgerStore:
         )
 
         def write() -> bool:
-            with self.db.begin() as conn:
-                # The common case first: a read's first and only row.
-                read = record.effect == "read"
-                if read and conn.execute(self._insert_new(new_row)).rowcount == 1:
-                    return True
-                if conn.execute(ledger.update().where(*same_call).values(**values)).rowcount == 1:
-                    return True
-                return conn.execute(self._insert_new(new_row)).rowcount == 1
+            # One statement each, most often only the first: a read's first and only row, or
+            # a write's outcome on its `started` row. Each is checked, so none needs the others
+            # in its transaction.
+            if record.effect == "read" and self.db.execute_one(self._insert_new(new_row)) == 1:
+                return True
+            if self.db.execute_one(ledger.update().where(*same_call).values(**values)) == 1:
+                return True
+            return self.db.execute_one(self._insert_new(new_row)) == 1
 
         return self.db.retrying(f"ledger {record.idempotency_key}: {status}", write)
 
@@ -194,13 +194,8 @@ class LedgerStore:
         )
 
     def _update(self, key: str, values: dict[str, Any]) -> None:
-        def write() -> None:
-            with self.db.begin() as conn:
-                conn.execute(
-                    ledger.update().where(ledger.c.idempotency_key == key).values(**values)
-                )
-
-        self.db.retrying(f"ledger {key}", write)
+        statement = ledger.update().where(ledger.c.idempotency_key == key).values(**values)
+        self.db.retrying(f"ledger {key}", lambda: self.db.execute_one(statement))
 
     def get(self, key: str) -> LedgerRow | None:
         with self.db.engine.connect() as conn:

@@ -219,8 +219,7 @@ class RunStore:
         )
 
         def write() -> bool:
-            with self.db.begin() as conn:
-                return conn.execute(statement).rowcount == 1
+            return self.db.execute_one(statement) == 1
 
         # Repeating the write is harmless: the fence and the status guard make it idempotent.
         return self.db.retrying(f"run {run_id}: status write", write)
