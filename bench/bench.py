@@ -19,12 +19,12 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from dataclasses import replace
 from pathlib import Path
 
 import bare  # bench/bare.py, beside this file
 import sqlalchemy as sa
+from common import ROOT, drop_database, fresh_database, write_section
 
 from remit.app import load_app
 from remit.runs import RunStore
@@ -32,37 +32,12 @@ from remit.settings import Settings
 from remit.store.database import Database
 from remit.worker import Worker
 
-ROOT = Path(__file__).resolve().parent.parent
-
 APP = ROOT / "bench" / "apps" / "bench_app"
 POSTGRES = os.environ.get(
     "REMIT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 SEQ_POLL = 0.01
 RESULT_POLL = 0.002
-
-
-def fresh_database(kind: str, folder: Path) -> str:
-    if kind == "sqlite":
-        return f"sqlite:///{folder / f'bench-{uuid.uuid4().hex[:8]}.sqlite'}"
-    admin_url = sa.make_url(POSTGRES).set(drivername="postgresql+psycopg")
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    name = f"remit_bench_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    return admin_url.set(database=name).render_as_string(hide_password=False)
-
-
-def drop_database(url: str) -> None:
-    if url.startswith("sqlite"):
-        return
-    admin = sa.create_engine(
-        sa.make_url(POSTGRES).set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT"
-    )
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{sa.make_url(url).database}" WITH (FORCE)'))
-    admin.dispose()
 
 
 def sequential(kind: str, runs: int, folder: Path) -> tuple[float, float]:
@@ -219,8 +194,6 @@ def main() -> None:
 def write_table(figures: list[tuple[str, float, str, str]], *, quick: bool) -> None:
     command = "make bench QUICK=1" if quick else "make bench"
     lines = [
-        "## remit against bare DBOS",
-        "",
         f"`{command}` on {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}. Sequential runs poll "
         f"their queue every {SEQ_POLL} s (both sides); drain workers poll every 0.1 s with 16 "
         "runs at a time per worker.",
@@ -228,19 +201,8 @@ def write_table(figures: list[tuple[str, float, str, str]], *, quick: bool) -> N
         "| figure | value | unit | what |",
         "|---|---|---|---|",
         *[f"| `{name}` | {value:.2f} | {unit} | {note} |" for name, value, unit, note in figures],
-        "",
     ]
-    table = "\n".join(lines)
-    path = ROOT / "BENCHMARKS.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    start = text.find("## remit against bare DBOS")
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + table + (text[end + 1 :] if end >= 0 else "")
-    else:
-        head, _, rest = text.partition("\n## ")
-        text = head.rstrip("\n") + "\n\n" + table + ("\n## " + rest if rest else "")
-    path.write_text(text)
+    write_section("remit against bare DBOS", "\n".join(lines))
 
 
 if __name__ == "__main__":

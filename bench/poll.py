@@ -16,16 +16,13 @@ import statistics
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
-import sqlalchemy as sa
+from common import ROOT, drop_database, fresh_database, write_section
 
 from remit.app import load_app
 from remit.runs import RunStore
 from remit.store.database import Database
-
-ROOT = Path(__file__).resolve().parent.parent
 
 APP = ROOT / "examples" / "ar_desk"
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -34,22 +31,6 @@ TICKS = os.sysconf("SC_CLK_TCK")
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def fresh_database(kind: str, folder: Path) -> str:
-    if kind == "sqlite":
-        return f"sqlite:///{folder / f'poll-{uuid.uuid4().hex[:8]}.sqlite'}"
-    admin = sa.create_engine(
-        os.environ.get(
-            "REMIT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-        ).replace("postgresql://", "postgresql+psycopg://"),
-        isolation_level="AUTOCOMMIT",
-    )
-    name = f"remit_bench_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    return admin.url.set(database=name).render_as_string(hide_password=False)
 
 
 def measure(
@@ -94,6 +75,7 @@ def measure(
         worker.terminate()
         worker.wait(30)
         db.dispose()
+        drop_database(url)
     return statistics.median(latencies) * 1000, max(latencies) * 1000, idle_cpu
 
 
@@ -118,28 +100,20 @@ def main() -> None:
             rows.append(f"| {kind} | {interval} | {median:.0f} | {worst:.0f} | {cpu:.1f} |")
     if args.write:
         command = "python bench/poll.py " + " ".join(sys.argv[1:])
-        table = "\n".join(
-            [
-                "## Queue polling: latency against idle CPU",
-                "",
-                f"`{command}` — {args.runs} runs of `chase-invoice` (3 ops, 1 step, fakes), one after another, "
-                f"timed from `start` to `done`; a worker's CPU over {args.idle:.0f} s idle. 2 cores.",
-                "",
-                "| database | poll interval (s) | median latency (ms) | max latency (ms) | idle CPU (% of a core) |",
-                "|---|---|---|---|---|",
-                *rows,
-                "",
-            ]
+        write_section(
+            "Queue polling: latency against idle CPU",
+            "\n".join(
+                [
+                    f"`{command}` — {args.runs} runs of `chase-invoice` (3 ops, 1 step, fakes), one "
+                    f"after another, timed from `start` to `done`; a worker's CPU over {args.idle:.0f} s "
+                    "idle. 2 cores.",
+                    "",
+                    "| database | poll interval (s) | median latency (ms) | max latency (ms) | idle CPU (% of a core) |",
+                    "|---|---|---|---|---|",
+                    *rows,
+                ]
+            ),
         )
-        path = ROOT / "BENCHMARKS.md"
-        text = path.read_text() if path.exists() else "# Benchmarks\n\n"
-        start = text.find("## Queue polling")
-        if start >= 0:
-            end = text.find("\n## ", start + 1)
-            text = text[:start] + table + (text[end + 1 :] if end >= 0 else "")
-        else:
-            text = text.rstrip("\n") + "\n\n" + table
-        path.write_text(text)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ a live worker's never are."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -29,6 +30,15 @@ def start_payout(workers: Workers) -> str:
     return workers.remit("start", "payout", "--input", '{"account": "acc-1", "amount": 100}')
 
 
+def held_run(workers: Workers) -> tuple[subprocess.Popen[bytes], str]:
+    """Worker `wa`, holding a payout at its `between` step until released."""
+    workers.hold_at("between")
+    a = workers.start("wa")
+    run_id = start_payout(workers)
+    workers.wait_reached("between", a)
+    return a, run_id
+
+
 def executor_of(workers: Workers, run_id: str) -> str:
     client = workers.db.client("crash-app")
     try:
@@ -43,10 +53,7 @@ def assert_each_write_once(workers: Workers, run_id: str) -> None:
 
 
 def test_a_dead_workers_run_is_taken_over_and_completes(workers: Workers) -> None:
-    workers.hold_at("between")
-    a = workers.start("wa")
-    run_id = start_payout(workers)
-    workers.wait_reached("between", a)
+    a, run_id = held_run(workers)
     b = workers.start("wb")
     workers.wait_serving(b)
     a.send_signal(signal.SIGKILL)
@@ -67,10 +74,7 @@ def test_a_dead_workers_run_is_taken_over_and_completes(workers: Workers) -> Non
 
 
 def test_several_workers_noticing_at_once_take_over_once(workers: Workers) -> None:
-    workers.hold_at("between")
-    a = workers.start("wa")
-    run_id = start_payout(workers)
-    workers.wait_reached("between", a)
+    a, run_id = held_run(workers)
     others = [workers.start("wb"), workers.start("wc")]
     for proc in others:
         workers.wait_serving(proc)
@@ -106,10 +110,7 @@ def test_a_live_workers_run_is_never_taken(workers: Workers) -> None:
 
 
 def test_a_stalled_worker_that_was_taken_over_stops(workers: Workers) -> None:
-    workers.hold_at("between")
-    a = workers.start("wa")
-    run_id = start_payout(workers)
-    workers.wait_reached("between", a)
+    a, run_id = held_run(workers)
     workers.wait_serving(workers.start("wb"))
     a.send_signal(signal.SIGSTOP)  # alive, but silent past the bound
     workers.release("between")
