@@ -148,7 +148,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     args = parser.parse_args()
-    seq_runs, drain_runs = (100, 400) if args.quick else (200, 1000)
+    seq_runs, drain_runs = (60, 250) if args.quick else (200, 1000)
     folder = Path(os.environ.get("TMPDIR", "/tmp")) / "remit-bench"
     folder.mkdir(exist_ok=True)
     figures: list[tuple[str, float, str, str]] = []

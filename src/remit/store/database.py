@@ -26,7 +26,7 @@ _PREPARE_LOCK = 0x72656D6974  # "remit"
 
 
 def portable_serializer() -> DBOSPortableJSONSerializer:
-    """JSON for every value DBOS stores: no pickle ever reaches the database."""
+    """JSON for every value DBOS stores, never its default binary Python format."""
     return DBOSPortableJSONSerializer()
 
 
