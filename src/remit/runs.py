@@ -104,20 +104,25 @@ class RunStore:
         run_id = run_id or new_run_id()
         workflow_id = attempt_workflow_id(run_id, 1)
         now = self.clock.now()
+        run = Run(
+            run_id=run_id,
+            workflow=workflow.name,
+            queue=workflow.queue,
+            input=payload,
+            status="queued",
+            attempt=1,
+            workflow_id=workflow_id,
+            version=None,
+            started_by=started_by,
+            created_at=now,
+            updated_at=now,
+            finished_at=None,
+            output=None,
+            error=None,
+        )
         with self.db.begin() as conn:
             conn.execute(
-                runs.insert().values(
-                    run_id=run_id,
-                    workflow=workflow.name,
-                    queue=workflow.queue,
-                    input=payload,
-                    status="queued",
-                    attempt=1,
-                    workflow_id=workflow_id,
-                    started_by=started_by,
-                    created_at=now,
-                    updated_at=now,
-                )
+                runs.insert().values({k: v for k, v in run.__dict__.items() if v is not None})
             )
             client.enqueue_in_transaction(
                 conn,
@@ -133,7 +138,7 @@ class RunStore:
                 payload,
                 started_by,
             )
-        return self.get(run_id)
+        return run
 
     def get(self, run_id: str) -> Run:
         with self.db.engine.connect() as conn:

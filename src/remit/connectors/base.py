@@ -145,8 +145,11 @@ class Fake(Implementation):
     def invoke(self, op: Op[Any, Any], input: BaseModel, call: CallContext) -> BaseModel:
         with self._lock:
             self.calls.append((op.id, call.idempotency_key))
-            key_lock = self._key_locks.setdefault(call.idempotency_key, threading.Lock())
-        if op.effect != "write":
+            if op.effect != "write":
+                key_lock = None
+            else:
+                key_lock = self._key_locks.setdefault(call.idempotency_key, threading.Lock())
+        if key_lock is None:
             return super().invoke(op, input, call)
         # One write per key at a time: a second caller with the same key waits, then replays.
         with key_lock, self._vendor_lock():
