@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from remit import (
     App,
+    ApprovalType,
     AsyncContext,
     CallContext,
     Connector,
@@ -189,9 +190,58 @@ def keyed(ctx: Context, input: Keyed) -> list[str]:
     return [a.order_id, b.order_id]
 
 
+class Refund(BaseModel):
+    sku: str
+    quantity: int = 1
+    assignee: str | None = None
+    expires_in: float | None = None
+
+
+class RefundDraft(BaseModel):
+    sku: str
+    quantity: int
+    note: str = ""
+
+
+@workflow(name="refund", input=Refund, uses=[get_item, create_order])
+def refund(ctx: Context, input: Refund) -> dict[str, Any]:
+    item = ctx.call(get_item, sku=input.sku)
+    decision = ctx.approval(
+        "refund",
+        type="refund",
+        title=f"Refund {input.quantity} x {input.sku} at {item.price}",
+        draft=RefundDraft(sku=input.sku, quantity=input.quantity),
+        assignee=input.assignee,
+        expires_in=input.expires_in,
+    )
+    if not decision.approved:
+        return {"status": decision.status, "by": decision.decided_by}
+    order = ctx.call(create_order, sku=decision.draft.sku, quantity=decision.draft.quantity)
+    return {"status": "approved", "order_id": order.order_id, "quantity": order.quantity}
+
+
+@workflow(name="refund-async", input=Refund, uses=[get_item, create_order])
+async def refund_async(ctx: AsyncContext, input: Refund) -> dict[str, Any]:
+    item = await ctx.call(get_item, sku=input.sku)
+    decision = await ctx.approval(
+        "refund",
+        type="refund",
+        title=f"Refund {input.sku} at {item.price}",
+        draft=RefundDraft(sku=input.sku, quantity=input.quantity),
+    )
+    if not decision.approved:
+        return {"status": decision.status}
+    order = await ctx.call(create_order, sku=decision.draft.sku, quantity=decision.draft.quantity)
+    return {"status": "approved", "order_id": order.order_id}
+
+
+REFUND = ApprovalType("refund", draft=RefundDraft)
+
+
 def make_app() -> App:
     return App(
         name="shop",
-        workflows=[purchase, purchase_async, sneaky, broken_step, keyed],
+        workflows=[purchase, purchase_async, sneaky, broken_step, keyed, refund, refund_async],
         connectors=[shop],
+        approvals=[REFUND],
     )

@@ -6,6 +6,14 @@ internal.
 
 from remit._version import __version__
 from remit.app import App, Queue, load_app
+from remit.approvals import (
+    Approval,
+    Approvals,
+    ApprovalType,
+    DecideResult,
+    Decided,
+    Decision,
+)
 from remit.clock import Clock, SystemClock
 from remit.connectors import (
     AppliedEffect,
@@ -20,7 +28,9 @@ from remit.connectors import (
 from remit.context import AsyncContext, Context
 from remit.errors import (
     AppError,
+    ApprovalNotFound,
     DatabaseError,
+    DecisionRefused,
     DriverError,
     InputInvalid,
     MissingCredential,
@@ -34,6 +44,7 @@ from remit.errors import (
     StepFailed,
     UnknownWorkflow,
 )
+from remit.notify import ApprovalNotice, LogNotifier, Notifier, WebhookNotifier
 from remit.retry import RetryPolicy
 from remit.runs import Run
 from remit.settings import Settings
@@ -43,17 +54,28 @@ __all__ = [
     "App",
     "AppError",
     "AppliedEffect",
+    "Approval",
+    "ApprovalNotFound",
+    "ApprovalNotice",
+    "ApprovalType",
+    "Approvals",
     "AsyncContext",
     "CallContext",
     "Clock",
     "Connector",
     "Context",
     "DatabaseError",
+    "DecideResult",
+    "Decided",
+    "Decision",
+    "DecisionRefused",
     "Driver",
     "DriverError",
     "Fake",
     "InputInvalid",
+    "LogNotifier",
     "MissingCredential",
+    "Notifier",
     "Op",
     "OpError",
     "OpNotDeclared",
@@ -69,10 +91,11 @@ __all__ = [
     "StepFailed",
     "SystemClock",
     "UnknownWorkflow",
+    "WebhookNotifier",
     "Workflow",
-    "__version__",
     "implements",
     "load_app",
     "op",
     "workflow",
+    "__version__",
 ]

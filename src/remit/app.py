@@ -15,9 +15,11 @@ from types import CodeType, ModuleType
 from typing import Any, TypeVar
 
 from remit._version import __version__
+from remit.approvals import ApprovalType
 from remit.connectors.base import Connector
 from remit.connectors.ops import Op
 from remit.errors import AppError, UnknownWorkflow
+from remit.notify import Notifier
 from remit.workflows import DEFAULT_QUEUE, Workflow, check_name
 
 ENTRY_MODULE = "app"
@@ -70,9 +72,27 @@ class App:
         workflows: Iterable[Workflow],
         connectors: Iterable[Connector] = (),
         queues: Iterable[Queue] = (),
+        approvals: Iterable[ApprovalType] = (),
+        notifiers: Iterable[Notifier] | None = None,
     ) -> None:
         check_name("app", name)
         self.name = name
+        self.approval_types: dict[str, ApprovalType] = {}
+        for declared in approvals:
+            if not isinstance(declared, ApprovalType):
+                raise AppError(
+                    f"app `{name}` lists {declared!r} among its approvals: use "
+                    "ApprovalType(name, draft=YourModel)"
+                )
+            if declared.name in self.approval_types:
+                raise AppError(f"app `{name}` declares the approval type `{declared.name}` twice")
+            self.approval_types[declared.name] = declared
+        # None: the worker's defaults from settings (the log, and a webhook if one is set).
+        self.notifiers = None if notifiers is None else list(notifiers)
+        if self.notifiers is not None:
+            names = [notifier.name for notifier in self.notifiers]
+            if len(set(names)) != len(names):
+                raise AppError(f"app `{name}` has two notifiers with one name: {sorted(names)}")
         self.connectors: dict[str, Connector] = {}
         for connector in connectors:
             if not isinstance(connector, Connector):

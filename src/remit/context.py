@@ -12,6 +12,7 @@ import asyncio
 import inspect
 import re
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any, TypeVar, cast, overload
 
 import sqlalchemy as sa
@@ -19,12 +20,14 @@ from dbos import DBOS, StepOptions
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
+from remit.approvals import Decision, Gates
 from remit.calls import OpCaller, Outcome, RunInfo, failure, ok, raise_failure
 from remit.connectors.ops import Op
 from remit.errors import InputInvalid, OpNotDeclared, StepFailed
 from remit.workflows import Workflow
 
 Out = TypeVar("Out", bound=BaseModel)
+Draft = TypeVar("Draft", bound=BaseModel)
 T = TypeVar("T")
 
 _KEY = re.compile(r"[A-Za-z0-9._-]{1,100}")
@@ -32,12 +35,18 @@ _KEY = re.compile(r"[A-Za-z0-9._-]{1,100}")
 
 class _Base:
     def __init__(
-        self, run: RunInfo, workflow: Workflow, ops: Mapping[str, Op[Any, Any]], caller: OpCaller
+        self,
+        run: RunInfo,
+        workflow: Workflow,
+        ops: Mapping[str, Op[Any, Any]],
+        caller: OpCaller,
+        gates: Gates,
     ) -> None:
         self._run = run
         self._workflow = workflow
         self._ops = ops
         self._caller = caller
+        self._gates = gates
 
     @property
     def run_id(self) -> str:
@@ -92,6 +101,37 @@ class _Base:
             ) from None
         return declared, model.model_dump(mode="json")
 
+    def _gate_step(
+        self,
+        key: str,
+        type: str,
+        title: str,
+        draft: BaseModel | Mapping[str, Any],
+        assignee: str | None,
+        expires_in: timedelta | float | None,
+    ) -> tuple[StepOptions, Callable[[], dict[str, Any]], Callable[[dict[str, Any]], Any]]:
+        """The gate's DBOS step, and what turns its row into a decision (or a suspension)."""
+        declared, payload, seconds = self._gates.prepare(key, type, draft, expires_in)
+
+        def body() -> dict[str, Any]:
+            step_id = DBOS.step_id
+            assert step_id is not None, "an approval gate runs as a DBOS step"
+            return self._gates.open(
+                self._run,
+                step_id,
+                key=key,
+                type=declared.name,
+                title=title,
+                draft=payload,
+                assignee=assignee,
+                expires_in=seconds,
+            )
+
+        def outcome(row: dict[str, Any]) -> Any:
+            return self._gates.outcome(row, declared)
+
+        return _gate_options(key), body, outcome
+
     def __getattr__(self, vendor: str) -> Any:
         """`ctx.<vendor>.<resource>.<op>(...)`: the same call as `ctx.call(op, ...)`."""
         if vendor.startswith("_"):
@@ -122,6 +162,20 @@ def _op_options(op: Op[Any, Any]) -> StepOptions:
     re-enters through the ledger, which decides whether calling the vendor again is safe."""
     return {
         "name": op.id,
+        "retries_allowed": True,
+        "max_attempts": 4,
+        "interval_seconds": 1.0,
+        "backoff_rate": 2.0,
+        "should_retry": lambda error: isinstance(
+            error, sa.exc.OperationalError | sa.exc.InterfaceError
+        ),
+    }
+
+
+def _gate_options(key: str) -> StepOptions:
+    """The gate's step only reads and writes remit's rows: retried when the database failed."""
+    return {
+        "name": f"approval:{key}",
         "retries_allowed": True,
         "max_attempts": 4,
         "interval_seconds": 1.0,
@@ -230,6 +284,29 @@ class Context(_Base):
         return _finish_op(cast(Op[Any, Out], declared), outcome)
 
 
+    def approval(
+        self,
+        key: str,
+        *,
+        type: str,
+        title: str,
+        draft: Draft,
+        assignee: str | None = None,
+        expires_in: timedelta | float | None = None,
+    ) -> Decision[Draft]:
+        """Wait for a person to decide the approval `key` of this run, and return the decision.
+
+        `type` names an `ApprovalType` the app declares, whose model `draft` must parse as.
+        While the gate is pending the run is `waiting` and holds nothing in any worker; once it
+        is decided the run carries on from here, the steps before the gate not run again.
+        `assignee` limits who may decide it (an admin may too); `expires_in` (seconds or a
+        timedelta) decides it `expired` if no one has by then. The decision's `status` is
+        approved, rejected, expired or cancelled; its `draft` is the edited one, if edited.
+        """
+        options, body, outcome = self._gate_step(key, type, title, draft, assignee, expires_in)
+        return cast(Decision[Draft], outcome(DBOS.run_step(options, body)))
+
+
 class AsyncContext(_Base):
     """The `ctx` of an async workflow: the same methods as `Context`, awaited."""
 
@@ -260,3 +337,22 @@ class AsyncContext(_Base):
             _op_options(declared), self._op_step(declared, payload, key)
         )
         return _finish_op(cast(Op[Any, Out], declared), outcome)
+
+    async def approval(
+        self,
+        key: str,
+        *,
+        type: str,
+        title: str,
+        draft: Draft,
+        assignee: str | None = None,
+        expires_in: timedelta | float | None = None,
+    ) -> Decision[Draft]:
+        """Wait for a decision on the approval `key`; see `Context.approval`."""
+        options, body, outcome = self._gate_step(key, type, title, draft, assignee, expires_in)
+
+        async def in_thread() -> dict[str, Any]:
+            return await asyncio.to_thread(body)
+
+        row = await DBOS.run_step_async(options, in_thread)
+        return cast(Decision[Draft], outcome(row))

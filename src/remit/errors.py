@@ -155,3 +155,33 @@ class StepFailed(RemitError):
         super().__init__(message)
         self.step = step
         self.error_type = error_type
+
+
+class ApprovalNotFound(RemitError):
+    """No approval has that id."""
+
+
+class DecisionRefused(RemitError):
+    """`decide()` refused the whole batch and wrote nothing.
+
+    `reasons` lists every refusal as `(approval id, reason)`, so one answer tells the caller
+    everything to fix.
+    """
+
+    def __init__(self, reasons: list[tuple[str, str]]) -> None:
+        listed = "; ".join(f"{approval_id} {reason}" for approval_id, reason in reasons)
+        super().__init__(f"decision refused, nothing was written: {listed}")
+        self.reasons = reasons
+
+
+class Suspended(BaseException):
+    """The attempt stops here and the run waits (at a gate): the attempt ends holding nothing.
+
+    Raised by `ctx.approval` while its gate is pending, and caught by remit around the workflow
+    function. Not an `Exception`, so a workflow's `except Exception` does not swallow it.
+    """
+
+    def __init__(self, status: str, reason: str, *, approval_id: str | None = None) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.approval_id = approval_id

@@ -16,6 +16,7 @@ from typing import Any
 from dbos import DBOSClient, WorkflowStatus
 
 from remit.runs import RunStatus, RunStore
+from remit.runtime import SUSPENDED
 
 log = logging.getLogger("remit.reconciler")
 
@@ -46,7 +47,11 @@ def conclusion(dbos_status: WorkflowStatus) -> tuple[RunStatus, Any, str | None]
     if status is None:
         return None
     if dbos_status.status == "SUCCESS":
-        return status, dbos_status.output, None
+        output = dbos_status.output
+        if isinstance(output, dict) and SUSPENDED in output:
+            # The attempt stopped at a gate; its `waiting` write did not land.
+            return "waiting", None, None
+        return status, output, None
     if dbos_status.status == "MAX_RECOVERY_ATTEMPTS_EXCEEDED":
         return status, None, "DBOS stopped recovering the attempt after too many recoveries"
     if dbos_status.status == "CANCELLED":

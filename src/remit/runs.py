@@ -204,6 +204,13 @@ class RunStore:
             )
         return written
 
+    def suspend(self, run_id: str, workflow_id: str, status: RunStatus) -> bool:
+        """The attempt `workflow_id` ends with the run `waiting` (or `sleeping`).
+
+        False when the fence refused it: a decision already moved the run to its next attempt.
+        """
+        return self._fenced(run_id, workflow_id, {"status": status}, from_statuses=("running",))
+
     def _fenced(
         self,
         run_id: str,
@@ -259,12 +266,16 @@ class RunStore:
         )
         return attempt, workflow_id
 
-    def cancel(self, client: DBOSClient, run_id: str) -> Run:
+    def cancel(self, client: DBOSClient, run_id: str, *, by: str = "system") -> Run:
         """Cancel a run that has not finished, and its current attempt in DBOS.
 
         A finished run is left as it is. An attempt in flight stops at its next step; its
-        later status writes are refused because the run is no longer running.
+        later status writes are refused because the run is no longer running. The run's pending
+        approval gates are cancelled in the same transaction, each with its audit row.
         """
+        # Imported here: approvals build on runs (a decision moves a run to its next attempt).
+        from remit.approvals import cancel_gates
+
         now = self.clock.now()
         with self.db.begin() as conn:
             row = conn.execute(
@@ -281,6 +292,7 @@ class RunStore:
                 .where(runs.c.run_id == run_id, runs.c.status.in_(_ACTIVE))
                 .values(status="cancelled", finished_at=now, updated_at=now)
             )
+            cancel_gates(conn, run_id, by=by, now=now)
         client.cancel_workflow(row.workflow_id)
         return self.get(run_id)
 

@@ -3,7 +3,9 @@
 Each app workflow is registered with DBOS under its own name. The DBOS workflow receives
 `(run_id, attempt, input, actor)` and owns every status write of its attempt: it claims the run
 (or stops at once if the run has moved on), runs the user's function with a `ctx`, and concludes
-the run, each write fenced on its own workflow id.
+the run, each write fenced on its own workflow id. An attempt that stops at a pending gate ends
+with the run `waiting`; the run's next attempt is a DBOS fork of this one (see `approvals.py`),
+which receives the same arguments, so the attempt's number is read from its workflow id.
 """
 
 from __future__ import annotations
@@ -19,17 +21,26 @@ from dbos import error as dbos_error
 from pydantic_core import to_jsonable_python
 
 from remit.app import App
+from remit.approvals import Gates
 from remit.calls import OpCaller, RunInfo
 from remit.clock import Clock
 from remit.connectors.base import Implementation
 from remit.context import AsyncContext, Context
-from remit.errors import RunMovedOn
+from remit.errors import RunMovedOn, Suspended
 from remit.ledger import LedgerStore
+from remit.notify import Notifications, Notifier
 from remit.runs import RunStore
 from remit.store.database import Database
 from remit.workflows import Workflow
 
 log = logging.getLogger("remit.runtime")
+
+# What an attempt that stopped at a gate returns to DBOS: it ended, and the run waits.
+SUSPENDED = "remit:suspended"
+
+
+def suspended_output(status: str) -> dict[str, str]:
+    return {SUSPENDED: status}
 
 
 class Runtime:
@@ -43,6 +54,7 @@ class Runtime:
         implementations: Mapping[str, Implementation],
         clock: Clock,
         environ: Mapping[str, str],
+        notifiers: list[Notifier],
     ) -> None:
         self.app = app
         self.version = app.version
@@ -53,6 +65,10 @@ class Runtime:
         self.caller = OpCaller(
             implementations=implementations, ledger=self.ledger, clock=clock, environ=environ
         )
+        self.notifications = Notifications(db, notifiers, clock=clock)
+        self.gates = Gates(
+            db, app.approval_types, channels=self.notifications.channels, clock=clock
+        )
 
     def register(self) -> None:
         """Register every workflow of the app with DBOS, under its own name."""
@@ -60,9 +76,12 @@ class Runtime:
             body = self._async_attempt(wf) if wf.is_async else self._sync_attempt(wf)
             DBOS.workflow(name=wf.name)(body)
 
-    def _begin(self, wf: Workflow, run_id: str, attempt: int, actor: str) -> RunInfo | None:
+    def _begin(self, wf: Workflow, run_id: str, actor: str) -> RunInfo | None:
         workflow_id = DBOS.workflow_id
         assert workflow_id is not None
+        # A resumed attempt is a fork: it gets its first attempt's inputs, so its number is
+        # read from its own workflow id.
+        attempt = int(workflow_id.rsplit(":", 1)[1])
         if not self.runs.claim(run_id, workflow_id, self.version):
             log.info(
                 "attempt %s of run %s is superseded or cancelled: nothing ran", workflow_id, run_id
@@ -106,17 +125,32 @@ class Runtime:
     def _moved_on(self, run: RunInfo, error: RunMovedOn) -> None:
         log.info("attempt %s stops: %s", run.workflow_id, error)
 
+    def _suspend(self, run: RunInfo, pause: Suspended) -> dict[str, str]:
+        """The attempt ends and the run waits, holding nothing; tell people about the gate."""
+        if not self.runs.suspend(run.run_id, run.workflow_id, "waiting"):
+            log.info("attempt %s: the run moved on before it could wait", run.workflow_id)
+            return suspended_output("moved on")
+        log.info("run %s waits: %s", run.run_id, pause)
+        if pause.approval_id is not None:
+            try:
+                self.notifications.send_due(approval_id=pause.approval_id)
+            except Exception:
+                log.exception("approval %s: notifying failed; the sweep tries again", run.run_id)
+        return suspended_output(pause.status)
+
     def _sync_attempt(self, wf: Workflow) -> Any:
         def attempt(run_id: str, attempt: int, input: dict[str, Any], actor: str) -> Any:
-            run = self._begin(wf, run_id, attempt, actor)
+            run = self._begin(wf, run_id, actor)
             if run is None:
                 return None
-            ctx = Context(run, wf, self.app.ops, self.caller)
+            ctx = Context(run, wf, self.app.ops, self.caller, self.gates)
             try:
                 result = wf.fn(ctx, wf.input.model_validate(input))
             except RunMovedOn as error:
                 self._moved_on(run, error)
                 return None
+            except Suspended as pause:
+                return self._suspend(run, pause)
             except Exception as error:
                 self._failed(run, error)
                 raise
@@ -128,15 +162,17 @@ class Runtime:
     def _async_attempt(self, wf: Workflow) -> Any:
         async def attempt(run_id: str, attempt: int, input: dict[str, Any], actor: str) -> Any:
             # The run's row writes are blocking database calls: keep them off the event loop.
-            run = await asyncio.to_thread(self._begin, wf, run_id, attempt, actor)
+            run = await asyncio.to_thread(self._begin, wf, run_id, actor)
             if run is None:
                 return None
-            ctx = AsyncContext(run, wf, self.app.ops, self.caller)
+            ctx = AsyncContext(run, wf, self.app.ops, self.caller, self.gates)
             try:
                 result = await wf.fn(ctx, wf.input.model_validate(input))
             except RunMovedOn as error:
                 self._moved_on(run, error)
                 return None
+            except Suspended as pause:
+                return await asyncio.to_thread(self._suspend, run, pause)
             except Exception as error:
                 await asyncio.to_thread(self._failed, run, error)
                 raise

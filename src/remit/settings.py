@@ -32,6 +32,14 @@ class Settings:
     - `reconcile_interval`: `REMIT_RECONCILE_INTERVAL`, seconds between reconciler passes (60).
     - `heartbeat_interval`: `REMIT_HEARTBEAT_INTERVAL`, seconds between heartbeats (5).
     - `dead_after`: `REMIT_DEAD_AFTER`, seconds without a heartbeat before a worker is dead (30).
+    - `sweep_interval`: `REMIT_SWEEP_INTERVAL`, seconds between a worker's sweeps: approvals
+      past their expiry, notifications to retry, resumes left in the outbox (default 5).
+    - `admins`: `REMIT_ADMINS`, comma-separated actors who may decide a gate assigned to
+      someone else.
+    - `webhook_url`, `webhook_secret`: `REMIT_WEBHOOK_URL` (a waiting gate is POSTed there) and
+      `REMIT_WEBHOOK_SECRET` (signs the body).
+    - `http_host`, `http_port`: `REMIT_HTTP_HOST` (127.0.0.1) and `REMIT_HTTP_PORT` (8700), where
+      `remit serve` listens.
     """
 
     database_url: str
@@ -45,6 +53,12 @@ class Settings:
     reconcile_interval: float = 60.0
     heartbeat_interval: float = 5.0
     dead_after: float = 30.0
+    sweep_interval: float = 5.0
+    admins: frozenset[str] = frozenset()
+    webhook_url: str | None = None
+    webhook_secret: str | None = None
+    http_host: str = "127.0.0.1"
+    http_port: int = 8700
 
     @classmethod
     def from_env(cls, app_dir: Path | str, environ: Mapping[str, str] | None = None) -> Settings:
@@ -70,6 +84,14 @@ class Settings:
             reconcile_interval=_number(env, "REMIT_RECONCILE_INTERVAL", 60.0, float),
             heartbeat_interval=heartbeat,
             dead_after=dead_after,
+            sweep_interval=_number(env, "REMIT_SWEEP_INTERVAL", 5.0, float),
+            admins=frozenset(
+                actor.strip() for actor in env.get("REMIT_ADMINS", "").split(",") if actor.strip()
+            ),
+            webhook_url=_url(env, "REMIT_WEBHOOK_URL"),
+            webhook_secret=env.get("REMIT_WEBHOOK_SECRET") or None,
+            http_host=env.get("REMIT_HTTP_HOST") or "127.0.0.1",
+            http_port=_number(env, "REMIT_HTTP_PORT", 8700, int),
         )
 
 
@@ -92,6 +114,13 @@ def _number(
     if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
         raise SettingsError(f"{name}={raw!r} must be {what} {bound}, e.g. {default}")
     return value
+
+
+def _url(env: Mapping[str, str], name: str) -> str | None:
+    raw = env.get(name) or None
+    if raw is not None and not raw.startswith(("http://", "https://")):
+        raise SettingsError(f"{name}={raw!r} must be an http:// or https:// URL")
+    return raw
 
 
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

@@ -11,7 +11,8 @@ DBOS keeps one instance per process, so one harness runs at a time.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -19,6 +20,7 @@ from dbos import StepInfo
 from pydantic import BaseModel
 
 from remit.app import App
+from remit.approvals import Approval, Approvals, DecideResult
 from remit.clock import Clock
 from remit.connectors.base import AppliedEffect, Fake, Implementation
 from remit.ledger import LedgerRow
@@ -106,6 +108,42 @@ class Harness:
                 f"`{vendor}` runs on {type(implementation).__name__}, not a {kind.__name__}"
             )
         return implementation
+
+    @property
+    def approvals(self) -> Approvals:
+        """The app's approvals: `list`, `get`, `audit` and `decide`."""
+        return self.worker.approvals
+
+    def decide(
+        self,
+        ids: Iterable[str] | str,
+        decision: str = "approved",
+        *,
+        by: str | None = None,
+        via: str = "test",
+        decision_key: str | None = None,
+        edits: Mapping[str, Mapping[str, Any]] | None = None,
+        reason: str | None = None,
+    ) -> DecideResult:
+        """`decide()` as the test's actor, with a fresh decision key unless one is given."""
+        return self.approvals.decide(
+            ids,
+            decision,
+            by=by or self.actor,
+            via=via,
+            decision_key=decision_key or f"test:{uuid.uuid4().hex}",
+            edits=edits,
+            reason=reason,
+        )
+
+    def gate(self, run_id: str, *, timeout: float = 30.0) -> Approval:
+        """Wait for the run to wait at a gate, and return that gate's pending approval."""
+        self.wait(run_id, timeout=timeout, until=("waiting",))
+        pending = self.approvals.list(run_id=run_id, status="pending")
+        if not pending:
+            run = self.runs.get(run_id)
+            raise AssertionError(f"run {run_id} is {run.status} with no pending approval")
+        return pending[0]
 
     def ledger(self, run_id: str) -> list[LedgerRow]:
         return self.ledger_store.list(run_id=run_id)

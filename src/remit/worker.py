@@ -32,9 +32,11 @@ import sqlalchemy as sa
 from dbos import DBOS, DBOSClient, DBOSConfig
 
 from remit.app import App
+from remit.approvals import Approvals
 from remit.clock import Clock, SystemClock
 from remit.connectors.base import Implementation
 from remit.errors import RemitError
+from remit.notify import default_notifiers
 from remit.reconciler import Reconciler
 from remit.runtime import Runtime
 from remit.settings import Settings
@@ -106,6 +108,9 @@ class Worker:
             implementations=chosen,
             clock=clock or SystemClock(),
             environ=dict(os.environ if environ is None else environ),
+            notifiers=app.notifiers
+            if app.notifiers is not None
+            else default_notifiers(settings.webhook_url, settings.webhook_secret),
         )
         self._slot = ExecutorSlot(f"{self.db.dbos_url}\n{app.name}")
         self.executor_id = ""
@@ -114,6 +119,8 @@ class Worker:
         self._launched = False
         self._reconciler: Reconciler | None = None
         self._heartbeat: Heartbeat | None = None
+        self._sweeper: Sweeper | None = None
+        self._approvals: Approvals | None = None
         self._dbos_engine: sa.Engine | None = None
         self.registry = WorkerRegistry(self.db, clock=self.runtime.clock)
         self.on_taken_over = on_taken_over or _taken_over
@@ -123,6 +130,19 @@ class Worker:
         if self._client is None:
             self._client = self.db.client(self.app.name)
         return self._client
+
+    @property
+    def approvals(self) -> Approvals:
+        """List, show and decide the app's approvals (the same `decide()` as every surface)."""
+        if self._approvals is None:
+            self._approvals = Approvals(
+                self.db,
+                self.client,
+                self.app.approval_types,
+                admins=self.settings.admins,
+                clock=self.runtime.clock,
+            )
+        return self._approvals
 
     def start(self, *, before_launch: Callable[[], None] | None = None) -> None:
         """Prepare the database, register the app's workflows and queues, and launch DBOS.
@@ -173,6 +193,8 @@ class Worker:
             self.runtime.runs, self.client, interval=self.settings.reconcile_interval
         )
         self._reconciler.start()
+        self._sweeper = Sweeper(self)
+        self._sweeper.start()
         log.info(
             "worker %s serving app %s version %s on %s",
             self.executor_id,
@@ -191,9 +213,10 @@ class Worker:
         """
         drain = self.settings.drain_timeout if timeout is None else timeout
         self.runtime.stopping = True
-        for background in (self._reconciler, self._heartbeat):
+        for background in (self._sweeper, self._reconciler, self._heartbeat):
             if background is not None:
                 background.stop()
+        self._sweeper = None
         self._reconciler = self._heartbeat = None
         if self._launched:
             DBOS.destroy(workflow_completion_timeout_sec=math.ceil(drain), destroy_registry=True)
@@ -202,6 +225,7 @@ class Worker:
         if self._client is not None:
             self._client.destroy()
             self._client = None
+            self._approvals = None
         if not keep_slot:
             self._slot.release()
         if self._dbos_engine is not None:
@@ -304,3 +328,44 @@ class Heartbeat:
             )
             taken.append(executor_id)
         return taken
+
+
+class Sweeper:
+    """Every `REMIT_SWEEP_INTERVAL` seconds, on a daemon thread: forks the resumes a decider
+    left in the outbox, expires approvals past their time through `decide()`, and retries
+    unsent notifications. Its first pass runs at start, before the worker takes work, so a
+    decision made while no worker ran is consumed at once."""
+
+    # A resume younger than this is left to the process that decided it.
+    OUTBOX_GRACE = 2.0
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.interval = worker.settings.sweep_interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="remit-sweeper", daemon=True)
+
+    def start(self) -> None:
+        self.sweep(older_than=0.0)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sweep(older_than=self.OUTBOX_GRACE)
+
+    def sweep(self, *, older_than: float) -> None:
+        approvals = self.worker.approvals
+        jobs: list[tuple[str, Callable[[], object]]] = [
+            ("outbox", lambda: approvals.complete_outbox(older_than=older_than)),
+            ("expiry", approvals.expire_due),
+            ("notifications", self.worker.runtime.notifications.send_due),
+        ]
+        for name, job in jobs:
+            try:
+                job()
+            except Exception:
+                log.exception("sweep: %s failed; the next sweep runs in %.0fs", name, self.interval)

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -106,4 +106,89 @@ workers = sa.Table(
     # The live worker that took over this one's unfinished attempts, and when.
     sa.Column("taken_over_by", sa.String(200)),
     sa.Column("taken_over_at", UTCDateTime),
+)
+
+approvals = sa.Table(
+    "remit_approvals",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("key", sa.String(100), nullable=False),
+    sa.Column("type", sa.String(100), nullable=False),
+    sa.Column("title", sa.String(500), nullable=False),
+    sa.Column("draft", sa.JSON, nullable=False),
+    # The draft as decided, when the decider edited it: what the type's model parsed.
+    sa.Column("edited_draft", sa.JSON),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("assignee", sa.String(200)),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("expires_at", UTCDateTime),
+    # The attempt that stopped at the gate and the gate's DBOS step: where the next attempt
+    # is forked from, so that the steps before the gate are copied, not run again.
+    sa.Column("workflow_id", sa.String(128), nullable=False),
+    sa.Column("step_id", sa.Integer, nullable=False),
+    sa.Column("decided_by", sa.String(200)),
+    sa.Column("decided_via", sa.String(50)),
+    sa.Column("decided_at", UTCDateTime),
+    sa.Column("decision_key", sa.String(200)),
+    sa.Column("batch_id", sa.String(64)),
+    sa.Column("reason", sa.Text),
+    # The attempt the decision resumed the run on (None when no attempt was waiting on it).
+    sa.Column("resumed_workflow_id", sa.String(128)),
+    sa.UniqueConstraint("run_id", "key", name="remit_approvals_run_key"),
+    sa.Index("remit_approvals_status", "status", "expires_at"),
+    sa.Index("remit_approvals_created", "created_at"),
+)
+
+# One row per `decide()` call that wrote something: a repeated decision key reads it back.
+decisions = sa.Table(
+    "remit_decisions",
+    metadata,
+    sa.Column("decision_key", sa.String(200), primary_key=True),
+    sa.Column("approval_ids", sa.JSON, nullable=False),
+    sa.Column("decision", sa.String(16), nullable=False),
+    sa.Column("decided_by", sa.String(200), nullable=False),
+    sa.Column("via", sa.String(50), nullable=False),
+    sa.Column("batch_id", sa.String(64)),
+    sa.Column("decided_at", UTCDateTime, nullable=False),
+)
+
+audit = sa.Table(
+    "remit_audit",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("at", UTCDateTime, nullable=False),
+    sa.Column("actor", sa.String(200), nullable=False),
+    sa.Column("action", sa.String(100), nullable=False),
+    sa.Column("target", sa.String(200), nullable=False),
+    sa.Column("meta", sa.JSON, nullable=False),
+    sa.Index("remit_audit_target", "target", "id"),
+)
+
+# The outbox of attempts to fork: written in the transaction that moves a run to its next
+# attempt, deleted once DBOS holds that attempt. A row left behind (the process died between
+# the commit and the fork) is completed by any worker's sweep.
+resumes = sa.Table(
+    "remit_resumes",
+    metadata,
+    sa.Column("workflow_id", sa.String(128), primary_key=True),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("from_workflow_id", sa.String(128), nullable=False),
+    sa.Column("from_step", sa.Integer, nullable=False),
+    sa.Column("queue", sa.String(200), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+)
+
+# One row per approval and notifier: retried until `sent_at` is set.
+notifications = sa.Table(
+    "remit_notifications",
+    metadata,
+    sa.Column("approval_id", sa.String(32), primary_key=True),
+    sa.Column("channel", sa.String(50), primary_key=True),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    # When it may next be tried; a sender holds it by moving this past its own try.
+    sa.Column("next_at", UTCDateTime, nullable=False),
+    sa.Column("sent_at", UTCDateTime),
+    sa.Column("error", sa.Text),
+    sa.Index("remit_notifications_due", "sent_at", "next_at"),
 )

@@ -1,0 +1,850 @@
+"""Approval gates: a run waits for a person's decision without holding anything, and resumes
+from the gate on its next attempt without running a finished step again.
+
+The gate (`ctx.approval`) is a DBOS step that creates or reads the approval row and records its
+own step number. While the row is pending the attempt writes `waiting` and ends. `decide()` is
+the one way a gate is decided; in one transaction it locks the runs, then the approvals (both in
+id order: the gate's step takes the run before the approval too), refuses the whole batch with
+every reason or writes each decision with its audit row, moves each waiting run to its next
+attempt and puts that attempt in the outbox (`remit_resumes`). After the commit the attempt is
+forked from the gate's step, so DBOS copies the steps before it; a fork the process did not live
+to make is made by any worker's sweep.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Generic, Literal, TypeVar
+
+import sqlalchemy as sa
+from dbos import DBOSClient, SetWorkflowID
+from pydantic import BaseModel, ValidationError
+
+from remit.calls import RunInfo
+from remit.clock import Clock, SystemClock
+from remit.errors import (
+    AppError,
+    ApprovalNotFound,
+    DecisionRefused,
+    InputInvalid,
+    RemitError,
+    RunMovedOn,
+    Suspended,
+)
+from remit.runs import FINISHED, RunStore
+from remit.store.database import Database
+from remit.store.schema import approvals, audit, decisions, notifications, resumes, runs
+from remit.workflows import check_name
+
+log = logging.getLogger("remit.approvals")
+
+D = TypeVar("D", bound=BaseModel)
+
+ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "cancelled"]
+# What `decide()` may write.
+DECISIONS: tuple[str, ...] = ("approved", "rejected", "expired", "cancelled")
+# Channels that decide for no person: the assignee rule does not apply to them.
+SYSTEM_VIA = frozenset({"expiry", "system"})
+EXPIRY_ACTOR = "remit:expiry"
+
+_KEY = re.compile(r"[A-Za-z0-9._:-]{1,100}")
+
+
+@dataclass(frozen=True)
+class ApprovalType:
+    """A kind of approval the app asks for, with the model its draft must parse against."""
+
+    name: str
+    draft: type[BaseModel]
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        check_name("approval type", self.name)
+        if not (isinstance(self.draft, type) and issubclass(self.draft, BaseModel)):
+            raise AppError(
+                f"approval type `{self.name}`: draft must be a pydantic model class, "
+                f"not {self.draft!r}"
+            )
+
+
+@dataclass(frozen=True)
+class Approval:
+    """One gate as its row holds it."""
+
+    id: str
+    run_id: str
+    key: str
+    type: str
+    title: str
+    draft: dict[str, Any]
+    edited_draft: dict[str, Any] | None
+    status: str
+    assignee: str | None
+    created_at: datetime
+    expires_at: datetime | None
+    workflow_id: str
+    step_id: int
+    decided_by: str | None
+    decided_via: str | None
+    decided_at: datetime | None
+    decision_key: str | None
+    batch_id: str | None
+    reason: str | None
+    resumed_workflow_id: str | None
+
+    @property
+    def final_draft(self) -> dict[str, Any]:
+        """The draft as decided: the edited one, if the decider edited it."""
+        return self.edited_draft if self.edited_draft is not None else self.draft
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            name: value.isoformat() if isinstance(value, datetime) else value
+            for name, value in self.__dict__.items()
+        }
+
+
+@dataclass(frozen=True)
+class Decision(Generic[D]):
+    """What `ctx.approval` returns once its gate is decided."""
+
+    approval_id: str
+    key: str
+    status: str
+    draft: D
+    edited: bool
+    decided_by: str | None
+    decided_via: str | None
+    decided_at: datetime | None
+    reason: str | None
+
+    @property
+    def approved(self) -> bool:
+        return self.status == "approved"
+
+
+@dataclass(frozen=True)
+class Decided:
+    """One approval a `decide()` call decided (or, replayed, decided the first time)."""
+
+    approval_id: str
+    run_id: str
+    key: str
+    status: str
+    resumed_workflow_id: str | None
+
+
+@dataclass(frozen=True)
+class DecideResult:
+    replayed: bool
+    batch_id: str | None
+    decided: list[Decided]
+
+
+@dataclass(frozen=True)
+class Resume:
+    """An attempt to fork from a gate's step: one row of the outbox."""
+
+    workflow_id: str
+    run_id: str
+    from_workflow_id: str
+    from_step: int
+    queue: str
+
+
+def new_approval_id() -> str:
+    return f"apr_{uuid.uuid4().hex[:16]}"
+
+
+class Gates:
+    """The gate side: what a run's attempt does at `ctx.approval`."""
+
+    def __init__(
+        self,
+        db: Database,
+        types: Mapping[str, ApprovalType],
+        *,
+        channels: Iterable[str] = (),
+        clock: Clock | None = None,
+    ) -> None:
+        self.db = db
+        self.types = dict(types)
+        self.channels = tuple(channels)
+        self.clock = clock or SystemClock()
+
+    def prepare(
+        self,
+        key: str,
+        type: str,
+        draft: BaseModel | Mapping[str, Any],
+        expires_in: timedelta | float | None,
+    ) -> tuple[ApprovalType, dict[str, Any], float | None]:
+        """Check a gate's arguments before its step runs. Raises with what to change."""
+        if not isinstance(key, str) or not _KEY.fullmatch(key):
+            raise InputInvalid(
+                f"approval key {key!r} must be 1 to 100 letters, digits, dots, colons, dashes "
+                "or underscores, e.g. 'write-off'",
+                target="ctx.approval",
+                errors=[],
+            )
+        declared = self.types.get(type)
+        if declared is None:
+            known = ", ".join(sorted(self.types)) or "none"
+            raise AppError(
+                f"approval type `{type}` is not declared (declared: {known}): add "
+                f"ApprovalType({type!r}, draft=YourModel) to App(approvals=[...])"
+            )
+        try:
+            if isinstance(draft, BaseModel):
+                draft = draft.model_dump(mode="json")
+            parsed = declared.draft.model_validate(draft)
+        except ValidationError as error:
+            raise InputInvalid(
+                f"the draft of approval `{key}` does not parse as {declared.draft.__name__}: "
+                f"{error}",
+                target=key,
+                errors=[dict(e) for e in error.errors(include_url=False)],
+            ) from None
+        seconds = expires_in.total_seconds() if isinstance(expires_in, timedelta) else expires_in
+        if seconds is not None and seconds <= 0:
+            raise InputInvalid(
+                f"approval `{key}`: expires_in must be positive, got {expires_in!r}",
+                target=key,
+                errors=[],
+            )
+        return declared, parsed.model_dump(mode="json"), seconds
+
+    def open(
+        self,
+        run: RunInfo,
+        step_id: int,
+        *,
+        key: str,
+        type: str,
+        title: str,
+        draft: dict[str, Any],
+        assignee: str | None,
+        expires_in: float | None,
+    ) -> dict[str, Any]:
+        """Create the gate's row, or read it back: the body of the gate's step.
+
+        Idempotent, so DBOS may run it again. Locks the run before the approval, the order
+        `decide()` takes them in. A pending gate is moved to the current attempt, which is the
+        one a decision must resume. Raises `RunMovedOn` if the run has left this attempt.
+        """
+        now = self.clock.now()
+
+        def write() -> dict[str, Any]:
+            with self.db.begin() as conn:
+                current = conn.execute(
+                    sa.select(runs.c.workflow_id)
+                    .where(runs.c.run_id == run.run_id)
+                    .with_for_update(read=True)
+                ).scalar_one_or_none()
+                if current != run.workflow_id:
+                    raise RunMovedOn(f"run {run.run_id} is no longer on {run.workflow_id}")
+                row = _by_key(conn, run.run_id, key)
+                if row is None:
+                    row = self._create(
+                        conn, run, step_id, key, type, title, draft, assignee, expires_in, now
+                    )
+                elif row.status == "pending" and row.workflow_id != run.workflow_id:
+                    conn.execute(
+                        approvals.update()
+                        .where(approvals.c.id == row.id)
+                        .values(workflow_id=run.workflow_id, step_id=step_id)
+                    )
+                    row = _by_key(conn, run.run_id, key)
+                    assert row is not None
+                return row.as_json()
+
+        return self.db.retrying(f"run {run.run_id}: approval {key}", write)
+
+    def _create(
+        self,
+        conn: sa.Connection,
+        run: RunInfo,
+        step_id: int,
+        key: str,
+        type: str,
+        title: str,
+        draft: dict[str, Any],
+        assignee: str | None,
+        expires_in: float | None,
+        now: datetime,
+    ) -> Approval:
+        approval_id = new_approval_id()
+        conn.execute(
+            approvals.insert().values(
+                id=approval_id,
+                run_id=run.run_id,
+                key=key,
+                type=type,
+                title=title,
+                draft=draft,
+                status="pending",
+                assignee=assignee,
+                created_at=now,
+                expires_at=None if expires_in is None else now + timedelta(seconds=expires_in),
+                workflow_id=run.workflow_id,
+                step_id=step_id,
+            )
+        )
+        if self.channels:
+            conn.execute(
+                notifications.insert(),
+                [
+                    {"approval_id": approval_id, "channel": channel, "attempts": 0, "next_at": now}
+                    for channel in self.channels
+                ],
+            )
+        row = _by_key(conn, run.run_id, key)
+        assert row is not None
+        return row
+
+    def outcome(self, row: Mapping[str, Any], declared: ApprovalType) -> Decision[Any]:
+        """The decision the gate's step read, or `Suspended` while it is pending."""
+        if row["status"] == "pending":
+            raise Suspended("waiting", f"approval {row['id']} is pending", approval_id=row["id"])
+        edited = row["edited_draft"] is not None
+        decided_at = row["decided_at"]
+        return Decision(
+            approval_id=row["id"],
+            key=row["key"],
+            status=row["status"],
+            draft=declared.draft.model_validate(row["edited_draft"] if edited else row["draft"]),
+            edited=edited,
+            decided_by=row["decided_by"],
+            decided_via=row["decided_via"],
+            decided_at=None if decided_at is None else datetime.fromisoformat(decided_at),
+            reason=row["reason"],
+        )
+
+
+class Approvals:
+    """The deciding side: list, show and decide approvals, and complete the outbox.
+
+    Usable from any process: `decide()` needs no worker here, only the database.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        client: DBOSClient,
+        types: Mapping[str, ApprovalType],
+        *,
+        admins: Iterable[str] = (),
+        clock: Clock | None = None,
+    ) -> None:
+        self.db = db
+        self.client = client
+        self.types = dict(types)
+        self.admins = frozenset(admins)
+        self.clock = clock or SystemClock()
+        self._runs = RunStore(db, clock=self.clock)
+
+    def get(self, approval_id: str) -> Approval:
+        with self.db.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(approvals).where(approvals.c.id == approval_id)
+            ).one_or_none()
+        if row is None:
+            raise ApprovalNotFound(
+                f"no approval `{approval_id}`: `remit approvals` lists the approvals"
+            )
+        return _approval(row)
+
+    def list(
+        self, *, status: str | None = None, run_id: str | None = None, limit: int = 100
+    ) -> builtins.list[Approval]:
+        query = (
+            sa.select(approvals)
+            .order_by(approvals.c.created_at.desc(), approvals.c.id)
+            .limit(limit)
+        )
+        if status is not None:
+            query = query.where(approvals.c.status == status)
+        if run_id is not None:
+            query = query.where(approvals.c.run_id == run_id)
+        with self.db.engine.connect() as conn:
+            return [_approval(row) for row in conn.execute(query)]
+
+    def audit(self, approval_id: str) -> builtins.list[dict[str, Any]]:
+        """The audit rows of one approval, oldest first."""
+        with self.db.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(audit).where(audit.c.target == approval_id).order_by(audit.c.id)
+            )
+            return [dict(row._mapping) for row in rows]
+
+    def decide(
+        self,
+        ids: Iterable[str] | str,
+        decision: str,
+        *,
+        by: str,
+        via: str,
+        decision_key: str,
+        edits: Mapping[str, Mapping[str, Any]] | None = None,
+        reason: str | None = None,
+        admin: bool | None = None,
+    ) -> DecideResult:
+        """Decide approvals `ids` as `decision`, all or none, and resume their runs.
+
+        `decision_key` makes the call idempotent: a call repeated with the same key returns the
+        first call's result and decides and resumes nothing again. `edits` maps an approval id
+        to fields to change in its draft; the edited draft is stored only if it parses against
+        the type's model. `admin` (default: `by` is in REMIT_ADMINS) may decide a gate assigned
+        to someone else. Raises `DecisionRefused` listing every reason, having written nothing.
+        """
+        wanted = sorted({ids} if isinstance(ids, str) else set(ids))
+        _check_call(wanted, decision, by=by, via=via, decision_key=decision_key, edits=edits)
+        is_admin = by in self.admins if admin is None else admin
+        call = _Call(wanted, decision, by, via, decision_key, dict(edits or {}), reason, is_admin)
+        for tries_left in (2, 1, 0):
+            try:
+                result, to_fork = self.db.retrying(
+                    f"decide {decision_key}", lambda: self._decide_once(call)
+                )
+                break
+            except sa.exc.IntegrityError:
+                # Another call with this decision key committed first: read its result.
+                if tries_left == 0:
+                    raise
+        for resume in to_fork:
+            self.fork(resume)
+        return result
+
+    def _decide_once(self, call: _Call) -> tuple[DecideResult, builtins.list[Resume]]:
+        now = self.clock.now()
+        with self.db.begin() as conn:
+            replay = self._replay(conn, call)
+            if replay is not None:
+                return replay
+            run_ids = sorted(
+                set(
+                    conn.execute(
+                        sa.select(approvals.c.run_id).where(approvals.c.id.in_(call.ids))
+                    ).scalars()
+                )
+            )
+            locked_runs = {
+                row.run_id: row
+                for row in conn.execute(
+                    sa.select(runs.c.run_id, runs.c.status, runs.c.workflow_id, runs.c.queue)
+                    .where(runs.c.run_id.in_(run_ids))
+                    .order_by(runs.c.run_id)
+                    .with_for_update()
+                )
+            }
+            locked = [
+                _approval(row)
+                for row in conn.execute(
+                    sa.select(approvals)
+                    .where(approvals.c.id.in_(call.ids))
+                    .order_by(approvals.c.id)
+                    .with_for_update()
+                )
+            ]
+            # A call with the same key may have committed while this one waited for the locks.
+            replay = self._replay(conn, call)
+            if replay is not None:
+                return replay
+            edited = self._refusals(call, locked, locked_runs)
+            batch_id = uuid.uuid4().hex if len(call.ids) > 1 else None
+            conn.execute(
+                decisions.insert().values(
+                    decision_key=call.decision_key,
+                    approval_ids=call.ids,
+                    decision=call.decision,
+                    decided_by=call.by,
+                    via=call.via,
+                    batch_id=batch_id,
+                    decided_at=now,
+                )
+            )
+            to_fork: list[Resume] = []
+            resumed: dict[str, str] = {}
+            for run_id in sorted(locked_runs):
+                waiting = [
+                    row
+                    for row in locked
+                    if row.run_id == run_id and row.workflow_id == locked_runs[run_id].workflow_id
+                ]
+                if not waiting:
+                    # The run's current attempt has not reached the gate yet: it reads the
+                    # decision when it does, so there is nothing to resume.
+                    continue
+                gate = min(waiting, key=lambda row: row.step_id)
+                resume = self._next_attempt(conn, gate, locked_runs[run_id].queue, now)
+                to_fork.append(resume)
+                resumed[run_id] = resume.workflow_id
+            decided = [
+                write_decision(
+                    conn,
+                    row,
+                    call.decision,
+                    by=call.by,
+                    via=call.via,
+                    decision_key=call.decision_key,
+                    batch_id=batch_id,
+                    reason=call.reason,
+                    edited_draft=edited.get(row.id),
+                    resumed_workflow_id=resumed.get(row.run_id),
+                    now=now,
+                )
+                for row in locked
+            ]
+            return DecideResult(replayed=False, batch_id=batch_id, decided=decided), to_fork
+
+    def _replay(
+        self, conn: sa.Connection, call: _Call
+    ) -> tuple[DecideResult, builtins.list[Resume]] | None:
+        first = conn.execute(
+            sa.select(decisions).where(decisions.c.decision_key == call.decision_key)
+        ).one_or_none()
+        if first is None:
+            return None
+        if sorted(first.approval_ids) != call.ids:
+            raise DecisionRefused(
+                [
+                    (
+                        ", ".join(call.ids),
+                        f"decision key {call.decision_key!r} was already used to decide "
+                        f"{', '.join(first.approval_ids)}: use a new key for another decision",
+                    )
+                ]
+            )
+        rows = [
+            _approval(row)
+            for row in conn.execute(
+                sa.select(approvals).where(approvals.c.id.in_(call.ids)).order_by(approvals.c.id)
+            )
+        ]
+        decided = [
+            Decided(row.id, row.run_id, row.key, row.status, row.resumed_workflow_id)
+            for row in rows
+        ]
+        # A resume the first call did not live to fork is still in the outbox: finish it.
+        pending = [
+            _resume(row)
+            for row in conn.execute(
+                sa.select(resumes).where(
+                    resumes.c.workflow_id.in_(
+                        [d.resumed_workflow_id for d in decided if d.resumed_workflow_id]
+                    )
+                )
+            )
+        ]
+        return DecideResult(replayed=True, batch_id=first.batch_id, decided=decided), pending
+
+    def _refusals(
+        self,
+        call: _Call,
+        locked: builtins.list[Approval],
+        locked_runs: Mapping[str, sa.Row[Any]],
+    ) -> dict[str, dict[str, Any]]:
+        """Every reason to refuse the batch, raised together; else the parsed edits."""
+        reasons: list[tuple[str, str]] = []
+        found = {row.id: row for row in locked}
+        for approval_id in call.ids:
+            if approval_id not in found:
+                reasons.append((approval_id, "is not an approval: `remit approvals` lists them"))
+        for approval_id in sorted(set(call.edits) - set(call.ids)):
+            reasons.append((approval_id, "has an edit but is not in the batch"))
+        parsed: dict[str, dict[str, Any]] = {}
+        for row in locked:
+            if row.status != "pending":
+                by = f" by {row.decided_by}" if row.decided_by else ""
+                reasons.append((row.id, f"is already {row.status}{by}"))
+            run = locked_runs.get(row.run_id)
+            if run is not None and run.status in FINISHED and row.status == "pending":
+                reasons.append((row.id, f"belongs to run {row.run_id}, which is {run.status}"))
+            if (
+                call.via not in SYSTEM_VIA
+                and row.assignee is not None
+                and row.assignee != call.by
+                and not call.admin
+            ):
+                reasons.append(
+                    (row.id, f"is assigned to {row.assignee}; {call.by} is not an admin")
+                )
+            edit = call.edits.get(row.id)
+            if edit is None:
+                continue
+            problem, value = self._parse_edit(row, edit, call.decision)
+            if problem is not None:
+                reasons.append((row.id, problem))
+            elif value is not None:
+                parsed[row.id] = value
+        if reasons:
+            raise DecisionRefused(reasons)
+        return parsed
+
+    def _parse_edit(
+        self, row: Approval, edit: Mapping[str, Any], decision: str
+    ) -> tuple[str | None, dict[str, Any] | None]:
+        if decision != "approved":
+            return f"has an edit, but only an approval carries edits, not {decision}", None
+        declared = self.types.get(row.type)
+        if declared is None:
+            return f"has an edit, but its type `{row.type}` is not declared in this app", None
+        if not isinstance(edit, Mapping):
+            return f"has an edit that is not an object of fields: {edit!r}", None
+        try:
+            model = declared.draft.model_validate({**row.draft, **edit})
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'draft'}: {e['msg']}"
+                for e in error.errors()
+            )
+            return f"has an edit that does not parse as {declared.draft.__name__}: {problems}", None
+        return None, model.model_dump(mode="json")
+
+    def _next_attempt(
+        self, conn: sa.Connection, gate: Approval, queue: str, now: datetime
+    ) -> Resume:
+        """Move the run to its next attempt and put the fork in the outbox (the caller's
+        transaction)."""
+        _, workflow_id = self._runs.bump(conn, gate.run_id)
+        resume = Resume(workflow_id, gate.run_id, gate.workflow_id, gate.step_id, queue)
+        conn.execute(resumes.insert().values(**resume.__dict__, created_at=now))
+        return resume
+
+    def fork(self, resume: Resume) -> bool:
+        """Fork the attempt `resume` names and take it out of the outbox. False if it was
+        already forked (by another process completing the same outbox row)."""
+        made = True
+        try:
+            with SetWorkflowID(resume.workflow_id):
+                self.client.fork_workflow(
+                    resume.from_workflow_id, resume.from_step, queue_name=resume.queue
+                )
+        except sa.exc.IntegrityError:
+            # Forking onto an id DBOS already holds writes nothing: the fork was made.
+            if self.client.get_workflow(resume.workflow_id) is None:
+                raise
+            made = False
+        self.db.retrying(
+            f"run {resume.run_id}: outbox",
+            lambda: self.db.execute_one(
+                resumes.delete().where(resumes.c.workflow_id == resume.workflow_id)
+            ),
+        )
+        if made:
+            log.info(
+                "run %s resumes on %s from step %d of %s",
+                resume.run_id,
+                resume.workflow_id,
+                resume.from_step,
+                resume.from_workflow_id,
+            )
+        return made
+
+    def complete_outbox(self, *, older_than: float = 0.0, limit: int = 100) -> int:
+        """Fork every attempt the outbox still holds (at least `older_than` seconds old).
+
+        Run by every worker at start and by its sweep. One row's failure is logged and the
+        others go on. Returns the forks made.
+        """
+        cutoff = self.clock.now() - timedelta(seconds=older_than)
+        with self.db.engine.connect() as conn:
+            rows = [
+                _resume(row)
+                for row in conn.execute(
+                    sa.select(resumes)
+                    .where(resumes.c.created_at <= cutoff)
+                    .order_by(resumes.c.created_at)
+                    .limit(limit)
+                )
+            ]
+        made = 0
+        for resume in rows:
+            try:
+                if self.fork(resume):
+                    log.warning(
+                        "outbox: run %s resumed on %s after its decider stopped before the fork",
+                        resume.run_id,
+                        resume.workflow_id,
+                    )
+                    made += 1
+            except Exception:
+                log.exception("outbox: run %s could not be resumed; next sweep", resume.run_id)
+        return made
+
+    def expire_due(self, *, limit: int = 100) -> builtins.list[Decided]:
+        """Decide every pending approval past its expiry as `expired`, through `decide()`.
+
+        The decision key is the approval's own (`expire:<id>`), so two workers sweeping at
+        once decide it once. A gate decided meanwhile by a person is left as it is.
+        """
+        now = self.clock.now()
+        with self.db.engine.connect() as conn:
+            due = list(
+                conn.execute(
+                    sa.select(approvals.c.id)
+                    .where(approvals.c.status == "pending", approvals.c.expires_at <= now)
+                    .order_by(approvals.c.expires_at)
+                    .limit(limit)
+                ).scalars()
+            )
+        expired: list[Decided] = []
+        for approval_id in due:
+            try:
+                result = self.decide(
+                    [approval_id],
+                    "expired",
+                    by=EXPIRY_ACTOR,
+                    via="expiry",
+                    decision_key=f"expire:{approval_id}",
+                    reason="no decision before it expired",
+                )
+            except DecisionRefused as refused:
+                log.info("expiry: %s", refused)
+                continue
+            except Exception:
+                log.exception("expiry: approval %s could not be expired; next sweep", approval_id)
+                continue
+            if not result.replayed:
+                log.info("expiry: approval %s expired", approval_id)
+                expired.extend(result.decided)
+        return expired
+
+
+@dataclass(frozen=True)
+class _Call:
+    ids: list[str]
+    decision: str
+    by: str
+    via: str
+    decision_key: str
+    edits: dict[str, Mapping[str, Any]]
+    reason: str | None
+    admin: bool
+
+
+def _check_call(
+    ids: list[str],
+    decision: str,
+    *,
+    by: str,
+    via: str,
+    decision_key: str,
+    edits: Mapping[str, Any] | None,
+) -> None:
+    """Mistakes in the call itself, before any database work."""
+    if not ids:
+        raise RemitError("decide() needs at least one approval id")
+    if decision not in DECISIONS:
+        raise RemitError(f"decision {decision!r} is not one of {', '.join(DECISIONS)}")
+    for name, value, longest in (("by", by, 200), ("via", via, 50), ("decision_key", decision_key, 200)):
+        if not isinstance(value, str) or not value.strip() or len(value) > longest:
+            raise RemitError(f"decide(): {name} must be a non-empty string of at most {longest}")
+    if edits is not None and not isinstance(edits, Mapping):
+        raise RemitError("decide(): edits must map an approval id to the fields it changes")
+
+
+def write_decision(
+    conn: sa.Connection,
+    row: Approval,
+    status: str,
+    *,
+    by: str,
+    via: str,
+    decision_key: str | None,
+    batch_id: str | None,
+    reason: str | None,
+    edited_draft: dict[str, Any] | None,
+    resumed_workflow_id: str | None,
+    now: datetime,
+) -> Decided:
+    """Write one decision and its audit row inside the caller's transaction.
+
+    The caller holds the approval's row lock; the write is still conditional on `pending`, and
+    anything else is a bug that must roll the whole transaction back.
+    """
+    written = conn.execute(
+        approvals.update()
+        .where(approvals.c.id == row.id, approvals.c.status == "pending")
+        .values(
+            status=status,
+            decided_by=by,
+            decided_via=via,
+            decided_at=now,
+            decision_key=decision_key,
+            batch_id=batch_id,
+            reason=reason,
+            edited_draft=edited_draft,
+            resumed_workflow_id=resumed_workflow_id,
+        )
+    ).rowcount
+    if written != 1:
+        raise RemitError(f"approval {row.id}: its locked pending row matched {written} rows")
+    conn.execute(
+        audit.insert().values(
+            at=now,
+            actor=by,
+            action=f"approval.{status}",
+            target=row.id,
+            meta={
+                "run_id": row.run_id,
+                "key": row.key,
+                "via": via,
+                "decision_key": decision_key,
+                "batch_id": batch_id,
+                "reason": reason,
+                "edited": edited_draft is not None,
+                "resumed_workflow_id": resumed_workflow_id,
+            },
+        )
+    )
+    return Decided(row.id, row.run_id, row.key, status, resumed_workflow_id)
+
+
+def cancel_gates(conn: sa.Connection, run_id: str, *, by: str, now: datetime) -> int:
+    """Cancel the pending gates of a run being cancelled, in the caller's transaction."""
+    pending = [
+        _approval(row)
+        for row in conn.execute(
+            sa.select(approvals)
+            .where(approvals.c.run_id == run_id, approvals.c.status == "pending")
+            .order_by(approvals.c.id)
+            .with_for_update()
+        )
+    ]
+    for row in pending:
+        write_decision(
+            conn,
+            row,
+            "cancelled",
+            by=by,
+            via="cancel",
+            decision_key=None,
+            batch_id=None,
+            reason=f"run {run_id} was cancelled",
+            edited_draft=None,
+            resumed_workflow_id=None,
+            now=now,
+        )
+    return len(pending)
+
+
+def _by_key(conn: sa.Connection, run_id: str, key: str) -> Approval | None:
+    row = conn.execute(
+        sa.select(approvals).where(approvals.c.run_id == run_id, approvals.c.key == key)
+    ).one_or_none()
+    return None if row is None else _approval(row)
+
+
+def _approval(row: sa.Row[Any]) -> Approval:
+    return Approval(**{name: row._mapping[name] for name in Approval.__dataclass_fields__})
+
+
+def _resume(row: sa.Row[Any]) -> Resume:
+    return Resume(row.workflow_id, row.run_id, row.from_workflow_id, row.from_step, row.queue)
