@@ -10,8 +10,8 @@ from remit.approvals import (
     Approval,
     Approvals,
     ApprovalType,
-    DecideResult,
     Decided,
+    DecideResult,
     Decision,
 )
 from remit.clock import Clock, SystemClock
@@ -93,9 +93,9 @@ __all__ = [
     "UnknownWorkflow",
     "WebhookNotifier",
     "Workflow",
+    "__version__",
     "implements",
     "load_app",
     "op",
     "workflow",
-    "__version__",
 ]

@@ -548,7 +548,7 @@ class Approvals:
         self,
         call: _Call,
         locked: builtins.list[Approval],
-        locked_runs: Mapping[str, sa.Row[Any]],
+        locked_runs: Mapping[str, Any],
     ) -> dict[str, dict[str, Any]]:
         """Every reason to refuse the batch, raised together; else the parsed edits."""
         reasons: list[tuple[str, str]] = []
@@ -628,7 +628,10 @@ class Approvals:
                 )
         except sa.exc.IntegrityError:
             # Forking onto an id DBOS already holds writes nothing: the fork was made.
-            if self.client.get_workflow(resume.workflow_id) is None:
+            found = self.client.list_workflows(
+                workflow_ids=[resume.workflow_id], load_input=False, load_output=False
+            )
+            if not found:
                 raise
             made = False
         self.db.retrying(
@@ -743,7 +746,11 @@ def _check_call(
         raise RemitError("decide() needs at least one approval id")
     if decision not in DECISIONS:
         raise RemitError(f"decision {decision!r} is not one of {', '.join(DECISIONS)}")
-    for name, value, longest in (("by", by, 200), ("via", via, 50), ("decision_key", decision_key, 200)):
+    for name, value, longest in (
+        ("by", by, 200),
+        ("via", via, 50),
+        ("decision_key", decision_key, 200),
+    ):
         if not isinstance(value, str) or not value.strip() or len(value) > longest:
             raise RemitError(f"decide(): {name} must be a non-empty string of at most {longest}")
     if edits is not None and not isinstance(edits, Mapping):

@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from remit.app import App, load_app
+from remit.approvals import Approval, Approvals, DecideResult
 from remit.errors import RemitError
 from remit.ledger import LedgerRow, LedgerStore
 from remit.runs import STATUSES, Run, RunStore, attempt_workflow_id
@@ -230,7 +232,7 @@ def cancel(
     client = db.client(app.name)
     try:
         before = RunStore(db).get(run_id)
-        after = RunStore(db).cancel(client, run_id)
+        after = RunStore(db).cancel(client, run_id, by=settings.actor)
     finally:
         client.destroy()
         db.dispose()
@@ -287,6 +289,147 @@ def workers(app_dir: AppDir = None) -> None:
             f"{age}s ago",
         )
     out.print(table)
+
+
+@cli.command()
+def approvals(
+    pending: Annotated[
+        bool, typer.Option("--pending", help="Only approvals still pending.")
+    ] = False,
+    run: Annotated[str | None, typer.Option("--run", help="Only this run's approvals.")] = None,
+    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 100,
+    app_dir: AppDir = None,
+) -> None:
+    """List approvals, newest first."""
+    _, settings = _load(app_dir)
+    db = _database(settings)
+    try:
+        found = _approvals(db, None, None, settings).list(
+            status="pending" if pending else None, run_id=run, limit=limit
+        )
+    finally:
+        db.dispose()
+    if not found:
+        out.print("no pending approvals" if pending else "no approvals")
+        return
+    table = Table(
+        "approval",
+        "run",
+        "type",
+        "title",
+        "status",
+        "assignee",
+        "created",
+        "expires",
+        "decided by",
+        box=None,
+    )
+    for each in found:
+        table.add_row(
+            each.id,
+            each.run_id,
+            each.type,
+            each.title,
+            _status(each.status),
+            each.assignee or "-",
+            _time(each.created_at),
+            _time(each.expires_at),
+            f"{each.decided_by} via {each.decided_via}" if each.decided_by else "-",
+        )
+    out.print(table)
+
+
+DecisionKey = Annotated[
+    str | None,
+    typer.Option(
+        "--key",
+        help="The decision key: the same key again replays the first decision (default: new).",
+    ),
+]
+Reason = Annotated[str | None, typer.Option("--reason", help="Why, kept with the decision.")]
+As = Annotated[str | None, typer.Option("--as", help="Who decides (default REMIT_ACTOR).")]
+
+
+@cli.command()
+def approve(
+    approval_id: Annotated[str, typer.Argument(help="The approval's id.")],
+    edit: Annotated[
+        str | None,
+        typer.Option("--edit", help="Fields to change in the draft, as JSON: '{\"amount\": 120}'."),
+    ] = None,
+    reason: Reason = None,
+    key: DecisionKey = None,
+    as_: As = None,
+    app_dir: AppDir = None,
+) -> None:
+    """Approve a pending approval (with edits to its draft) and resume its run."""
+    edits = None
+    if edit is not None:
+        fields = _parse_json(edit, "--edit")
+        if not isinstance(fields, dict):
+            raise RemitError(
+                f"--edit must be a JSON object of fields, e.g. '{{\"amount\": 120}}', not {edit}"
+            )
+        edits = {approval_id: fields}
+    _decide(approval_id, "approved", edits=edits, reason=reason, key=key, as_=as_, app_dir=app_dir)
+
+
+@cli.command()
+def reject(
+    approval_id: Annotated[str, typer.Argument(help="The approval's id.")],
+    reason: Reason = None,
+    key: DecisionKey = None,
+    as_: As = None,
+    app_dir: AppDir = None,
+) -> None:
+    """Reject a pending approval and resume its run."""
+    _decide(approval_id, "rejected", edits=None, reason=reason, key=key, as_=as_, app_dir=app_dir)
+
+
+def _decide(
+    approval_id: str,
+    decision: str,
+    *,
+    edits: dict[str, Any] | None,
+    reason: str | None,
+    key: str | None,
+    as_: str | None,
+    app_dir: Path | None,
+) -> None:
+    app, settings = _load(app_dir)
+    db = _database(settings)
+    client = db.client(app.name)
+    try:
+        store = _approvals(db, client, app, settings)
+        result = store.decide(
+            [approval_id],
+            decision,
+            by=as_ or settings.actor,
+            via="cli",
+            decision_key=key or f"cli:{uuid.uuid4().hex}",
+            edits=edits,
+            reason=reason,
+        )
+        approval = store.get(approval_id)
+    finally:
+        client.destroy()
+        db.dispose()
+    _print_decision(result, approval)
+
+
+def _print_decision(result: DecideResult, approval: Approval) -> None:
+    decided = result.decided[0]
+    again = " (replayed: this key had already decided it)" if result.replayed else ""
+    out.print(f"{approval.id} {_status(decided.status)} by {approval.decided_by}{again}")
+    if approval.edited_draft is not None:
+        out.print(f"  draft  {json.dumps(approval.edited_draft)}")
+    if decided.resumed_workflow_id:
+        out.print(f"  run {decided.run_id} resumes on attempt {decided.resumed_workflow_id}")
+
+
+def _approvals(db: Database, client: Any, app: App | None, settings: Settings) -> Approvals:
+    types = {} if app is None else app.approval_types
+    return Approvals(db, client, types, admins=settings.admins)
 
 
 def _show(run: Run, client: Any, ledger: LedgerStore) -> None:
@@ -355,6 +498,11 @@ def _ledger_table(rows: list[LedgerRow], *, with_run: bool) -> Table:
 
 _COLOURS = {
     "done": "green",
+    "approved": "green",
+    "rejected": "red",
+    "expired": "yellow",
+    "waiting": "cyan",
+    "pending": "cyan",
     "ok": "green",
     "live": "green",
     "failed": "red",

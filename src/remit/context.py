@@ -283,7 +283,6 @@ class Context(_Base):
         outcome = DBOS.run_step(_op_options(declared), self._op_step(declared, payload, key))
         return _finish_op(cast(Op[Any, Out], declared), outcome)
 
-
     def approval(
         self,
         key: str,

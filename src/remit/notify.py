@@ -172,7 +172,7 @@ class Notifications:
             sent += 1
         return sent
 
-    def _hold(self, row: sa.Row[Any], now: datetime) -> bool:
+    def _hold(self, row: Any, now: datetime) -> bool:
         """Take the row for one try: only one sender moves `next_at` from what it read."""
         statement = (
             notifications.update()
@@ -230,9 +230,7 @@ class Notifications:
     def _update(self, approval_id: str, channel: str, values: dict[str, Any]) -> None:
         statement = (
             notifications.update()
-            .where(
-                notifications.c.approval_id == approval_id, notifications.c.channel == channel
-            )
+            .where(notifications.c.approval_id == approval_id, notifications.c.channel == channel)
             .values(**values)
         )
         self.db.retrying(
