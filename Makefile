@@ -19,8 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 ## Run the example app's main job end to end on SQLite with fakes, and print what happened.
 demo: setup
 	rm -rf examples/ar_desk/.remit
-	REMIT_FAKES=1 $(BIN)/remit --app examples/ar_desk run chase-invoice \
-		--input '{"invoice_id": "inv_1001", "customer_email": "ap@northwind.example"}'
+	examples/ar_desk/demo.sh $(BIN)/remit
 
 ## Lint, types, then every test on SQLite and Postgres.
 test: setup lint types

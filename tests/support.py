@@ -18,6 +18,7 @@ from remit import (
     Driver,
     DriverError,
     Fake,
+    Notifier,
     RetryPolicy,
     implements,
     op,
@@ -92,6 +93,7 @@ class FakeShop(Fake):
         self.entered = threading.Event()
         self.gate: threading.Event | None = None
         self.orders = 0
+        self.reads = 0
 
     def _maybe_fail(self, op_id: str) -> None:
         if self.failures[op_id]:
@@ -99,6 +101,7 @@ class FakeShop(Fake):
 
     @implements(get_item)
     def get(self, input: ItemRef, call: CallContext) -> Item:
+        self.reads += 1
         self._maybe_fail(get_item.id)
         if input.sku not in self.prices:
             raise DriverError(
@@ -238,10 +241,11 @@ async def refund_async(ctx: AsyncContext, input: Refund) -> dict[str, Any]:
 REFUND = ApprovalType("refund", draft=RefundDraft)
 
 
-def make_app() -> App:
+def make_app(notifiers: list[Notifier] | None = None) -> App:
     return App(
         name="shop",
         workflows=[purchase, purchase_async, sneaky, broken_step, keyed, refund, refund_async],
         connectors=[shop],
         approvals=[REFUND],
+        notifiers=notifiers,
     )

@@ -1,19 +1,21 @@
-"""An accounts-receivable desk: chase an overdue invoice.
+"""An accounts-receivable desk: chase an overdue invoice, and write off what will not be paid.
 
 `chase-invoice` reads the invoice, decides how firm to be, emails the customer and counts the
-reminder on the invoice. Run it with `make demo` (SQLite, fakes).
+reminder on the invoice. `write-off` proposes writing off an invoice's balance and waits for a
+person to approve it (they may change the amount); once approved it issues the credit note and
+tells the customer. Run both with `make demo` (SQLite, fakes).
 """
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, timedelta
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from remit import App, Context, workflow
+from remit import App, ApprovalType, Context, workflow
 
 from .connectors.mail import mail, send_message
-from .connectors.payments import get_invoice, payments, record_reminder
+from .connectors.payments import get_invoice, payments, record_reminder, write_off
 
 
 class ChaseInput(BaseModel):
@@ -83,8 +85,85 @@ def chase_invoice(ctx: Context, input: ChaseInput) -> ChaseResult:
     )
 
 
+class WriteOffInput(BaseModel):
+    invoice_id: str
+    reason: str = "uncollectible"
+    # Who must approve it (any admin may too); None lets anyone decide.
+    approver: str | None = None
+
+
+class WriteOffDraft(BaseModel):
+    """What the approver sees and may edit: the amount, in cents, and the memo."""
+
+    invoice_id: str
+    customer_email: str
+    amount: int = Field(gt=0)
+    currency: str
+    memo: str
+
+
+class WriteOffResult(BaseModel):
+    invoice_id: str
+    outcome: str
+    amount: int = 0
+    credit_note_id: str | None = None
+    decided_by: str | None = None
+
+
+@workflow(
+    name="write-off",
+    input=WriteOffInput,
+    uses=[get_invoice, write_off, send_message],
+)
+def write_off_invoice(ctx: Context, input: WriteOffInput) -> WriteOffResult:
+    invoice = ctx.call(get_invoice, invoice_id=input.invoice_id)
+    if invoice.status != "open" or invoice.amount_due <= 0:
+        return WriteOffResult(invoice_id=invoice.invoice_id, outcome="nothing to write off")
+    amount = f"{invoice.amount_due / 100:,.2f} {invoice.currency.upper()}"
+    decision = ctx.approval(
+        "write-off",
+        type="write-off",
+        title=f"Write off {amount} on {invoice.invoice_id} ({invoice.customer_email})",
+        draft=WriteOffDraft(
+            invoice_id=invoice.invoice_id,
+            customer_email=invoice.customer_email,
+            amount=invoice.amount_due,
+            currency=invoice.currency,
+            memo=f"Written off: {input.reason}",
+        ),
+        assignee=input.approver,
+        expires_in=timedelta(days=7),
+    )
+    if not decision.approved:
+        return WriteOffResult(
+            invoice_id=invoice.invoice_id,
+            outcome=f"not written off ({decision.status})",
+            decided_by=decision.decided_by,
+        )
+    draft = decision.draft
+    note = ctx.call(write_off, invoice_id=draft.invoice_id, amount=draft.amount, memo=draft.memo)
+    written = f"{note.amount / 100:,.2f} {draft.currency.upper()}"
+    ctx.call(
+        send_message,
+        to=draft.customer_email,
+        subject=f"Invoice {draft.invoice_id}: {written} credited",
+        body=(
+            f"Hello,\n\nwe have issued credit note {note.credit_note_id} for {written} "
+            f"against invoice {draft.invoice_id}.\n\nAccounts receivable"
+        ),
+    )
+    return WriteOffResult(
+        invoice_id=draft.invoice_id,
+        outcome="written off",
+        amount=note.amount,
+        credit_note_id=note.credit_note_id,
+        decided_by=decision.decided_by,
+    )
+
+
 app = App(
     name="ar-desk",
-    workflows=[chase_invoice],
+    workflows=[chase_invoice, write_off_invoice],
     connectors=[payments, mail],
+    approvals=[ApprovalType("write-off", draft=WriteOffDraft, description="Write off a balance")],
 )

@@ -126,16 +126,18 @@ class Runtime:
         log.info("attempt %s stops: %s", run.workflow_id, error)
 
     def _suspend(self, run: RunInfo, pause: Suspended) -> dict[str, str]:
-        """The attempt ends and the run waits, holding nothing; tell people about the gate."""
-        if not self.runs.suspend(run.run_id, run.workflow_id, "waiting"):
-            log.info("attempt %s: the run moved on before it could wait", run.workflow_id)
-            return suspended_output("moved on")
-        log.info("run %s waits: %s", run.run_id, pause)
+        """Tell people about the gate, then end the attempt with the run waiting, holding
+        nothing. Notified first, so a run seen `waiting` has had its notices sent (or their
+        failure recorded for the sweep to retry)."""
         if pause.approval_id is not None:
             try:
                 self.notifications.send_due(approval_id=pause.approval_id)
             except Exception:
                 log.exception("approval %s: notifying failed; the sweep tries again", run.run_id)
+        if not self.runs.suspend(run.run_id, run.workflow_id, "waiting"):
+            log.info("attempt %s: the run moved on before it could wait", run.workflow_id)
+            return suspended_output("moved on")
+        log.info("run %s waits: %s", run.run_id, pause)
         return suspended_output(pause.status)
 
     def _sync_attempt(self, wf: Workflow) -> Any:

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from remit.app import App
 from remit.approvals import Approval, Approvals, DecideResult
-from remit.clock import Clock
+from remit.clock import Clock, ManualClock
 from remit.connectors.base import AppliedEffect, Fake, Implementation
 from remit.ledger import LedgerRow
 from remit.runs import Run, attempt_workflow_id
@@ -30,14 +30,16 @@ from remit.worker import Worker
 
 F = TypeVar("F", bound=Fake)
 
-__all__ = ["AppliedEffect", "Harness"]
+__all__ = ["AppliedEffect", "Harness", "ManualClock"]
 
 
 class Harness:
     """An app served by a worker in this process, every connector on its fake by default.
 
     `implementations` replaces some connectors' implementations (e.g. a fake seeded by the
-    test); `environ` is what drivers see as the environment.
+    test); `environ` is what drivers see as the environment. `clock` (e.g. a `ManualClock`)
+    is the time expiries and backoffs are measured on; `sweep_interval` is how often the
+    worker sweeps for expiries, unsent notifications and resumes left in the outbox.
     """
 
     def __init__(
@@ -52,6 +54,7 @@ class Harness:
         actor: str = "user:test",
         poll_interval: float = 0.05,
         threads: int = 16,
+        sweep_interval: float = 1.0,
     ) -> None:
         settings = replace(
             Settings.from_env(".", environ={"REMIT_DATABASE_URL": database_url}),
@@ -59,6 +62,7 @@ class Harness:
             actor=actor,
             poll_interval=poll_interval,
             threads=threads,
+            sweep_interval=sweep_interval,
         )
         self.app = app
         self.worker = Worker(

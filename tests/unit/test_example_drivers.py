@@ -18,11 +18,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "examples
 
 from ar_desk.connectors.mail import MailDriver, Message, send_message
 from ar_desk.connectors.payments import (
+    CreditNoteIn,
     InvoiceRef,
     PaymentsDriver,
     ReminderNote,
     get_invoice,
     record_reminder,
+    write_off,
 )
 
 
@@ -56,6 +58,8 @@ class PaymentsVendor:
             return httpx.Response(
                 self.fail_with, json={"error": {"message": "try later", "code": "busy"}}
             )
+        if request.url.path == "/v1/credit_notes":
+            return self._credit_note(request)
         invoice_id = request.url.path.rsplit("/", 1)[-1]
         invoice = self.invoices.get(invoice_id)
         if invoice is None:
@@ -79,6 +83,17 @@ class PaymentsVendor:
             "reminders_sent": form["metadata[reminders_sent]"],
         }
         self.replies[key] = httpx.Response(200, json=invoice)
+        return self.replies[key]
+
+    def _credit_note(self, request: httpx.Request) -> httpx.Response:
+        key = request.headers["Idempotency-Key"]
+        if key not in self.replies:
+            form = dict(httpx.QueryParams(request.content.decode()))
+            invoice = self.invoices[form["invoice"]]
+            invoice["amount_due"] -= int(form["amount"])
+            note = {"id": f"cn_{len(self.replies) + 1}", "invoice": form["invoice"]}
+            note |= {"amount": int(form["amount"]), "memo": form["memo"]}
+            self.replies[key] = httpx.Response(200, json=note)
         return self.replies[key]
 
 
@@ -116,6 +131,27 @@ def test_payments_record_sends_the_idempotency_key_and_a_repeat_changes_nothing(
     assert first.model_dump()["reminders_sent"] == 1
     assert again.model_dump()["reminders_sent"] == 1
     assert vendor.invoices["inv_1"]["metadata"]["reminders_sent"] == "1"
+
+
+def test_payments_write_off_posts_a_keyed_credit_note_once() -> None:
+    vendor = PaymentsVendor()
+    driver = PaymentsDriver(transport=httpx.MockTransport(vendor))
+    context = call(write_off, {"PAYMENTS_API_KEY": "sk_test"}, key="run_1:3")
+    note = CreditNoteIn(invoice_id="inv_1", amount=1200, memo="written off")
+    first = driver.invoke(write_off, note, context)
+    again = driver.invoke(write_off, note, context)
+    assert first.model_dump() == {
+        "credit_note_id": "cn_1",
+        "invoice_id": "inv_1",
+        "amount": 1200,
+        "memo": "written off",
+    }
+    assert again == first
+    assert vendor.invoices["inv_1"]["amount_due"] == 3800  # credited once
+    posts = [r for r in vendor.requests if r.method == "POST"]
+    assert {(r.url.path, r.headers["Idempotency-Key"]) for r in posts} == {
+        ("/v1/credit_notes", "run_1:3")
+    }
 
 
 @pytest.mark.parametrize(("status", "retryable"), [(503, True), (429, True), (400, False)])

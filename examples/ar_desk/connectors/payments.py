@@ -1,7 +1,8 @@
 """The payments connector: invoices at a Stripe-shaped payments API.
 
 The driver speaks the vendor's documented HTTP API (`GET /v1/invoices/{id}`, `POST
-/v1/invoices/{id}` with an `Idempotency-Key` header); the fake keeps invoices in memory.
+/v1/invoices/{id}` and `POST /v1/credit_notes`, each POST with an `Idempotency-Key` header); the
+fake keeps invoices and credit notes in memory.
 """
 
 from __future__ import annotations
@@ -38,6 +39,21 @@ class ReminderNote(BaseModel):
     note: str
 
 
+class CreditNoteIn(BaseModel):
+    """Write off `amount` (cents) of an invoice's balance."""
+
+    invoice_id: str
+    amount: int
+    memo: str
+
+
+class CreditNote(BaseModel):
+    credit_note_id: str
+    invoice_id: str
+    amount: int
+    memo: str
+
+
 get_invoice = op(
     "payments.invoices.get",
     effect="read",
@@ -52,6 +68,16 @@ record_reminder = op(
     input=ReminderNote,
     output=Invoice,
     description="Count a reminder on the invoice and note it (keyed, so repeating is harmless).",
+)
+
+
+write_off = op(
+    "payments.credit_notes.create",
+    effect="write",
+    idempotent=True,
+    input=CreditNoteIn,
+    output=CreditNote,
+    description="Write off part of an invoice's balance with a credit note (keyed).",
 )
 
 
@@ -129,6 +155,35 @@ class PaymentsDriver(Driver):
             )
         return _invoice(self._send(call, request))
 
+    @implements(write_off)
+    def credit(self, input: CreditNoteIn, call: CallContext) -> CreditNote:
+        with self._client(call) as client:
+            request = client.build_request(
+                "POST",
+                "/v1/credit_notes",
+                headers={"Idempotency-Key": call.idempotency_key},
+                data={
+                    "invoice": input.invoice_id,
+                    "amount": str(input.amount),
+                    "memo": input.memo,
+                },
+            )
+        body = self._send(call, request)
+        return CreditNote(
+            credit_note_id=body["id"],
+            invoice_id=body["invoice"],
+            amount=body["amount"],
+            memo=body.get("memo") or "",
+        )
+
+
+# The fake's invoices: id, customer, balance in cents, due date, status.
+_SEED = [
+    ("inv_1001", "ap@northwind.example", 128_000, date(2026, 10, 15), "open"),
+    ("inv_1002", "billing@contoso.example", 45_900, date(2026, 11, 1), "paid"),
+    ("inv_1003", "finance@fabrikam.example", 61_250, date(2026, 6, 30), "open"),
+]
+
 
 class FakePayments(Fake):
     """Invoices in memory, seeded with a few overdue ones."""
@@ -136,23 +191,17 @@ class FakePayments(Fake):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.invoices: dict[str, Invoice] = {
-            "inv_1001": Invoice(
-                invoice_id="inv_1001",
-                customer_email="ap@northwind.example",
-                amount_due=128_000,
+            invoice_id: Invoice(
+                invoice_id=invoice_id,
+                customer_email=email,
+                amount_due=cents,
                 currency="eur",
-                due_date=date(2026, 10, 15),
-                status="open",
-            ),
-            "inv_1002": Invoice(
-                invoice_id="inv_1002",
-                customer_email="billing@contoso.example",
-                amount_due=45_900,
-                currency="eur",
-                due_date=date(2026, 11, 1),
-                status="paid",
-            ),
+                due_date=due,
+                status=status,
+            )
+            for invoice_id, email, cents, due, status in _SEED
         }
+        self.credit_notes: list[CreditNote] = []
 
     @implements(get_invoice)
     def get(self, input: InvoiceRef, call: CallContext) -> Invoice:
@@ -174,10 +223,35 @@ class FakePayments(Fake):
             self.invoices[input.invoice_id] = updated
             return updated
 
+    @implements(write_off)
+    def credit(self, input: CreditNoteIn, call: CallContext) -> CreditNote:
+        with self._lock:
+            invoice = self.get(InvoiceRef(invoice_id=input.invoice_id), call)
+            if not 0 < input.amount <= invoice.amount_due:
+                raise DriverError(
+                    f"credit note amount {input.amount} must be between 1 and the invoice's "
+                    f"balance {invoice.amount_due}",
+                    retryable=False,
+                    status=400,
+                    vendor_code="amount_invalid",
+                )
+            note = CreditNote(
+                credit_note_id=f"cn_{len(self.credit_notes) + 1:04d}",
+                invoice_id=input.invoice_id,
+                amount=input.amount,
+                memo=input.memo,
+            )
+            self.credit_notes.append(note)
+            balance = invoice.amount_due - input.amount
+            self.invoices[input.invoice_id] = invoice.model_copy(
+                update={"amount_due": balance, "status": "open" if balance else "paid"}
+            )
+            return note
+
 
 payments = Connector(
     "payments",
-    ops=[get_invoice, record_reminder],
+    ops=[get_invoice, record_reminder, write_off],
     driver=PaymentsDriver,
     fake=FakePayments,
     description="Invoices at the payments provider.",

@@ -1,0 +1,95 @@
+"""The `remit` command run as a user runs it, in subprocesses, against an app folder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+from remit.runs import RunStore
+from remit.store.database import Database
+
+ROOT = Path(__file__).parent.parent.parent
+AR_DESK = ROOT / "examples" / "ar_desk"
+CRASH_APP = ROOT / "tests" / "apps" / "crash_app"
+
+
+class Cli:
+    def __init__(self, database_url: str, tmp: Path) -> None:
+        self.tmp = tmp
+        self.env = {
+            **os.environ,
+            "REMIT_DATABASE_URL": database_url,
+            "REMIT_FAKES": "1",
+            "REMIT_POLL_INTERVAL": "0.05",
+            "REMIT_ACTOR": "user:ann",
+            "CRASH_HOLD_DIR": str(tmp),
+            "CRASH_JOURNAL": str(tmp / "journal.jsonl"),
+            "COLUMNS": "200",
+        }
+        self.db = Database(database_url)
+        self.procs: list[subprocess.Popen[str]] = []
+        self.logs: list[IO[str]] = []
+
+    def __call__(
+        self, *args: str, app: Path = AR_DESK, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "remit", "--app", str(app), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if check:
+            assert done.returncode == 0, done.stdout + done.stderr
+        return done
+
+    def worker(self, app: Path = AR_DESK, *extra: str) -> subprocess.Popen[str]:
+        log = (self.tmp / f"worker-{len(self.procs)}.log").open("w")
+        self.logs.append(log)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "remit", "--app", str(app), "worker", *extra],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def start_payout_and_wait_between(self) -> str:
+        """Start a crash-app payout and wait until a worker holds it at its `between` step."""
+        run_id = self(
+            "start", "payout", "--input", '{"account": "a", "amount": 10}', app=CRASH_APP
+        ).stdout.strip()
+        deadline = time.monotonic() + 60
+        while not (self.tmp / "reached-between").exists():
+            assert time.monotonic() < deadline, self.log(0)
+            time.sleep(0.02)
+        return run_id
+
+    def log(self, index: int) -> str:
+        return (self.tmp / f"worker-{index}.log").read_text()
+
+    def wait_for(self, run_id: str, status: str, timeout: float = 60) -> None:
+        runs = RunStore(self.db)
+        deadline = time.monotonic() + timeout
+        while runs.get(run_id).status != status:
+            assert time.monotonic() < deadline, (
+                f"{run_id} is {runs.get(run_id).status}, not {status}"
+            )
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        for log in self.logs:
+            log.close()
+        self.db.dispose()
