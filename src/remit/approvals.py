@@ -597,6 +597,12 @@ class Approvals:
             return f"has an edit, but its type `{row.type}` is not declared in this app", None
         if not isinstance(edit, Mapping):
             return f"has an edit that is not an object of fields: {edit!r}", None
+        unknown = sorted(set(edit) - set(declared.draft.model_fields))
+        if unknown:
+            return (
+                f"has an edit naming fields {declared.draft.__name__} does not have: "
+                f"{', '.join(unknown)} (it has: {', '.join(declared.draft.model_fields)})"
+            ), None
         try:
             model = declared.draft.model_validate({**row.draft, **edit})
         except ValidationError as error:

@@ -145,7 +145,9 @@ def run(
     """Start a run and serve it in this process until it finishes, then show it.
 
     This process is a worker while it waits: it serves the app's queues, so it may also take
-    other queued runs, which it lets finish (up to REMIT_DRAIN_TIMEOUT) before it exits.
+    other queued runs, which it lets finish (up to REMIT_DRAIN_TIMEOUT) before it exits. When
+    the run waits at an approval, it says how to decide it and goes on serving: decide it from
+    another terminal (`remit approve ID`) and the run carries on here.
     """
     from remit.worker import Worker
 
@@ -162,13 +164,27 @@ def run(
         )
         deadline = time.monotonic() + timeout
         current = runs.get(started.run_id)
+        told: set[str] = set()
         while not current.finished and time.monotonic() < deadline:
             time.sleep(0.05)
             current = runs.get(started.run_id)
+            if current.status == "waiting":
+                _tell_waiting(running.approvals.list(run_id=current.run_id, status="pending"), told)
         _show(current, running.client, running.runtime.ledger)
     finally:
         running.stop(keep_slot=True)
     _exit_now(0 if current.status == "done" else 1)
+
+
+def _tell_waiting(pending: list[Approval], told: set[str]) -> None:
+    for approval in pending:
+        if approval.id in told:
+            continue
+        told.add(approval.id)
+        err.print(
+            f"{approval.run_id} waits at approval [bold]{approval.id}[/] ({approval.title}): "
+            f"decide it with `remit approve {approval.id}` or `remit reject {approval.id}`"
+        )
 
 
 @cli.command()
@@ -296,6 +312,7 @@ def approvals(
     pending: Annotated[
         bool, typer.Option("--pending", help="Only approvals still pending.")
     ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only their ids.")] = False,
     run: Annotated[str | None, typer.Option("--run", help="Only this run's approvals.")] = None,
     limit: Annotated[int, typer.Option(help="How many, newest first.")] = 100,
     app_dir: AppDir = None,
@@ -309,6 +326,10 @@ def approvals(
         )
     finally:
         db.dispose()
+    if quiet:
+        for each in found:
+            out.print(each.id)
+        return
     if not found:
         out.print("no pending approvals" if pending else "no approvals")
         return
@@ -386,6 +407,48 @@ def reject(
     _decide(approval_id, "rejected", edits=None, reason=reason, key=key, as_=as_, app_dir=app_dir)
 
 
+@cli.command()
+def serve(
+    host: Annotated[
+        str | None,
+        typer.Option(help="The address to listen on (default REMIT_HTTP_HOST, 127.0.0.1)."),
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            min=0, max=65535, help="The port (default REMIT_HTTP_PORT, 8700; 0: a free one)."
+        ),
+    ] = None,
+    app_dir: AppDir = None,
+) -> None:
+    """Serve the HTTP API for approvals until SIGTERM or Ctrl-C.
+
+    It runs no worker: a decision's run resumes on a worker that serves its queue.
+    """
+    from remit.http import create_api
+    from remit.http import serve as serve_http
+
+    app, settings = _load(app_dir)
+    db = Database(settings.database_url)
+    db.prepare()
+    client = db.client(app.name)
+    try:
+        api = create_api(_approvals(db, client, app, settings), title=f"remit: {app.name}")
+        serve_http(
+            api,
+            host=host or settings.http_host,
+            port=settings.http_port if port is None else port,
+            drain_timeout=settings.drain_timeout,
+            listening=lambda url: err.print(
+                f"serving approvals of [bold]{app.name}[/] on {url} (routes at {url}/docs)"
+            ),
+        )
+    finally:
+        client.destroy()
+        db.dispose()
+    err.print("serve stopped")
+
+
 def _decide(
     approval_id: str,
     decision: str,
@@ -446,11 +509,21 @@ def _show(run: Run, client: Any, ledger: LedgerStore) -> None:
     steps = Table(
         "attempt", "#", "step", "ms", "output", box=None, title="steps", title_justify="left"
     )
+    earlier: dict[int, Any] = {}
     for attempt in range(1, run.attempt + 1):
         for step in client.list_workflow_steps(attempt_workflow_id(run.run_id, attempt)):
             started, finished = step["started_at_epoch_ms"], step["completed_at_epoch_ms"]
             took = "-" if started is None or finished is None else str(finished - started)
+            before = earlier.get(step["function_id"])
+            if before is not None and (before["started_at_epoch_ms"], before["output"]) == (
+                started,
+                step["output"],
+            ):
+                took = "copied"  # a resumed attempt's fork copied it: it did not run again
+            earlier[step["function_id"]] = step
             result = _outcome(step["output"], step["error"])
+            if step["function_name"].startswith("approval:") and isinstance(step["output"], dict):
+                result = _gate(step["output"])
             steps.add_row(
                 str(attempt), str(step["function_id"]), step["function_name"], took, result
             )
@@ -530,6 +603,16 @@ def _outcome(output: Any, error: Any) -> str:
     if isinstance(output, dict) and "ok" in output:
         return _short(output["ok"])
     return _short(output)
+
+
+def _gate(row: dict[str, Any]) -> str:
+    """An approval step as a person reads it: which approval, and what it read."""
+    text = f"{row.get('id')} {row.get('status')}"
+    if row.get("decided_by"):
+        text += f" by {row['decided_by']} via {row.get('decided_via')}"
+    if row.get("edited_draft") is not None:
+        text += " (edited)"
+    return _status(text) if row.get("status") != "pending" else text
 
 
 def _short(value: Any, width: int = 80) -> str:

@@ -173,6 +173,8 @@ def test_edits_only_go_with_an_approval_and_must_parse(database_url: str) -> Non
             h.decide(gate.id, "rejected", edits={gate.id: {"quantity": 2}})
         with pytest.raises(DecisionRefused, match="quantity: Input should be a valid integer"):
             h.decide(gate.id, "approved", edits={gate.id: {"quantity": "two"}})
+        with pytest.raises(DecisionRefused, match="does not have: quantiy \\(it has: sku,"):
+            h.decide(gate.id, "approved", edits={gate.id: {"quantiy": 1}})
         with pytest.raises(DecisionRefused, match="has an edit but is not in the batch"):
             h.decide(gate.id, "approved", edits={"apr_other": {"quantity": 2}})
         assert h.approvals.get(gate.id).status == "pending"

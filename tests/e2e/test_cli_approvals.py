@@ -1,0 +1,94 @@
+"""Approvals from the command line, as a user decides them: the write-off of the example app
+waits at its gate while a worker serves, and `remit approve`/`reject` carry it on."""
+
+from __future__ import annotations
+
+import time
+
+from remit.approvals import Approvals
+from remit.runs import RunStore
+from tests.e2e.cli_support import Cli
+
+
+def _pending(cli: Cli, run_id: str) -> str:
+    deadline = time.monotonic() + 60
+    while True:
+        ids = cli("approvals", "--pending", "--run", run_id, "--quiet").stdout.split()
+        if ids:
+            return ids[0]
+        assert time.monotonic() < deadline, cli.log(0)
+        time.sleep(0.1)
+
+
+def _audit(cli: Cli, approval_id: str) -> list[dict[str, object]]:
+    return Approvals(cli.db, None, {}).audit(approval_id)  # type: ignore[arg-type]
+
+
+def test_approve_with_an_edit_resumes_the_run_past_its_gate(cli: Cli) -> None:
+    cli.worker()
+    run_id = cli("start", "write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
+    approval = _pending(cli, run_id)
+    cli.wait_for(run_id, "waiting")
+
+    listed = cli("approvals", "--pending").stdout
+    assert approval in listed
+    assert "Write off 612.50 EUR" in listed
+    assert "pending" in listed
+
+    done = cli("approve", approval, "--edit", '{"amount": 50000}', "--reason", "settled")
+    assert f"{approval} approved by user:ann" in done.stdout
+    assert '"amount": 50000' in done.stdout
+    assert f"resumes on attempt {run_id}:2" in done.stdout
+    cli.wait_for(run_id, "done")
+    run = RunStore(cli.db).get(run_id)
+    assert run.output is not None
+    assert run.output["amount"] == 50000
+    assert run.output["credit_note_id"] == "cn_0001"
+
+    shown = cli("show", run_id).stdout
+    assert f"{approval} approved by user:ann via cli (edited)" in shown
+    assert "copied" in shown  # the read before the gate was not run again
+    (row,) = _audit(cli, approval)
+    assert (row["actor"], row["action"]) == ("user:ann", "approval.approved")
+
+    again = cli("approve", approval, check=False)
+    assert again.returncode == 1
+    assert f"{approval} is already approved by user:ann" in again.stderr
+    assert cli("approvals", "--pending").stdout.strip() == "no pending approvals"
+
+
+def test_reject_and_a_repeated_key_replays(cli: Cli) -> None:
+    cli.worker()
+    run_id = cli("start", "write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
+    approval = _pending(cli, run_id)
+    first = cli("reject", approval, "--reason", "still collectable", "--key", "desk-42")
+    assert f"{approval} rejected by user:ann" in first.stdout
+    replay = cli("reject", approval, "--key", "desk-42")
+    assert "replayed" in replay.stdout
+    cli.wait_for(run_id, "done")
+    run = RunStore(cli.db).get(run_id)
+    assert run.output is not None
+    assert run.output["outcome"] == "not written off (rejected)"
+    assert len(_audit(cli, approval)) == 1
+
+
+def test_bad_decisions_exit_1_saying_what_to_change_and_decide_nothing(cli: Cli) -> None:
+    cli.worker()
+    run_id = cli("start", "write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
+    approval = _pending(cli, run_id)
+    cases = [
+        (["approve", "apr_missing"], "apr_missing is not an approval"),
+        (["approve", approval, "--edit", "{amount"], "--edit is not valid JSON"),
+        (["approve", approval, "--edit", "[1]"], "--edit must be a JSON object of fields"),
+        (
+            ["approve", approval, "--edit", '{"amount": -5}'],
+            "does not parse as WriteOffDraft: amount: Input should be greater than 0",
+        ),
+    ]
+    for args, message in cases:
+        done = cli(*args, check=False)
+        assert done.returncode == 1, (args, done.stdout, done.stderr)
+        assert message in " ".join(done.stderr.split()), (args, done.stderr)
+    assert cli("approvals", "--pending", "--quiet").stdout.split() == [approval]
+    assert _audit(cli, approval) == []
+    assert RunStore(cli.db).get(run_id).status == "waiting"
