@@ -7,7 +7,8 @@ Sequential: one process serves remit's 3-op workflow (fake connector) and bare D
 workflow side by side, and runs them one at a time, alternating A/B, each from enqueue to
 result. Drain: runs queued on Postgres in advance, then timed from the moment the worker
 processes serve until the last one is done: bare DBOS with one worker, remit with one, remit
-with two. Prints `BENCH <name> <value> <unit>` lines and writes the table to BENCHMARKS.md.
+with two. Approvals (bench/approvals.py): decide to resume, and what waiting runs cost a
+worker. Prints `BENCH <name> <value> <unit>` lines and writes the tables to BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import approvals  # bench/approvals.py, beside this file
 import bare  # bench/bare.py, beside this file
 import sqlalchemy as sa
 from common import ROOT, drop_database, fresh_database, write_section
@@ -187,8 +189,11 @@ def main() -> None:
     )
     report("scale_2w_pg", remit_2 / remit_1, "x", "remit 2 workers ÷ 1 worker (goal ≥ 1.5)")
 
+    gates = approvals.measure(quick=args.quick, folder=folder)
+
     if args.write:
         write_table(figures, quick=args.quick)
+        approvals.write(gates, command="make bench QUICK=1" if args.quick else "make bench")
 
 
 def write_table(figures: list[tuple[str, float, str, str]], *, quick: bool) -> None:

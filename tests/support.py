@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import defaultdict
 from typing import Any
@@ -238,13 +239,42 @@ async def refund_async(ctx: AsyncContext, input: Refund) -> dict[str, Any]:
     return {"status": "approved", "order_id": order.order_id}
 
 
+@workflow(name="two-gates", input=Refund, uses=[get_item])
+async def two_gates(ctx: AsyncContext, input: Refund) -> list[str]:
+    """Waits at two gates at once."""
+    await ctx.call(get_item, sku=input.sku)
+    draft = RefundDraft(sku=input.sku, quantity=input.quantity)
+    first, second = await asyncio.gather(
+        ctx.approval("first", type="refund", title="first", draft=draft),
+        ctx.approval("second", type="refund", title="second", draft=draft),
+    )
+    return [first.status, second.status]
+
+
+@workflow(name="same-key", input=Refund)
+def same_key(ctx: Context, input: Refund) -> list[str]:
+    """Asks twice under one key: the second gate must not reuse the first's decision."""
+    draft = RefundDraft(sku=input.sku, quantity=input.quantity)
+    return [ctx.approval("ok", type="refund", title=t, draft=draft).status for t in "ab"]
+
+
 REFUND = ApprovalType("refund", draft=RefundDraft)
 
 
 def make_app(notifiers: list[Notifier] | None = None) -> App:
     return App(
         name="shop",
-        workflows=[purchase, purchase_async, sneaky, broken_step, keyed, refund, refund_async],
+        workflows=[
+            purchase,
+            purchase_async,
+            sneaky,
+            broken_step,
+            keyed,
+            refund,
+            refund_async,
+            two_gates,
+            same_key,
+        ],
         connectors=[shop],
         approvals=[REFUND],
         notifiers=notifiers,

@@ -25,6 +25,7 @@ from typing import Any, Generic, Literal, TypeVar
 import sqlalchemy as sa
 from dbos import DBOSClient, SetWorkflowID
 from pydantic import BaseModel, ValidationError
+from sqlalchemy.dialects import postgresql, sqlite
 
 from remit.calls import RunInfo
 from remit.clock import Clock, SystemClock
@@ -236,23 +237,34 @@ class Gates:
 
         Idempotent, so DBOS may run it again. Locks the run before the approval, the order
         `decide()` takes them in. A pending gate is moved to the current attempt, which is the
-        one a decision must resume. Raises `RunMovedOn` if the run has left this attempt.
+        one a decision must resume. Raises `RunMovedOn` if the run has left this attempt or
+        finished (it was cancelled), and `AppError` if an earlier gate of the run took the key.
         """
         now = self.clock.now()
 
         def write() -> dict[str, Any]:
             with self.db.begin() as conn:
                 current = conn.execute(
-                    sa.select(runs.c.workflow_id)
+                    sa.select(runs.c.workflow_id, runs.c.status)
                     .where(runs.c.run_id == run.run_id)
                     .with_for_update(read=True)
-                ).scalar_one_or_none()
-                if current != run.workflow_id:
+                ).one_or_none()
+                if current is None or current.workflow_id != run.workflow_id:
                     raise RunMovedOn(f"run {run.run_id} is no longer on {run.workflow_id}")
+                if current.status in FINISHED:
+                    raise RunMovedOn(f"run {run.run_id} is {current.status}")
                 row = _by_key(conn, run.run_id, key)
                 if row is None:
                     row = self._create(
                         conn, run, step_id, key, type, title, draft, assignee, expires_in, now
+                    )
+                elif row.step_id != step_id:
+                    # A step keeps its number across attempts (forks copy them), so another
+                    # number is another gate: reusing its key would reuse its decision.
+                    raise AppError(
+                        f"approval key `{key}` is taken by an earlier gate of run {run.run_id} "
+                        f"(step {row.step_id}): give each gate its own key, e.g. "
+                        f"f'{key}-{{n}}' in a loop"
                     )
                 elif row.status == "pending" and row.workflow_id != run.workflow_id:
                     conn.execute(
@@ -280,8 +292,9 @@ class Gates:
         now: datetime,
     ) -> Approval:
         approval_id = new_approval_id()
-        conn.execute(
-            approvals.insert().values(
+        # Another execution of this same step may have inserted the row meanwhile: keep theirs.
+        inserted = conn.execute(
+            self._insert_new().values(
                 id=approval_id,
                 run_id=run.run_id,
                 key=key,
@@ -295,8 +308,8 @@ class Gates:
                 workflow_id=run.workflow_id,
                 step_id=step_id,
             )
-        )
-        if self.channels:
+        ).rowcount
+        if inserted and self.channels:
             conn.execute(
                 notifications.insert(),
                 [
@@ -307,6 +320,10 @@ class Gates:
         row = _by_key(conn, run.run_id, key)
         assert row is not None
         return row
+
+    def _insert_new(self) -> Any:
+        insert = sqlite.insert if self.db.is_sqlite else postgresql.insert
+        return insert(approvals).on_conflict_do_nothing(index_elements=["run_id", "key"])
 
     def outcome(self, row: Mapping[str, Any], declared: ApprovalType) -> Decision[Any]:
         """The decision the gate's step read, or `Suspended` while it is pending."""
@@ -418,7 +435,15 @@ class Approvals:
                 if tries_left == 0:
                     raise
         for resume in to_fork:
-            self.fork(resume)
+            try:
+                self.fork(resume)
+            except Exception:
+                # The decision stands (it committed); the outbox row makes the fork later.
+                log.exception(
+                    "run %s: resume on %s failed; a worker's sweep makes it from the outbox",
+                    resume.run_id,
+                    resume.workflow_id,
+                )
         return result
 
     def _decide_once(self, call: _Call) -> tuple[DecideResult, builtins.list[Resume]]:
@@ -472,16 +497,15 @@ class Approvals:
             to_fork: list[Resume] = []
             resumed: dict[str, str] = {}
             for run_id in sorted(locked_runs):
-                waiting = [
-                    row
-                    for row in locked
-                    if row.run_id == run_id and row.workflow_id == locked_runs[run_id].workflow_id
-                ]
-                if not waiting:
+                current = locked_runs[run_id].workflow_id
+                if not any(row.run_id == run_id and row.workflow_id == current for row in locked):
                     # The run's current attempt has not reached the gate yet: it reads the
                     # decision when it does, so there is nothing to resume.
                     continue
-                gate = min(waiting, key=lambda row: row.step_id)
+                # Fork from the run's first gate still pending on this attempt (an async run
+                # may wait at several at once): the fork re-runs every gate from there on, so
+                # one left pending moves to the new attempt instead of being copied.
+                gate = min(_pending_on(conn, run_id, current), key=lambda row: row.step_id)
                 resume = self._next_attempt(conn, gate, locked_runs[run_id].queue, now)
                 to_fork.append(resume)
                 resumed[run_id] = resume.workflow_id
@@ -698,7 +722,14 @@ class Approvals:
             due = list(
                 conn.execute(
                     sa.select(approvals.c.id)
-                    .where(approvals.c.status == "pending", approvals.c.expires_at <= now)
+                    .join(runs, runs.c.run_id == approvals.c.run_id)
+                    .where(
+                        approvals.c.status == "pending",
+                        approvals.c.expires_at <= now,
+                        # decide() refuses a finished run's gate: do not let those crowd out
+                        # the rest of the batch.
+                        runs.c.status.not_in(tuple(FINISHED)),
+                    )
                     .order_by(approvals.c.expires_at)
                     .limit(limit)
                 ).scalars()
@@ -799,6 +830,12 @@ def write_decision(
     ).rowcount
     if written != 1:
         raise RemitError(f"approval {row.id}: its locked pending row matched {written} rows")
+    # No one need be told any more that it waits.
+    conn.execute(
+        notifications.delete().where(
+            notifications.c.approval_id == row.id, notifications.c.sent_at.is_(None)
+        )
+    )
     conn.execute(
         audit.insert().values(
             at=now,
@@ -846,6 +883,18 @@ def cancel_gates(conn: sa.Connection, run_id: str, *, by: str, now: datetime) ->
             now=now,
         )
     return len(pending)
+
+
+def _pending_on(conn: sa.Connection, run_id: str, workflow_id: str) -> list[Approval]:
+    """The run's gates still pending on its attempt `workflow_id` (the run is locked)."""
+    rows = conn.execute(
+        sa.select(approvals).where(
+            approvals.c.run_id == run_id,
+            approvals.c.workflow_id == workflow_id,
+            approvals.c.status == "pending",
+        )
+    )
+    return [_approval(row) for row in rows]
 
 
 def _by_key(conn: sa.Connection, run_id: str, key: str) -> Approval | None:

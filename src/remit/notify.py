@@ -148,7 +148,12 @@ class Notifications:
                 notifications.c.attempts,
                 notifications.c.next_at,
             )
-            .where(notifications.c.sent_at.is_(None), notifications.c.next_at <= now)
+            .where(
+                notifications.c.sent_at.is_(None),
+                notifications.c.next_at <= now,
+                # A channel another worker is configured with is left to that worker.
+                notifications.c.channel.in_(self.channels),
+            )
             .order_by(notifications.c.next_at)
             .limit(limit)
         )
@@ -158,13 +163,16 @@ class Notifications:
             due = list(conn.execute(query))
         sent = 0
         for row in due:
-            notifier = self.notifiers.get(row.channel)
-            if notifier is None or not self._hold(row, now):
+            notifier = self.notifiers[row.channel]
+            if not self._hold(row):
                 continue
             try:
                 notice = self._notice(row.approval_id)
-                if notice is not None:
-                    notifier.send(notice)
+                if notice is None:
+                    # Decided meanwhile: no one need be told it waits.
+                    self._drop(row.approval_id, row.channel)
+                    continue
+                notifier.send(notice)
             except Exception as error:
                 self._failed(row.approval_id, row.channel, row.attempts + 1, error)
                 continue
@@ -172,8 +180,9 @@ class Notifications:
             sent += 1
         return sent
 
-    def _hold(self, row: Any, now: datetime) -> bool:
+    def _hold(self, row: Any) -> bool:
         """Take the row for one try: only one sender moves `next_at` from what it read."""
+        now = self.clock.now()
         statement = (
             notifications.update()
             .where(
@@ -193,7 +202,7 @@ class Notifications:
                 .join(runs, runs.c.run_id == approvals.c.run_id)
                 .where(approvals.c.id == approval_id)
             ).one_or_none()
-        if row is None:
+        if row is None or row.status != "pending":
             return None
         return ApprovalNotice(
             approval_id=row.id,
@@ -206,6 +215,14 @@ class Notifications:
             assignee=row.assignee,
             created_at=row.created_at,
             expires_at=row.expires_at,
+        )
+
+    def _drop(self, approval_id: str, channel: str) -> None:
+        statement = notifications.delete().where(
+            notifications.c.approval_id == approval_id, notifications.c.channel == channel
+        )
+        self.db.retrying(
+            f"notification {channel} of {approval_id}", lambda: self.db.execute_one(statement)
         )
 
     def _sent(self, approval_id: str, channel: str) -> None:

@@ -333,8 +333,9 @@ class Heartbeat:
 class Sweeper:
     """Every `REMIT_SWEEP_INTERVAL` seconds, on a daemon thread: forks the resumes a decider
     left in the outbox, expires approvals past their time through `decide()`, and retries
-    unsent notifications. Its first pass runs at start, before the worker takes work, so a
-    decision made while no worker ran is consumed at once."""
+    unsent notifications. Its first pass (outbox and expiry) runs as the worker starts, just
+    after it launches, so a decision made while no worker ran is carried on at once; sending
+    notifications, which may wait on slow receivers, is left to the thread."""
 
     # A resume younger than this is left to the process that decided it.
     OUTBOX_GRACE = 2.0
@@ -346,7 +347,7 @@ class Sweeper:
         self._thread = threading.Thread(target=self._loop, name="remit-sweeper", daemon=True)
 
     def start(self) -> None:
-        self.sweep(older_than=0.0)
+        self.sweep(older_than=0.0, notify=False)
         self._thread.start()
 
     def stop(self) -> None:
@@ -357,13 +358,14 @@ class Sweeper:
         while not self._stop.wait(self.interval):
             self.sweep(older_than=self.OUTBOX_GRACE)
 
-    def sweep(self, *, older_than: float) -> None:
+    def sweep(self, *, older_than: float, notify: bool = True) -> None:
         approvals = self.worker.approvals
         jobs: list[tuple[str, Callable[[], object]]] = [
             ("outbox", lambda: approvals.complete_outbox(older_than=older_than)),
             ("expiry", approvals.expire_due),
-            ("notifications", self.worker.runtime.notifications.send_due),
         ]
+        if notify:
+            jobs.append(("notifications", self.worker.runtime.notifications.send_due))
         for name, job in jobs:
             try:
                 job()

@@ -344,3 +344,74 @@ def test_the_webhook_notifier_posts_a_signed_body(
         b"s3cret", f"{headers['x-remit-timestamp']}.".encode() + body, hashlib.sha256
     ).hexdigest()
     assert headers["x-remit-signature"] == f"sha256={expected}"
+
+
+def test_a_run_waiting_at_two_gates_resumes_whichever_is_decided_first(database_url: str) -> None:
+    with Harness(make_app(), database_url=database_url) as h:
+        run = h.start("two-gates", {"sku": "sku-1"})
+        h.wait(run.run_id, until=("waiting",))
+        first, second = sorted(h.approvals.list(run_id=run.run_id), key=lambda a: a.key)
+        assert (first.status, second.status) == ("pending", "pending")
+
+        h.decide(second.id, "rejected")
+        h.wait(run.run_id, until=("waiting",))
+        # The gate still pending moved to the attempt now waiting on it.
+        moved = h.approvals.get(first.id)
+        assert (moved.status, moved.workflow_id) == ("pending", f"{run.run_id}:2")
+        h.decide(first.id, "approved")
+
+        done = h.wait(run.run_id)
+        assert (done.status, done.output, done.attempt) == ("done", ["approved", "rejected"], 3)
+        assert h.fake("shop", FakeShop).reads == 1
+
+
+def test_a_key_used_by_an_earlier_gate_fails_the_run_instead_of_reusing_it(
+    database_url: str,
+) -> None:
+    with Harness(make_app(), database_url=database_url) as h:
+        run = h.start("same-key", {"sku": "sku-1"})
+        h.decide(h.gate(run.run_id).id, "approved")
+        failed = h.wait(run.run_id)
+    assert failed.status == "failed"
+    assert "approval key `ok` is taken by an earlier gate of run" in (failed.error or "")
+    assert "give each gate its own key" in (failed.error or "")
+
+
+def test_a_cancelled_run_opens_no_gate(database_url: str) -> None:
+    from remit.calls import RunInfo
+    from remit.errors import RunMovedOn
+
+    with Harness(make_app(), database_url=database_url) as h:
+        run = h.start("refund", {"sku": "sku-1"})
+        h.gate(run.run_id)
+        h.runs.cancel(h.worker.client, run.run_id)
+        attempt = RunInfo(run.run_id, 1, f"{run.run_id}:1", "user:test")
+        with pytest.raises(RunMovedOn, match="is cancelled"):
+            h.worker.runtime.gates.open(
+                attempt,
+                9,
+                key="late",
+                type="refund",
+                title="late",
+                draft={"sku": "sku-1", "quantity": 1, "note": ""},
+                assignee=None,
+                expires_in=None,
+            )
+        assert [a.key for a in h.approvals.list(run_id=run.run_id)] == ["refund"]
+
+
+def test_a_decided_gate_is_not_announced_any_more(database_url: str) -> None:
+    clock = ManualClock()
+    down = Recording("down", failures=100)
+    with Harness(
+        make_app([down]), database_url=database_url, clock=clock, sweep_interval=3600
+    ) as h:
+        run = h.start("refund", {"sku": "sku-1"})
+        gate = h.gate(run.run_id)
+        assert [row["sent_at"] for row in h.worker.runtime.notifications.status(gate.id)] == [None]
+        h.decide(gate.id, "approved")
+        h.wait(run.run_id)
+        clock.advance(days=1)
+        assert h.worker.runtime.notifications.send_due() == 0
+        assert h.worker.runtime.notifications.status(gate.id) == []
+        assert down.failures == 99  # tried once, at the gate; never after the decision

@@ -1,13 +1,16 @@
-"""The benchmark's app: a 3-op workflow on a fake connector (a read, a keyed write, a read)."""
+"""The benchmark's app, on a fake connector: `bump`, a 3-op workflow (a read, a keyed write, a
+read), and `payout`, which waits at an approval gate between a read and a write."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from pydantic import BaseModel
 
 from remit import (
     App,
+    ApprovalType,
     CallContext,
     Connector,
     Context,
@@ -78,9 +81,38 @@ def bump(ctx: Context, input: Bump) -> int:
     return ctx.call(get_item, item=input.item).count
 
 
+class Payout(BaseModel):
+    item: str
+
+
+class PayoutDraft(BaseModel):
+    item: str
+    count: int
+
+
+PAYOUT = ApprovalType("payout", draft=PayoutDraft, description="a count to write")
+
+
+@workflow(name="payout", input=Payout, uses=[get_item, put_item], queue="work")
+def payout(ctx: Context, input: Payout) -> float:
+    before = ctx.call(get_item, item=input.item)
+    decision = ctx.approval(
+        "payout",
+        type="payout",
+        title=f"Set {input.item} to {before.count + 1}",
+        draft=PayoutDraft(item=input.item, count=before.count + 1),
+    )
+    # The first step after the gate: its checkpoint is where bench/approvals.py stops the clock.
+    passed: float = ctx.step("passed", time.time)
+    if decision.approved:
+        ctx.call(put_item, item=decision.draft.item, count=decision.draft.count)
+    return passed
+
+
 app = App(
     name="bench-app",
-    workflows=[bump],
+    workflows=[bump, payout],
     connectors=[store],
+    approvals=[PAYOUT],
     queues=[Queue("work", worker_concurrency=16)],
 )

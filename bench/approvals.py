@@ -1,0 +1,352 @@
+"""Approvals on Postgres: how long from `decide()` to a run past its gate, and what waiting
+runs cost a worker.
+
+    .venv/bin/python bench/approvals.py [--quick] [--write]    # `make bench` runs it too
+
+Every worker here is a separate `remit worker` process on the bench app's `payout` workflow
+(fakes, every other setting at its default: queues polled every 0.1 s), and this process is the
+decider, as the CLI or the web console would be.
+
+Decide to resume: runs of `payout` are started and a worker brings them all to `waiting`. Then
+this process decides them one at a time with `Approvals.decide()`, and times each from the call
+to the moment it sees, in DBOS's step table, the checkpoint of `passed`: the workflow's first
+step after the gate, so the fork, the worker's pickup from the queue and the gate's step are
+all inside the time. It polls for the checkpoint every 2 ms, so a time is late by at most that
+and one query. Each run is left to finish before the next decision, and each decision waits a
+random 0 to 250 ms first (not timed), so that decisions fall at random points of the worker's
+poll cycle rather than in step with it. The first five decisions warm up and are not counted.
+
+What waiting runs cost: a fresh worker's resident memory (VmRSS) and thread count from
+/proc/<pid>/status, on a database with no runs and on one with 1,000 runs waiting at their gate,
+each read after the worker has settled (a heartbeat and a sweep in). The worker that brought the
+1,000 runs to `waiting` is read too, after it has settled: what serving them left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import sqlalchemy as sa
+from common import ROOT, drop_database, fresh_database, write_section
+
+from remit.app import load_app
+from remit.approvals import Approvals
+from remit.runs import RunStore
+from remit.store.database import Database
+from remit.store.schema import runs
+
+APP = ROOT / "bench" / "apps" / "bench_app"
+WORKFLOW = "payout"
+WARMUP = 5
+RESULT_POLL = 0.002
+JITTER = 0.25  # seconds, at most, before each decision
+SETTLE = 6.0  # past the first heartbeat (5 s) and the first sweep after start (5 s)
+WAITING = 1000
+
+Figure = tuple[str, float, str, str]
+
+PASSED = sa.text(
+    "SELECT 1 FROM dbos.operation_outputs WHERE workflow_uuid = :workflow_id "
+    "AND function_name = 'passed'"
+)
+STATUS = sa.text("SELECT status FROM remit_runs WHERE run_id = :run_id")
+
+
+class WorkerProcess:
+    """A `remit worker` subprocess on the bench app with fakes and otherwise default settings."""
+
+    def __init__(self, url: str) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REMIT_")}
+        env |= {"REMIT_DATABASE_URL": url, "REMIT_FAKES": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "remit", "--app", str(APP), "worker"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._serving = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self._serving.wait(120):
+            self.stop()
+            raise RuntimeError("the worker did not start serving in 120 s:\n" + "".join(self.lines))
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if "serving" in line:
+                self._serving.set()
+
+    def status(self) -> tuple[float, int]:
+        """(resident memory in MB, threads), from /proc/<pid>/status."""
+        fields = dict(
+            line.split(":", 1)
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines()
+        )
+        return int(fields["VmRSS"].split()[0]) / 1024, int(fields["Threads"])
+
+    def settled(self) -> tuple[float, int]:
+        """`status()` after SETTLE seconds idle: the median of five reads over two seconds."""
+        time.sleep(SETTLE)
+        reads = []
+        for _ in range(5):
+            reads.append(self.status())
+            time.sleep(0.5)
+        return statistics.median(r[0] for r in reads), int(statistics.median(r[1] for r in reads))
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+@contextmanager
+def database(folder: Path) -> Iterator[tuple[Database, str]]:
+    """A fresh Postgres database prepared for remit, and its URL; dropped afterwards."""
+    url = fresh_database("postgres", folder)
+    db = Database(url)
+    try:
+        db.prepare()
+        yield db, url
+    finally:
+        db.dispose()
+        drop_database(url)
+
+
+def start_runs(db: Database, count: int) -> list[str]:
+    """Start `count` runs of `payout`, as `remit start` does; returns their run ids."""
+    app = load_app(APP)
+    client = db.client(app.name)
+    store = RunStore(db)
+    try:
+        wf = app.workflow(WORKFLOW)
+        return [
+            store.start(client, wf, {"item": f"item-{i}"}, started_by="bench").run_id
+            for i in range(count)
+        ]
+    finally:
+        client.destroy()
+
+
+def wait_for(what: str, done: Callable[[], bool], timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not after {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def count_waiting(db: Database) -> int:
+    with db.engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.select(sa.func.count()).select_from(runs).where(runs.c.status == "waiting")
+            ).scalar_one()
+        )
+
+
+def decide_resume(decisions: int, folder: Path) -> tuple[list[float], list[float]]:
+    """Seconds from `decide()` to the checkpoint of the step after the gate, and seconds in
+    `decide()` itself, for each counted decision."""
+    with database(folder) as (db, url):
+        total = decisions + WARMUP
+        run_ids = start_runs(db, total)
+        worker = WorkerProcess(url)
+        app = load_app(APP)
+        client = db.client(app.name)
+        deciding = Approvals(db, client, app.approval_types)
+        try:
+            wait_for(f"{total} runs waiting", lambda: count_waiting(db) == total)
+            gate = {a.run_id: a.id for a in deciding.list(status="pending", limit=total)}
+            jitter = random.Random(7)
+            to_pass: list[float] = []
+            in_decide: list[float] = []
+            with db.engine.connect() as conn:
+                for i, run_id in enumerate(run_ids):
+                    time.sleep(jitter.uniform(0, JITTER))
+                    began = time.perf_counter()
+                    result = deciding.decide(
+                        gate[run_id],
+                        "approved",
+                        by="user:bench",
+                        via="bench",
+                        decision_key=f"bench:{gate[run_id]}",
+                    )
+                    returned = time.perf_counter()
+                    attempt = result.decided[0].resumed_workflow_id
+                    assert attempt is not None, f"run {run_id} was not resumed"
+                    while conn.execute(PASSED, {"workflow_id": attempt}).first() is None:
+                        conn.commit()
+                        time.sleep(RESULT_POLL)
+                    passed = time.perf_counter()
+                    conn.commit()
+                    while conn.execute(STATUS, {"run_id": run_id}).scalar_one() != "done":
+                        conn.commit()
+                        time.sleep(0.01)
+                    conn.commit()
+                    if i >= WARMUP:
+                        to_pass.append(passed - began)
+                        in_decide.append(returned - began)
+        finally:
+            worker.stop()
+            client.destroy()
+    return to_pass, in_decide
+
+
+def waiting_cost(folder: Path) -> dict[str, tuple[float, int]]:
+    """(RSS MB, threads) of: a fresh worker with no runs (`empty`), a fresh worker with WAITING
+    runs at their gate (`waiting`), and the worker that brought them there (`served`)."""
+    found: dict[str, tuple[float, int]] = {}
+    with database(folder) as (_, url):
+        worker = WorkerProcess(url)
+        try:
+            found["empty"] = worker.settled()
+        finally:
+            worker.stop()
+    with database(folder) as (db, url):
+        start_runs(db, WAITING)
+        worker = WorkerProcess(url)
+        try:
+            wait_for(f"{WAITING} runs waiting", lambda: count_waiting(db) == WAITING)
+            found["served"] = worker.settled()
+        finally:
+            worker.stop()
+        worker = WorkerProcess(url)
+        try:
+            found["waiting"] = worker.settled()
+            assert count_waiting(db) == WAITING, "a waiting run moved while the worker idled"
+        finally:
+            worker.stop()
+    return found
+
+
+def percentile(values: list[float], p: float) -> float:
+    """The nearest-rank percentile: the smallest value with at least p % of values at or below."""
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(len(ordered) * p / 100)) - 1]
+
+
+def measure(*, quick: bool, folder: Path) -> list[Figure]:
+    """Run both measures; print `BENCH` lines and return the figures."""
+    decisions = 60 if quick else 200
+    figures: list[Figure] = []
+
+    def report(name: str, value: float, unit: str, note: str) -> None:
+        print(f"BENCH {name} {value:.3f} {unit}", flush=True)
+        figures.append((name, value, unit, note))
+
+    to_pass, in_decide = decide_resume(decisions, folder)
+    size = " (quick size; full size 200)" if quick else ""
+    what = f"{decisions} decisions{size} one at a time, worker in its own process"
+    report(
+        "decide_resume_p50_ms",
+        percentile(to_pass, 50) * 1000,
+        "ms",
+        f"`decide()` called → step after the gate checkpointed, median of {what} (goal ≤ 150)",
+    )
+    report(
+        "decide_resume_p99_ms",
+        percentile(to_pass, 99) * 1000,
+        "ms",
+        "the same, 99th percentile, nearest rank (goal ≤ 1000)",
+    )
+    report(
+        "decide_resume_max_ms",
+        max(to_pass) * 1000,
+        "ms",
+        "the same, slowest",
+    )
+    report(
+        "decide_call_p50_ms",
+        percentile(in_decide, 50) * 1000,
+        "ms",
+        "of which `decide()` itself (the transaction and the fork), median",
+    )
+
+    cost = waiting_cost(folder)
+    (empty_rss, empty_threads), (rss, threads) = cost["empty"], cost["waiting"]
+    served_rss, served_threads = cost["served"]
+    report(
+        "waiting_1000_rss_mb",
+        rss - empty_rss,
+        "MB",
+        f"fresh worker's RSS with {WAITING} runs waiting ({rss:.1f}) minus with none "
+        f"({empty_rss:.1f}) (goal < 20)",
+    )
+    report(
+        "waiting_1000_threads",
+        threads - empty_threads,
+        "threads",
+        f"the same for threads: {threads} minus {empty_threads} (goal 0)",
+    )
+    report(
+        "waiting_1000_served_rss_mb",
+        served_rss - empty_rss,
+        "MB",
+        f"the worker that brought the {WAITING} runs to `waiting`, settled ({served_rss:.1f}) "
+        "minus a fresh one with none",
+    )
+    report(
+        "waiting_1000_served_threads",
+        served_threads - empty_threads,
+        "threads",
+        f"the same for threads: {served_threads} minus {empty_threads}",
+    )
+    return figures
+
+
+def write(figures: list[Figure], *, command: str) -> None:
+    lines = [
+        f"`{command}` on {os.cpu_count()} cores, Postgres, {time.strftime('%Y-%m-%d')}. Workers are "
+        "`remit worker` processes with default settings (queues polled every 0.1 s) serving the "
+        "bench app's `payout` workflow (a read, an approval gate, a step `passed`, a write; "
+        "fakes); the decider is the benchmark's own process.",
+        "",
+        "Decide to resume: the runs are started and brought to `waiting` first, then decided one "
+        "at a time; each is timed from the `decide()` call to the moment the decider sees the "
+        "checkpoint of `passed`, the first step after the gate, in DBOS's step table (polled "
+        f"every {RESULT_POLL * 1000:.0f} ms), and finishes before the next is decided, which waits "
+        f"a random 0 to {JITTER * 1000:.0f} ms first so as not to fall in step with the worker's "
+        "queue poll. The first "
+        f"{WARMUP} decisions warm up and are not counted. What a waiting run costs: VmRSS and "
+        "Threads from /proc/<pid>/status of a worker started fresh on a database with "
+        f"{WAITING} runs waiting at their gate and of one started on an empty database, each "
+        f"read {SETTLE:.0f} s after it began serving (median of five reads over 2 s). The "
+        "worker that served the runs keeps the executor threads DBOS started for them (at most "
+        "the queue's 16 at a time), and its fake connector keeps a record of every call in "
+        "memory.",
+        "",
+        "| figure | value | unit | what |",
+        "|---|---|---|---|",
+        *[f"| `{name}` | {value:.2f} | {unit} | {note} |" for name, value, unit, note in figures],
+    ]
+    write_section("Approvals: decide to resume, and what a waiting run costs", "\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="60 decisions instead of 200")
+    parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
+    args = parser.parse_args()
+    folder = Path(os.environ.get("TMPDIR", "/tmp")) / "remit-bench"
+    folder.mkdir(exist_ok=True)
+    figures = measure(quick=args.quick, folder=folder)
+    if args.write:
+        command = "python bench/approvals.py" + (" --quick" if args.quick else "")
+        write(figures, command=command)
+
+
+if __name__ == "__main__":
+    main()
