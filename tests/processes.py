@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -90,6 +91,33 @@ class Workers:
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         self.release(point)
+
+    def stall(self, proc: subprocess.Popen[bytes]) -> None:
+        """Stop `proc` (SIGSTOP) at a moment it holds no SQLite write lock.
+
+        One SQLite file has one writer: a process stopped inside a write transaction would
+        lock out every other process, which is a property of SQLite, not of what the test
+        checks. On Postgres a stopped process's row locks block only those rows.
+        """
+        for _ in range(200):
+            proc.send_signal(signal.SIGSTOP)
+            if not self.db.is_sqlite or self._can_write():
+                return
+            proc.send_signal(signal.SIGCONT)
+            time.sleep(0.01)
+        raise AssertionError("the worker held the SQLite write lock every time it was stopped")
+
+    def _can_write(self) -> bool:
+        assert self.db.url.database is not None
+        conn = sqlite3.connect(self.db.url.database, timeout=0.2)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.rollback()
+            return True
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            conn.close()
 
     def wait_finished(self, run_id: str, timeout: float = 90) -> Run:
         runs: list[Run] = []

@@ -112,7 +112,7 @@ def test_a_live_workers_run_is_never_taken(workers: Workers) -> None:
 def test_a_stalled_worker_that_was_taken_over_stops(workers: Workers) -> None:
     a, run_id = held_run(workers)
     workers.wait_serving(workers.start("wb"))
-    a.send_signal(signal.SIGSTOP)  # alive, but silent past the bound
+    workers.stall(a)  # alive, but silent past the bound
     workers.release("between")
 
     run = workers.wait_finished(run_id)
