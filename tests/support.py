@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import defaultdict
+from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel
@@ -258,6 +259,34 @@ def same_key(ctx: Context, input: Refund) -> list[str]:
     return [ctx.approval("ok", type="refund", title=t, draft=draft).status for t in "ab"]
 
 
+class Nap(BaseModel):
+    sku: str = "sku-1"
+    seconds: float = 30 * 86400
+    expires_in: float | None = None
+
+
+@workflow(name="nap", input=Nap, uses=[get_item, create_order])
+def nap(ctx: Context, input: Nap) -> dict[str, Any]:
+    """Reads, sleeps, then orders; with `expires_in`, asks for a refund approval after."""
+    ctx.call(get_item, sku=input.sku)
+    ctx.sleep(input.seconds)
+    order = ctx.call(create_order, sku=input.sku, quantity=1)
+    status = None
+    if input.expires_in is not None:
+        draft = RefundDraft(sku=input.sku, quantity=1)
+        status = ctx.approval(
+            "after", type="refund", title="after", draft=draft, expires_in=input.expires_in
+        ).status
+    return {"order_id": order.order_id, "approval": status}
+
+
+@workflow(name="nap-async", input=Nap, uses=[get_item])
+async def nap_async(ctx: AsyncContext, input: Nap) -> str:
+    await ctx.call(get_item, sku=input.sku)
+    await ctx.sleep(timedelta(seconds=input.seconds))
+    return "awake"
+
+
 REFUND = ApprovalType("refund", draft=RefundDraft)
 
 
@@ -274,6 +303,8 @@ def make_app(notifiers: list[Notifier] | None = None) -> App:
             refund_async,
             two_gates,
             same_key,
+            nap,
+            nap_async,
         ],
         connectors=[shop],
         approvals=[REFUND],

@@ -26,6 +26,7 @@ from remit.connectors import (
     op,
 )
 from remit.context import AsyncContext, Context
+from remit.deadlines import Deadline, next_deadline, upcoming_deadlines
 from remit.errors import (
     AppError,
     ApprovalNotFound,
@@ -65,6 +66,7 @@ __all__ = [
     "Connector",
     "Context",
     "DatabaseError",
+    "Deadline",
     "DecideResult",
     "Decided",
     "Decision",
@@ -96,6 +98,8 @@ __all__ = [
     "__version__",
     "implements",
     "load_app",
+    "next_deadline",
     "op",
+    "upcoming_deadlines",
     "workflow",
 ]

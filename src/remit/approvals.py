@@ -5,10 +5,9 @@ The gate (`ctx.approval`) is a DBOS step that creates or reads the approval row 
 own step number. While the row is pending the attempt writes `waiting` and ends. `decide()` is
 the one way a gate is decided; in one transaction it locks the runs, then the approvals (both in
 id order: the gate's step takes the run before the approval too), refuses the whole batch with
-every reason or writes each decision with its audit row, moves each waiting run to its next
-attempt and puts that attempt in the outbox (`remit_resumes`). After the commit the attempt is
-forked from the gate's step, so DBOS copies the steps before it; a fork the process did not live
-to make is made by any worker's sweep.
+every reason or writes each decision with its audit row, and moves each waiting run to its next
+attempt, forked from the gate's step (`resumes.py`: DBOS copies the steps before it, and an
+outbox row covers a decider that dies before the fork).
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, Literal, TypeVar
 
 import sqlalchemy as sa
-from dbos import DBOSClient, SetWorkflowID
+from dbos import DBOSClient
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 
@@ -35,12 +34,12 @@ from remit.errors import (
     DecisionRefused,
     InputInvalid,
     RemitError,
-    RunMovedOn,
     Suspended,
 )
-from remit.runs import FINISHED, RunStore
+from remit.resumes import Resume, Resumer
+from remit.runs import FINISHED, hold_attempt
 from remit.store.database import Database
-from remit.store.schema import approvals, audit, decisions, notifications, resumes, runs
+from remit.store.schema import approvals, audit, decisions, notifications, runs
 from remit.workflows import check_name
 
 log = logging.getLogger("remit.approvals")
@@ -148,17 +147,6 @@ class DecideResult:
     decided: list[Decided]
 
 
-@dataclass(frozen=True)
-class Resume:
-    """An attempt to fork from a gate's step: one row of the outbox."""
-
-    workflow_id: str
-    run_id: str
-    from_workflow_id: str
-    from_step: int
-    queue: str
-
-
 def new_approval_id() -> str:
     return f"apr_{uuid.uuid4().hex[:16]}"
 
@@ -244,15 +232,7 @@ class Gates:
 
         def write() -> dict[str, Any]:
             with self.db.begin() as conn:
-                current = conn.execute(
-                    sa.select(runs.c.workflow_id, runs.c.status)
-                    .where(runs.c.run_id == run.run_id)
-                    .with_for_update(read=True)
-                ).one_or_none()
-                if current is None or current.workflow_id != run.workflow_id:
-                    raise RunMovedOn(f"run {run.run_id} is no longer on {run.workflow_id}")
-                if current.status in FINISHED:
-                    raise RunMovedOn(f"run {run.run_id} is {current.status}")
+                hold_attempt(conn, run.run_id, run.workflow_id)
                 row = _by_key(conn, run.run_id, key)
                 if row is None:
                     row = self._create(
@@ -364,7 +344,11 @@ class Approvals:
         self.types = dict(types)
         self.admins = frozenset(admins)
         self.clock = clock or SystemClock()
-        self._runs = RunStore(db, clock=self.clock)
+        self.resumer = Resumer(db, client, clock=self.clock)
+
+    def complete_outbox(self, *, older_than: float = 0.0, limit: int = 100) -> int:
+        """Fork the attempts the outbox still holds; see `Resumer.complete_outbox`."""
+        return self.resumer.complete_outbox(older_than=older_than, limit=limit)
 
     def get(self, approval_id: str) -> Approval:
         with self.db.engine.connect() as conn:
@@ -434,16 +418,7 @@ class Approvals:
                 # Another call with this decision key committed first: read its result.
                 if tries_left == 0:
                     raise
-        for resume in to_fork:
-            try:
-                self.fork(resume)
-            except Exception:
-                # The decision stands (it committed); the outbox row makes the fork later.
-                log.exception(
-                    "run %s: resume on %s failed; a worker's sweep makes it from the outbox",
-                    resume.run_id,
-                    resume.workflow_id,
-                )
+        self.resumer.fork_all(to_fork)
         return result
 
     def _decide_once(self, call: _Call) -> tuple[DecideResult, builtins.list[Resume]]:
@@ -506,7 +481,9 @@ class Approvals:
                 # may wait at several at once): the fork re-runs every gate from there on, so
                 # one left pending moves to the new attempt instead of being copied.
                 gate = min(_pending_on(conn, run_id, current), key=lambda row: row.step_id)
-                resume = self._next_attempt(conn, gate, locked_runs[run_id].queue, now)
+                resume = self.resumer.next_attempt(
+                    conn, gate.run_id, gate.workflow_id, gate.step_id, locked_runs[run_id].queue
+                )
                 to_fork.append(resume)
                 resumed[run_id] = resume.workflow_id
             decided = [
@@ -556,16 +533,9 @@ class Approvals:
             for row in rows
         ]
         # A resume the first call did not live to fork is still in the outbox: finish it.
-        pending = [
-            _resume(row)
-            for row in conn.execute(
-                sa.select(resumes).where(
-                    resumes.c.workflow_id.in_(
-                        [d.resumed_workflow_id for d in decided if d.resumed_workflow_id]
-                    )
-                )
-            )
-        ]
+        pending = self.resumer.pending(
+            conn, [d.resumed_workflow_id for d in decided if d.resumed_workflow_id]
+        )
         return DecideResult(replayed=True, batch_id=first.batch_id, decided=decided), pending
 
     def _refusals(
@@ -636,80 +606,6 @@ class Approvals:
             )
             return f"has an edit that does not parse as {declared.draft.__name__}: {problems}", None
         return None, model.model_dump(mode="json")
-
-    def _next_attempt(
-        self, conn: sa.Connection, gate: Approval, queue: str, now: datetime
-    ) -> Resume:
-        """Move the run to its next attempt and put the fork in the outbox (the caller's
-        transaction)."""
-        _, workflow_id = self._runs.bump(conn, gate.run_id)
-        resume = Resume(workflow_id, gate.run_id, gate.workflow_id, gate.step_id, queue)
-        conn.execute(resumes.insert().values(**resume.__dict__, created_at=now))
-        return resume
-
-    def fork(self, resume: Resume) -> bool:
-        """Fork the attempt `resume` names and take it out of the outbox. False if it was
-        already forked (by another process completing the same outbox row)."""
-        made = True
-        try:
-            with SetWorkflowID(resume.workflow_id):
-                self.client.fork_workflow(
-                    resume.from_workflow_id, resume.from_step, queue_name=resume.queue
-                )
-        except sa.exc.IntegrityError:
-            # Forking onto an id DBOS already holds writes nothing: the fork was made.
-            found = self.client.list_workflows(
-                workflow_ids=[resume.workflow_id], load_input=False, load_output=False
-            )
-            if not found:
-                raise
-            made = False
-        self.db.retrying(
-            f"run {resume.run_id}: outbox",
-            lambda: self.db.execute_one(
-                resumes.delete().where(resumes.c.workflow_id == resume.workflow_id)
-            ),
-        )
-        if made:
-            log.info(
-                "run %s resumes on %s from step %d of %s",
-                resume.run_id,
-                resume.workflow_id,
-                resume.from_step,
-                resume.from_workflow_id,
-            )
-        return made
-
-    def complete_outbox(self, *, older_than: float = 0.0, limit: int = 100) -> int:
-        """Fork every attempt the outbox still holds (at least `older_than` seconds old).
-
-        Run by every worker at start and by its sweep. One row's failure is logged and the
-        others go on. Returns the forks made.
-        """
-        cutoff = self.clock.now() - timedelta(seconds=older_than)
-        with self.db.engine.connect() as conn:
-            rows = [
-                _resume(row)
-                for row in conn.execute(
-                    sa.select(resumes)
-                    .where(resumes.c.created_at <= cutoff)
-                    .order_by(resumes.c.created_at)
-                    .limit(limit)
-                )
-            ]
-        made = 0
-        for resume in rows:
-            try:
-                if self.fork(resume):
-                    log.warning(
-                        "outbox: run %s resumed on %s after its decider stopped before the fork",
-                        resume.run_id,
-                        resume.workflow_id,
-                    )
-                    made += 1
-            except Exception:
-                log.exception("outbox: run %s could not be resumed; next sweep", resume.run_id)
-        return made
 
     def expire_due(self, *, limit: int = 100) -> builtins.list[Decided]:
         """Decide every pending approval past its expiry as `expired`, through `decide()`.
@@ -906,7 +802,3 @@ def _by_key(conn: sa.Connection, run_id: str, key: str) -> Approval | None:
 
 def _approval(row: sa.Row[Any]) -> Approval:
     return Approval(**{name: row._mapping[name] for name in Approval.__dataclass_fields__})
-
-
-def _resume(row: sa.Row[Any]) -> Resume:
-    return Resume(row.workflow_id, row.run_id, row.from_workflow_id, row.from_step, row.queue)

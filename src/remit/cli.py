@@ -176,6 +176,40 @@ def run(
     _exit_now(0 if current.status == "done" else 1)
 
 
+@cli.command()
+def deadlines(
+    limit: Annotated[int, typer.Option(help="How many, earliest first.")] = 20,
+    app_dir: AppDir = None,
+) -> None:
+    """List what is due without anyone asking: sleeping runs' wake-ups, approvals' expiries."""
+    from remit.deadlines import upcoming_deadlines
+
+    _, settings = _load(app_dir)
+    db = _database(settings)
+    try:
+        found = upcoming_deadlines(db, limit=limit)
+    finally:
+        db.dispose()
+    if not found:
+        out.print("no deadlines")
+        return
+    table = Table("at", "in", "kind", "run", "what", box=None)
+    now = datetime.now(UTC)
+    for each in found:
+        table.add_row(_time(each.at), _until(each.at - now), each.kind, each.run_id, each.target)
+    out.print(table)
+
+
+def _until(left: timedelta) -> str:
+    seconds = int(left.total_seconds())
+    if seconds <= 0:
+        return "due"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
 def _tell_waiting(pending: list[Approval], told: set[str]) -> None:
     for approval in pending:
         if approval.id in told:

@@ -24,6 +24,7 @@ from remit.approvals import Decision, Gates
 from remit.calls import OpCaller, Outcome, RunInfo, failure, ok, raise_failure
 from remit.connectors.ops import Op
 from remit.errors import InputInvalid, OpNotDeclared, StepFailed
+from remit.timers import Timers
 from remit.workflows import Workflow
 
 Out = TypeVar("Out", bound=BaseModel)
@@ -41,12 +42,35 @@ class _Base:
         ops: Mapping[str, Op[Any, Any]],
         caller: OpCaller,
         gates: Gates,
+        timers: Timers,
     ) -> None:
         self._run = run
         self._workflow = workflow
         self._ops = ops
         self._caller = caller
         self._gates = gates
+        self._timers = timers
+
+    def _sleep_step(
+        self, duration: timedelta | float
+    ) -> tuple[float, Callable[[], dict[str, Any]] | None]:
+        """The seconds to sleep, and the body of its step when the sleep suspends the run."""
+        seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
+        if not isinstance(seconds, int | float) or seconds < 0:
+            raise InputInvalid(
+                f"ctx.sleep({duration!r}): give a timedelta or seconds, 0 or more",
+                target="ctx.sleep",
+                errors=[],
+            )
+        if seconds <= self._timers.suspend_after:
+            return float(seconds), None
+
+        def body() -> dict[str, Any]:
+            step_id = DBOS.step_id
+            assert step_id is not None, "a sleep runs as a DBOS step"
+            return self._timers.open(self._run, step_id, float(seconds))
+
+        return float(seconds), body
 
     @property
     def run_id(self) -> str:
@@ -186,6 +210,10 @@ def _gate_options(key: str) -> StepOptions:
     }
 
 
+def _sleep_options() -> StepOptions:
+    return {**_gate_options("sleep"), "name": "sleep"}
+
+
 def _finish_op(op: Op[Any, Out], outcome: Outcome) -> Out:
     raise_failure(op.id, outcome)
     return op.output.model_validate(outcome["ok"])
@@ -305,6 +333,19 @@ class Context(_Base):
         options, body, outcome = self._gate_step(key, type, title, draft, assignee, expires_in)
         return cast(Decision[Draft], outcome(DBOS.run_step(options, body)))
 
+    def sleep(self, duration: timedelta | float) -> None:
+        """Wait `duration` (a timedelta or seconds), durably: a crash does not restart it.
+
+        Up to REMIT_SUSPEND_AFTER seconds (default 60) the attempt waits in its thread.
+        Longer, the run is `sleeping` and holds nothing in any worker until its deadline,
+        when a worker resumes it here without running a finished step again.
+        """
+        seconds, body = self._sleep_step(duration)
+        if body is None:
+            DBOS.sleep(seconds)
+            return
+        Timers.outcome(DBOS.run_step(_sleep_options(), body))
+
 
 class AsyncContext(_Base):
     """The `ctx` of an async workflow: the same methods as `Context`, awaited."""
@@ -355,3 +396,16 @@ class AsyncContext(_Base):
 
         row = await DBOS.run_step_async(options, in_thread)
         return cast(Decision[Draft], outcome(row))
+
+    async def sleep(self, duration: timedelta | float) -> None:
+        """Wait `duration` durably; see `Context.sleep`."""
+        seconds, body = self._sleep_step(duration)
+        if body is None:
+            await DBOS.sleep_async(seconds)
+            return
+
+        async def in_thread() -> dict[str, Any]:
+            assert body is not None
+            return await asyncio.to_thread(body)
+
+        Timers.outcome(await DBOS.run_step_async(_sleep_options(), in_thread))

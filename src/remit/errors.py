@@ -25,7 +25,7 @@ message.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 
 class RemitError(Exception):
@@ -181,7 +181,13 @@ class Suspended(BaseException):
     function. Not an `Exception`, so a workflow's `except Exception` does not swallow it.
     """
 
-    def __init__(self, status: str, reason: str, *, approval_id: str | None = None) -> None:
+    def __init__(
+        self,
+        status: Literal["waiting", "sleeping"],
+        reason: str,
+        *,
+        approval_id: str | None = None,
+    ) -> None:
         super().__init__(reason)
         self.status = status
         self.approval_id = approval_id

@@ -48,9 +48,9 @@ def conclusion(dbos_status: WorkflowStatus) -> tuple[RunStatus, Any, str | None]
         return None
     if dbos_status.status == "SUCCESS":
         output = dbos_status.output
-        if isinstance(output, dict) and SUSPENDED in output:
-            # The attempt stopped at a gate; its `waiting` write did not land.
-            return "waiting", None, None
+        if isinstance(output, dict) and output.get(SUSPENDED) in ("waiting", "sleeping"):
+            # The attempt stopped at a gate or a long sleep; its status write did not land.
+            return output[SUSPENDED], None, None
         return status, output, None
     if dbos_status.status == "MAX_RECOVERY_ATTEMPTS_EXCEEDED":
         return status, None, "DBOS stopped recovering the attempt after too many recoveries"

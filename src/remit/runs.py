@@ -21,7 +21,7 @@ from dbos import DBOSClient
 from pydantic import BaseModel, ValidationError
 
 from remit.clock import Clock, SystemClock
-from remit.errors import InputInvalid, RemitError, RunNotFound
+from remit.errors import InputInvalid, RemitError, RunMovedOn, RunNotFound
 from remit.store.database import Database
 from remit.store.schema import runs
 from remit.workflows import Workflow
@@ -295,6 +295,24 @@ class RunStore:
             cancel_gates(conn, run_id, by=by, now=now)
         client.cancel_workflow(row.workflow_id)
         return self.get(run_id)
+
+
+def hold_attempt(conn: sa.Connection, run_id: str, workflow_id: str) -> None:
+    """Lock the run's row (shared) inside the caller's transaction, and raise `RunMovedOn`
+    unless the run is still on the attempt `workflow_id` and has not finished.
+
+    What a gate or a sleep step does before writing its row: the row lock orders it before or
+    after a decision or a wake, which lock the run before anything else too.
+    """
+    current = conn.execute(
+        sa.select(runs.c.workflow_id, runs.c.status)
+        .where(runs.c.run_id == run_id)
+        .with_for_update(read=True)
+    ).one_or_none()
+    if current is None or current.workflow_id != workflow_id:
+        raise RunMovedOn(f"run {run_id} is no longer on {workflow_id}")
+    if current.status in FINISHED:
+        raise RunMovedOn(f"run {run_id} is {current.status}")
 
 
 def _not_found(run_id: str) -> RunNotFound:

@@ -31,6 +31,7 @@ from remit.ledger import LedgerStore
 from remit.notify import Notifications, Notifier
 from remit.runs import RunStore
 from remit.store.database import Database
+from remit.timers import DEFAULT_SUSPEND_AFTER, Timers
 from remit.workflows import Workflow
 
 log = logging.getLogger("remit.runtime")
@@ -55,6 +56,7 @@ class Runtime:
         clock: Clock,
         environ: Mapping[str, str],
         notifiers: list[Notifier],
+        suspend_after: float = DEFAULT_SUSPEND_AFTER,
     ) -> None:
         self.app = app
         self.version = app.version
@@ -69,6 +71,7 @@ class Runtime:
         self.gates = Gates(
             db, app.approval_types, channels=self.notifications.channels, clock=clock
         )
+        self.timers = Timers(db, suspend_after=suspend_after, clock=clock)
 
     def register(self) -> None:
         """Register every workflow of the app with DBOS, under its own name."""
@@ -126,15 +129,15 @@ class Runtime:
         log.info("attempt %s stops: %s", run.workflow_id, error)
 
     def _suspend(self, run: RunInfo, pause: Suspended) -> dict[str, str]:
-        """Tell people about the gate, then end the attempt with the run waiting, holding
-        nothing. Notified first, so a run seen `waiting` has had its notices sent (or their
+        """Tell people about a gate, then end the attempt with the run waiting (or sleeping),
+        holding nothing. Notified first, so a run seen `waiting` has had its notices sent (or their
         failure recorded for the sweep to retry)."""
         if pause.approval_id is not None:
             try:
                 self.notifications.send_due(approval_id=pause.approval_id)
             except Exception:
                 log.exception("approval %s: notifying failed; the sweep tries again", run.run_id)
-        if not self.runs.suspend(run.run_id, run.workflow_id, "waiting"):
+        if not self.runs.suspend(run.run_id, run.workflow_id, pause.status):
             log.info("attempt %s: the run moved on before it could wait", run.workflow_id)
             return suspended_output("moved on")
         log.info("run %s waits: %s", run.run_id, pause)
@@ -145,7 +148,7 @@ class Runtime:
             run = self._begin(wf, run_id, actor)
             if run is None:
                 return None
-            ctx = Context(run, wf, self.app.ops, self.caller, self.gates)
+            ctx = Context(run, wf, self.app.ops, self.caller, self.gates, self.timers)
             try:
                 result = wf.fn(ctx, wf.input.model_validate(input))
             except RunMovedOn as error:
@@ -167,7 +170,7 @@ class Runtime:
             run = await asyncio.to_thread(self._begin, wf, run_id, actor)
             if run is None:
                 return None
-            ctx = AsyncContext(run, wf, self.app.ops, self.caller, self.gates)
+            ctx = AsyncContext(run, wf, self.app.ops, self.caller, self.gates, self.timers)
             try:
                 result = await wf.fn(ctx, wf.input.model_validate(input))
             except RunMovedOn as error:

@@ -34,6 +34,8 @@ class Settings:
     - `dead_after`: `REMIT_DEAD_AFTER`, seconds without a heartbeat before a worker is dead (30).
     - `sweep_interval`: `REMIT_SWEEP_INTERVAL`, seconds between a worker's sweeps: approvals
       past their expiry, notifications to retry, resumes left in the outbox (default 5).
+    - `suspend_after`: `REMIT_SUSPEND_AFTER`, seconds: a longer `ctx.sleep` suspends the run
+      (default 60).
     - `admins`: `REMIT_ADMINS`, comma-separated actors who may decide a gate assigned to
       someone else.
     - `webhook_url`, `webhook_secret`: `REMIT_WEBHOOK_URL` (a waiting gate is POSTed there) and
@@ -54,6 +56,7 @@ class Settings:
     heartbeat_interval: float = 5.0
     dead_after: float = 30.0
     sweep_interval: float = 5.0
+    suspend_after: float = 60.0
     admins: frozenset[str] = frozenset()
     webhook_url: str | None = None
     webhook_secret: str | None = None
@@ -85,6 +88,7 @@ class Settings:
             heartbeat_interval=heartbeat,
             dead_after=dead_after,
             sweep_interval=_number(env, "REMIT_SWEEP_INTERVAL", 5.0, float),
+            suspend_after=_number(env, "REMIT_SUSPEND_AFTER", 60.0, float, zero=True),
             admins=frozenset(
                 actor.strip() for actor in env.get("REMIT_ADMINS", "").split(",") if actor.strip()
             ),

@@ -23,6 +23,7 @@ from remit.app import App
 from remit.approvals import Approval, Approvals, DecideResult
 from remit.clock import Clock, ManualClock
 from remit.connectors.base import AppliedEffect, Fake, Implementation
+from remit.deadlines import Deadline, upcoming_deadlines
 from remit.ledger import LedgerRow
 from remit.runs import Run, attempt_workflow_id
 from remit.settings import Settings
@@ -148,6 +149,10 @@ class Harness:
             run = self.runs.get(run_id)
             raise AssertionError(f"run {run_id} is {run.status} with no pending approval")
         return pending[0]
+
+    def deadlines(self, limit: int = 20) -> list[Deadline]:
+        """What is due without anyone asking, earliest first (see `remit deadlines`)."""
+        return upcoming_deadlines(self.worker.db, limit=limit)
 
     def ledger(self, run_id: str) -> list[LedgerRow]:
         return self.ledger_store.list(run_id=run_id)

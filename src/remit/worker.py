@@ -41,6 +41,7 @@ from remit.reconciler import Reconciler
 from remit.runtime import Runtime
 from remit.settings import Settings
 from remit.store.database import Database, portable_serializer
+from remit.timers import Waker
 from remit.workers import WorkerRegistry, takeover_candidates
 
 log = logging.getLogger("remit.worker")
@@ -111,6 +112,7 @@ class Worker:
             notifiers=app.notifiers
             if app.notifiers is not None
             else default_notifiers(settings.webhook_url, settings.webhook_secret),
+            suspend_after=settings.suspend_after,
         )
         self._slot = ExecutorSlot(f"{self.db.dbos_url}\n{app.name}")
         self.executor_id = ""
@@ -332,8 +334,8 @@ class Heartbeat:
 
 class Sweeper:
     """Every `REMIT_SWEEP_INTERVAL` seconds, on a daemon thread: forks the resumes a decider
-    left in the outbox, expires approvals past their time through `decide()`, and retries
-    unsent notifications. Its first pass (outbox and expiry) runs as the worker starts, just
+    left in the outbox, expires approvals past their time through `decide()`, wakes the runs
+    whose long sleep is due, and retries unsent notifications. Its first pass (outbox and expiry) runs as the worker starts, just
     after it launches, so a decision made while no worker ran is carried on at once; sending
     notifications, which may wait on slow receivers, is left to the thread."""
 
@@ -360,9 +362,11 @@ class Sweeper:
 
     def sweep(self, *, older_than: float, notify: bool = True) -> None:
         approvals = self.worker.approvals
+        waker = Waker(self.worker.db, self.worker.client, clock=self.worker.runtime.clock)
         jobs: list[tuple[str, Callable[[], object]]] = [
             ("outbox", lambda: approvals.complete_outbox(older_than=older_than)),
             ("expiry", approvals.expire_due),
+            ("wake", waker.wake_due),
         ]
         if notify:
             jobs.append(("notifications", self.worker.runtime.notifications.send_due))

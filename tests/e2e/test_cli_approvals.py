@@ -92,3 +92,14 @@ def test_bad_decisions_exit_1_saying_what_to_change_and_decide_nothing(cli: Cli)
     assert cli("approvals", "--pending", "--quiet").stdout.split() == [approval]
     assert _audit(cli, approval) == []
     assert RunStore(cli.db).get(run_id).status == "waiting"
+
+
+def test_deadlines_lists_a_pending_gates_expiry(cli: Cli) -> None:
+    assert cli("deadlines").stdout.strip() == "no deadlines"
+    cli.worker()
+    run_id = cli("start", "write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
+    approval = _pending(cli, run_id)
+    listed = cli("deadlines").stdout
+    assert "expiry" in listed
+    assert approval in listed
+    assert "6d" in listed  # the write-off expires in 7 days

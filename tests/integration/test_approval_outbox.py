@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from remit.approvals import Approval, Approvals, Resume
+from remit.approvals import Approval, Approvals
 from remit.ledger import LedgerStore
+from remit.resumes import Resume, Resumer
 from remit.runs import RunStore
 from remit.store.database import Database
 from remit.store.schema import audit, decisions, resumes
@@ -34,8 +35,8 @@ DECIDER = "tests.integration.test_approval_outbox"  # this module, run as the de
 DIED_BEFORE_FORK = 17
 
 
-class DiesBeforeFork(Approvals):
-    """`decide()` from a process that ends after the decision committed, before the fork."""
+class DiesBeforeFork(Resumer):
+    """A resumer in a process that ends after the decision committed, before the fork."""
 
     def fork(self, resume: Resume) -> bool:
         os._exit(DIED_BEFORE_FORK)
@@ -45,7 +46,9 @@ def _decide_then_die(url: str, approval_id: str, decision_key: str) -> None:
     app = make_app()
     db = Database(url, pool_size=2)
     client = db.client(app.name)
-    DiesBeforeFork(db, client, app.approval_types).decide(
+    approvals = Approvals(db, client, app.approval_types)
+    approvals.resumer = DiesBeforeFork(db, client)
+    approvals.decide(
         [approval_id],
         "approved",
         by="user:ops",

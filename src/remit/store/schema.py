@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -191,4 +191,21 @@ notifications = sa.Table(
     sa.Column("sent_at", UTCDateTime),
     sa.Column("error", sa.Text),
     sa.Index("remit_notifications_due", "sent_at", "next_at"),
+)
+
+# A long `ctx.sleep`: one row per run and sleep step. While `sleeping`, the run's attempt has
+# ended; at `wake_at` a worker's sweep moves the run to its next attempt, forked from the step.
+timers = sa.Table(
+    "remit_timers",
+    metadata,
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("step_id", sa.Integer, primary_key=True),
+    # The attempt that slept here: where the next attempt is forked from.
+    sa.Column("workflow_id", sa.String(128), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("wake_at", UTCDateTime, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),  # sleeping, woken
+    sa.Column("woken_at", UTCDateTime),
+    sa.Column("resumed_workflow_id", sa.String(128)),
+    sa.Index("remit_timers_due", "status", "wake_at"),
 )
