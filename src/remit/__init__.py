@@ -48,6 +48,7 @@ from remit.errors import (
 from remit.notify import ApprovalNotice, LogNotifier, Notifier, WebhookNotifier
 from remit.retry import RetryPolicy
 from remit.runs import Run
+from remit.schedules import Schedule, schedule
 from remit.settings import Settings
 from remit.workflows import Workflow, workflow
 
@@ -88,6 +89,7 @@ __all__ = [
     "Run",
     "RunMovedOn",
     "RunNotFound",
+    "Schedule",
     "Settings",
     "SettingsError",
     "StepFailed",
@@ -100,6 +102,7 @@ __all__ = [
     "load_app",
     "next_deadline",
     "op",
+    "schedule",
     "upcoming_deadlines",
     "workflow",
 ]

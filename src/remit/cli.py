@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from dbos import DBOSClient
 from rich.console import Console
 from rich.table import Table
 
@@ -69,6 +72,19 @@ def _load(app_dir: Path | None) -> tuple[App, Settings]:
     return app, settings
 
 
+@contextlib.contextmanager
+def _connected(app_dir: Path | None) -> Iterator[tuple[App, Settings, Database, DBOSClient]]:
+    """The app, its settings, its prepared database and a DBOS client, closed on leaving."""
+    app, settings = _load(app_dir)
+    db = _database(settings)
+    client = db.client(app.name)
+    try:
+        yield app, settings, db, client
+    finally:
+        client.destroy()
+        db.dispose()
+
+
 def _database(settings: Settings) -> Database:
     db = Database(settings.database_url, pool_size=2)
     db.prepare()
@@ -120,17 +136,11 @@ def start(
     app_dir: AppDir = None,
 ) -> None:
     """Start a run and print its id. No worker needs to run in this process."""
-    app, settings = _load(app_dir)
     payload = _parse_json(input, "--input")
-    db = _database(settings)
-    client = db.client(app.name)
-    try:
+    with _connected(app_dir) as (app, settings, db, client):
         run = RunStore(db).start(
             client, app.workflow(name), payload, started_by=as_ or settings.actor
         )
-    finally:
-        client.destroy()
-        db.dispose()
     out.print(run.run_id)
 
 
@@ -174,6 +184,52 @@ def run(
     finally:
         running.stop(keep_slot=True)
     _exit_now(0 if current.status == "done" else 1)
+
+
+@cli.command()
+def reconcile(
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what a pass would do, and do nothing.")
+    ] = False,
+    app_dir: AppDir = None,
+) -> None:
+    """Run one reconciler pass now and print what it did (workers run one every minute)."""
+    from remit.reconciler import Reconciler
+    from remit.workers import live_versions
+
+    with _connected(app_dir) as (app, settings, db, client):
+        registry = WorkerRegistry(db)
+        report = Reconciler(
+            RunStore(db),
+            client,
+            version=app.version,
+            live_versions=lambda: live_versions(
+                registry.list(app=app.name),
+                now=datetime.now(UTC),
+                dead_after=timedelta(seconds=settings.dead_after),
+            ),
+            approvals=_approvals(db, client, app, settings),
+        ).run_pass(dry_run=dry_run)
+    verb = "would do" if dry_run else "did"
+    if not report.actions:
+        out.print(f"nothing to do{' (dry run)' if dry_run else ''}")
+    else:
+        table = Table("step", "run", "attempt", "status", "why", box=None)
+        for action in report.actions:
+            table.add_row(
+                action.kind,
+                action.run_id,
+                action.workflow_id,
+                _status(action.status),
+                action.reason,
+            )
+        count = len(report.actions)
+        out.print(f"the pass {verb} {count} {'action' if count == 1 else 'actions'}:")
+        out.print(table)
+    for problem in report.errors:
+        err.print(f"[red]failed:[/] {problem}")
+    if report.errors:
+        _exit_now(1)
 
 
 @cli.command()
@@ -261,14 +317,8 @@ def show(
     app_dir: AppDir = None,
 ) -> None:
     """Show a run: status, attempts, each step with its timing and output, and its ledger."""
-    app, settings = _load(app_dir)
-    db = _database(settings)
-    client = db.client(app.name)
-    try:
+    with _connected(app_dir) as (_, _, db, client):
         _show(RunStore(db).get(run_id), client, LedgerStore(db))
-    finally:
-        client.destroy()
-        db.dispose()
 
 
 @cli.command()
@@ -277,15 +327,9 @@ def cancel(
     app_dir: AppDir = None,
 ) -> None:
     """Cancel a run that has not finished."""
-    app, settings = _load(app_dir)
-    db = _database(settings)
-    client = db.client(app.name)
-    try:
+    with _connected(app_dir) as (_, settings, db, client):
         before = RunStore(db).get(run_id)
         after = RunStore(db).cancel(client, run_id, by=settings.actor)
-    finally:
-        client.destroy()
-        db.dispose()
     if before.finished:
         out.print(f"{run_id} had already finished: {before.status}")
     else:
@@ -493,10 +537,7 @@ def _decide(
     as_: str | None,
     app_dir: Path | None,
 ) -> None:
-    app, settings = _load(app_dir)
-    db = _database(settings)
-    client = db.client(app.name)
-    try:
+    with _connected(app_dir) as (app, settings, db, client):
         store = _approvals(db, client, app, settings)
         result = store.decide(
             [approval_id],
@@ -508,9 +549,6 @@ def _decide(
             reason=reason,
         )
         approval = store.get(approval_id)
-    finally:
-        client.destroy()
-        db.dispose()
     _print_decision(result, approval)
 
 

@@ -333,6 +333,15 @@ class Context(_Base):
         options, body, outcome = self._gate_step(key, type, title, draft, assignee, expires_in)
         return cast(Decision[Draft], outcome(DBOS.run_step(options, body)))
 
+    def patch(self, name: str) -> bool:
+        """True where the run takes the code added under `name`; False for a run that had
+        already passed this point before the change, which must keep its old path:
+
+            if ctx.patch("check-credit"):
+                ctx.call(check_credit, ...)
+        """
+        return DBOS.patch(name)
+
     def sleep(self, duration: timedelta | float) -> None:
         """Wait `duration` (a timedelta or seconds), durably: a crash does not restart it.
 
@@ -396,6 +405,10 @@ class AsyncContext(_Base):
 
         row = await DBOS.run_step_async(options, in_thread)
         return cast(Decision[Draft], outcome(row))
+
+    async def patch(self, name: str) -> bool:
+        """See `Context.patch`."""
+        return await DBOS.patch_async(name)
 
     async def sleep(self, duration: timedelta | float) -> None:
         """Wait `duration` durably; see `Context.sleep`."""

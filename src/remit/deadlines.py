@@ -1,8 +1,8 @@
 """Deadlines: the times at which something is due to happen without anyone asking.
 
-A sleeping run's wake-up and a pending approval's expiry are deadlines; the next deadline is the
-earliest of them. A worker that sleeps until then misses nothing, which is what scaling to zero
-registers with a wakeup.
+A sleeping run's wake-up, a pending approval's expiry and a schedule's next instant are deadlines;
+the next deadline is the earliest of them. A worker that sleeps until then misses nothing, which
+is what scaling to zero registers with a wakeup.
 """
 
 from __future__ import annotations
@@ -14,17 +14,20 @@ import sqlalchemy as sa
 
 from remit.runs import FINISHED
 from remit.store.database import Database
-from remit.store.schema import approvals, runs, timers
+from remit.store.schema import approvals, runs, schedules, timers
 
 
 @dataclass(frozen=True)
 class Deadline:
-    """One thing due at `at`: a run's wake-up from a sleep, or an approval's expiry."""
+    """One thing due at `at`: a run's wake-up from a sleep, an approval's expiry, or the next
+    instant of a workflow's schedule."""
 
     at: datetime
-    kind: str  # "wake" or "expiry"
+    kind: str  # "wake", "expiry" or "schedule"
+    # The run it concerns; "" for a schedule, whose run does not exist until it fires.
     run_id: str
-    # What is due: `<run_id>:<step>` for a sleep, the approval's id for an expiry.
+    # What is due: `<run_id>:<step>` for a sleep, the approval's id for an expiry, the
+    # workflow's name for a schedule.
     target: str
 
 
@@ -54,6 +57,12 @@ def upcoming_deadlines(db: Database | str, *, limit: int = 20) -> list[Deadline]
         .order_by(approvals.c.expires_at)
         .limit(limit)
     )
+    # Kept by the workers' sweeps; a past `next_at` is due at once (no worker has swept since).
+    scheduled = (
+        sa.select(schedules.c.next_at, schedules.c.workflow)
+        .order_by(schedules.c.next_at, schedules.c.workflow)
+        .limit(limit)
+    )
     with db.engine.connect() as conn:
         found = [
             Deadline(row.wake_at, "wake", row.run_id, f"{row.run_id}:{row.step_id}")
@@ -61,6 +70,9 @@ def upcoming_deadlines(db: Database | str, *, limit: int = 20) -> list[Deadline]
         ]
         found += [
             Deadline(row.expires_at, "expiry", row.run_id, row.id) for row in conn.execute(expiries)
+        ]
+        found += [
+            Deadline(row.next_at, "schedule", "", row.workflow) for row in conn.execute(scheduled)
         ]
     return sorted(found, key=lambda deadline: (deadline.at, deadline.target))[:limit]
 

@@ -186,6 +186,19 @@ class LedgerStore:
 
         return self.db.retrying(f"ledger {record.idempotency_key}: {status}", write)
 
+    def mark_uncertain(self, key: str, reason: str) -> bool:
+        """A `started` write whose run has finished without recording its outcome: it may or
+        may not have happened at the vendor. False if the row is no longer `started`."""
+        statement = (
+            ledger.update()
+            .where(ledger.c.idempotency_key == key, ledger.c.status == "started")
+            .values(status="uncertain", finished_at=self.clock.now(), error=reason)
+        )
+        return (
+            self.db.retrying(f"ledger {key}: uncertain", lambda: self.db.execute_one(statement))
+            == 1
+        )
+
     def _insert_new(self, row: dict[str, Any]) -> sa.Insert:
         """An insert that does nothing when the key is taken."""
         insert = postgresql.insert if not self.db.is_sqlite else sqlite.insert

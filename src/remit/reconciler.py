@@ -1,22 +1,43 @@
-"""The reconciler: passes that close the windows a crash leaves between remit's rows and DBOS.
+"""The reconciler: passes that close the windows a crash or a deploy leaves between remit's rows
+and DBOS. Every worker runs one at start and then every `REMIT_RECONCILE_INTERVAL` seconds;
+`remit reconcile [--dry-run]` runs one by hand and prints what it did (or would do).
 
-One pass so far, run by every worker at start and then every minute: conclude the runs whose
-current attempt has ended in DBOS while the run row still says `queued` or `running` (the
-worker died, or the database failed, between the attempt's end and its status write). Its cost
-grows with the runs in flight, not with the runs that exist.
+A pass, in order:
+1. `conclude`: a run whose current attempt has ended in DBOS while the run's row still says
+   `queued` or `running` (the worker died between the two) is concluded from DBOS's record.
+2. `reattempt`: a run whose current attempt belongs to a version no live worker runs (a
+   redeploy stopped it mid-run) moves to its next attempt, forked after the attempt's last
+   finished step onto the current code. The move forks the new attempt (through the outbox)
+   before it cancels the old one, so a crash between leaves a resume to complete, never a
+   cancelled current attempt; an attempt cancelled in DBOS alone cancels its run (pass 1).
+3. `enqueue`: a run whose current attempt DBOS has never heard of, and no resume is pending for,
+   gets it (its first attempt enqueued, a later one forked from the attempt before).
+4. `uncertain`: a write op whose `started` ledger row outlived its attempt may or may not have
+   happened at the vendor: it is marked `uncertain`, never called again blindly.
+5. `expire`: approvals past their expiry are decided `expired` through `decide()`.
+
+Each pass reads only what may need moving (runs in flight, ledger rows still `started`, gates
+past due), so its cost grows with what moves, not with what exists. One run's failure is logged
+and the pass goes on with the others; every action is logged with its run id.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 from typing import Any
 
+import sqlalchemy as sa
 from dbos import DBOSClient, WorkflowStatus
 
-from remit.runs import RunStatus, RunStore
+from remit.approvals import Approvals
+from remit.ledger import LedgerStore
+from remit.resumes import Resume, Resumer
+from remit.runs import FINISHED, RunStatus, RunStore, attempt_workflow_id, lock_run
 from remit.runtime import SUSPENDED
+from remit.store.schema import ledger, resumes, runs
 
 log = logging.getLogger("remit.reconciler")
 
@@ -29,16 +50,27 @@ _ENDED: dict[str, RunStatus] = {
     "CANCELLED": "cancelled",
     "MAX_RECOVERY_ATTEMPTS_EXCEEDED": "failed",
 }
+_GOING = ("PENDING", "ENQUEUED")
 
 
 @dataclass(frozen=True)
 class Action:
-    """One run a pass moved, and why."""
+    """One thing a pass did (or, in a dry run, would do) to one run, and why."""
 
     run_id: str
     workflow_id: str
     status: str
     reason: str
+    kind: str = "conclude"
+
+
+@dataclass
+class Report:
+    """What one pass did, pass by pass, and what it could not do."""
+
+    dry_run: bool = False
+    actions: list[Action] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
 
 
 def conclusion(dbos_status: WorkflowStatus) -> tuple[RunStatus, Any, str | None] | None:
@@ -60,55 +92,199 @@ def conclusion(dbos_status: WorkflowStatus) -> tuple[RunStatus, Any, str | None]
     return status, None, f"{type(error).__name__}: {error}" if error is not None else "failed"
 
 
-def conclude_ended(runs: RunStore, client: DBOSClient) -> list[Action]:
-    """Conclude every run in flight whose current attempt has ended in DBOS.
-
-    One run's failure is logged and the pass goes on with the others.
-    """
-    in_flight = runs.in_flight()
-    if not in_flight:
-        return []
-    ended = client.list_workflows(
-        workflow_ids=[workflow_id for _, workflow_id in in_flight],
-        status=list(_ENDED),
-        load_input=False,
-    )
-    by_id = {status.workflow_id: status for status in ended}
-    actions: list[Action] = []
-    for run_id, workflow_id in in_flight:
-        found = by_id.get(workflow_id)
-        decided = None if found is None else conclusion(found)
-        if found is None or decided is None:
-            continue
-        status, output, error = decided
-        try:
-            if runs.conclude(run_id, workflow_id, status, output=output, error=error):
-                action = Action(run_id, workflow_id, status, f"attempt ended {found.status}")
-                log.warning("reconciler: run %s concluded %s (%s)", run_id, status, action.reason)
-                actions.append(action)
-        except Exception:
-            log.exception("reconciler: run %s could not be concluded; the pass goes on", run_id)
-    return actions
+def conclude_ended(runs_store: RunStore, client: DBOSClient) -> list[Action]:
+    """Pass 1 alone: conclude every run in flight whose current attempt has ended in DBOS."""
+    in_flight = runs_store.in_flight()
+    found = _attempts(client, [workflow_id for _, workflow_id in in_flight])
+    report = Report()
+    _conclude(runs_store, in_flight, found, report, apply=True)
+    return report.actions
 
 
 class Reconciler:
-    """Runs the passes at start and then every `interval` seconds, on a daemon thread."""
+    """Runs the passes. `version` is the code this process runs; `live_versions` says which
+    versions live workers run (an attempt of any other version is orphaned)."""
 
     def __init__(
-        self, runs: RunStore, client: DBOSClient, *, interval: float = DEFAULT_INTERVAL
+        self,
+        runs_store: RunStore,
+        client: DBOSClient,
+        *,
+        version: str,
+        live_versions: Callable[[], Collection[str]],
+        approvals: Approvals | None = None,
+        interval: float = DEFAULT_INTERVAL,
     ) -> None:
-        self.runs = runs
+        self.runs = runs_store
+        self.db = runs_store.db
         self.client = client
+        self.version = version
+        self.live_versions = live_versions
+        self.approvals = approvals
+        self.resumer = Resumer(self.db, client, clock=runs_store.clock)
+        self.ledger = LedgerStore(self.db, clock=runs_store.clock)
         self.interval = interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def run_pass(self) -> list[Action]:
+    def run_pass(self, *, dry_run: bool = False) -> Report:
+        """One pass, every step in order. A step that fails is reported; the next one runs."""
+        report = Report(dry_run=dry_run)
+        apply = not dry_run
+        steps: list[tuple[str, Callable[[], None]]] = [
+            ("runs in flight", lambda: self._in_flight(report, apply)),
+            ("uncertain", lambda: self._uncertain(report, apply)),
+        ]
+        if self.approvals is not None and apply:
+            steps.append(("expire", lambda: self._expire(report)))
+        for name, step in steps:
+            try:
+                step()
+            except Exception as error:
+                log.exception("reconciler: the %s step failed; the pass goes on", name)
+                report.errors.append(f"{name}: {type(error).__name__}: {error}")
+        return report
+
+    def _in_flight(self, report: Report, apply: bool) -> None:
+        """Passes 1 to 3, over the runs in flight and their current attempts in DBOS."""
+        in_flight = self.runs.in_flight()
+        if not in_flight:
+            return
+        found = _attempts(self.client, [workflow_id for _, workflow_id in in_flight])
+        _conclude(self.runs, in_flight, found, report, apply=apply)
+        live = set(self.live_versions()) | {self.version}
+        with self.db.engine.connect() as conn:
+            outboxed = set(
+                conn.execute(
+                    sa.select(resumes.c.workflow_id).where(
+                        resumes.c.workflow_id.in_([wf for _, wf in in_flight])
+                    )
+                ).scalars()
+            )
+        for run_id, workflow_id in in_flight:
+            attempt = found.get(workflow_id)
+            if attempt is None:
+                if workflow_id not in outboxed:
+                    self._act(report, apply, run_id, workflow_id, "enqueue", self._enqueue)
+                continue
+            # An attempt with no version is one any version may take (a start, a resume).
+            if attempt.status in _GOING and attempt.app_version not in (None, *live):
+                why = f"its version {attempt.app_version} has no live worker"
+                self._act(report, apply, run_id, workflow_id, "reattempt", self._reattempt, why)
+
+    def _act(
+        self,
+        report: Report,
+        apply: bool,
+        run_id: str,
+        workflow_id: str,
+        kind: str,
+        do: Callable[[str, str], str | None],
+        why: str = "",
+    ) -> None:
+        reason = why or "DBOS holds no attempt for it"
+        if not apply:
+            report.actions.append(Action(run_id, workflow_id, "-", reason, kind))
+            return
         try:
-            return conclude_ended(self.runs, self.client)
-        except Exception:
-            log.exception("reconciler: the pass failed; the next one runs in %.0fs", self.interval)
-            return []
+            moved_to = do(run_id, workflow_id)
+        except Exception as error:
+            log.exception("reconciler: run %s: %s failed; the pass goes on", run_id, kind)
+            report.errors.append(f"run {run_id}: {kind}: {type(error).__name__}: {error}")
+            return
+        if moved_to is not None:
+            log.warning("reconciler: run %s: %s to %s (%s)", run_id, kind, moved_to, reason)
+            report.actions.append(Action(run_id, moved_to, "queued", reason, kind))
+
+    def _reattempt(self, run_id: str, workflow_id: str) -> str | None:
+        """Move the run past its orphaned attempt: the next attempt is forked after the
+        attempt's last finished step, so none runs again, onto the code workers run now."""
+        start = 1 + max(
+            (step["function_id"] for step in self.client.list_workflow_steps(workflow_id)),
+            default=0,
+        )
+        resume = self._moved(run_id, workflow_id, start)
+        if resume is None:
+            return None
+        self.resumer.fork_all([resume])
+        # The old attempt must not run on if a worker of its version comes back (its writes
+        # would be refused by the fence anyway).
+        self.client.cancel_workflow(workflow_id)
+        return resume.workflow_id
+
+    def _enqueue(self, run_id: str, workflow_id: str) -> str | None:
+        """Give the run the attempt DBOS never got: forked from the attempt before, re-running
+        its last step (a gate reads its decision again; a finished op replays its outcome)."""
+        run = self.runs.get(run_id)
+        if run.attempt == 1:
+            raise RuntimeError(
+                f"run {run_id}'s first attempt was never enqueued: start it again "
+                "(a start writes the run and enqueues its attempt in one transaction)"
+            )
+        before = attempt_workflow_id(run_id, run.attempt - 1)
+        last = max(
+            (step["function_id"] for step in self.client.list_workflow_steps(before)), default=1
+        )
+        resume = Resume(workflow_id, run_id, before, last, run.queue)
+        self.resumer.fork(resume)
+        return workflow_id
+
+    def _moved(self, run_id: str, workflow_id: str, start: int) -> Resume | None:
+        with self.db.begin() as conn:
+            current = lock_run(conn, run_id)
+            if current is None or current.workflow_id != workflow_id:
+                return None  # moved on meanwhile
+            if current.status not in ("queued", "running"):
+                return None
+            return self.resumer.next_attempt(conn, run_id, workflow_id, start, current.queue)
+
+    def _uncertain(self, report: Report, apply: bool) -> None:
+        """Pass 4: a write `started` in an attempt that has ended, of a run that has finished,
+        never recorded its outcome. (A run still going re-enters the call on its next attempt,
+        where the ledger decides: an idempotent write is called again with its key.)"""
+        with self.db.engine.connect() as conn:
+            started = list(
+                conn.execute(
+                    sa.select(
+                        ledger.c.run_id, ledger.c.attempt, ledger.c.idempotency_key, ledger.c.op_id
+                    )
+                    .join(runs, runs.c.run_id == ledger.c.run_id)
+                    .where(
+                        ledger.c.status == "started",
+                        ledger.c.effect == "write",
+                        runs.c.status.in_(tuple(FINISHED)),
+                    )
+                )
+            )
+        if not started:
+            return
+        ids = {attempt_workflow_id(row.run_id, row.attempt) for row in started}
+        found = _attempts(self.client, sorted(ids))
+        for row in started:
+            workflow_id = attempt_workflow_id(row.run_id, row.attempt)
+            attempt = found.get(workflow_id)
+            if attempt is None or attempt.status in _GOING:
+                continue
+            reason = f"{row.op_id} started in {workflow_id}, which ended {attempt.status}"
+            if apply and not self.ledger.mark_uncertain(
+                row.idempotency_key, f"the outcome was never recorded: {reason}"
+            ):
+                continue
+            log.warning("reconciler: run %s: %s is uncertain (%s)", row.run_id, row.op_id, reason)
+            report.actions.append(Action(row.run_id, workflow_id, "uncertain", reason, "uncertain"))
+
+    def _expire(self, report: Report) -> None:
+        assert self.approvals is not None
+        for decided in self.approvals.expire_due():
+            report.actions.append(
+                Action(
+                    decided.run_id,
+                    decided.resumed_workflow_id or "-",
+                    "expired",
+                    f"approval {decided.approval_id} expired",
+                    "expire",
+                )
+            )
 
     def start(self) -> None:
         self.run_pass()
@@ -124,3 +300,37 @@ class Reconciler:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+
+
+def _attempts(client: DBOSClient, workflow_ids: list[str]) -> dict[str, WorkflowStatus]:
+    if not workflow_ids:
+        return {}
+    found = client.list_workflows(workflow_ids=workflow_ids, load_input=False)
+    return {status.workflow_id: status for status in found}
+
+
+def _conclude(
+    runs_store: RunStore,
+    in_flight: list[tuple[str, str]],
+    found: dict[str, WorkflowStatus],
+    report: Report,
+    *,
+    apply: bool,
+) -> None:
+    for run_id, workflow_id in in_flight:
+        attempt = found.get(workflow_id)
+        decided = None if attempt is None else conclusion(attempt)
+        if attempt is None or decided is None:
+            continue
+        status, output, error = decided
+        reason = f"attempt ended {attempt.status}"
+        if not apply:
+            report.actions.append(Action(run_id, workflow_id, status, reason))
+            continue
+        try:
+            if runs_store.conclude(run_id, workflow_id, status, output=output, error=error):
+                log.warning("reconciler: run %s concluded %s (%s)", run_id, status, reason)
+                report.actions.append(Action(run_id, workflow_id, status, reason))
+        except Exception as error:
+            log.exception("reconciler: run %s could not be concluded; the pass goes on", run_id)
+            report.errors.append(f"run {run_id}: conclude: {type(error).__name__}: {error}")

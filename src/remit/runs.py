@@ -297,6 +297,16 @@ class RunStore:
         return self.get(run_id)
 
 
+def lock_run(conn: sa.Connection, run_id: str) -> Any:
+    """Lock the run's row for update inside the caller's transaction and return its status,
+    current attempt's workflow id and queue (None if there is no such run)."""
+    return conn.execute(
+        sa.select(runs.c.status, runs.c.workflow_id, runs.c.queue)
+        .where(runs.c.run_id == run_id)
+        .with_for_update()
+    ).one_or_none()
+
+
 def hold_attempt(conn: sa.Connection, run_id: str, workflow_id: str) -> None:
     """Lock the run's row (shared) inside the caller's transaction, and raise `RunMovedOn`
     unless the run is still on the attempt `workflow_id` and has not finished.

@@ -121,9 +121,7 @@ class Runtime:
                 error,
             )
             return
-        self.runs.conclude(
-            run.run_id, run.workflow_id, "failed", error=f"{type(error).__name__}: {error}"
-        )
+        self.runs.conclude(run.run_id, run.workflow_id, "failed", error=_failure(run, error))
 
     def _moved_on(self, run: RunInfo, error: RunMovedOn) -> None:
         log.info("attempt %s stops: %s", run.workflow_id, error)
@@ -185,3 +183,17 @@ class Runtime:
 
         attempt.__qualname__ = f"remit:{wf.name}"
         return attempt
+
+
+def _failure(run: RunInfo, error: Exception) -> str:
+    """What a failed run's row says. A workflow whose code no longer matches the steps its run
+    recorded is named with the step, and nothing at that step ran."""
+    if isinstance(error, dbos_error.DBOSUnexpectedStepError):
+        _, step_id, expected, recorded = error.inputs
+        return (
+            f"the workflow's code changed under run {run.run_id}: its step {step_id} ran "
+            f"`{recorded}`, and the code now runs `{expected}` there. Nothing ran at that step. "
+            "Keep the steps a running run has taken in order, and guard new ones with "
+            "`if ctx.patch('name'):`"
+        )
+    return f"{type(error).__name__}: {error}"

@@ -24,7 +24,7 @@ from remit.calls import RunInfo
 from remit.clock import Clock, SystemClock
 from remit.errors import Suspended
 from remit.resumes import Resume, Resumer
-from remit.runs import hold_attempt
+from remit.runs import hold_attempt, lock_run
 from remit.store.database import Database
 from remit.store.schema import runs, timers
 
@@ -145,11 +145,7 @@ class Waker:
 
     def _wake(self, run_id: str, step_id: int, now: datetime) -> tuple[Resume, datetime] | None:
         with self.db.begin() as conn:
-            run = conn.execute(
-                sa.select(runs.c.status, runs.c.workflow_id, runs.c.queue)
-                .where(runs.c.run_id == run_id)
-                .with_for_update()
-            ).one_or_none()
+            run = lock_run(conn, run_id)
             key = (timers.c.run_id == run_id, timers.c.step_id == step_id)
             timer = conn.execute(sa.select(timers).where(*key).with_for_update()).one_or_none()
             if (

@@ -39,10 +39,11 @@ from remit.errors import RemitError
 from remit.notify import default_notifiers
 from remit.reconciler import Reconciler
 from remit.runtime import Runtime
+from remit.scheduler import Scheduler
 from remit.settings import Settings
 from remit.store.database import Database, portable_serializer
 from remit.timers import Waker
-from remit.workers import WorkerRegistry, takeover_candidates
+from remit.workers import WorkerRegistry, live_versions, takeover_candidates
 
 log = logging.getLogger("remit.worker")
 
@@ -183,16 +184,32 @@ class Worker:
                 on_conflict="always_update",
             )
         self.registry.register(self.executor_id, app=self.app.name, version=self.runtime.version)
+        deployed = self.runtime.version not in {
+            known["version_name"]
+            for known in self.client.list_application_versions()
+            if known["application_name"] in (None, self.app.name)
+        }
         DBOS(config=config)
         self.runtime.register()
         if before_launch is not None:
             before_launch()
         DBOS.launch()
         self._launched = True
+        if deployed:
+            # This code is new here: it is the latest version, the one that takes the work no
+            # version is named for (starts, resumes, runs moved off a dead version). DBOS ranks
+            # versions by when they were first registered, to the second on SQLite, so a deploy
+            # within the second of the last one could rank below it: rank it explicitly.
+            self.client.set_latest_application_version(self.runtime.version)
         self._heartbeat = Heartbeat(self)
         self._heartbeat.start()
         self._reconciler = Reconciler(
-            self.runtime.runs, self.client, interval=self.settings.reconcile_interval
+            self.runtime.runs,
+            self.client,
+            version=self.runtime.version,
+            live_versions=self.live_versions,
+            approvals=self.approvals,
+            interval=self.settings.reconcile_interval,
         )
         self._reconciler.start()
         self._sweeper = Sweeper(self)
@@ -204,6 +221,14 @@ class Worker:
             self.runtime.version,
             self.db.url.render_as_string(),
         )
+
+    def live_versions(self) -> set[str]:
+        """The versions the app's live workers run (this one's included)."""
+        return live_versions(
+            self.registry.list(app=self.app.name),
+            now=self.runtime.clock.now(),
+            dead_after=timedelta(seconds=self.settings.dead_after),
+        ) | {self.runtime.version}
 
     def stop(self, timeout: float | None = None, *, keep_slot: bool = False) -> None:
         """Stop taking work and let running attempts finish for up to `timeout` seconds.
@@ -335,7 +360,7 @@ class Heartbeat:
 class Sweeper:
     """Every `REMIT_SWEEP_INTERVAL` seconds, on a daemon thread: forks the resumes a decider
     left in the outbox, expires approvals past their time through `decide()`, wakes the runs
-    whose long sleep is due, and retries unsent notifications. Its first pass (outbox and expiry) runs as the worker starts, just
+    whose long sleep is due, starts the runs schedules have made due, and retries unsent notifications. Its first pass (outbox and expiry) runs as the worker starts, just
     after it launches, so a decision made while no worker ran is carried on at once; sending
     notifications, which may wait on slow receivers, is left to the thread."""
 
@@ -345,6 +370,13 @@ class Sweeper:
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
         self.interval = worker.settings.sweep_interval
+        self.scheduler = Scheduler(
+            worker.app,
+            worker.runtime.runs,
+            worker.client,
+            clock=worker.runtime.clock,
+            interval=self.interval,
+        )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="remit-sweeper", daemon=True)
 
@@ -367,6 +399,7 @@ class Sweeper:
             ("outbox", lambda: approvals.complete_outbox(older_than=older_than)),
             ("expiry", approvals.expire_due),
             ("wake", waker.wake_due),
+            ("schedules", self.scheduler.fire_due),
         ]
         if notify:
             jobs.append(("notifications", self.worker.runtime.notifications.send_due))

@@ -49,6 +49,14 @@ def state(row: WorkerRow, *, now: datetime, dead_after: timedelta) -> WorkerStat
     return "dead" if now - row.heartbeat_at > dead_after else "live"
 
 
+def live_versions(
+    rows: builtins.list[WorkerRow], *, now: datetime, dead_after: timedelta
+) -> set[str]:
+    """The versions that live workers run: an attempt of any other version has no one to run
+    it, now or after a restart of its worker with the same code."""
+    return {row.version for row in rows if state(row, now=now, dead_after=dead_after) == "live"}
+
+
 def takeover_candidates(
     rows: builtins.list[WorkerRow], *, me: str, version: str, now: datetime, dead_after: timedelta
 ) -> builtins.list[str]:

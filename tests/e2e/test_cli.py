@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from remit.runs import RunStore
+from remit.store.schema import runs as runs_table
 from tests.e2e.cli_support import AR_DESK, CRASH_APP, Cli
 
 
@@ -161,3 +162,22 @@ def test_an_unknown_status_or_run_is_an_error_not_an_empty_list(cli: Cli) -> Non
     done = cli("ledger", "--run", "run_nope", check=False)
     assert done.returncode == 1
     assert "no run `run_nope`" in done.stderr
+
+
+def test_reconcile_reports_and_with_dry_run_changes_nothing(cli: Cli) -> None:
+    assert cli("reconcile").stdout.strip() == "nothing to do"
+    done = cli("run", "chase-invoice", "--input", '{"invoice_id": "inv_1001"}')
+    run_id = done.stderr.split("started ", 1)[1].split()[0]
+    with cli.db.begin() as conn:  # the window: the attempt ended, the run was never marked
+        conn.execute(
+            runs_table.update().where(runs_table.c.run_id == run_id).values(status="running")
+        )
+
+    planned = cli("reconcile", "--dry-run").stdout
+    assert "the pass would do 1 action:" in planned
+    assert run_id in planned
+    assert "conclude" in planned
+    assert RunStore(cli.db).get(run_id).status == "running"
+
+    assert "the pass did 1 action:" in cli("reconcile").stdout
+    assert RunStore(cli.db).get(run_id).status == "done"

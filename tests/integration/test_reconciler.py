@@ -1,10 +1,12 @@
-"""The reconciler concludes runs whose attempt ended in DBOS while their row was never marked."""
+"""The reconciler's passes, each tested by constructing the window it closes."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from remit.reconciler import conclude_ended
+from remit.reconciler import Reconciler, conclude_ended
+from remit.store.schema import approvals as approvals_table
+from remit.store.schema import ledger as ledger_table
 from remit.store.schema import runs as runs_table
 from remit.testing import Harness
 from remit.workflows import Workflow
@@ -78,3 +80,75 @@ def test_the_worker_runs_a_pass_when_it_starts(database_url: str) -> None:
     with Harness(make_app(), database_url=database_url) as harness:
         assert harness.runs.get(run.run_id).status == "done"
         assert harness.runs.get(run.run_id).output == run.output
+
+
+def reconciler(harness: Harness) -> Reconciler:
+    return Reconciler(
+        harness.runs,
+        harness.worker.client,
+        version=harness.app.version,
+        live_versions=harness.worker.live_versions,
+        approvals=harness.approvals,
+    )
+
+
+def test_a_dry_run_reports_and_changes_nothing(database_url: str) -> None:
+    with Harness(make_app(), database_url=database_url) as harness:
+        run = harness.run("purchase", {"sku": "sku-1"})
+        lose_conclusion(harness, run.run_id)
+
+        planned = reconciler(harness).run_pass(dry_run=True)
+        assert [(a.kind, a.run_id, a.status) for a in planned.actions] == [
+            ("conclude", run.run_id, "done")
+        ]
+        assert harness.runs.get(run.run_id).status == "running"
+
+        done = reconciler(harness).run_pass()
+        assert [(a.kind, a.run_id) for a in done.actions] == [("conclude", run.run_id)]
+        assert harness.runs.get(run.run_id).status == "done"
+        assert reconciler(harness).run_pass().actions == []
+
+
+def test_a_write_started_in_a_finished_run_is_marked_uncertain(database_url: str) -> None:
+    with Harness(make_app(), database_url=database_url) as harness:
+        run = harness.run("purchase", {"sku": "sku-1"})
+        order = next(row for row in harness.ledger(run.run_id) if row.effect == "write")
+        # The window: the vendor was called, the worker died before recording the outcome,
+        # and the run ended without coming back to the call.
+        with harness.worker.db.begin() as conn:
+            conn.execute(
+                ledger_table.update()
+                .where(ledger_table.c.idempotency_key == order.idempotency_key)
+                .values(status="started", finished_at=None, output=None)
+            )
+
+        report = reconciler(harness).run_pass()
+
+        assert [(a.kind, a.run_id) for a in report.actions] == [("uncertain", run.run_id)]
+        marked = harness.ledger_store.get(order.idempotency_key)
+        assert marked is not None
+        assert marked.status == "uncertain"
+        assert "the outcome was never recorded" in (marked.error or "")
+        assert reconciler(harness).run_pass().actions == []
+
+
+def test_a_resume_lost_with_its_outbox_row_is_enqueued(database_url: str) -> None:
+    with Harness(make_app(), database_url=database_url) as harness:
+        run = harness.start("refund", {"sku": "sku-1"})
+        gate = harness.gate(run.run_id)
+        # The window: the decision moved the run to attempt 2 and neither the fork nor its
+        # outbox row survived.
+        with harness.worker.db.begin() as conn:
+            conn.execute(
+                approvals_table.update()
+                .where(approvals_table.c.id == gate.id)
+                .values(status="approved", decided_by="user:test", decided_via="test")
+            )
+            harness.runs.bump(conn, run.run_id)
+
+        report = reconciler(harness).run_pass()
+
+        assert [(a.kind, a.workflow_id) for a in report.actions] == [("enqueue", f"{run.run_id}:2")]
+        done = harness.wait(run.run_id)
+        assert (done.status, done.attempt) == ("done", 2)
+        assert harness.fake("shop", FakeShop).reads == 1

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -208,4 +208,27 @@ timers = sa.Table(
     sa.Column("woken_at", UTCDateTime),
     sa.Column("resumed_workflow_id", sa.String(128)),
     sa.Index("remit_timers_due", "status", "wake_at"),
+)
+
+# One row per scheduled workflow of an app. Every instant of its schedule up to `swept_through`
+# has been dealt with (fired, or skipped as its backfill says); `next_at` is the first one after,
+# the schedule's deadline. A sweep writes the row only once `next_at` is due or the declaration
+# changed; the run each instant starts has an id derived from the instant, so two workers
+# sweeping at once start it once.
+schedules = sa.Table(
+    "remit_schedules",
+    metadata,
+    sa.Column("app", sa.String(200), primary_key=True),
+    sa.Column("workflow", sa.String(200), primary_key=True),
+    # The schedule as the worker that last wrote the row declared it.
+    sa.Column("cron", sa.String(200), nullable=False),
+    sa.Column("tz", sa.String(100), nullable=False),
+    sa.Column("backfill", sa.String(16), nullable=False),
+    sa.Column("swept_through", UTCDateTime, nullable=False),
+    sa.Column("next_at", UTCDateTime, nullable=False),
+    # The latest instant that has a run.
+    sa.Column("last_fired_at", UTCDateTime),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Index("remit_schedules_next", "next_at"),
 )

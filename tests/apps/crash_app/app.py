@@ -168,4 +168,65 @@ def settle(ctx: Context, input: PayoutIn) -> dict[str, Any]:
     }
 
 
-app = App(name="crash-app", workflows=[payout, settle], connectors=[bank])
+# Later versions of `payout`, for the redeploy tests: `CRASH_VARIANT` picks the code a worker
+# runs, and each variant's code gives it its own version.
+
+
+@workflow(name="payout", input=PayoutIn, uses=[read_balance, create_transfer, post_letter])
+def payout_thanks(ctx: Context, input: PayoutIn) -> dict[str, Any]:
+    """Variant `thanks`: the same steps, then one more at the end (a compatible change)."""
+    balance = ctx.call(read_balance, account=input.account)
+    first = ctx.call(create_transfer, to=input.account, amount=input.amount // 2)
+    ctx.step("between", lambda: hold("between"))
+    second = ctx.call(create_transfer, to=input.account, amount=input.amount - input.amount // 2)
+    letter = ctx.call(
+        post_letter, to=input.account, text=f"paid {input.amount} of {balance.balance}"
+    )
+    note = ctx.step("thanks", lambda: "thanks")
+    return {
+        "transfers": [first.transfer_id, second.transfer_id],
+        "letter": letter.letter_id,
+        "note": note,
+    }
+
+
+@workflow(name="payout", input=PayoutIn, uses=[read_balance, create_transfer, post_letter])
+def payout_reordered(ctx: Context, input: PayoutIn) -> dict[str, Any]:
+    """Variant `reordered`: a new step before the first transfer, unguarded (incompatible)."""
+    balance = ctx.call(read_balance, account=input.account)
+    ctx.step("audit", lambda: "audited")
+    first = ctx.call(create_transfer, to=input.account, amount=input.amount // 2)
+    ctx.step("between", lambda: hold("between"))
+    second = ctx.call(create_transfer, to=input.account, amount=input.amount - input.amount // 2)
+    letter = ctx.call(
+        post_letter, to=input.account, text=f"paid {input.amount} of {balance.balance}"
+    )
+    return {"transfers": [first.transfer_id, second.transfer_id], "letter": letter.letter_id}
+
+
+@workflow(name="payout", input=PayoutIn, uses=[read_balance, create_transfer, post_letter])
+def payout_patched(ctx: Context, input: PayoutIn) -> dict[str, Any]:
+    """Variant `patched`: the same new step, behind `ctx.patch` (a compatible change)."""
+    balance = ctx.call(read_balance, account=input.account)
+    if ctx.patch("audit"):
+        ctx.step("audit", lambda: "audited")
+    first = ctx.call(create_transfer, to=input.account, amount=input.amount // 2)
+    ctx.step("between", lambda: hold("between"))
+    second = ctx.call(create_transfer, to=input.account, amount=input.amount - input.amount // 2)
+    letter = ctx.call(
+        post_letter, to=input.account, text=f"paid {input.amount} of {balance.balance}"
+    )
+    return {"transfers": [first.transfer_id, second.transfer_id], "letter": letter.letter_id}
+
+
+_VARIANTS = {
+    "": payout,
+    "thanks": payout_thanks,
+    "reordered": payout_reordered,
+    "patched": payout_patched,
+}
+app = App(
+    name="crash-app",
+    workflows=[_VARIANTS[os.environ.get("CRASH_VARIANT", "")], settle],
+    connectors=[bank],
+)
