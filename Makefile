@@ -39,7 +39,7 @@ unit: setup
 crash: setup
 	REMIT_CRASH_SCALE=full $(BIN)/pytest -m crash
 
-## Measure remit against bare DBOS, and write the table in BENCHMARKS.md (QUICK=1: under 3 min).
+## Measure remit against bare DBOS, approvals and the reconciler, and write BENCHMARKS.md (QUICK=1: ~3 min).
 bench: setup
 	$(BIN)/python bench/bench.py --write $(if $(QUICK),--quick,)
 

@@ -1,14 +1,15 @@
 """remit against bare DBOS, in one run: sequential latency per database, and queue drain.
 
     make bench            # full size
-    make bench QUICK=1    # about half the runs, under three minutes
+    make bench QUICK=1    # about half the runs, in about three minutes
 
 Sequential: one process serves remit's 3-op workflow (fake connector) and bare DBOS's 3-step
 workflow side by side, and runs them one at a time, alternating A/B, each from enqueue to
 result. Drain: runs queued on Postgres in advance, then timed from the moment the worker
 processes serve until the last one is done: bare DBOS with one worker, remit with one, remit
 with two. Approvals (bench/approvals.py): decide to resume, and what waiting runs cost a
-worker. Prints `BENCH <name> <value> <unit>` lines and writes the tables to BENCHMARKS.md.
+worker. Reconciler (bench/reconcile.py): one pass against 10,000 and 100,000 runs. Prints
+`BENCH <name> <value> <unit>` lines and writes the tables to BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import approvals  # bench/approvals.py, beside this file
 import bare  # bench/bare.py, beside this file
+import reconcile  # bench/reconcile.py, beside this file
 import sqlalchemy as sa
 from common import ROOT, drop_database, fresh_database, write_section
 
@@ -190,10 +192,14 @@ def main() -> None:
     report("scale_2w_pg", remit_2 / remit_1, "x", "remit 2 workers ÷ 1 worker (goal ≥ 1.5)")
 
     gates = approvals.measure(quick=args.quick, folder=folder)
+    reconciled, passes = reconcile.measure(quick=args.quick, folder=folder)
 
     if args.write:
         write_table(figures, quick=args.quick)
         approvals.write(gates, command="make bench QUICK=1" if args.quick else "make bench")
+        reconcile.write(
+            reconciled, passes, command="make bench QUICK=1" if args.quick else "make bench"
+        )
 
 
 def write_table(figures: list[tuple[str, float, str, str]], *, quick: bool) -> None:

@@ -302,11 +302,18 @@ class Reconciler:
             self._thread = None
 
 
+# Ids asked of DBOS at once: past a few hundred, Postgres reads DBOS's tables whole instead of
+# through their index.
+_CHUNK = 250
+
+
 def _attempts(client: DBOSClient, workflow_ids: list[str]) -> dict[str, WorkflowStatus]:
-    if not workflow_ids:
-        return {}
-    found = client.list_workflows(workflow_ids=workflow_ids, load_input=False)
-    return {status.workflow_id: status for status in found}
+    found: dict[str, WorkflowStatus] = {}
+    for start in range(0, len(workflow_ids), _CHUNK):
+        chunk = workflow_ids[start : start + _CHUNK]
+        for status in client.list_workflows(workflow_ids=chunk, load_input=False):
+            found[status.workflow_id] = status
+    return found
 
 
 def _conclude(

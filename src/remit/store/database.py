@@ -158,6 +158,10 @@ class Database:
             try:
                 DBOS.migrate(self.dbos_url)
                 metadata.create_all(self.engine, checkfirst=True)
+                # A table made by an earlier version lacks the indexes added to it since.
+                for table in metadata.sorted_tables:
+                    for index in table.indexes:
+                        index.create(self.engine, checkfirst=True)
                 with self.begin() as conn:
                     conn.execute(meta.delete())
                     conn.execute(
