@@ -99,6 +99,15 @@ class Harness:
                 raise TimeoutError(f"run {run_id} is still {run.status} after {timeout}s")
             time.sleep(0.02)
 
+    def wait_moved(self, run_id: str, attempt: int, *, timeout: float = 30.0) -> Run:
+        """Wait for the run to move past `attempt` (a decision or a wake resumed it)."""
+        deadline = time.monotonic() + timeout
+        while (run := self.runs.get(run_id)).attempt <= attempt:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id} is still on attempt {attempt} after {timeout}s")
+            time.sleep(0.02)
+        return run
+
     def run(
         self, workflow: str, input: Mapping[str, Any] | BaseModel, *, timeout: float = 30.0
     ) -> Run:

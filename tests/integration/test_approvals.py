@@ -347,21 +347,25 @@ def test_the_webhook_notifier_posts_a_signed_body(
 
 
 def test_a_run_waiting_at_two_gates_resumes_whichever_is_decided_first(database_url: str) -> None:
+    # The two gates are awaited together: both may be pending at once, or the first to suspend
+    # may cancel the other before it opens (it opens on the next attempt). Either way, deciding
+    # the later gate first must leave the earlier one decidable, and the run must finish.
+    verdicts = {"first": "approved", "second": "rejected"}
     with Harness(make_app(), database_url=database_url) as h:
         run = h.start("two-gates", {"sku": "sku-1"})
-        h.wait(run.run_id, until=("waiting",))
-        first, second = sorted(h.approvals.list(run_id=run.run_id), key=lambda a: a.key)
-        assert (first.status, second.status) == ("pending", "pending")
+        while not (current := h.wait(run.run_id, until=("waiting",))).finished:
+            pending = h.approvals.list(run_id=run.run_id, status="pending")
+            assert pending, f"run {run.run_id} waits with no pending gate"
+            later = max(pending, key=lambda a: a.key)  # "second" before "first"
+            h.decide(later.id, verdicts[later.key])
+            h.wait_moved(run.run_id, current.attempt)
 
-        h.decide(second.id, "rejected")
-        h.wait(run.run_id, until=("waiting",))
-        # The gate still pending moved to the attempt now waiting on it.
-        moved = h.approvals.get(first.id)
-        assert (moved.status, moved.workflow_id) == ("pending", f"{run.run_id}:2")
-        h.decide(first.id, "approved")
-
-        done = h.wait(run.run_id)
-        assert (done.status, done.output, done.attempt) == ("done", ["approved", "rejected"], 3)
+        assert (current.status, current.output) == ("done", ["approved", "rejected"])
+        decided = h.approvals.list(run_id=run.run_id)
+        assert sorted((a.key, a.status) for a in decided) == [
+            ("first", "approved"),
+            ("second", "rejected"),
+        ]
         assert h.fake("shop", FakeShop).reads == 1
 
 
