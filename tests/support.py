@@ -305,8 +305,17 @@ def make_app(notifiers: list[Notifier] | None = None) -> App:
             same_key,
             nap,
             nap_async,
+            purchase_mail_async,
         ],
         connectors=[shop],
         approvals=[REFUND],
         notifiers=notifiers,
     )
+
+
+@workflow(name="purchase-mail-async", input=Purchase, uses=[create_order, send_email])
+async def purchase_mail_async(ctx: AsyncContext, input: Purchase) -> dict[str, str]:
+    """Orders, then mails: a step after the order, for a pause to park the run before."""
+    order = await ctx.call(create_order, sku=input.sku, quantity=input.quantity)
+    sent = await ctx.call(send_email, to=input.email, text=f"order {order.order_id}")
+    return {"order_id": order.order_id, "message_id": sent.message_id}

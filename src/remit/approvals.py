@@ -98,11 +98,6 @@ class Approval:
     reason: str | None
     resumed_workflow_id: str | None
 
-    @property
-    def final_draft(self) -> dict[str, Any]:
-        """The draft as decided: the edited one, if the decider edited it."""
-        return self.edited_draft if self.edited_draft is not None else self.draft
-
     def as_json(self) -> dict[str, Any]:
         return {
             name: value.isoformat() if isinstance(value, datetime) else value

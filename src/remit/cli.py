@@ -23,6 +23,7 @@ from remit.app import App, load_app
 from remit.approvals import Approval, Approvals, DecideResult
 from remit.errors import RemitError
 from remit.ledger import LedgerRow, LedgerStore
+from remit.pause import AppState
 from remit.runs import STATUSES, Run, RunStore, attempt_workflow_id
 from remit.settings import Settings
 from remit.store.database import Database
@@ -209,6 +210,7 @@ def reconcile(
                 dead_after=timedelta(seconds=settings.dead_after),
             ),
             approvals=_approvals(db, client, app, settings),
+            app_state=_app_state(db, client, app, settings),
         ).run_pass(dry_run=dry_run)
     verb = "would do" if dry_run else "did"
     if not report.actions:
@@ -230,6 +232,44 @@ def reconcile(
         err.print(f"[red]failed:[/] {problem}")
     if report.errors:
         _exit_now(1)
+
+
+@cli.command()
+def pause(
+    by: Annotated[
+        str | None, typer.Option("--as", help="Who pauses (default: REMIT_ACTOR).")
+    ] = None,
+    app_dir: AppDir = None,
+) -> None:
+    """Pause the app: its queues stop dequeuing; running runs park at their next step."""
+    with _connected(app_dir) as (app, settings, db, client):
+        state = _app_state(db, client, app, settings)
+        state.pause(by=by or settings.actor)
+        count = len(app.queues)
+    out.print(
+        f"paused: {count} {'queue' if count == 1 else 'queues'} stopped; running runs park at "
+        f"their next step (within REMIT_SWEEP_INTERVAL, {settings.sweep_interval:g}s)"
+    )
+
+
+@cli.command()
+def resume(
+    by: Annotated[
+        str | None, typer.Option("--as", help="Who resumes (default: REMIT_ACTOR).")
+    ] = None,
+    app_dir: AppDir = None,
+) -> None:
+    """Resume a paused app: its queues dequeue again and its parked runs carry on."""
+    with _connected(app_dir) as (app, settings, db, client):
+        _, resumed = _app_state(db, client, app, settings).resume(by=by or settings.actor)
+    count = len(resumed)
+    out.print(f"resumed: {count} parked {'run carries' if count == 1 else 'runs carry'} on")
+    for run_id in resumed:
+        out.print(f"  {run_id}")
+
+
+def _app_state(db: Database, client: DBOSClient, app: App, settings: Settings) -> AppState:
+    return AppState(db, client, app, poll_interval=settings.poll_interval)
 
 
 @cli.command()

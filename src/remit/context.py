@@ -3,7 +3,8 @@
 A sync workflow gets a `Context`; an async one an `AsyncContext`, whose methods are awaited.
 Every `ctx.step` and op call is a DBOS step: once it has finished it is never executed again,
 not on recovery, not on a later attempt. Its value comes back as JSON, so the first run and a
-replay see the same value.
+replay see the same value. While the app is paused, a step about to start ends the attempt
+instead, with the run `paused` (see `pause.py`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pydantic_core import to_jsonable_python
 from remit.approvals import Decision, Gates
 from remit.calls import OpCaller, Outcome, RunInfo, failure, ok, raise_failure
 from remit.connectors.ops import Op
-from remit.errors import InputInvalid, OpNotDeclared, StepFailed
+from remit.errors import InputInvalid, OpNotDeclared, StepFailed, Suspended
 from remit.timers import Timers
 from remit.workflows import Workflow
 
@@ -43,6 +44,7 @@ class _Base:
         caller: OpCaller,
         gates: Gates,
         timers: Timers,
+        paused: Callable[[], bool] = lambda: False,
     ) -> None:
         self._run = run
         self._workflow = workflow
@@ -50,6 +52,13 @@ class _Base:
         self._caller = caller
         self._gates = gates
         self._timers = timers
+        self._paused = paused
+
+    def _park_if_paused(self) -> None:
+        """Before a step starts: while the app is paused, end the attempt with the run
+        `paused`. Its finished steps stay; a resume carries it on from here."""
+        if self._paused():
+            raise Suspended("paused", "the app is paused")
 
     def _sleep_step(
         self, duration: timedelta | float
@@ -288,6 +297,7 @@ class Context(_Base):
         With `output=SomeType` the JSON is parsed back into that type. If `fn` raises, the run
         sees `StepFailed` (now and on replay).
         """
+        self._park_if_paused()
         cause: list[BaseException] = []
 
         def body() -> Outcome:
@@ -307,6 +317,7 @@ class Context(_Base):
 
         `key` names the call for its idempotency key (default: the step's position in the run).
         """
+        self._park_if_paused()
         declared, payload = self._prepare(op, input, fields, key)
         outcome = DBOS.run_step(_op_options(declared), self._op_step(declared, payload, key))
         return _finish_op(cast(Op[Any, Out], declared), outcome)
@@ -330,6 +341,7 @@ class Context(_Base):
         timedelta) decides it `expired` if no one has by then. The decision's `status` is
         approved, rejected, expired or cancelled; its `draft` is the edited one, if edited.
         """
+        self._park_if_paused()
         options, body, outcome = self._gate_step(key, type, title, draft, assignee, expires_in)
         return cast(Decision[Draft], outcome(DBOS.run_step(options, body)))
 
@@ -349,6 +361,7 @@ class Context(_Base):
         Longer, the run is `sleeping` and holds nothing in any worker until its deadline,
         when a worker resumes it here without running a finished step again.
         """
+        self._park_if_paused()
         seconds, body = self._sleep_step(duration)
         if body is None:
             DBOS.sleep(seconds)
@@ -361,6 +374,7 @@ class AsyncContext(_Base):
 
     async def step(self, name: str, fn: Callable[[], Any], *, output: Any = None) -> Any:
         """Run `fn` (sync or async) once as a checkpointed step; see `Context.step`."""
+        self._park_if_paused()
         cause: list[BaseException] = []
 
         async def body() -> Outcome:
@@ -381,6 +395,7 @@ class AsyncContext(_Base):
         self, op: Op[Any, Out], input: Any = None, /, *, key: str | None = None, **fields: Any
     ) -> Out:
         """Call `op` as a checkpointed step; see `Context.call`."""
+        self._park_if_paused()
         declared, payload = self._prepare(op, input, fields, key)
         outcome = await DBOS.run_step_async(
             _op_options(declared), self._op_step(declared, payload, key)
@@ -398,6 +413,7 @@ class AsyncContext(_Base):
         expires_in: timedelta | float | None = None,
     ) -> Decision[Draft]:
         """Wait for a decision on the approval `key`; see `Context.approval`."""
+        self._park_if_paused()
         options, body, outcome = self._gate_step(key, type, title, draft, assignee, expires_in)
 
         async def in_thread() -> dict[str, Any]:
@@ -412,6 +428,7 @@ class AsyncContext(_Base):
 
     async def sleep(self, duration: timedelta | float) -> None:
         """Wait `duration` durably; see `Context.sleep`."""
+        self._park_if_paused()
         seconds, body = self._sleep_step(duration)
         if body is None:
             await DBOS.sleep_async(seconds)

@@ -175,15 +175,16 @@ class DecisionRefused(RemitError):
 
 
 class Suspended(BaseException):
-    """The attempt stops here and the run waits (at a gate): the attempt ends holding nothing.
+    """The attempt stops here and the run waits (at a gate), sleeps, or parks while the app is
+    paused: the attempt ends holding nothing.
 
-    Raised by `ctx.approval` while its gate is pending, and caught by remit around the workflow
-    function. Not an `Exception`, so a workflow's `except Exception` does not swallow it.
+    Raised by `ctx.approval` while its gate is pending, by a long `ctx.sleep`, and by a step
+    that would start while the app is paused; caught by remit around the workflow function. Not an `Exception`, so a workflow's `except Exception` does not swallow it.
     """
 
     def __init__(
         self,
-        status: Literal["waiting", "sleeping"],
+        status: Literal["waiting", "sleeping", "paused"],
         reason: str,
         *,
         approval_id: str | None = None,

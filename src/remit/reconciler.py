@@ -11,10 +11,17 @@ A pass, in order:
    before it cancels the old one, so a crash between leaves a resume to complete, never a
    cancelled current attempt; an attempt cancelled in DBOS alone cancels its run (pass 1).
 3. `enqueue`: a run whose current attempt DBOS has never heard of, and no resume is pending for,
-   gets it (its first attempt enqueued, a later one forked from the attempt before).
+   gets it, forked from the attempt before. (A first attempt is enqueued in the transaction that
+   writes its run, so one missing is reported as an error, not guessed at.)
 4. `uncertain`: a write op whose `started` ledger row outlived its attempt may or may not have
    happened at the vendor: it is marked `uncertain`, never called again blindly.
 5. `expire`: approvals past their expiry are decided `expired` through `decide()`.
+6. `queues`: every queue of the app gets the bounds the pause flag says (0 while paused, its
+   declared ones otherwise), healing a pause or resume that died half way or raced a worker
+   registering its queues as it booted.
+7. `resume`: while the app is not paused, a run still parked `paused` moves to its next attempt,
+   forked after its last finished step (a resume that died before it, or a run that parked on
+   a worker's stale copy of the flag after the resume).
 
 Each pass reads only what may need moving (runs in flight, ledger rows still `started`, gates
 past due), so its cost grows with what moves, not with what exists. One run's failure is logged
@@ -34,6 +41,7 @@ from dbos import DBOSClient, WorkflowStatus
 
 from remit.approvals import Approvals
 from remit.ledger import LedgerStore
+from remit.pause import AppState
 from remit.resumes import Resume, Resumer
 from remit.runs import FINISHED, RunStatus, RunStore, attempt_workflow_id, lock_run
 from remit.runtime import SUSPENDED
@@ -80,8 +88,9 @@ def conclusion(dbos_status: WorkflowStatus) -> tuple[RunStatus, Any, str | None]
         return None
     if dbos_status.status == "SUCCESS":
         output = dbos_status.output
-        if isinstance(output, dict) and output.get(SUSPENDED) in ("waiting", "sleeping"):
-            # The attempt stopped at a gate or a long sleep; its status write did not land.
+        if isinstance(output, dict) and output.get(SUSPENDED) in ("waiting", "sleeping", "paused"):
+            # The attempt stopped at a gate, a long sleep or a pause; its status write did not
+            # land.
             return output[SUSPENDED], None, None
         return status, output, None
     if dbos_status.status == "MAX_RECOVERY_ATTEMPTS_EXCEEDED":
@@ -113,6 +122,7 @@ class Reconciler:
         version: str,
         live_versions: Callable[[], Collection[str]],
         approvals: Approvals | None = None,
+        app_state: AppState | None = None,
         interval: float = DEFAULT_INTERVAL,
     ) -> None:
         self.runs = runs_store
@@ -121,6 +131,7 @@ class Reconciler:
         self.version = version
         self.live_versions = live_versions
         self.approvals = approvals
+        self.app_state = app_state
         self.resumer = Resumer(self.db, client, clock=runs_store.clock)
         self.ledger = LedgerStore(self.db, clock=runs_store.clock)
         self.interval = interval
@@ -137,6 +148,9 @@ class Reconciler:
         ]
         if self.approvals is not None and apply:
             steps.append(("expire", lambda: self._expire(report)))
+        if self.app_state is not None:
+            steps.append(("queues", lambda: self._queues(report, apply)))
+            steps.append(("resume", lambda: self._resume_parked(report, apply)))
         for name, step in steps:
             try:
                 step()
@@ -272,6 +286,36 @@ class Reconciler:
                 continue
             log.warning("reconciler: run %s: %s is uncertain (%s)", row.run_id, row.op_id, reason)
             report.actions.append(Action(row.run_id, workflow_id, "uncertain", reason, "uncertain"))
+
+    def _queues(self, report: Report, apply: bool) -> None:
+        """Pass 6: every queue's bounds as the pause flag says."""
+        assert self.app_state is not None
+        paused = self.app_state.paused()
+        off = self.app_state.align_queues() if apply else self.app_state.queues_off()
+        for name in off:
+            reason = (
+                f"queue {name} dequeues while the app is paused: stop it"
+                if paused
+                else f"queue {name} lacks its declared bounds while the app runs: restore them"
+            )
+            log.warning("reconciler: %s", reason)
+            report.actions.append(Action("-", "-", "paused" if paused else "-", reason, "queues"))
+
+    def _resume_parked(self, report: Report, apply: bool) -> None:
+        """Pass 7: while the app is not paused, carry on the runs a pause parked."""
+        assert self.app_state is not None
+        if self.app_state.paused():
+            return
+        for parked in self.app_state.parked():
+            self._act(
+                report,
+                apply,
+                parked.run_id,
+                parked.workflow_id,
+                "resume",
+                self.app_state.resume_parked,
+                "the run is parked and the app is not paused",
+            )
 
     def _expire(self, report: Report) -> None:
         assert self.approvals is not None

@@ -205,7 +205,7 @@ class RunStore:
         return written
 
     def suspend(self, run_id: str, workflow_id: str, status: RunStatus) -> bool:
-        """The attempt `workflow_id` ends with the run `waiting` (or `sleeping`).
+        """The attempt `workflow_id` ends with the run `waiting` (or `sleeping`, or `paused`).
 
         False when the fence refused it: a decision already moved the run to its next attempt.
         """

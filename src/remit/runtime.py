@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,6 +62,9 @@ class Runtime:
         self.app = app
         self.version = app.version
         self.stopping = False
+        # This worker's copy of the app's pause flag (kept fresh by `pause.PauseWatch`): while
+        # it is set, an attempt parks before its next step, or before its first if it begins.
+        self.paused = threading.Event()
         self.clock = clock
         self.runs = RunStore(db, clock=clock)
         self.ledger = LedgerStore(db, clock=clock)
@@ -127,8 +131,8 @@ class Runtime:
         log.info("attempt %s stops: %s", run.workflow_id, error)
 
     def _suspend(self, run: RunInfo, pause: Suspended) -> dict[str, str]:
-        """Tell people about a gate, then end the attempt with the run waiting (or sleeping),
-        holding nothing. Notified first, so a run seen `waiting` has had its notices sent (or their
+        """Tell people about a gate, then end the attempt with the run waiting (or sleeping, or
+        paused), holding nothing. Notified first, so a run seen `waiting` has had its notices sent (or their
         failure recorded for the sweep to retry)."""
         if pause.approval_id is not None:
             try:
@@ -146,8 +150,12 @@ class Runtime:
             run = self._begin(wf, run_id, actor)
             if run is None:
                 return None
-            ctx = Context(run, wf, self.app.ops, self.caller, self.gates, self.timers)
+            ctx = Context(
+                run, wf, self.app.ops, self.caller, self.gates, self.timers, self.paused.is_set
+            )
             try:
+                if self.paused.is_set():
+                    raise Suspended("paused", "the app is paused")
                 result = wf.fn(ctx, wf.input.model_validate(input))
             except RunMovedOn as error:
                 self._moved_on(run, error)
@@ -168,8 +176,12 @@ class Runtime:
             run = await asyncio.to_thread(self._begin, wf, run_id, actor)
             if run is None:
                 return None
-            ctx = AsyncContext(run, wf, self.app.ops, self.caller, self.gates, self.timers)
+            ctx = AsyncContext(
+                run, wf, self.app.ops, self.caller, self.gates, self.timers, self.paused.is_set
+            )
             try:
+                if self.paused.is_set():
+                    raise Suspended("paused", "the app is paused")
                 result = await wf.fn(ctx, wf.input.model_validate(input))
             except RunMovedOn as error:
                 self._moved_on(run, error)

@@ -99,6 +99,23 @@ class Harness:
                 raise TimeoutError(f"run {run_id} is still {run.status} after {timeout}s")
             time.sleep(0.02)
 
+    def attempt_status(self, run_id: str, attempt: int) -> str | None:
+        """DBOS's status of one attempt (`PENDING`, `SUCCESS`, ...), None if it has none."""
+        found = self.worker.client.list_workflows(
+            workflow_ids=[attempt_workflow_id(run_id, attempt)], load_input=False
+        )
+        return found[0].status if found else None
+
+    def wait_attempt_ended(self, run_id: str, attempt: int, *, timeout: float = 10.0) -> str:
+        """Wait for the attempt to end in DBOS and return how (a suspended run writes its
+        status just before its attempt ends)."""
+        deadline = time.monotonic() + timeout
+        while (status := self.attempt_status(run_id, attempt)) in (None, "PENDING", "ENQUEUED"):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"attempt {attempt} of run {run_id} is still {status}")
+            time.sleep(0.02)
+        return status
+
     def wait_moved(self, run_id: str, attempt: int, *, timeout: float = 30.0) -> Run:
         """Wait for the run to move past `attempt` (a decision or a wake resumed it)."""
         deadline = time.monotonic() + timeout

@@ -37,6 +37,7 @@ from remit.clock import Clock, SystemClock
 from remit.connectors.base import Implementation
 from remit.errors import RemitError
 from remit.notify import default_notifiers
+from remit.pause import AppState, PauseWatch, paused, register_queue
 from remit.reconciler import Reconciler
 from remit.runtime import Runtime
 from remit.scheduler import Scheduler
@@ -123,6 +124,7 @@ class Worker:
         self._reconciler: Reconciler | None = None
         self._heartbeat: Heartbeat | None = None
         self._sweeper: Sweeper | None = None
+        self._pause_watch: PauseWatch | None = None
         self._approvals: Approvals | None = None
         self._dbos_engine: sa.Engine | None = None
         self.registry = WorkerRegistry(self.db, clock=self.runtime.clock)
@@ -146,6 +148,17 @@ class Worker:
                 clock=self.runtime.clock,
             )
         return self._approvals
+
+    @property
+    def app_state(self) -> AppState:
+        """The app's pause flag: pause, resume, and what follows from them."""
+        return AppState(
+            self.db,
+            self.client,
+            self.app,
+            poll_interval=self.settings.poll_interval,
+            clock=self.runtime.clock,
+        )
 
     def start(self, *, before_launch: Callable[[], None] | None = None) -> None:
         """Prepare the database, register the app's workflows and queues, and launch DBOS.
@@ -171,17 +184,21 @@ class Worker:
         if self._dbos_engine is not None:
             config["system_database_engine"] = self._dbos_engine
         # Queues are registered before launch, so DBOS's queue manager serves them from its
-        # first pass rather than finding them on a later one (it looks once a second).
+        # first pass rather than finding them on a later one (it looks once a second). A paused
+        # app's queues stay stopped. A pause or resume landing between reading the flag and
+        # registering is healed by the reconciler, which re-derives the queues from the flag.
+        self._pause_watch = PauseWatch(
+            lambda: paused(self.db, self.app.name),
+            self.runtime.paused,
+            self.settings.sweep_interval,
+        )
+        self._pause_watch.refresh()
         for queue in self.app.queues.values():
-            self.client.register_queue(
-                queue.name,
-                global_concurrency=queue.concurrency,
-                worker_concurrency=queue.worker_concurrency,
-                limiter=None
-                if queue.rate is None
-                else {"limit": queue.rate[0], "period": queue.rate[1]},
-                polling_interval_sec=self.settings.poll_interval,
-                on_conflict="always_update",
+            register_queue(
+                self.client,
+                queue,
+                paused=self.runtime.paused.is_set(),
+                poll_interval=self.settings.poll_interval,
             )
         self.registry.register(self.executor_id, app=self.app.name, version=self.runtime.version)
         deployed = self.runtime.version not in {
@@ -209,8 +226,10 @@ class Worker:
             version=self.runtime.version,
             live_versions=self.live_versions,
             approvals=self.approvals,
+            app_state=self.app_state,
             interval=self.settings.reconcile_interval,
         )
+        self._pause_watch.start()
         self._reconciler.start()
         self._sweeper = Sweeper(self)
         self._sweeper.start()
@@ -240,10 +259,10 @@ class Worker:
         """
         drain = self.settings.drain_timeout if timeout is None else timeout
         self.runtime.stopping = True
-        for background in (self._sweeper, self._reconciler, self._heartbeat):
+        for background in (self._sweeper, self._reconciler, self._heartbeat, self._pause_watch):
             if background is not None:
                 background.stop()
-        self._sweeper = None
+        self._sweeper = self._pause_watch = None
         self._reconciler = self._heartbeat = None
         if self._launched:
             DBOS.destroy(workflow_completion_timeout_sec=math.ceil(drain), destroy_registry=True)

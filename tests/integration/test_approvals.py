@@ -7,7 +7,6 @@ import hashlib
 import hmac
 import json
 import threading
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -22,20 +21,6 @@ from remit.testing import Harness, ManualClock
 from tests.support import FakeShop, get_item, make_app
 
 
-def _attempt_status(h: Harness, workflow_id: str) -> str | None:
-    found = h.worker.client.list_workflows(workflow_ids=[workflow_id], load_input=False)
-    return found[0].status if found else None
-
-
-def _attempt_ends(h: Harness, workflow_id: str) -> str | None:
-    """The attempt's DBOS status once it has ended (it writes `waiting` just before)."""
-    deadline = time.monotonic() + 10
-    while (status := _attempt_status(h, workflow_id)) == "PENDING":
-        assert time.monotonic() < deadline, f"{workflow_id} is still PENDING"
-        time.sleep(0.02)
-    return status
-
-
 def test_a_gate_suspends_the_run_and_a_decision_resumes_it_past_the_gate(
     database_url: str,
 ) -> None:
@@ -45,7 +30,7 @@ def test_a_gate_suspends_the_run_and_a_decision_resumes_it_past_the_gate(
         waiting = h.runs.get(run.run_id)
         assert (waiting.status, waiting.attempt) == ("waiting", 1)
         # The attempt has ended in DBOS: nothing of it is left running in the worker.
-        assert _attempt_ends(h, f"{run.run_id}:1") == "SUCCESS"
+        assert h.wait_attempt_ended(run.run_id, 1) == "SUCCESS"
         assert (gate.type, gate.title, gate.draft) == (
             "refund",
             "Refund 2 x sku-1 at 1200",
@@ -126,7 +111,7 @@ def test_a_repeated_decision_key_replays_the_first_result(database_url: str) -> 
         assert h.wait(run.run_id).status == "done"
         assert len(h.approvals.audit(gate.id)) == 1
         assert h.runs.get(run.run_id).attempt == 2
-        assert _attempt_status(h, f"{run.run_id}:3") is None
+        assert h.attempt_status(run.run_id, 3) is None
 
         other = h.gate(h.start("refund", {"sku": "sku-2"}).run_id)
         with pytest.raises(DecisionRefused, match="was already used to decide"):

@@ -8,7 +8,7 @@ from remit.reconciler import Reconciler, conclude_ended
 from remit.store.schema import approvals as approvals_table
 from remit.store.schema import ledger as ledger_table
 from remit.store.schema import runs as runs_table
-from remit.testing import Harness
+from remit.testing import Harness, ManualClock
 from remit.workflows import Workflow
 from tests.support import FakeShop, make_app
 
@@ -152,3 +152,20 @@ def test_a_resume_lost_with_its_outbox_row_is_enqueued(database_url: str) -> Non
         done = harness.wait(run.run_id)
         assert (done.status, done.attempt) == ("done", 2)
         assert harness.fake("shop", FakeShop).reads == 1
+
+
+def test_a_pass_expires_gates_past_due_through_decide(database_url: str) -> None:
+    clock = ManualClock()
+    with Harness(make_app(), database_url=database_url, clock=clock, sweep_interval=3600) as h:
+        run = h.start("refund", {"sku": "sku-1", "expires_in": 60})
+        gate = h.gate(run.run_id)
+        assert [a.kind for a in reconciler(h).run_pass().actions] == []
+        clock.advance(minutes=2)
+
+        report = reconciler(h).run_pass()
+
+        assert [(a.kind, a.run_id, a.status) for a in report.actions] == [
+            ("expire", run.run_id, "expired")
+        ]
+        assert h.approvals.get(gate.id).decided_by == "remit:expiry"
+        assert h.wait(run.run_id).output == {"status": "expired", "by": "remit:expiry"}

@@ -15,16 +15,6 @@ from tests.support import FakeShop, make_app
 DAY = 86400.0
 
 
-def _ended(h: Harness, workflow_id: str) -> str:
-    deadline = time.monotonic() + 10
-    while True:
-        found = h.worker.client.list_workflows(workflow_ids=[workflow_id], load_input=False)
-        if found and found[0].status != "PENDING":
-            return found[0].status
-        assert time.monotonic() < deadline, f"{workflow_id} has not ended"
-        time.sleep(0.02)
-
-
 def test_a_month_of_sleep_and_a_week_to_expire_run_in_moments(database_url: str) -> None:
     clock = ManualClock()
     with Harness(make_app(), database_url=database_url, clock=clock, sweep_interval=0.02) as h:
@@ -32,7 +22,7 @@ def test_a_month_of_sleep_and_a_week_to_expire_run_in_moments(database_url: str)
         run = h.start("nap", {"expires_in": 7 * DAY})
         sleeping = h.wait(run.run_id, until=("sleeping",))
         assert (sleeping.status, sleeping.attempt) == ("sleeping", 1)
-        assert _ended(h, f"{run.run_id}:1") == "SUCCESS"  # the attempt holds nothing
+        assert h.wait_attempt_ended(run.run_id, 1) == "SUCCESS"  # the attempt holds nothing
         (wake,) = h.deadlines()
         assert (wake.kind, wake.run_id, wake.target) == ("wake", run.run_id, f"{run.run_id}:2")
         assert wake.at == clock.now() + timedelta(days=30)
@@ -94,7 +84,7 @@ def test_a_worker_restart_leaves_a_sleeping_run_asleep(database_url: str) -> Non
     with Harness(app, database_url=database_url, clock=clock, sweep_interval=0.02) as h:
         run = h.start("nap", {})
         h.wait(run.run_id, until=("sleeping",))
-        _ended(h, f"{run.run_id}:1")
+        h.wait_attempt_ended(run.run_id, 1)
         shop = h.fake("shop", FakeShop)
     with Harness(
         app,

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "6"
+SCHEMA_VERSION = "7"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -238,4 +238,16 @@ schedules = sa.Table(
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("updated_at", UTCDateTime, nullable=False),
     sa.Index("remit_schedules_next", "next_at"),
+)
+
+# One row per app that has ever been paused: `remit pause` sets `paused`, `remit resume` clears
+# it. While paused, the app's queues dequeue nothing and running attempts park at their next
+# step (see `pause.py`); no row means the app is not paused.
+app_state = sa.Table(
+    "remit_app_state",
+    metadata,
+    sa.Column("app", sa.String(200), primary_key=True),
+    sa.Column("paused", sa.Boolean, nullable=False),
+    sa.Column("changed_at", UTCDateTime, nullable=False),
+    sa.Column("changed_by", sa.String(200), nullable=False),
 )
