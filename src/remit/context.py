@@ -190,11 +190,12 @@ class _Base:
         return body
 
 
-def _op_options(op: Op[Any, Any]) -> StepOptions:
-    """An op call's step: retried by DBOS only when the database failed under it, so the call
-    re-enters through the ledger, which decides whether calling the vendor again is safe."""
+def _db_step_options(name: str) -> StepOptions:
+    """A step retried by DBOS only when the database failed under it: an op call then re-enters
+    through the ledger, which decides whether calling the vendor again is safe; a gate or a
+    sleep only reads and writes remit's rows."""
     return {
-        "name": op.id,
+        "name": name,
         "retries_allowed": True,
         "max_attempts": 4,
         "interval_seconds": 1.0,
@@ -203,24 +204,18 @@ def _op_options(op: Op[Any, Any]) -> StepOptions:
             error, sa.exc.OperationalError | sa.exc.InterfaceError
         ),
     }
+
+
+def _op_options(op: Op[Any, Any]) -> StepOptions:
+    return _db_step_options(op.id)
 
 
 def _gate_options(key: str) -> StepOptions:
-    """The gate's step only reads and writes remit's rows: retried when the database failed."""
-    return {
-        "name": f"approval:{key}",
-        "retries_allowed": True,
-        "max_attempts": 4,
-        "interval_seconds": 1.0,
-        "backoff_rate": 2.0,
-        "should_retry": lambda error: isinstance(
-            error, sa.exc.OperationalError | sa.exc.InterfaceError
-        ),
-    }
+    return _db_step_options(f"approval:{key}")
 
 
 def _sleep_options() -> StepOptions:
-    return {**_gate_options("sleep"), "name": "sleep"}
+    return _db_step_options("sleep")
 
 
 def _finish_op(op: Op[Any, Out], outcome: Outcome) -> Out:

@@ -218,12 +218,7 @@ class Notifications:
         )
 
     def _drop(self, approval_id: str, channel: str) -> None:
-        statement = notifications.delete().where(
-            notifications.c.approval_id == approval_id, notifications.c.channel == channel
-        )
-        self.db.retrying(
-            f"notification {channel} of {approval_id}", lambda: self.db.execute_one(statement)
-        )
+        self._write(approval_id, channel, notifications.delete())
 
     def _sent(self, approval_id: str, channel: str) -> None:
         self._update(approval_id, channel, {"sent_at": self.clock.now(), "error": None})
@@ -245,13 +240,15 @@ class Notifications:
         )
 
     def _update(self, approval_id: str, channel: str, values: dict[str, Any]) -> None:
-        statement = (
-            notifications.update()
-            .where(notifications.c.approval_id == approval_id, notifications.c.channel == channel)
-            .values(**values)
+        self._write(approval_id, channel, notifications.update().values(**values))
+
+    def _write(self, approval_id: str, channel: str, statement: Any) -> None:
+        """Run `statement` (an update or delete of the table) on one approval's channel row."""
+        keyed = statement.where(
+            notifications.c.approval_id == approval_id, notifications.c.channel == channel
         )
         self.db.retrying(
-            f"notification {channel} of {approval_id}", lambda: self.db.execute_one(statement)
+            f"notification {channel} of {approval_id}", lambda: self.db.execute_one(keyed)
         )
 
     def status(self, approval_id: str) -> list[dict[str, Any]]:

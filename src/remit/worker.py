@@ -379,8 +379,9 @@ class Heartbeat:
 class Sweeper:
     """Every `REMIT_SWEEP_INTERVAL` seconds, on a daemon thread: forks the resumes a decider
     left in the outbox, expires approvals past their time through `decide()`, wakes the runs
-    whose long sleep is due, starts the runs schedules have made due, and retries unsent notifications. Its first pass (outbox and expiry) runs as the worker starts, just
-    after it launches, so a decision made while no worker ran is carried on at once; sending
+    whose long sleep is due, starts the runs schedules have made due, and retries unsent
+    notifications. Its first pass (all but notifications) runs as the worker starts, just after
+    it launches, so a decision made while no worker ran is carried on at once; sending
     notifications, which may wait on slow receivers, is left to the thread."""
 
     # A resume younger than this is left to the process that decided it.
@@ -396,6 +397,7 @@ class Sweeper:
             clock=worker.runtime.clock,
             interval=self.interval,
         )
+        self.waker = Waker(worker.db, worker.client, clock=worker.runtime.clock)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="remit-sweeper", daemon=True)
 
@@ -413,11 +415,10 @@ class Sweeper:
 
     def sweep(self, *, older_than: float, notify: bool = True) -> None:
         approvals = self.worker.approvals
-        waker = Waker(self.worker.db, self.worker.client, clock=self.worker.runtime.clock)
         jobs: list[tuple[str, Callable[[], object]]] = [
             ("outbox", lambda: approvals.complete_outbox(older_than=older_than)),
             ("expiry", approvals.expire_due),
-            ("wake", waker.wake_due),
+            ("wake", self.waker.wake_due),
             ("schedules", self.scheduler.fire_due),
         ]
         if notify:
