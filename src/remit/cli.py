@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from dbos import DBOSClient
-from rich.console import Console
 from rich.table import Table
 
-from remit.app import App, load_app
+from remit.app import App
 from remit.approvals import Approval, Approvals, DecideResult
+from remit.cli_base import AppDir, cli, connected, err, load, open_database, out, parse_json
 from remit.errors import RemitError
 from remit.ledger import LedgerRow, LedgerStore
 from remit.pause import AppState
@@ -28,77 +26,6 @@ from remit.runs import STATUSES, Run, RunStore, attempt_workflow_id
 from remit.settings import Settings
 from remit.store.database import Database
 from remit.workers import WorkerRegistry, state
-
-cli = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    help="remit: durable workflows for a business's operations.",
-    pretty_exceptions_enable=False,
-)
-# Piped output (CI logs, `make demo` in a pipe) gets a readable width instead of 80 columns.
-_WIDTH = None if sys.stdout.isatty() else 150
-out = Console(highlight=False, width=_WIDTH)
-err = Console(stderr=True, highlight=False, width=_WIDTH)
-
-
-class _State:
-    app_path: Path = Path(".")
-
-
-_state = _State()
-
-
-@cli.callback()
-def _main(
-    app: Annotated[Path, typer.Option("--app", help="The app's folder.", show_default=True)] = Path(
-        "."
-    ),
-) -> None:
-    _state.app_path = app
-
-
-# `--app` is taken before the command (`remit --app X runs`) or after it (`remit runs --app X`).
-AppDir = Annotated[
-    Path | None, typer.Option("--app", help="The app's folder (default: the current folder).")
-]
-
-
-def _load(app_dir: Path | None) -> tuple[App, Settings]:
-    folder = app_dir or _state.app_path
-    app = load_app(folder)
-    settings = Settings.from_env(folder)
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    return app, settings
-
-
-@contextlib.contextmanager
-def _connected(app_dir: Path | None) -> Iterator[tuple[App, Settings, Database, DBOSClient]]:
-    """The app, its settings, its prepared database and a DBOS client, closed on leaving."""
-    app, settings = _load(app_dir)
-    db = _database(settings)
-    client = db.client(app.name)
-    try:
-        yield app, settings, db, client
-    finally:
-        client.destroy()
-        db.dispose()
-
-
-def _database(settings: Settings) -> Database:
-    db = Database(settings.database_url, pool_size=2)
-    db.prepare()
-    return db
-
-
-def _parse_json(raw: str, what: str) -> Any:
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as error:
-        raise RemitError(
-            f"{what} is not valid JSON ({error.msg} at column {error.colno}): {raw!r}"
-        ) from None
 
 
 @cli.command()
@@ -111,7 +38,7 @@ def worker(
     """Serve the app's queues until SIGTERM or Ctrl-C, then drain running work."""
     from remit.worker import Worker
 
-    app, settings = _load(app_dir)
+    app, settings = load(app_dir)
     if executor_id:
         settings = _replace(settings, executor_id=executor_id)
     running = Worker(app, settings)
@@ -137,8 +64,8 @@ def start(
     app_dir: AppDir = None,
 ) -> None:
     """Start a run and print its id. No worker needs to run in this process."""
-    payload = _parse_json(input, "--input")
-    with _connected(app_dir) as (app, settings, db, client):
+    payload = parse_json(input, "--input")
+    with connected(app_dir) as (app, settings, db, client):
         run = RunStore(db).start(
             client, app.workflow(name), payload, started_by=as_ or settings.actor
         )
@@ -162,8 +89,8 @@ def run(
     """
     from remit.worker import Worker
 
-    app, settings = _load(app_dir)
-    payload = _parse_json(input, "--input")
+    app, settings = load(app_dir)
+    payload = parse_json(input, "--input")
     wf = app.workflow(name)
     running = Worker(app, settings)
     running.start()
@@ -198,7 +125,7 @@ def reconcile(
     from remit.reconciler import Reconciler
     from remit.workers import live_versions
 
-    with _connected(app_dir) as (app, settings, db, client):
+    with connected(app_dir) as (app, settings, db, client):
         registry = WorkerRegistry(db)
         report = Reconciler(
             RunStore(db),
@@ -242,7 +169,7 @@ def pause(
     app_dir: AppDir = None,
 ) -> None:
     """Pause the app: its queues stop dequeuing; running runs park at their next step."""
-    with _connected(app_dir) as (app, settings, db, client):
+    with connected(app_dir) as (app, settings, db, client):
         state = _app_state(db, client, app, settings)
         state.pause(by=by or settings.actor)
         count = len(app.queues)
@@ -260,7 +187,7 @@ def resume(
     app_dir: AppDir = None,
 ) -> None:
     """Resume a paused app: its queues dequeue again and its parked runs carry on."""
-    with _connected(app_dir) as (app, settings, db, client):
+    with connected(app_dir) as (app, settings, db, client):
         _, resumed = _app_state(db, client, app, settings).resume(by=by or settings.actor)
     count = len(resumed)
     out.print(f"resumed: {count} parked {'run carries' if count == 1 else 'runs carry'} on")
@@ -280,8 +207,8 @@ def deadlines(
     """List what is due without anyone asking: sleeping runs' wake-ups, approvals' expiries."""
     from remit.deadlines import upcoming_deadlines
 
-    _, settings = _load(app_dir)
-    db = _database(settings)
+    _, settings = load(app_dir)
+    db = open_database(settings)
     try:
         found = upcoming_deadlines(db, limit=limit)
     finally:
@@ -325,12 +252,12 @@ def runs(
     app_dir: AppDir = None,
 ) -> None:
     """List runs, newest first."""
-    _, settings = _load(app_dir)
+    _, settings = load(app_dir)
     if status is not None and status not in STATUSES:
         raise RemitError(
             f"--status {status!r} is not a run status: use one of {', '.join(STATUSES)}"
         )
-    db = _database(settings)
+    db = open_database(settings)
     try:
         found = RunStore(db).list(status=status, workflow=workflow, limit=limit)
     finally:
@@ -357,7 +284,7 @@ def show(
     app_dir: AppDir = None,
 ) -> None:
     """Show a run: status, attempts, each step with its timing and output, and its ledger."""
-    with _connected(app_dir) as (_, _, db, client):
+    with connected(app_dir) as (_, _, db, client):
         _show(RunStore(db).get(run_id), client, LedgerStore(db))
 
 
@@ -367,7 +294,7 @@ def cancel(
     app_dir: AppDir = None,
 ) -> None:
     """Cancel a run that has not finished."""
-    with _connected(app_dir) as (_, settings, db, client):
+    with connected(app_dir) as (_, settings, db, client):
         before = RunStore(db).get(run_id)
         after = RunStore(db).cancel(client, run_id, by=settings.actor)
     if before.finished:
@@ -383,8 +310,8 @@ def ledger(
     app_dir: AppDir = None,
 ) -> None:
     """List op calls from the ledger."""
-    _, settings = _load(app_dir)
-    db = _database(settings)
+    _, settings = load(app_dir)
+    db = open_database(settings)
     try:
         if run is not None:
             RunStore(db).get(run)  # an unknown run is an error, not an empty ledger
@@ -397,8 +324,8 @@ def ledger(
 @cli.command()
 def workers(app_dir: AppDir = None) -> None:
     """List the app's workers: live, dead, stopped, or taken over by another."""
-    app, settings = _load(app_dir)
-    db = _database(settings)
+    app, settings = load(app_dir)
+    db = open_database(settings)
     try:
         rows = WorkerRegistry(db).list(app=app.name)
     finally:
@@ -436,8 +363,8 @@ def approvals(
     app_dir: AppDir = None,
 ) -> None:
     """List approvals, newest first."""
-    _, settings = _load(app_dir)
-    db = _database(settings)
+    _, settings = load(app_dir)
+    db = open_database(settings)
     try:
         found = _approvals(db, None, None, settings).list(
             status="pending" if pending else None, run_id=run, limit=limit
@@ -504,7 +431,7 @@ def approve(
     """Approve a pending approval (with edits to its draft) and resume its run."""
     edits = None
     if edit is not None:
-        fields = _parse_json(edit, "--edit")
+        fields = parse_json(edit, "--edit")
         if not isinstance(fields, dict):
             raise RemitError(
                 f"--edit must be a JSON object of fields, e.g. '{{\"amount\": 120}}', not {edit}"
@@ -546,7 +473,7 @@ def serve(
     from remit.http import create_api
     from remit.http import serve as serve_http
 
-    app, settings = _load(app_dir)
+    app, settings = load(app_dir)
     db = Database(settings.database_url)
     db.prepare()
     client = db.client(app.name)
@@ -577,7 +504,7 @@ def _decide(
     as_: str | None,
     app_dir: Path | None,
 ) -> None:
-    with _connected(app_dir) as (app, settings, db, client):
+    with connected(app_dir) as (app, settings, db, client):
         store = _approvals(db, client, app, settings)
         result = store.decide(
             [approval_id],

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -250,4 +250,43 @@ app_state = sa.Table(
     sa.Column("paused", sa.Boolean, nullable=False),
     sa.Column("changed_at", UTCDateTime, nullable=False),
     sa.Column("changed_by", sa.String(200), nullable=False),
+)
+
+# An app's stored credentials (`remit secrets`): each value encrypted with the app's secret key
+# (see `secrets.py`); no column ever holds a value in the clear.
+secrets = sa.Table(
+    "remit_secrets",
+    metadata,
+    sa.Column("app", sa.String(200), primary_key=True),
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("ciphertext", sa.Text, nullable=False),
+    sa.Column("set_at", UTCDateTime, nullable=False),
+    sa.Column("set_by", sa.String(200), nullable=False),
+)
+
+# The records of an app's collections: one row per collection and key, the record as JSON.
+data = sa.Table(
+    "remit_data",
+    metadata,
+    sa.Column("app", sa.String(200), primary_key=True),
+    sa.Column("collection", sa.String(200), primary_key=True),
+    sa.Column("key", sa.String(500), primary_key=True),
+    sa.Column("record", sa.JSON, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Column("updated_by", sa.String(200), nullable=False),
+)
+
+# Every action a policy refused: who asked to do what to which resource, and why not.
+denials = sa.Table(
+    "remit_denials",
+    metadata,
+    sa.Column("id", sa.String(40), primary_key=True),
+    sa.Column("app", sa.String(200), nullable=False),
+    sa.Column("at", UTCDateTime, nullable=False),
+    sa.Column("principal", sa.String(200), nullable=False),
+    sa.Column("action", sa.String(40), nullable=False),
+    sa.Column("resource", sa.String(300), nullable=False),
+    sa.Column("context", sa.JSON, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Index("remit_denials_at", "app", "at"),
 )
