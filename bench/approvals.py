@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import sqlalchemy as sa
-from common import ROOT, drop_database, fresh_database, write_section
+from common import ROOT, drop_database, figure_table, fresh_database, write_section
 
 from remit.app import load_app
 from remit.approvals import Approvals
@@ -328,9 +328,7 @@ def write(figures: list[Figure], *, command: str) -> None:
         "the queue's 16 at a time), and its fake connector keeps a record of every call in "
         "memory.",
         "",
-        "| figure | value | unit | what |",
-        "|---|---|---|---|",
-        *[f"| `{name}` | {value:.2f} | {unit} | {note} |" for name, value, unit, note in figures],
+        *figure_table(figures),
     ]
     write_section("Approvals: decide to resume, and what a waiting run costs", "\n".join(lines))
 

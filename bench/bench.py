@@ -8,7 +8,8 @@ workflow side by side, and runs them one at a time, alternating A/B, each from e
 result. Drain: runs queued on Postgres in advance, then timed from the moment the worker
 processes serve until the last one is done: bare DBOS with one worker, remit with one, remit
 with two. Approvals (bench/approvals.py): decide to resume, and what waiting runs cost a
-worker. Reconciler (bench/reconcile.py): one pass against 10,000 and 100,000 runs. Prints
+worker. Reconciler (bench/reconcile.py): one pass against 10,000 and 100,000 runs. Policies
+(bench/policy.py): what a Cedar check adds to a start. Prints
 `BENCH <name> <value> <unit>` lines and writes the tables to BENCHMARKS.md.
 """
 
@@ -26,9 +27,10 @@ from pathlib import Path
 
 import approvals  # bench/approvals.py, beside this file
 import bare  # bench/bare.py, beside this file
+import policy  # bench/policy.py, beside this file
 import reconcile  # bench/reconcile.py, beside this file
 import sqlalchemy as sa
-from common import ROOT, drop_database, fresh_database, write_section
+from common import ROOT, drop_database, figure_table, fresh_database, write_section
 
 from remit.app import load_app
 from remit.runs import RunStore
@@ -193,6 +195,7 @@ def main() -> None:
 
     gates = approvals.measure(quick=args.quick, folder=folder)
     reconciled, passes = reconcile.measure(quick=args.quick, folder=folder)
+    checks = policy.measure(quick=args.quick, folder=folder)
 
     if args.write:
         write_table(figures, quick=args.quick)
@@ -200,6 +203,7 @@ def main() -> None:
         reconcile.write(
             reconciled, passes, command="make bench QUICK=1" if args.quick else "make bench"
         )
+        policy.write(checks, command="make bench QUICK=1" if args.quick else "make bench")
 
 
 def write_table(figures: list[tuple[str, float, str, str]], *, quick: bool) -> None:
@@ -209,9 +213,7 @@ def write_table(figures: list[tuple[str, float, str, str]], *, quick: bool) -> N
         f"their queue every {SEQ_POLL} s (both sides); drain workers poll every 0.1 s with 16 "
         "runs at a time per worker.",
         "",
-        "| figure | value | unit | what |",
-        "|---|---|---|---|",
-        *[f"| `{name}` | {value:.2f} | {unit} | {note} |" for name, value, unit, note in figures],
+        *figure_table(figures),
     ]
     write_section("remit against bare DBOS", "\n".join(lines))
 

@@ -54,3 +54,12 @@ def write_section(title: str, body: str) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section
     path.write_text(text)
+
+
+def figure_table(figures: list[tuple[str, float, str, str]]) -> list[str]:
+    """The lines of a markdown table of `(name, value, unit, what)` figures."""
+    return [
+        "| figure | value | unit | what |",
+        "|---|---|---|---|",
+        *[f"| `{name}` | {value:.2f} | {unit} | {note} |" for name, value, unit, note in figures],
+    ]

@@ -44,7 +44,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from approvals import WorkerProcess, database, wait_for  # bench/approvals.py, beside this file
-from common import ROOT, write_section
+from common import ROOT, figure_table, write_section
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from remit.app import App, load_app
@@ -390,9 +390,7 @@ def write(figures: list[Figure], results: list[Passes], *, command: str) -> None
         f"concluded exactly the window's runs `done`, alternate with {PASSES} idle passes over "
         "the same runs with the window closed, checked to have done nothing.",
         "",
-        "| figure | value | unit | what |",
-        "|---|---|---|---|",
-        *[f"| `{name}` | {value:.2f} | {unit} | {note} |" for name, value, unit, note in figures],
+        *figure_table(figures),
         "",
         *verdict(results),
         "Where a moving pass spends its time: one more moving pass at each size, under cProfile, "

@@ -102,6 +102,15 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         drop_postgres_database(url)
 
 
+@pytest.fixture
+def db(database_url: str) -> Iterator[Database]:
+    """The database at `database_url`, prepared (DBOS's tables and remit's)."""
+    database = Database(database_url)
+    database.prepare()
+    yield database
+    database.dispose()
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A database nothing has prepared yet, once for SQLite and once for Postgres."""

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The ar-desk demo, on fakes and the embedded SQLite database:
-#   1. chase-invoice sends a reminder for an overdue invoice;
-#   2. write-off proposes writing off an invoice and waits for a person's approval; the
-#      approver lowers the amount from the command line, and the run carries on from the gate.
+# The ar-desk demo, on fakes and the embedded SQLite database, under the desk's policies
+# (policies/desk.cedar: ann is a clerk, carol a controller):
+#   1. ann, a clerk, chases an overdue invoice: chase-invoice sends a reminder;
+#   2. ann proposes a write-off, which waits for a person's approval;
+#   3. ann may not approve it in full (over a clerk's 500.00): the policies refuse, and say why;
+#   4. carol, a controller, approves it for a lower amount, and the run carries on from the gate.
 # Usage: examples/ar_desk/demo.sh [path/to/remit]
 set -euo pipefail
 
@@ -11,13 +13,13 @@ app="$(cd "$(dirname "$0")" && pwd)"
 export REMIT_FAKES=1
 r() { "$remit" --app "$app" "$@"; }
 
-echo "== 1. chase-invoice: remind the customer of an overdue invoice"
-r run chase-invoice --input '{"invoice_id": "inv_1001", "customer_email": "ap@northwind.example"}'
+echo "== 1. ann (a clerk) runs chase-invoice: remind the customer of an overdue invoice"
+r run chase-invoice --as user:ann --input '{"invoice_id": "inv_1001", "customer_email": "ap@northwind.example"}'
 
 echo
-echo "== 2. write-off: propose writing off inv_1003 and wait for approval"
-r run write-off --input '{"invoice_id": "inv_1003", "reason": "customer in administration"}' \
-    --timeout 120 &
+echo "== 2. ann proposes writing off inv_1003; the run waits for approval"
+r run write-off --as user:ann --timeout 120 \
+    --input '{"invoice_id": "inv_1003", "reason": "customer in administration"}' &
 runner=$!
 approval=""
 for _ in $(seq 1 300); do
@@ -34,7 +36,16 @@ r runs --workflow write-off
 r approvals
 
 echo
-echo "== 3. approve it for 500.00 EUR instead of the full balance"
-r approve "$approval" --edit '{"amount": 50000}' --reason "settled 500.00 with the administrator"
+echo "== 3. ann tries to approve the full 612.50: over a clerk's limit, so the policies refuse"
+if r approve "$approval" --as user:ann; then
+    echo "the policies let a clerk approve 612.50" >&2
+    exit 1
+fi
+r denials
+
+echo
+echo "== 4. carol (a controller) approves it for 500.00 EUR instead of the full balance"
+r approve "$approval" --as user:carol --edit '{"amount": 50000}' \
+    --reason "settled 500.00 with the administrator"
 
 wait "$runner"

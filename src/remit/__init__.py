@@ -15,6 +15,7 @@ from remit.approvals import (
     Decision,
 )
 from remit.clock import Clock, SystemClock
+from remit.collections import Collection, collection
 from remit.connectors import (
     AppliedEffect,
     CallContext,
@@ -46,6 +47,7 @@ from remit.errors import (
     UnknownWorkflow,
 )
 from remit.notify import ApprovalNotice, LogNotifier, Notifier, WebhookNotifier
+from remit.policy import PolicyDenied
 from remit.retry import RetryPolicy
 from remit.runs import Run
 from remit.schedules import Schedule, schedule
@@ -64,6 +66,7 @@ __all__ = [
     "AsyncContext",
     "CallContext",
     "Clock",
+    "Collection",
     "Connector",
     "Context",
     "DatabaseError",
@@ -83,6 +86,7 @@ __all__ = [
     "OpError",
     "OpNotDeclared",
     "OpUncertain",
+    "PolicyDenied",
     "Queue",
     "RemitError",
     "RetryPolicy",
@@ -98,6 +102,7 @@ __all__ = [
     "WebhookNotifier",
     "Workflow",
     "__version__",
+    "collection",
     "implements",
     "load_app",
     "next_deadline",

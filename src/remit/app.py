@@ -16,13 +16,18 @@ from typing import Any, TypeVar
 
 from remit._version import __version__
 from remit.approvals import ApprovalType
+from remit.collections import VENDOR as DATA_VENDOR
+from remit.collections import Collection
 from remit.connectors.base import Connector
 from remit.connectors.ops import Op
+from remit.direct import HELD, HELD_APPROVAL, held_call_workflow
 from remit.errors import AppError, UnknownWorkflow
 from remit.notify import Notifier
+from remit.policy import Catalog, Policy
 from remit.workflows import DEFAULT_QUEUE, Workflow, check_name
 
 ENTRY_MODULE = "app"
+POLICIES_FOLDER = "policies"
 
 T = TypeVar("T")
 
@@ -59,10 +64,11 @@ class Queue:
 
 
 class App:
-    """The workflows, connectors and queues of one app, checked together.
+    """The workflows, connectors, collections and queues of one app, checked together.
 
     Raises `AppError` naming what to change: two workflows with one name, an op used that no
-    connector declares, a queue no one declared, two connectors for one vendor.
+    connector or collection declares, a queue no one declared, two connectors for one vendor,
+    two collections with one name, a connector for the vendor `data` beside collections.
     """
 
     def __init__(
@@ -74,6 +80,8 @@ class App:
         queues: Iterable[Queue] = (),
         approvals: Iterable[ApprovalType] = (),
         notifiers: Iterable[Notifier] | None = None,
+        collections: Iterable[Collection[Any]] = (),
+        policies: Path | str | None = None,
     ) -> None:
         check_name("app", name)
         self.name = name
@@ -102,10 +110,14 @@ class App:
                     f"app `{name}` has two connectors for the vendor `{connector.vendor}`: keep one"
                 )
             self.connectors[connector.vendor] = connector
+        self.collections = _collections(name, collections, self.connectors)
         self.ops: dict[str, Op[Any, Any]] = {
             declared.id: declared
-            for connector in self.connectors.values()
-            for declared in connector.ops
+            for ops in [
+                *(connector.ops for connector in self.connectors.values()),
+                *(held.ops for held in self.collections.values()),
+            ]
+            for declared in ops
         }
         self.queues: dict[str, Queue] = {DEFAULT_QUEUE: Queue(DEFAULT_QUEUE)}
         for queue in queues:
@@ -115,6 +127,34 @@ class App:
         self.workflows: dict[str, Workflow] = {}
         for wf in workflows:
             self._add(wf)
+        # Open (nothing checked) until the app has a policies folder: `policies=`, or the app
+        # folder's `policies/` (`load_app`).
+        self.policy = Policy.open()
+        if policies is not None:
+            self.use_policies(Path(policies))
+
+    def use_policies(self, folder: Path) -> None:
+        """Govern the app by the Cedar policies in `folder` (see `policy.py`).
+
+        Adds the built-in workflow and approval type `call`, which a call held by a policy
+        waits in. A policy set that does not parse or validate refuses every action.
+        """
+        if not folder.is_dir():
+            raise AppError(f"policies={str(folder)!r}: no such folder of *.cedar files")
+        for taken, kind in ((self.workflows, "workflow"), (self.approval_types, "approval type")):
+            if HELD in taken and not self.policy.enabled:
+                raise AppError(
+                    f"app `{self.name}` declares a {kind} named `{HELD}`, the name of the "
+                    "built-in one a policy's held calls wait in: rename yours"
+                )
+        self.approval_types[HELD] = HELD_APPROVAL
+        self.workflows[HELD] = held_call_workflow(dict(self.ops))
+        catalog = Catalog(
+            workflows={name: wf.input for name, wf in self.workflows.items()},
+            ops={op_id: (op.input, op.effect, op.idempotent) for op_id, op in self.ops.items()},
+            approval_types={name: t.draft for name, t in self.approval_types.items()},
+        )
+        self.policy = Policy.load(folder, catalog)
 
     def _add(self, wf: Workflow) -> None:
         if not isinstance(wf, Workflow):
@@ -129,10 +169,22 @@ class App:
             )
         for used in wf.uses:
             declared = self.ops.get(used.id)
+            collected = used.vendor == DATA_VENDOR and DATA_VENDOR not in self.connectors
+            if declared is None and collected:
+                raise AppError(
+                    f"workflow `{wf.name}` uses `{used.id}`, which no collection in the app "
+                    f"declares: add the `{used.resource}` collection to `App(collections=...)`"
+                )
             if declared is None:
                 raise AppError(
                     f"workflow `{wf.name}` uses `{used.id}`, which no connector in the app "
                     f"declares: add the {used.vendor} connector to `App(connectors=...)`"
+                )
+            if declared is not used and collected:
+                raise AppError(
+                    f"workflow `{wf.name}` uses an op `{used.id}` of another `{used.resource}` "
+                    "collection than the app's: use the ops of the collection in "
+                    "`App(collections=...)`"
                 )
             if declared is not used:
                 raise AppError(
@@ -180,10 +232,37 @@ class App:
         return f"App({self.name!r}, workflows={sorted(self.workflows)})"
 
 
+def _collections(
+    app: str, collections: Iterable[Collection[Any]], connectors: Mapping[str, Connector]
+) -> dict[str, Collection[Any]]:
+    """The app's collections by name, refusing two with one name, or any beside a connector
+    for the vendor `data` (whose ops they are)."""
+    found: dict[str, Collection[Any]] = {}
+    for declared in collections:
+        if not isinstance(declared, Collection):
+            raise AppError(
+                f"app `{app}` lists {declared!r} among its collections: declare each with "
+                "remit.collection(name, model=YourModel)"
+            )
+        if declared.name in found:
+            raise AppError(
+                f"app `{app}` has two collections named `{declared.name}`: keep one, or "
+                "rename the other"
+            )
+        found[declared.name] = declared
+    if found and DATA_VENDOR in connectors:
+        raise AppError(
+            f"app `{app}` has a connector for the vendor `{DATA_VENDOR}`, whose ops are its "
+            f"collections': rename the connector's vendor (and its ops' ids)"
+        )
+    return found
+
+
 def referenced_ops(fn: Callable[..., Any], ops: Mapping[str, Op[Any, Any]]) -> set[str]:
     """The ids of the app's ops that `fn`'s own code names: an op object it loads by name, a
-    module global or a variable it closes over (`ctx.call(send_message, ...)`), or an
-    attribute path `ctx.<vendor>.<resource>.<op>`.
+    module global or a variable it closes over (`ctx.call(send_message, ...)`), a collection's
+    op read off the collection so named (`ctx.call(customers.put, ...)`), or an attribute path
+    `ctx.<vendor>.<resource>.<op>`.
 
     Code the function calls into is not read; the run-time check covers it.
     """
@@ -200,6 +279,7 @@ def referenced_ops(fn: Callable[..., Any], ops: Mapping[str, Op[Any, Any]]) -> s
     found: set[str] = set()
     for each in _code_objects(code):
         attributes: list[str] = []
+        holder: Any = None  # what the previous instruction loaded by name
         for instruction in dis.get_instructions(each):
             name = str(instruction.argval)
             value: Any = None
@@ -210,12 +290,16 @@ def referenced_ops(fn: Callable[..., Any], ops: Mapping[str, Op[Any, Any]]) -> s
             if isinstance(value, Op) and id(value) in known:
                 found.add(value.id)
             if instruction.opname in ("LOAD_ATTR", "LOAD_METHOD"):
+                member = getattr(holder, name, None) if isinstance(holder, Collection) else None
+                if isinstance(member, Op) and id(member) in known:
+                    found.add(member.id)
                 attributes.append(name)
                 path = tuple(attributes[-3:])
                 if path in by_path:
                     found.add(by_path[path])
             else:
                 attributes = []
+            holder = value
     return found
 
 
@@ -251,6 +335,13 @@ def load_app(path: Path | str = ".") -> App:
         sys.path.insert(0, parent)
     _ensure_package(package, folder)
 
+    app = _declared_app(folder, package)
+    if not app.policy.enabled and (folder / POLICIES_FOLDER).is_dir():
+        app.use_policies(folder / POLICIES_FOLDER)
+    return app
+
+
+def _declared_app(folder: Path, package: str) -> App:
     if (folder / f"{ENTRY_MODULE}.py").exists():
         module = _import(f"{package}.{ENTRY_MODULE}", folder / f"{ENTRY_MODULE}.py")
         apps = [value for value in vars(module).values() if isinstance(value, App)]

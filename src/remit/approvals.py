@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import sqlalchemy as sa
 from dbos import DBOSClient
@@ -36,21 +36,21 @@ from remit.errors import (
     RemitError,
     Suspended,
 )
+from remit.refusals import DecideCall, check_call, record_denials, refusals
 from remit.resumes import Resume, Resumer
 from remit.runs import FINISHED, hold_attempt
 from remit.store.database import Database
 from remit.store.schema import approvals, audit, decisions, notifications, runs
 from remit.workflows import check_name
 
+if TYPE_CHECKING:
+    from remit.guard import Guard
+
 log = logging.getLogger("remit.approvals")
 
 D = TypeVar("D", bound=BaseModel)
 
 ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "cancelled"]
-# What `decide()` may write.
-DECISIONS: tuple[str, ...] = ("approved", "rejected", "expired", "cancelled")
-# Channels that decide for no person: the assignee rule does not apply to them.
-SYSTEM_VIA = frozenset({"expiry", "system"})
 EXPIRY_ACTOR = "remit:expiry"
 
 _KEY = re.compile(r"[A-Za-z0-9._:-]{1,100}")
@@ -333,11 +333,14 @@ class Approvals:
         *,
         admins: Iterable[str] = (),
         clock: Clock | None = None,
+        guard: Guard | None = None,
     ) -> None:
         self.db = db
         self.client = client
         self.types = dict(types)
         self.admins = frozenset(admins)
+        # The app's policies: who may decide which type (None: not checked).
+        self.guard = guard
         self.clock = clock or SystemClock()
         self.resumer = Resumer(db, client, clock=self.clock)
 
@@ -400,15 +403,20 @@ class Approvals:
         to someone else. Raises `DecisionRefused` listing every reason, having written nothing.
         """
         wanted = sorted({ids} if isinstance(ids, str) else set(ids))
-        _check_call(wanted, decision, by=by, via=via, decision_key=decision_key, edits=edits)
+        check_call(wanted, decision, by=by, via=via, decision_key=decision_key, edits=edits)
         is_admin = by in self.admins if admin is None else admin
-        call = _Call(wanted, decision, by, via, decision_key, dict(edits or {}), reason, is_admin)
+        call = DecideCall(
+            wanted, decision, by, via, decision_key, dict(edits or {}), reason, is_admin
+        )
         for tries_left in (2, 1, 0):
             try:
                 result, to_fork = self.db.retrying(
                     f"decide {decision_key}", lambda: self._decide_once(call)
                 )
                 break
+            except DecisionRefused:
+                record_denials(call, self.guard)
+                raise
             except sa.exc.IntegrityError:
                 # Another call with this decision key committed first: read its result.
                 if tries_left == 0:
@@ -416,7 +424,7 @@ class Approvals:
         self.resumer.fork_all(to_fork)
         return result
 
-    def _decide_once(self, call: _Call) -> tuple[DecideResult, builtins.list[Resume]]:
+    def _decide_once(self, call: DecideCall) -> tuple[DecideResult, builtins.list[Resume]]:
         now = self.clock.now()
         with self.db.begin() as conn:
             replay = self._replay(conn, call)
@@ -432,7 +440,14 @@ class Approvals:
             locked_runs = {
                 row.run_id: row
                 for row in conn.execute(
-                    sa.select(runs.c.run_id, runs.c.status, runs.c.workflow_id, runs.c.queue)
+                    sa.select(
+                        runs.c.run_id,
+                        runs.c.status,
+                        runs.c.workflow_id,
+                        runs.c.queue,
+                        runs.c.workflow,
+                        runs.c.input,
+                    )
                     .where(runs.c.run_id.in_(run_ids))
                     .order_by(runs.c.run_id)
                     .with_for_update()
@@ -451,7 +466,7 @@ class Approvals:
             replay = self._replay(conn, call)
             if replay is not None:
                 return replay
-            edited = self._refusals(call, locked, locked_runs)
+            edited = refusals(call, locked, locked_runs, self.types, self.guard)
             batch_id = uuid.uuid4().hex if len(call.ids) > 1 else None
             conn.execute(
                 decisions.insert().values(
@@ -500,7 +515,7 @@ class Approvals:
             return DecideResult(replayed=False, batch_id=batch_id, decided=decided), to_fork
 
     def _replay(
-        self, conn: sa.Connection, call: _Call
+        self, conn: sa.Connection, call: DecideCall
     ) -> tuple[DecideResult, builtins.list[Resume]] | None:
         first = conn.execute(
             sa.select(decisions).where(decisions.c.decision_key == call.decision_key)
@@ -532,75 +547,6 @@ class Approvals:
             conn, [d.resumed_workflow_id for d in decided if d.resumed_workflow_id]
         )
         return DecideResult(replayed=True, batch_id=first.batch_id, decided=decided), pending
-
-    def _refusals(
-        self,
-        call: _Call,
-        locked: builtins.list[Approval],
-        locked_runs: Mapping[str, Any],
-    ) -> dict[str, dict[str, Any]]:
-        """Every reason to refuse the batch, raised together; else the parsed edits."""
-        reasons: list[tuple[str, str]] = []
-        found = {row.id: row for row in locked}
-        for approval_id in call.ids:
-            if approval_id not in found:
-                reasons.append((approval_id, "is not an approval: `remit approvals` lists them"))
-        for approval_id in sorted(set(call.edits) - set(call.ids)):
-            reasons.append((approval_id, "has an edit but is not in the batch"))
-        parsed: dict[str, dict[str, Any]] = {}
-        for row in locked:
-            if row.status != "pending":
-                by = f" by {row.decided_by}" if row.decided_by else ""
-                reasons.append((row.id, f"is already {row.status}{by}"))
-            run = locked_runs.get(row.run_id)
-            if run is not None and run.status in FINISHED and row.status == "pending":
-                reasons.append((row.id, f"belongs to run {row.run_id}, which is {run.status}"))
-            if (
-                call.via not in SYSTEM_VIA
-                and row.assignee is not None
-                and row.assignee != call.by
-                and not call.admin
-            ):
-                reasons.append(
-                    (row.id, f"is assigned to {row.assignee}; {call.by} is not an admin")
-                )
-            edit = call.edits.get(row.id)
-            if edit is None:
-                continue
-            problem, value = self._parse_edit(row, edit, call.decision)
-            if problem is not None:
-                reasons.append((row.id, problem))
-            elif value is not None:
-                parsed[row.id] = value
-        if reasons:
-            raise DecisionRefused(reasons)
-        return parsed
-
-    def _parse_edit(
-        self, row: Approval, edit: Mapping[str, Any], decision: str
-    ) -> tuple[str | None, dict[str, Any] | None]:
-        if decision != "approved":
-            return f"has an edit, but only an approval carries edits, not {decision}", None
-        declared = self.types.get(row.type)
-        if declared is None:
-            return f"has an edit, but its type `{row.type}` is not declared in this app", None
-        if not isinstance(edit, Mapping):
-            return f"has an edit that is not an object of fields: {edit!r}", None
-        unknown = sorted(set(edit) - set(declared.draft.model_fields))
-        if unknown:
-            return (
-                f"has an edit naming fields {declared.draft.__name__} does not have: "
-                f"{', '.join(unknown)} (it has: {', '.join(declared.draft.model_fields)})"
-            ), None
-        try:
-            model = declared.draft.model_validate({**row.draft, **edit})
-        except ValidationError as error:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'draft'}: {e['msg']}"
-                for e in error.errors()
-            )
-            return f"has an edit that does not parse as {declared.draft.__name__}: {problems}", None
-        return None, model.model_dump(mode="json")
 
     def expire_due(self, *, limit: int = 100) -> builtins.list[Decided]:
         """Decide every pending approval past its expiry as `expired`, through `decide()`.
@@ -646,43 +592,6 @@ class Approvals:
                 log.info("expiry: approval %s expired", approval_id)
                 expired.extend(result.decided)
         return expired
-
-
-@dataclass(frozen=True)
-class _Call:
-    ids: list[str]
-    decision: str
-    by: str
-    via: str
-    decision_key: str
-    edits: dict[str, Mapping[str, Any]]
-    reason: str | None
-    admin: bool
-
-
-def _check_call(
-    ids: list[str],
-    decision: str,
-    *,
-    by: str,
-    via: str,
-    decision_key: str,
-    edits: Mapping[str, Any] | None,
-) -> None:
-    """Mistakes in the call itself, before any database work."""
-    if not ids:
-        raise RemitError("decide() needs at least one approval id")
-    if decision not in DECISIONS:
-        raise RemitError(f"decision {decision!r} is not one of {', '.join(DECISIONS)}")
-    for name, value, longest in (
-        ("by", by, 200),
-        ("via", via, 50),
-        ("decision_key", decision_key, 200),
-    ):
-        if not isinstance(value, str) or not value.strip() or len(value) > longest:
-            raise RemitError(f"decide(): {name} must be a non-empty string of at most {longest}")
-    if edits is not None and not isinstance(edits, Mapping):
-        raise RemitError("decide(): edits must map an approval id to the fields it changes")
 
 
 def write_decision(

@@ -22,6 +22,7 @@ from remit.connectors.ops import Op
 from remit.errors import DriverError, MissingCredential, OpError, OpUncertain, RunMovedOn
 from remit.ledger import CallRecord, LedgerRow, LedgerStatus, LedgerStore, input_hash, on_reentry
 from remit.retry import next_delay
+from remit.secrets import SecretError
 
 log = logging.getLogger("remit.calls")
 
@@ -36,6 +37,8 @@ class RunInfo:
     attempt: int
     workflow_id: str
     actor: str
+    # A direct call (`remit call`) belongs to no run: its writes are not fenced on one.
+    direct: bool = False
 
 
 def ok(output: Any) -> Outcome:
@@ -68,6 +71,16 @@ def raise_failure(op_id: str, outcome: Outcome) -> None:
             op=op_id,
         )
     raise OpError(message, op=op_id)
+
+
+def _missing_credential(environ: Mapping[str, str], op: Op[Any, Any], name: str) -> str | None:
+    """Why the credential `name` cannot be given to `op`'s driver; None when it can."""
+    try:
+        if environ.get(name):
+            return None
+    except SecretError as error:
+        return f"op `{op.id}` cannot read the credential `{name}`: {error}"
+    return str(MissingCredential.named(op.id, name))
 
 
 def _driver_failure(error: DriverError) -> Outcome:
@@ -132,7 +145,7 @@ class OpCaller:
         )
         started_at = self.clock.now()
         if op.effect == "write":
-            begun = self.ledger.begin(record, run.workflow_id)
+            begun = self.ledger.begin(record, None if run.direct else run.workflow_id)
             if begun.moved_on:
                 return failure(
                     "moved",
@@ -150,9 +163,9 @@ class OpCaller:
         # its outcome is recorded (calling a read twice is harmless).
         implementation = self.implementations[op.vendor]
         for name in getattr(implementation, "credentials", ()):
-            if not self.environ.get(name):
-                missing = MissingCredential.named(op.id, name)
-                outcome = failure("credential", str(missing), variable=name)
+            missing = _missing_credential(self.environ, op, name)
+            if missing is not None:
+                outcome = failure("credential", missing, variable=name)
                 self._finish_failed(record, outcome, tries=0, started_at=started_at, memo=memo)
                 return outcome
         return self._attempt_calls(op, implementation, record, payload, run, started_at, memo)
@@ -235,6 +248,11 @@ class OpCaller:
                 continue
             except MissingCredential as error:
                 outcome = failure("credential", str(error), variable=error.variable)
+                self._finish_failed(record, outcome, tries=tries, started_at=started_at, memo=memo)
+                return outcome
+            except SecretError as error:
+                message = f"op `{op.id}` cannot read the credential `{error.name}`: {error}"
+                outcome = failure("credential", message, variable=error.name or "")
                 self._finish_failed(record, outcome, tries=tries, started_at=started_at, memo=memo)
                 return outcome
             except Exception as error:

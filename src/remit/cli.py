@@ -16,10 +16,13 @@ import typer
 from dbos import DBOSClient
 from rich.table import Table
 
+# Imported for what they do on import: register their commands on `cli`.
+from remit import cli_direct, cli_secrets  # noqa: F401
 from remit.app import App
 from remit.approvals import Approval, Approvals, DecideResult
 from remit.cli_base import AppDir, cli, connected, err, load, open_database, out, parse_json
 from remit.errors import RemitError
+from remit.guard import Guard, check_actor
 from remit.ledger import LedgerRow, LedgerStore
 from remit.pause import AppState
 from remit.runs import STATUSES, Run, RunStore, attempt_workflow_id
@@ -66,9 +69,8 @@ def start(
     """Start a run and print its id. No worker needs to run in this process."""
     payload = parse_json(input, "--input")
     with connected(app_dir) as (app, settings, db, client):
-        run = RunStore(db).start(
-            client, app.workflow(name), payload, started_by=as_ or settings.actor
-        )
+        by = check_actor(as_ or settings.actor)
+        run = Guard.of(app, db).start(RunStore(db), client, app.workflow(name), payload, by=by)
     out.print(run.run_id)
 
 
@@ -96,7 +98,9 @@ def run(
     running.start()
     try:
         runs = running.runtime.runs
-        started = runs.start(running.client, wf, payload, started_by=as_ or settings.actor)
+        started = Guard.of(app, running.db).start(
+            runs, running.client, wf, payload, by=check_actor(as_ or settings.actor)
+        )
         err.print(
             f"started {started.run_id} ({wf.name}) on {'fakes' if settings.fakes else 'drivers'}"
         )
@@ -509,7 +513,7 @@ def _decide(
         result = store.decide(
             [approval_id],
             decision,
-            by=as_ or settings.actor,
+            by=check_actor(as_ or settings.actor),
             via="cli",
             decision_key=key or f"cli:{uuid.uuid4().hex}",
             edits=edits,
@@ -531,7 +535,8 @@ def _print_decision(result: DecideResult, approval: Approval) -> None:
 
 def _approvals(db: Database, client: Any, app: App | None, settings: Settings) -> Approvals:
     types = {} if app is None else app.approval_types
-    return Approvals(db, client, types, admins=settings.admins)
+    guard = None if app is None else Guard.of(app, db)
+    return Approvals(db, client, types, admins=settings.admins, guard=guard)
 
 
 def _show(run: Run, client: Any, ledger: LedgerStore) -> None:

@@ -25,7 +25,10 @@ message.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
+
+from pydantic import ValidationError
 
 
 class RemitError(Exception):
@@ -46,6 +49,18 @@ class InputInvalid(RemitError):
         super().__init__(message)
         self.target = target
         self.errors = errors
+
+    @classmethod
+    def of(cls, error: ValidationError, *, what: str, target: str, after: str) -> InputInvalid:
+        """`what` does not parse: one problem per field, then `after` (what to do next)."""
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in error.errors()
+        )
+        return cls(
+            f"{what} does not parse: {problems}. {after}",
+            target=target,
+            errors=json.loads(error.json()),
+        )
 
 
 class UnknownWorkflow(RemitError):
@@ -87,8 +102,9 @@ class MissingCredential(OpError):
     @classmethod
     def named(cls, op: str, variable: str) -> MissingCredential:
         return cls(
-            f"op `{op}` needs the credential `{variable}`: set the environment variable "
-            f"{variable} for the worker (or run with REMIT_FAKES=1 to use the fakes)",
+            f"op `{op}` needs the credential `{variable}`: store it with `remit secrets set "
+            f"{variable}`, or set the environment variable {variable} for the worker (or run "
+            "with REMIT_FAKES=1 to use the fakes)",
             op=op,
             variable=variable,
         )

@@ -97,26 +97,19 @@ class LedgerStore:
         self.db = db
         self.clock = clock or SystemClock()
 
-    def begin(self, record: CallRecord, workflow_id: str) -> Begun:
+    def begin(self, record: CallRecord, workflow_id: str | None) -> Begun:
         """Write a write's `started` row, durable when this returns, if its attempt is current.
 
         In the same transaction it checks that the run is still running on `workflow_id`: an
-        attempt that was superseded or cancelled starts no new write.
+        attempt that was superseded or cancelled starts no new write. A direct call (no
+        `workflow_id`) belongs to no run and is not fenced.
         """
 
         started_at = self.clock.now()
 
         def write() -> Begun:
             with self.db.begin() as conn:
-                current = conn.execute(
-                    sa.select(runs.c.workflow_id, runs.c.status)
-                    .where(runs.c.run_id == record.run_id)
-                    .with_for_update()
-                ).one_or_none()
-                if current is None or (current.workflow_id, current.status) != (
-                    workflow_id,
-                    "running",
-                ):
+                if workflow_id is not None and not _current(conn, record.run_id, workflow_id):
                     return Begun(moved_on=True)
                 existing = self._by_key(conn, record.idempotency_key)
                 if existing is not None and not _ours(existing, record, started_at):
@@ -224,6 +217,19 @@ class LedgerStore:
     def _by_key(self, conn: sa.Connection, key: str) -> LedgerRow | None:
         row = conn.execute(sa.select(ledger).where(ledger.c.idempotency_key == key)).one_or_none()
         return None if row is None else _row(row)
+
+
+def _current(conn: sa.Connection, run_id: str, workflow_id: str) -> bool:
+    """Whether the run is still running on attempt `workflow_id` (its row locked till commit)."""
+    current = conn.execute(
+        sa.select(runs.c.workflow_id, runs.c.status)
+        .where(runs.c.run_id == run_id)
+        .with_for_update()
+    ).one_or_none()
+    return current is not None and (current.workflow_id, current.status) == (
+        workflow_id,
+        "running",
+    )
 
 
 def _ours(existing: LedgerRow, record: CallRecord, started_at: datetime) -> bool:

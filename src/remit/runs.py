@@ -8,7 +8,6 @@ attempt, a write from an earlier one matches no row and changes nothing.
 from __future__ import annotations
 
 import builtins
-import json
 import logging
 import uuid
 from collections.abc import Mapping
@@ -141,11 +140,16 @@ class RunStore:
         return run
 
     def get(self, run_id: str) -> Run:
+        found = self.find(run_id)
+        if found is None:
+            raise _not_found(run_id)
+        return found
+
+    def find(self, run_id: str) -> Run | None:
+        """The run, or None when there is no run with that id."""
         with self.db.engine.connect() as conn:
             row = conn.execute(sa.select(runs).where(runs.c.run_id == run_id)).one_or_none()
-        if row is None:
-            raise _not_found(run_id)
-        return _run(row)
+        return None if row is None else _run(row)
 
     def list(
         self, *, status: str | None = None, workflow: str | None = None, limit: int = 50
@@ -336,14 +340,11 @@ def parse_input(workflow: Workflow, input: Mapping[str, Any] | BaseModel) -> dic
             input = input.model_dump(mode="json")
         model = workflow.input.model_validate(input)
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in error.errors()
-        )
-        raise InputInvalid(
-            f"input to workflow `{workflow.name}` does not parse: {problems}. "
-            "Fix the input and start the run again; nothing was written",
+        raise InputInvalid.of(
+            error,
+            what=f"input to workflow `{workflow.name}`",
             target=workflow.name,
-            errors=json.loads(error.json()),
+            after="Fix the input and start the run again; nothing was written",
         ) from None
     dumped: dict[str, Any] = model.model_dump(mode="json")
     return dumped

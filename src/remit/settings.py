@@ -6,7 +6,7 @@ import getpass
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -42,6 +42,11 @@ class Settings:
       `REMIT_WEBHOOK_SECRET` (signs the body).
     - `http_host`, `http_port`: `REMIT_HTTP_HOST` (127.0.0.1) and `REMIT_HTTP_PORT` (8700), where
       `remit serve` listens.
+    - `secret_key`: `REMIT_SECRET_KEY`, the key that encrypts the app's stored credentials (see
+      `secrets.py`); kept out of the settings' repr.
+    - `secret_key_file`: `REMIT_SECRET_KEY_FILE`, where the key is kept when `REMIT_SECRET_KEY` is
+      not set (default `.remit/secret.key` in the app's folder, made by the first
+      `remit secrets set`).
     """
 
     database_url: str
@@ -62,6 +67,8 @@ class Settings:
     webhook_secret: str | None = None
     http_host: str = "127.0.0.1"
     http_port: int = 8700
+    secret_key: str | None = field(default=None, repr=False)
+    secret_key_file: Path = Path(DATA_DIR, "secret.key")
 
     @classmethod
     def from_env(cls, app_dir: Path | str, environ: Mapping[str, str] | None = None) -> Settings:
@@ -96,6 +103,10 @@ class Settings:
             webhook_secret=env.get("REMIT_WEBHOOK_SECRET") or None,
             http_host=env.get("REMIT_HTTP_HOST") or "127.0.0.1",
             http_port=_number(env, "REMIT_HTTP_PORT", 8700, int),
+            secret_key=env.get("REMIT_SECRET_KEY") or None,
+            secret_key_file=Path(
+                env.get("REMIT_SECRET_KEY_FILE") or Path(app_dir) / DATA_DIR / "secret.key"
+            ).resolve(),
         )
 
 

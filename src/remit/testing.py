@@ -24,6 +24,7 @@ from remit.approvals import Approval, Approvals, DecideResult
 from remit.clock import Clock, ManualClock
 from remit.connectors.base import AppliedEffect, Fake, Implementation
 from remit.deadlines import Deadline, upcoming_deadlines
+from remit.direct import CallResult, DirectCalls
 from remit.ledger import LedgerRow
 from remit.runs import Run, attempt_workflow_id
 from remit.settings import Settings
@@ -84,8 +85,9 @@ class Harness:
         self, workflow: str, input: Mapping[str, Any] | BaseModel, *, actor: str | None = None
     ) -> Run:
         """Start a run (as `remit start` does) and return its row."""
-        return self.runs.start(
-            self.worker.client, self.app.workflow(workflow), input, started_by=actor or self.actor
+        wf = self.app.workflow(workflow)
+        return self.worker.guard.start(
+            self.runs, self.worker.client, wf, input, by=actor or self.actor
         )
 
     def wait(self, run_id: str, *, timeout: float = 30.0, until: tuple[str, ...] = ()) -> Run:
@@ -166,6 +168,21 @@ class Harness:
             edits=edits,
             reason=reason,
         )
+
+    def call(
+        self, op_id: str, input: Mapping[str, Any], *, by: str | None = None, key: str | None = None
+    ) -> CallResult:
+        """A direct call (as `remit call` makes it) on this worker's fakes, as the policies allow."""
+        calls = DirectCalls(
+            self.app,
+            self.worker.db,
+            self.worker.client,
+            implementations=self.worker.implementations,
+            environ=self.worker.runtime.caller.environ,
+            guard=self.worker.guard,
+            clock=self.worker.runtime.clock,
+        )
+        return calls.call(op_id, input, by=by or self.actor, key=key)
 
     def gate(self, run_id: str, *, timeout: float = 30.0) -> Approval:
         """Wait for the run to wait at a gate, and return that gate's pending approval."""

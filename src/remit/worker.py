@@ -34,13 +34,17 @@ from dbos import DBOS, DBOSClient, DBOSConfig
 from remit.app import App
 from remit.approvals import Approvals
 from remit.clock import Clock, SystemClock
+from remit.collections import VENDOR as DATA_VENDOR
+from remit.collections import CollectionStore
 from remit.connectors.base import Implementation
 from remit.errors import RemitError
+from remit.guard import Guard
 from remit.notify import default_notifiers
 from remit.pause import AppState, PauseWatch, paused, register_queue
 from remit.reconciler import Reconciler
 from remit.runtime import Runtime
 from remit.scheduler import Scheduler
+from remit.secrets import Credentials, SecretKey, Secrets
 from remit.settings import Settings
 from remit.store.database import Database, portable_serializer
 from remit.timers import Waker
@@ -80,6 +84,32 @@ class ExecutorSlot:
             self._held = None
 
 
+def implementations_for(
+    app: App,
+    db: Database,
+    settings: Settings,
+    *,
+    implementations: Mapping[str, Implementation] | None = None,
+    environ: Mapping[str, str] | None = None,
+    clock: Clock | None = None,
+) -> tuple[dict[str, Implementation], Credentials]:
+    """What ops are called on, by vendor (each connector's fake or driver, as `settings.fakes`
+    says, unless `implementations` gives one), and the credentials drivers see: the
+    environment (the process's, or `environ`) over the app's stored secrets."""
+    chosen = dict(implementations or {})
+    for vendor, connector in app.connectors.items():
+        if vendor not in chosen:
+            chosen[vendor] = connector.fake() if settings.fakes else connector.driver()
+    # Collections live in the app's database with drivers and fakes alike.
+    if app.collections and DATA_VENDOR not in chosen:
+        chosen[DATA_VENDOR] = CollectionStore(db, app.name, app.collections, clock=clock)
+    credentials = Credentials(
+        Secrets(db, app.name, SecretKey.from_settings(settings)),
+        dict(os.environ if environ is None else environ),
+    )
+    return chosen, credentials
+
+
 class Worker:
     """One worker process's DBOS instance, serving the app's queues.
 
@@ -100,17 +130,16 @@ class Worker:
         self.app = app
         self.settings = settings
         self.db = Database(settings.database_url, pool_size=min(settings.threads, 16))
-        chosen = dict(implementations or {})
-        for vendor, connector in app.connectors.items():
-            if vendor not in chosen:
-                chosen[vendor] = connector.fake() if settings.fakes else connector.driver()
-        self.implementations = chosen
+        clock = clock or SystemClock()
+        self.implementations, credentials = implementations_for(
+            app, self.db, settings, implementations=implementations, environ=environ, clock=clock
+        )
         self.runtime = Runtime(
             app,
             self.db,
-            implementations=chosen,
-            clock=clock or SystemClock(),
-            environ=dict(os.environ if environ is None else environ),
+            implementations=self.implementations,
+            clock=clock,
+            environ=credentials,
             notifiers=app.notifiers
             if app.notifiers is not None
             else default_notifiers(settings.webhook_url, settings.webhook_secret),
@@ -146,8 +175,14 @@ class Worker:
                 self.app.approval_types,
                 admins=self.settings.admins,
                 clock=self.runtime.clock,
+                guard=self.guard,
             )
         return self._approvals
+
+    @property
+    def guard(self) -> Guard:
+        """The app's policies, enforced, with the record of what they refuse."""
+        return Guard.of(self.app, self.db, clock=self.runtime.clock)
 
     @property
     def app_state(self) -> AppState:

@@ -1,0 +1,124 @@
+"""What a policy check costs a start, on Postgres.
+
+    .venv/bin/python bench/policy.py [--quick] [--write]    # `make bench` runs it too
+
+The example desk (`examples/ar_desk`, its `policies/desk.cedar` and `principals.toml`) starts
+`chase-invoice` runs, as `remit start` does: once through `Guard.start` (the input parsed, the
+policies asked whether user:ann may start it, then the run's row written and its first attempt
+enqueued), and once through `RunStore.start` alone, with no check. The two kinds alternate,
+start by start, on one database, so drift in the server's speed falls on both alike; no worker
+runs, so the runs stay queued. The first starts of each kind warm up and are not counted.
+
+`policy_check_us` is the difference of the two medians: what a check adds to a start. Alone,
+a check is also timed in a loop (`Guard.check` of an allowed start, and of a refused one, which
+writes its denial row): `policy_check_alone_us` and `policy_denial_us`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from approvals import database  # bench/approvals.py, beside this file
+from common import ROOT, figure_table, write_section
+
+from remit.app import load_app
+from remit.guard import Guard
+from remit.runs import RunStore
+
+APP = ROOT / "examples" / "ar_desk"
+WORKFLOW = "chase-invoice"
+INPUT = {"invoice_id": "inv_1001", "customer_email": "ap@northwind.example"}
+CLERK = "user:ann"
+WARMUP = 50
+
+Figure = tuple[str, float, str, str]
+
+
+def measure(*, quick: bool, folder: Path) -> list[Figure]:
+    starts = 300 if quick else 2000
+    checks = 2000 if quick else 20000
+    app = load_app(APP)
+    logging.getLogger("remit.guard").setLevel(logging.ERROR)  # a denial per loop is the point
+    with database(folder) as (db, _url):
+        client = db.client(app.name)
+        store = RunStore(db)
+        guard = Guard.of(app, db)
+        wf = app.workflow(WORKFLOW)
+        checked: list[float] = []
+        bare: list[float] = []
+        try:
+            for i in range(WARMUP + starts):
+                pair = (("checked", checked), ("bare", bare))
+                # Each kind goes first in every other pair: neither gains from following.
+                for kind, times in pair if i % 2 else pair[::-1]:
+                    began = time.perf_counter()
+                    if kind == "checked":
+                        guard.start(store, client, wf, INPUT, by=CLERK)
+                    else:
+                        store.start(client, wf, INPUT, started_by=CLERK)
+                    if i >= WARMUP:
+                        times.append(time.perf_counter() - began)
+        finally:
+            client.destroy()
+        context = {"input": INPUT}
+        began = time.perf_counter()
+        for _ in range(checks):
+            assert guard.check(CLERK, "start", WORKFLOW, context).allowed
+        alone = (time.perf_counter() - began) / checks
+        denials = max(checks // 20, 100)
+        began = time.perf_counter()
+        for _ in range(denials):
+            assert not guard.check("user:dave", "start", WORKFLOW, context).allowed
+        denial = (time.perf_counter() - began) / denials
+    with_check, without = statistics.median(checked), statistics.median(bare)
+    figures: list[Figure] = [
+        ("start_checked_ms", with_check * 1000, "ms", f"median of {starts} starts with a check"),
+        ("start_unchecked_ms", without * 1000, "ms", f"median of {starts} starts without one"),
+        (
+            "policy_check_us",
+            (with_check - without) * 1e6,
+            "µs",
+            "what the check adds to a start: the difference of the medians (goal ≤ 300)",
+        ),
+        ("policy_check_alone_us", alone * 1e6, "µs", f"one allowed check, alone, {checks} times"),
+        ("policy_denial_us", denial * 1e6, "µs", "one refused check, its denial row written"),
+    ]
+    for name, value, unit, note in figures:
+        print(f"BENCH {name} {value:.2f} {unit}  # {note}")
+    return figures
+
+
+def write(figures: list[Figure], *, command: str) -> None:
+    lines = [
+        f"`{command}` on {os.cpu_count()} cores, Postgres, {time.strftime('%Y-%m-%d')}. The "
+        "example desk's policies (`examples/ar_desk/policies/`); starts of `chase-invoice` as "
+        "user:ann through `Guard.start` (input parsed, policies asked, run written and enqueued) "
+        "alternate with starts through `RunStore.start` alone, on one database, no worker "
+        f"running; the first {WARMUP} of each are not counted. A check alone is `Guard.check` "
+        "in a loop: Cedar (`cedarpy`, the policies parsed once when the app loads) and the "
+        "context built from the input by the schema.",
+        "",
+        *figure_table(figures),
+    ]
+    write_section("Policies: what a check costs a start", "\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer starts and checks")
+    parser.add_argument("--write", action="store_true", help="write BENCHMARKS.md's section")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        figures = measure(quick=args.quick, folder=Path(folder))
+    if args.write:
+        write(figures, command="python bench/policy.py" + (" --quick" if args.quick else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""Direct calls: one op called outside any workflow (`remit call`, `remit data`), by a person or
+an agent, through the same ledger as a run's calls, and only as the app's policies allow.
+
+A permit marked `@hold` lets the call happen only once someone approves it: the call becomes a
+run of the built-in workflow `call`, which waits at an approval of the built-in type `call` and
+makes the call, once, when it is approved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from dbos import DBOSClient
+from pydantic import BaseModel, Field, ValidationError
+
+from remit.approvals import ApprovalType
+from remit.calls import OpCaller, RunInfo
+from remit.clock import Clock, SystemClock
+from remit.connectors.base import Implementation
+from remit.connectors.ops import Op
+from remit.context import Context
+from remit.errors import InputInvalid, RemitError
+from remit.guard import Guard, check_actor
+from remit.ledger import LedgerStore
+from remit.runs import RunStore
+from remit.store.database import Database
+from remit.workflows import Workflow, workflow
+
+if TYPE_CHECKING:
+    from remit.app import App
+
+# The built-in workflow and approval type of a held call.
+HELD = "call"
+_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+class HeldCall(BaseModel):
+    """The draft a held call's approver sees: which op, with what input, and why it waits."""
+
+    op: str
+    input: dict[str, Any]
+    note: str = ""
+
+
+class HeldCallInput(BaseModel):
+    """The input of a `call` run."""
+
+    op: str
+    input: dict[str, Any]
+    note: str = ""
+    key: str = Field(default="", description="the caller's key, if the call was given one")
+
+
+HELD_APPROVAL = ApprovalType(HELD, draft=HeldCall, description="a direct call held by policy")
+
+
+def held_call_workflow(ops: Mapping[str, Op[Any, Any]]) -> Workflow:
+    """The built-in workflow `call`: wait for an approval, then make the held call once."""
+
+    @workflow(name=HELD, input=HeldCallInput, uses=list(ops.values()))
+    def held_call(ctx: Context, input: HeldCallInput) -> dict[str, Any]:
+        decision = ctx.approval(
+            "call",
+            type=HELD,
+            title=f"{ctx.actor} asks to call {input.op}"
+            + (f": {input.note}" if input.note else ""),
+            draft=HeldCall(op=input.op, input=input.input, note=input.note),
+        )
+        if not decision.approved:
+            return {"outcome": decision.status}
+        if decision.draft.op != input.op:
+            raise RemitError(
+                f"the approval of a held call changed its op from {input.op} to "
+                f"{decision.draft.op}: only its input may be edited"
+            )
+        output = ctx.call(ops[input.op], decision.draft.input, key="call")
+        return {"outcome": "called", "output": output.model_dump(mode="json")}
+
+    return held_call
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """What a direct call came to: `ok` or `failed` (made now), or `held` (a run waits)."""
+
+    status: Literal["ok", "failed", "held"]
+    op: str
+    idempotency_key: str | None = None
+    output: Any = None
+    error: str | None = None
+    run_id: str | None = None
+    note: str = ""
+    replayed: bool = False
+
+
+class DirectCalls:
+    """Makes direct calls for one app: policy first, then the call (or a held run)."""
+
+    def __init__(
+        self,
+        app: App,
+        db: Database,
+        client: DBOSClient,
+        *,
+        implementations: Mapping[str, Implementation],
+        environ: Mapping[str, str],
+        guard: Guard,
+        clock: Clock | None = None,
+    ) -> None:
+        self.app = app
+        self.db = db
+        self.client = client
+        self.guard = guard
+        self.clock = clock or SystemClock()
+        self.ledger = LedgerStore(db, clock=self.clock)
+        self.caller = OpCaller(
+            implementations=implementations, ledger=self.ledger, clock=self.clock, environ=environ
+        )
+
+    def call(
+        self, op_id: str, payload: Mapping[str, Any], *, by: str, key: str | None = None
+    ) -> CallResult:
+        """Call `op_id` as `by`. `key` makes it idempotent: the same key again returns the
+        first outcome (or the same held run) and calls nothing again.
+
+        Raises `PolicyDenied` (recorded) when no policy permits it, `InputInvalid` when the
+        input does not parse, and nothing is called or written in either case.
+        """
+        check_actor(by)
+        op = self._op(op_id)
+        if key is not None and not (0 < len(key) <= 100 and set(key) <= _KEY_CHARS):
+            raise RemitError(
+                f"--key {key!r} must be 1 to 100 letters, digits, dots, dashes or underscores"
+            )
+        parsed = parse_op_input(op, payload)
+        verdict = self.guard.require(by, "call", op.id, {"input": parsed})
+        if verdict.held:
+            return self._hold(op, parsed, by=by, key=key, note=verdict.hold_note)
+        call_id = f"call_{uuid.uuid4().hex[:16]}"
+        ledger_key = f"direct:{key}" if key else f"{call_id}:0"
+        existing = self.ledger.get(ledger_key) if key else None
+        run = RunInfo(run_id=call_id, attempt=1, workflow_id=call_id, actor=by, direct=True)
+        outcome = self.caller.call(run, op, parsed, step_id=0, key=ledger_key)
+        error = outcome.get("error")
+        return CallResult(
+            status="failed" if error else "ok",
+            op=op.id,
+            idempotency_key=ledger_key,
+            output=outcome.get("ok"),
+            error=error["message"] if error else None,
+            replayed=existing is not None,
+        )
+
+    def _op(self, op_id: str) -> Op[Any, Any]:
+        op = self.app.ops.get(op_id)
+        if op is None:
+            known = sorted(self.app.ops)
+            shown = ", ".join(known[:30]) + (", …" if len(known) > 30 else "")
+            raise RemitError(f"app `{self.app.name}` has no op `{op_id}` (it has: {shown})")
+        return op
+
+    def _hold(
+        self, op: Op[Any, Any], parsed: dict[str, Any], *, by: str, key: str | None, note: str
+    ) -> CallResult:
+        """Start the `call` run that waits for an approval; a repeated key finds the first."""
+        held = self.app.workflows.get(HELD)
+        if held is None:
+            raise RemitError(
+                f"a policy holds {op.id} for an approval, but app `{self.app.name}` has no "
+                "`call` workflow: held calls need the app's policies folder"
+            )
+        run_id = None
+        if key:
+            run_id = "held_" + hashlib.sha256(f"{by}\n{key}".encode()).hexdigest()[:16]
+            found = RunStore(self.db, clock=self.clock).find(run_id)
+            if found is not None:
+                return CallResult(status="held", op=op.id, run_id=run_id, note=note, replayed=True)
+        run = RunStore(self.db, clock=self.clock).start(
+            self.client,
+            held,
+            {"op": op.id, "input": parsed, "note": note, "key": key or ""},
+            started_by=by,
+            run_id=run_id,
+        )
+        return CallResult(status="held", op=op.id, run_id=run.run_id, note=note)
+
+
+def parse_op_input(op: Op[Any, Any], payload: Mapping[str, Any]) -> dict[str, Any]:
+    """`payload` parsed against the op's input model, as JSON. Raises `InputInvalid` naming
+    each field that does not parse."""
+    try:
+        model = op.input.model_validate(dict(payload))
+    except ValidationError as error:
+        raise InputInvalid.of(
+            error, what=f"input to `{op.id}`", target=op.id, after="Nothing was called"
+        ) from None
+    dumped: dict[str, Any] = model.model_dump(mode="json")
+    return dumped

@@ -1,0 +1,91 @@
+"""Policies from the command line, on the example desk: direct calls allowed, refused and held,
+the refusals listed, remit's own principals refused, and a broken policy file reported."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from remit.store.schema import ledger, runs
+from tests.e2e.cli_support import AR_DESK, Cli
+
+
+def test_a_clerk_reads_directly_and_a_stranger_is_refused(cli: Cli) -> None:
+    done = cli("call", "payments.invoices.get", "--input", '{"invoice_id": "inv_1001"}')
+    assert json.loads(done.stdout)["amount_due"] == 128_000
+    assert "payments.invoices.get ok (key call_" in done.stderr
+
+    refused = cli(
+        "call",
+        "payments.invoices.get",
+        "--input",
+        '{"invoice_id": "inv_1001"}',
+        "--as",
+        "user:dave",
+        check=False,
+    )
+    assert refused.returncode == 1
+    assert (
+        'user:dave may not call Op::"payments.invoices.get": no policy permits it' in refused.stderr
+    )
+    listed = cli("denials").stdout
+    assert "user:dave" in listed
+    assert "payments.invoices.get" in listed
+    with cli.db.engine.connect() as conn:
+        actors = conn.execute(sa.select(ledger.c.actor)).scalars().all()
+    assert actors == ["user:ann"]
+
+
+def test_a_held_call_becomes_a_run_that_waits(cli: Cli) -> None:
+    held = cli(
+        "call",
+        "payments.credit_notes.create",
+        "--input",
+        '{"invoice_id": "inv_1003", "amount": 500, "memo": "goodwill"}',
+    )
+    assert "held for approval (a credit note issued by hand waits for a controller)" in held.stdout
+    with cli.db.engine.connect() as conn:
+        row = conn.execute(sa.select(runs.c.workflow, runs.c.started_by)).one()
+    assert tuple(row) == ("call", "user:ann")
+
+
+def test_bad_input_and_remits_own_principals_are_refused(cli: Cli) -> None:
+    for args, message in [
+        (["call", "payments.invoices.get", "--input", "{}"], "invoice_id: Field required"),
+        (["call", "payments.nope", "--input", "{}"], "has no op `payments.nope`"),
+        (["start", "chase-invoice", "--as", "remit:expiry"], "principals are remit's own"),
+        (["start", "chase-invoice", "--input", '{"invoice_id": "i"}', "--as", "ann"], "ann"),
+    ]:
+        done = cli(*args, check=False)
+        assert done.returncode == 1, args
+        assert message in done.stderr, (args, done.stderr)
+    with cli.db.engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(runs)).scalar() == 0
+
+
+def test_policies_are_shown_explained_and_a_broken_file_reported(cli: Cli, tmp_path: Path) -> None:
+    shown = cli("policies").stdout
+    assert "policies/desk.cedar" in shown
+    assert "parse and validate" in shown
+    allowed = cli("policies", "explain", "start", "chase-invoice")
+    assert "allowed: permitted by policies/desk.cedar:4" in allowed.stdout
+    denied = cli("policies", "explain", "start", "chase-invoice", "--as", "user:dave", check=False)
+    assert (denied.returncode, denied.stderr.strip()) == (1, "denied: no policy permits it")
+    schema = json.loads(cli("policies", "schema").stdout)
+    assert set(schema[""]["actions"]) == {"start", "call", "decide"}
+
+    broken = tmp_path / "ar_desk"
+    shutil.copytree(AR_DESK, broken, ignore=shutil.ignore_patterns(".remit", "__pycache__"))
+    (broken / "policies" / "zz.cedar").write_text(
+        'permit (principal, action, resource);\n\npermit (principal, action == Action::"fly"'
+        ", resource);\n"
+    )
+    shown = cli("policies", app=broken, check=False)
+    assert shown.returncode == 1
+    assert "broken, so every action is refused: policies/zz.cedar:3:" in shown.stderr
+    start = cli("start", "chase-invoice", "--input", '{"invoice_id": "i"}', app=broken, check=False)
+    assert start.returncode == 1
+    assert "the policies are broken and refuse everything: policies/zz.cedar:3" in start.stderr

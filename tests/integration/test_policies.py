@@ -1,0 +1,209 @@
+"""Policies on the example desk (`examples/ar_desk/policies/`): who may start, call and decide,
+checked where remit enforces them, with every refusal recorded in the database."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from remit import App, DecisionRefused, PolicyDenied
+from remit.app import load_app
+from remit.guard import Guard
+from remit.store.database import Database
+from remit.store.schema import denials, ledger, runs
+from remit.testing import Harness
+
+ROOT = Path(__file__).parent.parent.parent
+AR_DESK = ROOT / "examples" / "ar_desk"
+
+ANN, BOT, CAROL, DAVE, ROGUE = "user:ann", "agent:ar-bot", "user:carol", "user:dave", "agent:rogue"
+PRINCIPALS = (ANN, BOT, CAROL, DAVE, ROGUE)
+
+# Six actions on the three kinds of resource, each with its context.
+ACTIONS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "start chase": ("start", "chase-invoice", {"input": {"invoice_id": "inv_1001"}}),
+    "start write-off": ("start", "write-off", {"input": {"invoice_id": "inv_1003"}}),
+    "call invoice read": ("call", "payments.invoices.get", {"input": {"invoice_id": "inv_1"}}),
+    "call credit note": (
+        "call",
+        "payments.credit_notes.create",
+        {"input": {"invoice_id": "inv_1003", "amount": 100, "memo": "goodwill"}},
+    ),
+    "approve 612.50": ("decide", "write-off", {"decision": "approved", "draft": {"amount": 61250}}),
+    "approve 400.00": ("decide", "write-off", {"decision": "approved", "draft": {"amount": 40000}}),
+}
+A, H, D = "allow", "held", "deny"
+EXPECTED: dict[str, tuple[str, ...]] = {
+    #        chase wo-start read credit big small
+    ANN: (A, A, A, H, D, A),
+    BOT: (A, A, A, H, D, A),
+    CAROL: (A, A, A, A, A, A),
+    DAVE: (D, D, D, D, D, D),
+    ROGUE: (D, D, D, D, D, D),
+}
+
+
+@pytest.fixture(scope="module")
+def desk() -> App:
+    return load_app(AR_DESK)
+
+
+def _denials(db: Database) -> list[Any]:
+    with db.engine.connect() as conn:
+        return conn.execute(sa.select(denials).order_by(denials.c.at)).all()
+
+
+def test_the_table_of_principals_actions_and_resources(desk: App, db: Database) -> None:
+    guard = Guard.of(desk, db)
+    got: dict[str, tuple[str, ...]] = {}
+    for principal in PRINCIPALS:
+        row = []
+        for action, resource, context in ACTIONS.values():
+            verdict = guard.check(principal, action, resource, context)  # type: ignore[arg-type]
+            row.append(H if verdict.held else A if verdict.allowed else D)
+        got[principal] = tuple(row)
+    assert got == EXPECTED
+    # Every refusal was recorded, with who, what and why.
+    recorded = _denials(db)
+    assert len(recorded) == sum(row.count(D) for row in EXPECTED.values()) == 14
+    assert {(r.principal, r.action, r.resource) for r in recorded if r.principal == ANN} == {
+        (ANN, "decide", "write-off")
+    }
+    assert all(r.reason == "no policy permits it" for r in recorded)
+
+
+def test_unknown_combinations_are_denied(desk: App, db: Database) -> None:
+    guard = Guard.of(desk, db)
+    for principal, action, resource in [
+        (ANN, "start", "no-such-workflow"),  # a resource the app does not have
+        (ANN, "call", "mail.messages.send"),  # a write no policy names for clerks
+        (ANN, "decide", "chase-invoice"),  # a workflow's name as an approval type
+        ("user:Ann", ANN, "x"),  # another spelling of a principal, an unknown action
+        ("ann", "start", "chase-invoice"),  # not a principal at all
+        ("group:clerks", "start", "chase-invoice"),  # a group does not act
+    ]:
+        verdict = guard.check(principal, action, resource, {})  # type: ignore[arg-type]
+        assert not verdict.allowed, (principal, action, resource)
+    assert (
+        "not a principal policies know" in guard.check("ann", "start", "chase-invoice", {}).reason
+    )
+
+
+def test_a_denied_start_names_who_what_and_which_and_writes_no_run(
+    desk: App, database_url: str
+) -> None:
+    with Harness(desk, database_url=database_url) as h:
+        with pytest.raises(PolicyDenied) as denied:
+            h.start("chase-invoice", {"invoice_id": "inv_1001"}, actor=DAVE)
+        assert str(denied.value) == (
+            'user:dave may not start Workflow::"chase-invoice": no policy permits it'
+        )
+        assert (denied.value.principal, denied.value.action, denied.value.resource) == (
+            DAVE,
+            "start",
+            "chase-invoice",
+        )
+        with h.worker.db.engine.connect() as conn:
+            assert conn.execute(sa.select(sa.func.count()).select_from(runs)).scalar() == 0
+        [recorded] = _denials(h.worker.db)
+        assert recorded.context == {
+            "input": {"invoice_id": "inv_1001", "customer_email": None, "as_of": "2026-11-29"}
+        }
+        run = h.start("chase-invoice", {"invoice_id": "inv_1001"}, actor=ANN)
+        assert h.wait(run.run_id).status == "done"
+
+
+def test_a_decision_over_the_clerks_limit_is_refused_and_a_controller_makes_it(
+    desk: App, database_url: str
+) -> None:
+    with Harness(desk, database_url=database_url, actor=ANN) as h:
+        run = h.start("write-off", {"invoice_id": "inv_1003"})
+        gate = h.gate(run.run_id)
+        with pytest.raises(DecisionRefused) as refused:
+            h.decide(gate.id, "approved", by=ANN)
+        assert refused.value.reasons == [
+            (gate.id, 'user:ann may not decide ApprovalType::"write-off": no policy permits it')
+        ]
+        assert h.approvals.get(gate.id).status == "pending"
+        [recorded] = _denials(h.worker.db)
+        assert recorded.context["draft"]["amount"] == 61250
+        assert recorded.context["approval"] == gate.id
+        # The same clerk may approve once the edit brings it under the limit: the policy reads
+        # the draft as it stands after the edits.
+        decided = h.decide(gate.id, "approved", by=ANN, edits={gate.id: {"amount": 40000}})
+        assert decided.decided[0].status == "approved"
+        done = h.wait(run.run_id)
+        assert (done.status, done.output["amount"]) == ("done", 40000)
+
+
+def test_a_held_call_waits_for_a_controller_and_is_made_exactly_once(
+    desk: App, database_url: str
+) -> None:
+    note = {"invoice_id": "inv_1003", "amount": 2500, "memo": "goodwill"}
+    with Harness(desk, database_url=database_url, actor=ANN) as h:
+        held = h.call("payments.credit_notes.create", note, by=ANN, key="goodwill-1")
+        assert (held.status, held.note) == (
+            "held",
+            "a credit note issued by hand waits for a controller",
+        )
+        assert held.run_id is not None
+        again = h.call("payments.credit_notes.create", note, by=ANN, key="goodwill-1")
+        assert (again.run_id, again.replayed) == (held.run_id, True)
+        gate = h.gate(held.run_id)
+        assert (gate.type, gate.draft["op"]) == ("call", "payments.credit_notes.create")
+        payments = h.fake("payments")
+        assert payments.effects_of("payments.credit_notes.create") == []
+        # A clerk may not approve it (only a controller decides a held call).
+        with pytest.raises(DecisionRefused) as refused:
+            h.decide(gate.id, "approved", by=ANN)
+        assert "forbidden by policies/desk.cedar:48" in refused.value.reasons[0][1]
+        assert payments.effects_of("payments.credit_notes.create") == []
+
+        h.decide(gate.id, "approved", by=CAROL)
+        done = h.wait(held.run_id)
+        assert (done.status, done.output["outcome"]) == ("done", "called")
+        [effect] = payments.effects_of("payments.credit_notes.create")
+        assert effect.input == note
+        with pytest.raises(DecisionRefused):
+            h.decide(gate.id, "approved", by=CAROL)
+        rows = [row for row in h.ledger(held.run_id) if row.op_id.endswith("credit_notes.create")]
+        assert [(row.status, row.actor) for row in rows] == [("ok", ANN)]
+    # A worker starting again over the same database makes no second call.
+    with Harness(desk, database_url=database_url) as h2:
+        assert h2.wait(held.run_id).status == "done"
+        with h2.worker.db.engine.connect() as conn:
+            count = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(ledger)
+                .where(ledger.c.op_id == "payments.credit_notes.create")
+            ).scalar()
+        assert count == 1
+
+
+def test_a_direct_call_is_made_once_per_key_and_recorded_in_the_ledger(
+    desk: App, database_url: str
+) -> None:
+    with Harness(desk, database_url=database_url) as h:
+        first = h.call("payments.invoices.get", {"invoice_id": "inv_1001"}, by=BOT, key="look-1")
+        assert (first.status, first.output["amount_due"]) == ("ok", 128_000)
+        again = h.call("payments.invoices.get", {"invoice_id": "inv_1001"}, by=BOT, key="look-1")
+        assert (again.output, again.replayed) == (first.output, True)
+        [row] = h.ledger_store.list(limit=10)
+        assert (row.op_id, row.actor, row.status, row.idempotency_key) == (
+            "payments.invoices.get",
+            BOT,
+            "ok",
+            "direct:look-1",
+        )
+        with pytest.raises(PolicyDenied, match='agent:rogue may not call Op::"payments'):
+            h.call("payments.invoices.get", {"invoice_id": "inv_1001"}, by=ROGUE)
+        with pytest.raises(PolicyDenied, match="no policy permits it"):
+            h.call("mail.messages.send", {"to": "a@b.example", "subject": "s", "body": "b"}, by=ANN)
+        assert len(h.ledger_store.list(limit=10)) == 1
+        assert [(r.principal, r.action) for r in _denials(h.worker.db)] == [
+            (ROGUE, "call"),
+            (ANN, "call"),
+        ]
