@@ -1,9 +1,10 @@
 """An accounts-receivable desk: chase an overdue invoice, and write off what will not be paid.
 
-`chase-invoice` reads the invoice, decides how firm to be, emails the customer and counts the
-reminder on the invoice. `write-off` proposes writing off an invoice's balance and waits for a
+`chase-invoice` reads the invoice, decides how firm to be, emails the customer, counts the
+reminder on the invoice and on the desk's record of the contact (the `contacts` collection). `write-off` proposes writing off an invoice's balance and waits for a
 person to approve it (they may change the amount); once approved it issues the credit note and
 tells the customer. Run both with `make demo` (SQLite, fakes).
+Who may do what is in `policies/` (Cedar): clerks chase and propose, controllers approve.
 """
 
 from __future__ import annotations
@@ -12,10 +13,23 @@ from datetime import date, timedelta
 
 from pydantic import BaseModel, Field
 
-from remit import App, ApprovalType, Context, workflow
+from remit import App, ApprovalType, Context, collection, workflow
 
 from .connectors.mail import mail, send_message
 from .connectors.payments import get_invoice, payments, record_reminder, write_off
+
+
+class Contact(BaseModel):
+    """The desk's record of a customer's accounts-payable contact: how often it was chased."""
+
+    email: str
+    reminders: int = 0
+    last_chased: date | None = None
+    note: str = ""
+
+
+# Kept in the app's own database; `remit data contacts get ap@northwind.example` reads one.
+contacts = collection("contacts", model=Contact, key="email")
 
 
 class ChaseInput(BaseModel):
@@ -42,7 +56,7 @@ def tone_for(days_overdue: int) -> str:
 @workflow(
     name="chase-invoice",
     input=ChaseInput,
-    uses=[get_invoice, send_message, record_reminder],
+    uses=[get_invoice, send_message, record_reminder, contacts.get, contacts.put],
 )
 def chase_invoice(ctx: Context, input: ChaseInput) -> ChaseResult:
     invoice = ctx.call(get_invoice, invoice_id=input.invoice_id)
@@ -56,9 +70,10 @@ def chase_invoice(ctx: Context, input: ChaseInput) -> ChaseResult:
 
     tone = tone_for(days)
     amount = f"{invoice.amount_due / 100:,.2f} {invoice.currency.upper()}"
+    to = input.customer_email or invoice.customer_email
     sent = ctx.call(
         send_message,
-        to=input.customer_email or invoice.customer_email,
+        to=to,
         subject=f"Invoice {invoice.invoice_id}: {amount} is {days} days overdue",
         body=(
             f"Hello,\n\nour invoice {invoice.invoice_id} for {amount} fell due on "
@@ -76,6 +91,10 @@ def chase_invoice(ctx: Context, input: ChaseInput) -> ChaseResult:
         invoice_id=invoice.invoice_id,
         reminders_sent=invoice.reminders_sent + 1,
         note=f"{tone} reminder {sent.message_id}",
+    )
+    known = ctx.data.contacts.get(email=to).record or Contact(email=to)
+    ctx.data.contacts.put(
+        known.model_copy(update={"reminders": known.reminders + 1, "last_chased": input.as_of})
     )
     return ChaseResult(
         invoice_id=invoice.invoice_id,
@@ -165,5 +184,6 @@ app = App(
     name="ar-desk",
     workflows=[chase_invoice, write_off_invoice],
     connectors=[payments, mail],
+    collections=[contacts],
     approvals=[ApprovalType("write-off", draft=WriteOffDraft, description="Write off a balance")],
 )

@@ -89,3 +89,47 @@ def test_policies_are_shown_explained_and_a_broken_file_reported(cli: Cli, tmp_p
     start = cli("start", "chase-invoice", "--input", '{"invoice_id": "i"}', app=broken, check=False)
     assert start.returncode == 1
     assert "the policies are broken and refuse everything: policies/zz.cedar:3" in start.stderr
+
+
+def test_collection_records_from_the_command_line(cli: Cli) -> None:
+    contact = '{"email": "ap@northwind.example", "reminders": 2, "note": "pays late"}'
+    put = cli("data", "contacts", "put", "--input", contact)
+    assert json.loads(put.stdout)["reminders"] == 2
+    got = json.loads(cli("data", "contacts", "get", "ap@northwind.example").stdout)
+    assert got["record"] == {
+        "email": "ap@northwind.example",
+        "reminders": 2,
+        "last_chased": None,
+        "note": "pays late",
+    }
+    cli("data", "contacts", "put", "--input", '{"email": "finance@fabrikam.example"}')
+    page = json.loads(cli("data", "contacts", "list", "--limit", "1").stdout)
+    assert ([r["email"] for r in page["records"]], page["next"]) == (
+        ["ap@northwind.example"],
+        "ap@northwind.example",
+    )
+    bad = cli(
+        "data", "contacts", "put", "--input", '{"email": "x@y", "reminders": "many"}', check=False
+    )
+    assert bad.returncode == 1
+    assert "input to `data.contacts.put` does not parse: reminders:" in bad.stderr
+    refused = cli(
+        "data", "contacts", "delete", "ap@northwind.example", "--as", "user:dave", check=False
+    )
+    assert 'user:dave may not call Op::"data.contacts.delete"' in refused.stderr
+    deleted = cli("data", "contacts", "delete", "ap@northwind.example")
+    assert json.loads(deleted.stdout) == {"deleted": True}
+    gone = json.loads(cli("data", "contacts", "get", "ap@northwind.example").stdout)
+    assert gone == {"record": None}
+    with cli.db.engine.connect() as conn:
+        ops = conn.execute(sa.select(ledger.c.op_id).order_by(ledger.c.id)).scalars().all()
+    assert ops == [
+        "data.contacts.put",
+        "data.contacts.get",
+        "data.contacts.put",
+        "data.contacts.list",
+        "data.contacts.delete",
+        "data.contacts.get",
+    ]
+    unknown = cli("data", "customers", "list", check=False)
+    assert "has no collection `customers` (it has: contacts)" in unknown.stderr
