@@ -9,7 +9,8 @@ result. Drain: runs queued on Postgres in advance, then timed from the moment th
 processes serve until the last one is done: bare DBOS with one worker, remit with one, remit
 with two. Approvals (bench/approvals.py): decide to resume, and what waiting runs cost a
 worker. Reconciler (bench/reconcile.py): one pass against 10,000 and 100,000 runs. Policies
-(bench/policy.py): what a Cedar check adds to a start. Prints
+(bench/policy.py): what a Cedar check adds to a start. Budgets (bench/budgets.py): what
+reserving and settling cost a call with a cost. Prints
 `BENCH <name> <value> <unit>` lines and writes the tables to BENCHMARKS.md.
 """
 
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import approvals  # bench/approvals.py, beside this file
 import bare  # bench/bare.py, beside this file
+import budgets  # bench/budgets.py, beside this file
 import policy  # bench/policy.py, beside this file
 import reconcile  # bench/reconcile.py, beside this file
 import sqlalchemy as sa
@@ -196,6 +198,7 @@ def main() -> None:
     gates = approvals.measure(quick=args.quick, folder=folder)
     reconciled, passes = reconcile.measure(quick=args.quick, folder=folder)
     checks = policy.measure(quick=args.quick, folder=folder)
+    billed = budgets.measure(quick=args.quick, folder=folder)
 
     if args.write:
         write_table(figures, quick=args.quick)
@@ -204,6 +207,7 @@ def main() -> None:
             reconciled, passes, command="make bench QUICK=1" if args.quick else "make bench"
         )
         policy.write(checks, command="make bench QUICK=1" if args.quick else "make bench")
+        budgets.write(billed, command="make bench QUICK=1" if args.quick else "make bench")
 
 
 def write_table(figures: list[tuple[str, float, str, str]], *, quick: bool) -> None:

@@ -53,6 +53,7 @@ from remit.reconciler import Reconciler, Report
 from remit.runs import RunStore, new_run_id
 from remit.store.database import Database
 from remit.store.schema import ledger, runs
+from remit.tasks import TaskOpener
 
 APP = ROOT / "bench" / "apps" / "bench_app"
 WORKFLOW = "bump"
@@ -228,7 +229,7 @@ PARTS = {
         "_attempts",
     ): "ask DBOS for their current attempts (`list_workflows`, 250 ids a call)",
     ("runs.py", "conclude"): "conclude each run: one fenced UPDATE, its own transaction",
-    ("reconciler.py", "_uncertain"): "find `started` writes of finished runs in the ledger",
+    ("reconciler.py", "_uncertain"): "find `started` writes whose attempt ended in the ledger",
     ("approvals.py", "expire_due"): "find approvals past their expiry",
 }
 
@@ -257,6 +258,7 @@ def timed_passes(db: Database, app: App, window: list[str], result: Passes) -> N
         version=app.version,
         live_versions=lambda: {app.version},
         approvals=Approvals(db, client, app.approval_types),
+        tasks=TaskOpener(db, app.name),
     )
 
     def check(report: Report, expect: int) -> None:

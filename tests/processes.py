@@ -11,11 +11,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+from dbos import DBOSClient
+
+from remit.app import load_app
 from remit.ledger import LedgerStore
 from remit.runs import Run, RunStore
 from remit.store.database import Database
+from remit.tasks import Tasks
 
 CRASH_APP = Path(__file__).parent / "apps" / "crash_app"
 
@@ -45,6 +49,7 @@ class Workers:
         self.ledger = LedgerStore(self.db)
         self.procs: list[subprocess.Popen[bytes]] = []
         self._logs: list[IO[bytes]] = []
+        self._client: DBOSClient | None = None
 
     def remit(self, *args: str) -> str:
         """Run a `remit` command to completion and return what it printed."""
@@ -129,7 +134,24 @@ class Workers:
         self._wait(finished, f"run {run_id} to finish", timeout=timeout)
         return runs[0]
 
-    def effects(self) -> list[dict[str, str]]:
+    def wait_waiting(self, run_id: str, timeout: float = 90) -> Run:
+        """Wait for the run to wait (at a gate or a task) and return it."""
+        self._wait(
+            lambda: self.runs.get(run_id).status == "waiting",
+            f"run {run_id} to wait",
+            None,
+            timeout,
+        )
+        return self.runs.get(run_id)
+
+    def tasks(self) -> Tasks:
+        """The app's tasks, answered from the test's process as `remit task resolve` would."""
+        app = load_app(self.app)
+        if self._client is None:
+            self._client = self.db.client(app.name)
+        return Tasks(self.db, self._client, app.name, app.ops)
+
+    def effects(self) -> list[dict[str, Any]]:
         if not self.journal.exists():
             return []
         return [json.loads(line) for line in self.journal.read_text().splitlines() if line]
@@ -167,4 +189,6 @@ class Workers:
                     proc.wait(10)
         for log in self._logs:
             log.close()
+        if self._client is not None:
+            self._client.destroy()
         self.db.dispose()

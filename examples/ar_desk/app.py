@@ -1,7 +1,9 @@
 """An accounts-receivable desk: chase an overdue invoice, and write off what will not be paid.
 
-`chase-invoice` reads the invoice, decides how firm to be, emails the customer, counts the
-reminder on the invoice and on the desk's record of the contact (the `contacts` collection). `write-off` proposes writing off an invoice's balance and waits for a
+`chase-invoice` reads the invoice, decides how firm to be, has a model draft the email (the
+`llm` connector, within the desk's monthly budget of $5.00; on fakes the model echoes the
+draft it is given), emails the customer, counts the reminder on the invoice and on the desk's
+record of the contact (the `contacts` collection). `write-off` proposes writing off an invoice's balance and waits for a
 person to approve it (they may change the amount); once approved it issues the credit note and
 tells the customer. Run both with `make demo` (SQLite, fakes).
 Who may do what is in `policies/` (Cedar): clerks chase and propose, controllers approve.
@@ -10,10 +12,11 @@ Who may do what is in `policies/` (Cedar): clerks chase and propose, controllers
 from __future__ import annotations
 
 from datetime import date, timedelta
+from decimal import Decimal
 
 from pydantic import BaseModel, Field
 
-from remit import App, ApprovalType, Context, collection, workflow
+from remit import App, ApprovalType, Budget, Context, chat_complete, collection, llm, workflow
 
 from .connectors.mail import mail, send_message
 from .connectors.payments import get_invoice, payments, record_reminder, write_off
@@ -56,7 +59,7 @@ def tone_for(days_overdue: int) -> str:
 @workflow(
     name="chase-invoice",
     input=ChaseInput,
-    uses=[get_invoice, send_message, record_reminder, contacts.get, contacts.put],
+    uses=[get_invoice, chat_complete, send_message, record_reminder, contacts.get, contacts.put],
 )
 def chase_invoice(ctx: Context, input: ChaseInput) -> ChaseResult:
     invoice = ctx.call(get_invoice, invoice_id=input.invoice_id)
@@ -71,20 +74,28 @@ def chase_invoice(ctx: Context, input: ChaseInput) -> ChaseResult:
     tone = tone_for(days)
     amount = f"{invoice.amount_due / 100:,.2f} {invoice.currency.upper()}"
     to = input.customer_email or invoice.customer_email
+    # Billed to the desk's budget: it reserves the most this call can cost before making it.
+    drafted = ctx.llm(
+        f"Hello,\n\nour invoice {invoice.invoice_id} for {amount} fell due on "
+        f"{invoice.due_date:%d %B %Y}. "
+        + {
+            "friendly": "Could you let us know when we can expect payment?",
+            "firm": "Please arrange payment this week.",
+            "final": "Please pay within 7 days to avoid collection.",
+        }[tone]
+        + "\n\nAccounts receivable",
+        system=(
+            f"You write accounts-receivable reminders. Rewrite the user's draft in a {tone} "
+            "tone, keeping every fact in it. Reply with the email's body only."
+        ),
+        model="gpt-4o-mini",
+        max_tokens=400,
+    )
     sent = ctx.call(
         send_message,
         to=to,
         subject=f"Invoice {invoice.invoice_id}: {amount} is {days} days overdue",
-        body=(
-            f"Hello,\n\nour invoice {invoice.invoice_id} for {amount} fell due on "
-            f"{invoice.due_date:%d %B %Y}. "
-            + {
-                "friendly": "Could you let us know when we can expect payment?",
-                "firm": "Please arrange payment this week.",
-                "final": "Please pay within 7 days to avoid collection.",
-            }[tone]
-            + "\n\nAccounts receivable"
-        ),
+        body=drafted.content,
     )
     ctx.call(
         record_reminder,
@@ -112,7 +123,9 @@ class WriteOffInput(BaseModel):
 
 
 class WriteOffDraft(BaseModel):
-    """What the approver sees and may edit: the amount, in cents, and the memo."""
+    """What the approver sees. They may edit the amount, in cents, and the memo; the workflow
+    uses the invoice, customer and currency it read, and the desk's policies refuse a decision
+    whose draft names another invoice."""
 
     invoice_id: str
     customer_email: str
@@ -159,20 +172,22 @@ def write_off_invoice(ctx: Context, input: WriteOffInput) -> WriteOffResult:
             outcome=f"not written off ({decision.status})",
             decided_by=decision.decided_by,
         )
+    # Only the amount and the memo are the approver's to change: the invoice, its customer and
+    # its currency are the ones read before the gate, whatever the draft says.
     draft = decision.draft
-    note = ctx.call(write_off, invoice_id=draft.invoice_id, amount=draft.amount, memo=draft.memo)
-    written = f"{note.amount / 100:,.2f} {draft.currency.upper()}"
+    note = ctx.call(write_off, invoice_id=invoice.invoice_id, amount=draft.amount, memo=draft.memo)
+    written = f"{note.amount / 100:,.2f} {invoice.currency.upper()}"
     ctx.call(
         send_message,
-        to=draft.customer_email,
-        subject=f"Invoice {draft.invoice_id}: {written} credited",
+        to=invoice.customer_email,
+        subject=f"Invoice {invoice.invoice_id}: {written} credited",
         body=(
             f"Hello,\n\nwe have issued credit note {note.credit_note_id} for {written} "
-            f"against invoice {draft.invoice_id}.\n\nAccounts receivable"
+            f"against invoice {invoice.invoice_id}.\n\nAccounts receivable"
         ),
     )
     return WriteOffResult(
-        invoice_id=draft.invoice_id,
+        invoice_id=invoice.invoice_id,
         outcome="written off",
         amount=note.amount,
         credit_note_id=note.credit_note_id,
@@ -183,7 +198,8 @@ def write_off_invoice(ctx: Context, input: WriteOffInput) -> WriteOffResult:
 app = App(
     name="ar-desk",
     workflows=[chase_invoice, write_off_invoice],
-    connectors=[payments, mail],
+    connectors=[payments, mail, llm],
     collections=[contacts],
     approvals=[ApprovalType("write-off", draft=WriteOffDraft, description="Write off a balance")],
+    budgets=[Budget(Decimal("5.00"))],
 )

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The ar-desk demo, on fakes and the embedded SQLite database, under the desk's policies
 # (policies/desk.cedar: ann is a clerk, carol a controller):
-#   1. ann, a clerk, chases an overdue invoice: chase-invoice sends a reminder;
+#   1. ann, a clerk, chases an overdue invoice: chase-invoice has the model draft a reminder
+#      (billed to the desk's monthly budget, shown by `remit budgets`) and sends it;
 #   2. ann proposes a write-off, which waits for a person's approval;
 #   3. ann may not approve it in full (over a clerk's 500.00): the policies refuse, and say why;
 #   4. carol, a controller, approves it for a lower amount, and the run carries on from the gate.
@@ -15,6 +16,8 @@ r() { "$remit" --app "$app" "$@"; }
 
 echo "== 1. ann (a clerk) runs chase-invoice: remind the customer of an overdue invoice"
 r run chase-invoice --as user:ann --input '{"invoice_id": "inv_1001", "customer_email": "ap@northwind.example"}'
+echo "-- the desk's budget: the chase's model call settled at its cost, nothing left reserved"
+r budgets
 
 echo
 echo "== 2. ann proposes writing off inv_1003; the run waits for approval"

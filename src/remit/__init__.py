@@ -14,6 +14,7 @@ from remit.approvals import (
     DecideResult,
     Decision,
 )
+from remit.budgets import Budget, CostModel, Price
 from remit.clock import Clock, SystemClock
 from remit.collections import Collection, collection
 from remit.connectors import (
@@ -26,11 +27,20 @@ from remit.connectors import (
     implements,
     op,
 )
+from remit.connectors.llm import (
+    ChatMessage,
+    ChatReply,
+    FakeLLM,
+    FakeReply,
+    chat_complete,
+    llm,
+)
 from remit.context import AsyncContext, Context
 from remit.deadlines import Deadline, next_deadline, upcoming_deadlines
 from remit.errors import (
     AppError,
     ApprovalNotFound,
+    BudgetExceeded,
     DatabaseError,
     DecisionRefused,
     DriverError,
@@ -44,6 +54,8 @@ from remit.errors import (
     RunNotFound,
     SettingsError,
     StepFailed,
+    TaskNotFound,
+    TaskRefused,
     UnknownWorkflow,
 )
 from remit.notify import ApprovalNotice, LogNotifier, Notifier, WebhookNotifier
@@ -52,6 +64,7 @@ from remit.retry import RetryPolicy
 from remit.runs import Run
 from remit.schedules import Schedule, schedule
 from remit.settings import Settings
+from remit.tasks import Resolved, Task, Tasks
 from remit.workflows import Workflow, workflow
 
 __all__ = [
@@ -64,11 +77,16 @@ __all__ = [
     "ApprovalType",
     "Approvals",
     "AsyncContext",
+    "Budget",
+    "BudgetExceeded",
     "CallContext",
+    "ChatMessage",
+    "ChatReply",
     "Clock",
     "Collection",
     "Connector",
     "Context",
+    "CostModel",
     "DatabaseError",
     "Deadline",
     "DecideResult",
@@ -78,6 +96,8 @@ __all__ = [
     "Driver",
     "DriverError",
     "Fake",
+    "FakeLLM",
+    "FakeReply",
     "InputInvalid",
     "LogNotifier",
     "MissingCredential",
@@ -87,8 +107,10 @@ __all__ = [
     "OpNotDeclared",
     "OpUncertain",
     "PolicyDenied",
+    "Price",
     "Queue",
     "RemitError",
+    "Resolved",
     "RetryPolicy",
     "Run",
     "RunMovedOn",
@@ -98,12 +120,18 @@ __all__ = [
     "SettingsError",
     "StepFailed",
     "SystemClock",
+    "Task",
+    "TaskNotFound",
+    "TaskRefused",
+    "Tasks",
     "UnknownWorkflow",
     "WebhookNotifier",
     "Workflow",
     "__version__",
+    "chat_complete",
     "collection",
     "implements",
+    "llm",
     "load_app",
     "next_deadline",
     "op",

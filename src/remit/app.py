@@ -16,14 +16,16 @@ from typing import Any, TypeVar
 
 from remit._version import __version__
 from remit.approvals import ApprovalType
+from remit.budgets import Budget, Price
 from remit.collections import VENDOR as DATA_VENDOR
 from remit.collections import Collection
 from remit.connectors.base import Connector
+from remit.connectors.llm import DEFAULT_PRICES, chat_complete
 from remit.connectors.ops import Op
-from remit.direct import HELD, HELD_APPROVAL, held_call_workflow
+from remit.direct import held_call_type, held_call_workflow
 from remit.errors import AppError, UnknownWorkflow
 from remit.notify import Notifier
-from remit.policy import Catalog, Policy
+from remit.policy import HELD, Catalog, Policy
 from remit.workflows import DEFAULT_QUEUE, Workflow, check_name
 
 ENTRY_MODULE = "app"
@@ -68,7 +70,13 @@ class App:
 
     Raises `AppError` naming what to change: two workflows with one name, an op used that no
     connector or collection declares, a queue no one declared, two connectors for one vendor,
-    two collections with one name, a connector for the vendor `data` beside collections.
+    two collections with one name, a connector for the vendor `data` beside collections, a
+    budget for a workflow the app does not define or two for one scope and period, a price
+    that is not one.
+
+    `budgets` limit what calls of ops with a cost (`ctx.llm`) may spend per period
+    (`budgets.py`); `llm_prices` adds models to remit's price table, or changes their prices
+    (USD per million tokens: `{"my-model": Price(input="0.50", output="1.50")}`).
     """
 
     def __init__(
@@ -82,6 +90,8 @@ class App:
         notifiers: Iterable[Notifier] | None = None,
         collections: Iterable[Collection[Any]] = (),
         policies: Path | str | None = None,
+        budgets: Iterable[Budget] = (),
+        llm_prices: Mapping[str, Price | tuple[Any, Any]] | None = None,
     ) -> None:
         check_name("app", name)
         self.name = name
@@ -127,6 +137,8 @@ class App:
         self.workflows: dict[str, Workflow] = {}
         for wf in workflows:
             self._add(wf)
+        self.budgets = _budgets(name, budgets, self.workflows)
+        self.llm_prices = _prices(name, llm_prices)
         # Open (nothing checked) until the app has a policies folder: `policies=`, or the app
         # folder's `policies/` (`load_app`).
         self.policy = Policy.open()
@@ -147,7 +159,7 @@ class App:
                     f"app `{self.name}` declares a {kind} named `{HELD}`, the name of the "
                     "built-in one a policy's held calls wait in: rename yours"
                 )
-        self.approval_types[HELD] = HELD_APPROVAL
+        self.approval_types[HELD] = held_call_type(self.ops)
         self.workflows[HELD] = held_call_workflow(dict(self.ops))
         catalog = Catalog(
             workflows={name: wf.input for name, wf in self.workflows.items()},
@@ -232,6 +244,50 @@ class App:
         return f"App({self.name!r}, workflows={sorted(self.workflows)})"
 
 
+def _budgets(
+    app: str, declared: Iterable[Budget], workflows: Mapping[str, Workflow]
+) -> tuple[Budget, ...]:
+    """The app's budgets, refusing one for a workflow it does not define, or two for one scope
+    and kind of period."""
+    found: dict[tuple[str, str], Budget] = {}
+    for budget in declared:
+        if not isinstance(budget, Budget):
+            raise AppError(
+                f"app `{app}` lists {budget!r} among its budgets: declare each with "
+                'remit.Budget(limit_usd, period="month", workflow=None)'
+            )
+        if budget.workflow is not None and budget.workflow not in workflows:
+            known = ", ".join(sorted(workflows)) or "none"
+            raise AppError(
+                f"app `{app}` has a budget for the workflow `{budget.workflow}`, which it does "
+                f"not define (it has: {known}): fix the name, or add the workflow"
+            )
+        if (budget.scope, budget.period) in found:
+            raise AppError(
+                f"app `{app}` declares two {budget.period} budgets for `{budget.scope}`: keep one"
+            )
+        found[budget.scope, budget.period] = budget
+    return tuple(found.values())
+
+
+def _prices(app: str, given: Mapping[str, Price | tuple[Any, Any]] | None) -> dict[str, Price]:
+    """remit's price table with the app's additions and changes."""
+    prices = dict(DEFAULT_PRICES)
+    for model, price in (given or {}).items():
+        if not isinstance(model, str) or not model:
+            raise AppError(f"app `{app}`: llm_prices has the key {model!r}: use the model's name")
+        if isinstance(price, tuple) and len(price) == 2:
+            price = Price(*price)
+        if not isinstance(price, Price):
+            raise AppError(
+                f"app `{app}`: llm_prices[{model!r}] is {price!r}: give "
+                'Price(input="0.50", output="1.50") in USD per million tokens, or an '
+                "(input, output) pair"
+            )
+        prices[model] = price
+    return prices
+
+
 def _collections(
     app: str, collections: Iterable[Collection[Any]], connectors: Mapping[str, Connector]
 ) -> dict[str, Collection[Any]]:
@@ -261,8 +317,8 @@ def _collections(
 def referenced_ops(fn: Callable[..., Any], ops: Mapping[str, Op[Any, Any]]) -> set[str]:
     """The ids of the app's ops that `fn`'s own code names: an op object it loads by name, a
     module global or a variable it closes over (`ctx.call(send_message, ...)`), a collection's
-    op read off the collection so named (`ctx.call(customers.put, ...)`), or an attribute path
-    `ctx.<vendor>.<resource>.<op>`.
+    op read off the collection so named (`ctx.call(customers.put, ...)`), an attribute path
+    `ctx.<vendor>.<resource>.<op>`, or `ctx.llm(...)` (`llm.chat.complete`).
 
     Code the function calls into is not read; the run-time check covers it.
     """
@@ -290,6 +346,8 @@ def referenced_ops(fn: Callable[..., Any], ops: Mapping[str, Op[Any, Any]]) -> s
             if isinstance(value, Op) and id(value) in known:
                 found.add(value.id)
             if instruction.opname in ("LOAD_ATTR", "LOAD_METHOD"):
+                if name == "llm" and chat_complete.id in ops:
+                    found.add(chat_complete.id)  # `ctx.llm(...)` calls `llm.chat.complete`
                 member = getattr(holder, name, None) if isinstance(holder, Collection) else None
                 if isinstance(member, Op) and id(member) in known:
                     found.add(member.id)

@@ -26,6 +26,7 @@ from dbos import DBOSClient
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 
+from remit.audit import audit_of
 from remit.calls import RunInfo
 from remit.clock import Clock, SystemClock
 from remit.errors import (
@@ -376,11 +377,7 @@ class Approvals:
 
     def audit(self, approval_id: str) -> builtins.list[dict[str, Any]]:
         """The audit rows of one approval, oldest first."""
-        with self.db.engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(audit).where(audit.c.target == approval_id).order_by(audit.c.id)
-            )
-            return [dict(row._mapping) for row in rows]
+        return audit_of(self.db, approval_id)
 
     def decide(
         self,

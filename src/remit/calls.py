@@ -12,17 +12,31 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from pydantic import ValidationError
 
+from remit import telemetry
+from remit.budget_store import Budgets
+from remit.budgets import Price, Reservation, money
 from remit.clock import Clock
 from remit.connectors.base import CallContext, Implementation
 from remit.connectors.ops import Op
-from remit.errors import DriverError, MissingCredential, OpError, OpUncertain, RunMovedOn
+from remit.errors import (
+    BudgetExceeded,
+    DriverError,
+    MissingCredential,
+    OpError,
+    OpUncertain,
+    RemitError,
+    RunMovedOn,
+    Suspended,
+)
 from remit.ledger import CallRecord, LedgerRow, LedgerStatus, LedgerStore, input_hash, on_reentry
 from remit.retry import next_delay
 from remit.secrets import SecretError
+from remit.tasks import Held, TaskOpener
 
 log = logging.getLogger("remit.calls")
 
@@ -39,6 +53,8 @@ class RunInfo:
     actor: str
     # A direct call (`remit call`) belongs to no run: its writes are not fenced on one.
     direct: bool = False
+    # The run's workflow, whose own budgets its calls count against (None: a direct call).
+    workflow: str | None = None
 
 
 def ok(output: Any) -> Outcome:
@@ -55,10 +71,21 @@ def raise_failure(op_id: str, outcome: Outcome) -> None:
     if error is None:
         return
     kind, message = error["kind"], error["message"]
+    if kind == "uncertain" and error.get("task_id"):
+        # The run waits for a person to say whether the call happened (see `tasks.py`).
+        raise Suspended("waiting", message, task_id=error["task_id"])
     if kind == "uncertain":
         raise OpUncertain(message, op=op_id, idempotency_key=error["idempotency_key"])
     if kind == "credential":
         raise MissingCredential(message, op=op_id, variable=error["variable"])
+    if kind == "budget":
+        raise BudgetExceeded(
+            message,
+            op=op_id,
+            scope=error["scope"],
+            period=error["period"],
+            **{what: Decimal(error[what]) for what in _AMOUNTS},
+        )
     if kind == "moved":
         raise RunMovedOn(message)
     if kind == "driver":
@@ -104,12 +131,21 @@ class OpCaller:
         ledger: LedgerStore,
         clock: Clock,
         environ: Mapping[str, str],
+        tasks: TaskOpener,
+        budgets: Budgets | None = None,
+        prices: Mapping[str, Price] | None = None,
     ) -> None:
         self.implementations = implementations
         self.ledger = ledger
         self.clock = clock
         self.environ = environ
+        # Where a write whose outcome is unknown opens its task for a person.
+        self.tasks = tasks
+        # What calls of ops with a cost are billed to, priced by the app's price table.
+        self.budgets = budgets
+        self.prices: Mapping[str, Price] = prices or {}
 
+    @telemetry.traced_call
     def call(
         self,
         run: RunInfo,
@@ -130,7 +166,7 @@ class OpCaller:
         if "settled" in memo:
             record, status, values, outcome = memo["settled"]
             if outcome.get("error", {}).get("kind") != "key":
-                self.ledger.finish(record, status, **values)
+                self._record(memo, record, status, values)
             return dict(outcome)
         record = CallRecord(
             run_id=run.run_id,
@@ -174,7 +210,7 @@ class OpCaller:
         self, op: Op[Any, Any], record: CallRecord, existing: LedgerRow, memo: dict[str, Any]
     ) -> Outcome | None:
         decision = on_reentry(existing.status, safe_to_repeat=op.safe_to_repeat)
-        if decision == "replay":
+        if decision == "replay" and existing.status != "uncertain":
             if existing.status == "ok":
                 return ok(existing.output)
             info = dict(existing.error_info or {})
@@ -184,17 +220,25 @@ class OpCaller:
         if decision == "call":
             self.ledger.retake(record.idempotency_key, record.attempt)
             log.info(
-                "calling %s again with key %s: its earlier outcome is unknown",
+                "calling %s again with key %s: %s",
                 op.id,
                 record.idempotency_key,
+                "a person confirmed it did not happen"
+                if existing.status == "not_done"
+                else "its earlier outcome is unknown",
             )
             return None
+        # Uncertain, now or before: the run waits at the call's task (opened now, or read back
+        # and moved to this attempt), or carries on with a person's answer given meanwhile.
         message = (
             f"op `{op.id}` (key {record.idempotency_key}) started and its outcome is unknown: "
-            "the process making it stopped mid-call. It is not idempotent, so remit will not call "
-            "it again; check with the vendor whether it happened"
+            "the process making it stopped mid-call. It is not idempotent, so remit does not "
+            "call it again by itself"
         )
-        return self._uncertain(record, message, tries=existing.tries, memo=memo)
+        held = self._hold(record, message, tries=existing.tries)
+        if isinstance(held, LedgerRow):
+            return self._reenter(op, record, held, memo)
+        return _waits(record, held)
 
     def _attempt_calls(
         self,
@@ -206,6 +250,9 @@ class OpCaller:
         started_at: datetime,
         memo: dict[str, Any],
     ) -> Outcome:
+        refused = self._reserve(op, record, payload, run, started_at, memo)
+        if refused is not None:
+            return refused
         call = CallContext(
             op=op,
             idempotency_key=record.idempotency_key,
@@ -268,7 +315,7 @@ class OpCaller:
                 outcome = failure("driver", message, retryable=False)
                 self._finish_failed(record, outcome, tries=tries, started_at=started_at, memo=memo)
                 return outcome
-            dumped = output.model_dump(mode="json")
+            dumped = self._priced(op, payload, output, memo)
             return self._settle(
                 memo, record, "ok", ok(dumped), tries=tries, output=dumped, started_at=started_at
             )
@@ -276,16 +323,31 @@ class OpCaller:
     def _uncertain(
         self, record: CallRecord, message: str, *, tries: int, memo: dict[str, Any]
     ) -> Outcome:
-        log.warning("%s", message)
-        outcome = failure("uncertain", message, idempotency_key=record.idempotency_key)
-        return self._settle(
-            memo,
-            record,
-            "uncertain",
-            outcome,
+        """The call this step just made may have happened: its row becomes `uncertain`, its
+        task opens, and the run waits for a person. (No `settled` memo: a DBOS retry of the
+        step re-enters the `started` row, which is uncertain the same way.)"""
+        telemetry.call_settled({"tries": tries})
+        held = self._hold(record, message, tries=tries)
+        if isinstance(held, LedgerRow):
+            raise RemitError(
+                f"ledger key {record.idempotency_key}: the call was in flight, yet its row is "
+                f"{held.status}: only a person's answer to its task moves an uncertain row"
+            )
+        bill: _Bill | None = memo.get("bill")
+        if bill is not None and bill.reservation is not None and self.budgets is not None:
+            # What it cost is unknown: its spend is not counted, as for a call that failed.
+            self.budgets.release(bill.reservation)
+        return _waits(record, held)
+
+    def _hold(self, record: CallRecord, message: str, *, tries: int) -> Held | LedgerRow:
+        return self.tasks.hold(
+            run_id=record.run_id,
+            attempt=record.attempt,
+            step_id=record.step_id,
+            op_id=record.op_id,
+            idempotency_key=record.idempotency_key,
+            reason=message,
             tries=tries,
-            error=message,
-            error_info=outcome["error"],
         )
 
     def _finish_failed(
@@ -319,7 +381,8 @@ class OpCaller:
     ) -> Outcome:
         """Record the call's outcome, keeping it in `memo` first (see `call`)."""
         memo["settled"] = (record, status, values, outcome)
-        if self.ledger.finish(record, status, **values):
+        telemetry.call_settled(values)
+        if self._record(memo, record, status, values):
             return outcome
         existing = self.ledger.get(record.idempotency_key)
         assert existing is not None, "a ledger key that is taken has a row"
@@ -327,6 +390,117 @@ class OpCaller:
         assert taken is not None
         memo["settled"] = (record, status, values, taken)
         return taken
+
+    def _reserve(
+        self,
+        op: Op[Any, Any],
+        record: CallRecord,
+        payload: dict[str, Any],
+        run: RunInfo,
+        started_at: datetime,
+        memo: dict[str, Any],
+    ) -> Outcome | None:
+        """For an op with a cost, before its first try: price the call at its most and reserve
+        that in every budget that applies (once per call: a vendor bills the answer, not the
+        failed tries). The outcome to return instead of calling, or None to go ahead."""
+        if op.cost is None:
+            return None
+        if op.effect == "read":
+            # Safe to repeat, but each call is billed: one the ledger holds is not made again.
+            existing = self.ledger.get(record.idempotency_key)
+            if existing is not None:
+                return _conflict(record, existing) or _recorded(existing)
+        try:
+            most = money(op.cost.max_cost(op.input.model_validate(payload), self.prices))
+        except Exception as error:
+            message = (
+                str(error)
+                if isinstance(error, OpError)
+                else f"op `{op.id}` could not price the call, so it did not make it "
+                f"({type(error).__name__}: {error})"
+            )
+            outcome = failure("cost", message)
+            return self._finish_failed(record, outcome, tries=0, started_at=started_at, memo=memo)
+        bill = memo["bill"] = _Bill(most)
+        if self.budgets is None:
+            return None
+        try:
+            reservation = self.budgets.reserve(
+                op_id=op.id,
+                key=record.idempotency_key,
+                run_id=run.run_id,
+                workflow_id=run.workflow_id,
+                workflow=run.workflow,
+                max_cost=most,
+            )
+        except BudgetExceeded as refused:
+            log.warning("run %s: %s", run.run_id, refused)
+            outcome = failure(
+                "budget",
+                str(refused),
+                scope=refused.scope,
+                period=refused.period,
+                **{what: str(getattr(refused, what)) for what in _AMOUNTS},
+            )
+            return self._finish_failed(record, outcome, tries=0, started_at=started_at, memo=memo)
+        if reservation is not None and reservation.status == "settled":
+            # Another execution of this step settled the call meanwhile, with its ledger row.
+            settled = self.ledger.get(record.idempotency_key)
+            if settled is not None:
+                del memo["bill"]
+                return _recorded(settled)
+        bill.reservation = reservation
+        return None
+
+    def _priced(
+        self, op: Op[Any, Any], payload: dict[str, Any], output: Any, memo: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The output as JSON; for an op with a cost, with what the call cost noted for its
+        settlement, and in the output's `cost_usd` if it has one."""
+        dumped: dict[str, Any] = output.model_dump(mode="json")
+        bill: _Bill | None = memo.get("bill")
+        if bill is None or op.cost is None:
+            return dumped
+        try:
+            bill.cost = money(
+                op.cost.actual_cost(op.input.model_validate(payload), output, self.prices)
+            )
+        except Exception:
+            # The call was made and billed: count it at its most rather than not at all.
+            log.exception("%s: pricing the reply failed; billed at its most", op.id)
+            bill.cost = bill.most
+        if "cost_usd" in op.output.model_fields:
+            dumped["cost_usd"] = str(bill.cost)
+        return dumped
+
+    def _record(
+        self, memo: dict[str, Any], record: CallRecord, status: LedgerStatus, values: dict[str, Any]
+    ) -> bool:
+        """Write the call's ledger row. For a call that reserved spend, in the transaction that
+        settles its reservation at its cost (it succeeded) or releases it (it did not)."""
+        bill: _Bill | None = memo.get("bill")
+        if bill is None:
+            return self.ledger.finish(record, status, **values)
+        cost = bill.cost if status == "ok" else None
+        if bill.reservation is None or self.budgets is None:
+            return self.ledger.finish(record, status, cost=cost, **values)
+
+        def write(conn: Any) -> bool:
+            return self.ledger.finish_in(conn, record, status, cost=cost, **values)
+
+        if cost is None:
+            return self.budgets.release(bill.reservation, record=write)
+        return self.budgets.settle(bill.reservation, cost, record=write)
+
+
+def _waits(record: CallRecord, held: Held) -> Outcome:
+    """The outcome of a call whose run waits at its task: checkpointed with the step, so a
+    replay of the step waits again rather than calling."""
+    if held.opened:
+        log.warning("%s", held.message)
+    return failure(
+        "uncertain", held.message, idempotency_key=record.idempotency_key, task_id=held.task_id
+    )
 
 
 def _conflict(record: CallRecord, existing: LedgerRow) -> Outcome | None:
@@ -340,3 +514,26 @@ def _conflict(record: CallRecord, existing: LedgerRow) -> Outcome | None:
         f"(step {existing.step_id}): give each call its own `key=`, or make the workflow call "
         "the same op with the same input at the same step on every attempt",
     )
+
+
+_AMOUNTS = ("limit", "spent", "reserved", "requested")
+
+
+@dataclass
+class _Bill:
+    """A call of an op with a cost, as it goes: its most, its reservation (None when no budget
+    applies), and what it cost once it answered."""
+
+    most: Decimal
+    reservation: Reservation | None = None
+    cost: Decimal | None = None
+
+
+def _recorded(existing: LedgerRow) -> Outcome:
+    """The outcome a finished ledger row records, to return instead of calling again."""
+    if existing.status == "ok":
+        return ok(existing.output)
+    info = dict(existing.error_info or {})
+    info.setdefault("kind", "failed")
+    info["message"] = existing.error or "the call failed"
+    return {"error": info}

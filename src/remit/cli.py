@@ -14,12 +14,15 @@ from typing import Annotated, Any
 
 import typer
 from dbos import DBOSClient
+from rich.markup import escape
 from rich.table import Table
 
 # Imported for what they do on import: register their commands on `cli`.
-from remit import cli_direct, cli_secrets  # noqa: F401
+from remit import cli_budgets, cli_direct, cli_secrets, cli_tasks  # noqa: F401
 from remit.app import App
 from remit.approvals import Approval, Approvals, DecideResult
+from remit.budget_store import Budgets
+from remit.budgets import usd
 from remit.cli_base import AppDir, cli, connected, err, load, open_database, out, parse_json
 from remit.errors import RemitError
 from remit.guard import Guard, check_actor
@@ -112,6 +115,9 @@ def run(
             current = runs.get(started.run_id)
             if current.status == "waiting":
                 _tell_waiting(running.approvals.list(run_id=current.run_id, status="pending"), told)
+                cli_tasks.tell_waiting(
+                    running.tasks.list(run_id=current.run_id, status="open"), told
+                )
         _show(current, running.client, running.runtime.ledger)
     finally:
         running.stop(keep_slot=True)
@@ -127,6 +133,7 @@ def reconcile(
 ) -> None:
     """Run one reconciler pass now and print what it did (workers run one every minute)."""
     from remit.reconciler import Reconciler
+    from remit.tasks import TaskOpener
     from remit.workers import live_versions
 
     with connected(app_dir) as (app, settings, db, client):
@@ -142,6 +149,8 @@ def reconcile(
             ),
             approvals=_approvals(db, client, app, settings),
             app_state=_app_state(db, client, app, settings),
+            tasks=TaskOpener(db, app.name),
+            budgets=Budgets(db, app.name, app.budgets),
         ).run_pass(dry_run=dry_run)
     verb = "would do" if dry_run else "did"
     if not report.actions:
@@ -159,6 +168,12 @@ def reconcile(
         count = len(report.actions)
         out.print(f"the pass {verb} {count} {'action' if count == 1 else 'actions'}:")
         out.print(table)
+    for found in report.drift:
+        out.print(
+            f"[yellow]drift:[/] budget {found.scope} {found.period}: the counter says "
+            f"{usd(found.spent_usd)} spent, the ledger {usd(found.ledger_usd)} (off by "
+            f"{usd(found.drift_usd)}). Not corrected: find out why before trusting either"
+        )
     for problem in report.errors:
         err.print(f"[red]failed:[/] {problem}")
     if report.errors:
@@ -288,8 +303,9 @@ def show(
     app_dir: AppDir = None,
 ) -> None:
     """Show a run: status, attempts, each step with its timing and output, and its ledger."""
-    with connected(app_dir) as (_, _, db, client):
+    with connected(app_dir) as (app, _, db, client):
         _show(RunStore(db).get(run_id), client, LedgerStore(db))
+        cli_tasks.show_open(app, db, client, run_id)
 
 
 @cli.command()
@@ -588,6 +604,7 @@ def _ledger_table(rows: list[LedgerRow], *, with_run: bool) -> Table:
         "status",
         "tries",
         "ms",
+        "cost",
         "actor",
         "error",
     ]:
@@ -606,6 +623,7 @@ def _ledger_table(rows: list[LedgerRow], *, with_run: bool) -> Table:
             _status(row.status),
             str(row.tries),
             took,
+            "-" if row.cost is None else usd(row.cost),
             row.actor,
             row.error or "",
         ]
@@ -684,5 +702,5 @@ def main() -> None:
     try:
         cli()
     except RemitError as error:
-        err.print(f"[red]error:[/] {error}")
+        err.print(f"[red]error:[/] {escape(str(error))}")
         sys.exit(1)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ import typer
 from dbos import DBOSClient
 from rich.console import Console
 
+from remit import telemetry
 from remit.app import App, load_app
 from remit.errors import RemitError
 from remit.settings import Settings
@@ -58,9 +58,7 @@ def load(app_dir: Path | None) -> tuple[App, Settings]:
     folder = app_dir or _state.app_path
     app = load_app(folder)
     settings = Settings.from_env(folder)
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    telemetry.configure_logging(settings)
     return app, settings
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 from dbos import DBOSClient
+from rich.markup import escape
 from rich.table import Table
 
 from remit.app import App
@@ -48,7 +49,7 @@ def print_call(result: CallResult) -> None:
         out.print(f"  decide it: remit approvals --run {result.run_id}, then remit approve ID")
         return
     if result.status == "failed":
-        err.print(f"{result.op} failed (key {result.idempotency_key}): {result.error}")
+        err.print(escape(f"{result.op} failed (key {result.idempotency_key}): {result.error}"))
         raise typer.Exit(1)
     out.print(json.dumps(result.output, indent=2, sort_keys=True))
     err.print(f"{result.op} ok (key {result.idempotency_key}){again}")
@@ -148,7 +149,7 @@ def policies(ctx: typer.Context, app_dir: AppDir = None) -> None:
     if policy.left_out:
         out.print(f"  not in any context (typed two ways): {', '.join(policy.left_out)}")
     if policy.problem is not None:
-        err.print(f"broken, so every action is refused: {policy.problem}")
+        err.print(escape(f"broken, so every action is refused: {policy.problem}"))
         raise typer.Exit(1)
     out.print("  they parse and validate against the app's schema (`remit policies schema`)")
 
@@ -185,9 +186,9 @@ def explain(
     held = " (held for an approval)" if verdict.held else ""
     line = f"{'allowed' if verdict.allowed else 'denied'}{held}: {verdict.reason}"
     if not verdict.allowed:
-        err.print(line)
+        err.print(escape(line))
         raise typer.Exit(1)
-    out.print(line)
+    out.print(escape(line))
 
 
 @cli.command()

@@ -40,7 +40,14 @@ def _read_value(name: str) -> str:
     if sys.stdin.isatty():
         value = getpass.getpass(f"value of {name} (not shown): ")
     else:
-        value = sys.stdin.read()
+        raw = sys.stdin.buffer.read()
+        try:
+            value = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise RemitError(
+                f"the value piped in for {name} is not UTF-8 text: store binary values encoded "
+                "(base64, say) and decode them in the driver"
+            ) from None
         if value.endswith("\r\n"):
             value = value[:-2]
         elif value.endswith("\n"):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Generic, TypeVar, cast
 
 import sqlalchemy as sa
-from pydantic import BaseModel, Field, ValidationError, create_model
+from pydantic import BaseModel, Field, ValidationError, create_model, model_validator
 from sqlalchemy.dialects import postgresql, sqlite
 
 from remit.clock import Clock, SystemClock
@@ -106,7 +106,7 @@ class Collection(Generic[M]):
                 f"{VENDOR}.{name}.put",
                 effect="write",
                 idempotent=True,
-                input=model,
+                input=_put_input(model, key),
                 output=model,
                 description=f"Store a record in {what}, replacing the one with its `{key}`.",
             ),
@@ -193,6 +193,23 @@ def _key_input(model: type[BaseModel], key: str) -> type[BaseModel]:
     return create_model(f"{model.__name__}Key", **fields)
 
 
+def _put_input(model: type[M], key: str) -> type[M]:
+    """The input of `put`: the model itself, with its key checked as the table stores it, so a
+    record whose key is empty or too long is refused before anything is written."""
+
+    def key_fits(record: Any) -> Any:
+        text = str(getattr(record, key))
+        if not 1 <= len(text) <= MAX_KEY:
+            raise ValueError(
+                f"`{key}` must be 1 to {MAX_KEY} characters once written as text; this one is "
+                f"{len(text)}"
+            )
+        return record
+
+    validators: dict[str, Any] = {"key_fits": model_validator(mode="after")(key_fits)}
+    return create_model(model.__name__, __base__=model, __validators__=validators)
+
+
 class CollectionStore(Implementation):
     """The `data` vendor: every collection of one app, served from the app's database.
 
@@ -243,14 +260,7 @@ class CollectionStore(Implementation):
         return {"record": found}
 
     def _put(self, declared: Collection[Any], input: BaseModel, call: CallContext) -> BaseModel:
-        key = declared.key_of(input)
-        if not 1 <= len(key) <= MAX_KEY:
-            raise DriverError(
-                f"collection `{declared.name}`: a record's `{declared.key}` must be 1 to "
-                f"{MAX_KEY} characters once written as text; this one is {len(key)}",
-                retryable=False,
-                maybe_applied=False,
-            )
+        key = declared.key_of(input)  # its length was checked as the input parsed
         values = {
             "record": input.model_dump(mode="json"),
             "updated_at": self.clock.now(),
@@ -263,7 +273,8 @@ class CollectionStore(Implementation):
             .on_conflict_do_update(index_elements=["app", "collection", "key"], set_=values)
         )
         self._database(declared, "put", lambda: self.db.execute_one(statement), applied=True)
-        return input
+        stored: BaseModel = declared.model.model_validate(input.model_dump())
+        return stored
 
     def _list(
         self, declared: Collection[Any], input: PageRequest, call: CallContext

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any, TypeVar, cast, overload
 
 import sqlalchemy as sa
@@ -21,10 +22,12 @@ from dbos import DBOS, StepOptions
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
+from remit import telemetry
 from remit.approvals import Decision, Gates
 from remit.calls import OpCaller, Outcome, RunInfo, failure, ok, raise_failure
+from remit.connectors.llm import ChatMessage, ChatReply, chat_complete
 from remit.connectors.ops import Op
-from remit.errors import InputInvalid, OpNotDeclared, StepFailed, Suspended
+from remit.errors import InputInvalid, OpNotDeclared, RemitError, StepFailed, Suspended
 from remit.timers import Timers
 from remit.workflows import Workflow
 
@@ -74,6 +77,7 @@ class _Base:
         if seconds <= self._timers.suspend_after:
             return float(seconds), None
 
+        @telemetry.traced_step("sleep", "sleep", seconds=float(seconds))
         def body() -> dict[str, Any]:
             step_id = DBOS.step_id
             assert step_id is not None, "a sleep runs as a DBOS step"
@@ -146,6 +150,7 @@ class _Base:
         """The gate's DBOS step, and what turns its row into a decision (or a suspension)."""
         declared, payload, seconds = self._gates.prepare(key, type, draft, expires_in)
 
+        @telemetry.traced_step("approval", key)
         def body() -> dict[str, Any]:
             step_id = DBOS.step_id
             assert step_id is not None, "an approval gate runs as a DBOS step"
@@ -216,6 +221,29 @@ def _gate_options(key: str) -> StepOptions:
 
 def _sleep_options() -> StepOptions:
     return _db_step_options("sleep")
+
+
+def _chat(
+    prompt: str | Iterable[ChatMessage | Mapping[str, str]],
+    model: str,
+    max_tokens: int,
+    temperature: float | None,
+    system: str | None,
+) -> dict[str, Any]:
+    """The input of `llm.chat.complete` for `ctx.llm`, parsed (and refused) as any op's is."""
+    given: list[Any] = (
+        [{"role": "user", "content": prompt}]
+        if isinstance(prompt, str)
+        else [m.model_dump() if isinstance(m, BaseModel) else dict(m) for m in prompt]
+    )
+    if system is not None:
+        given.insert(0, {"role": "system", "content": system})
+    return {
+        "model": model,
+        "messages": given,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+    }
 
 
 def _finish_op(op: Op[Any, Out], outcome: Outcome) -> Out:
@@ -295,6 +323,7 @@ class Context(_Base):
         self._park_if_paused()
         cause: list[BaseException] = []
 
+        @telemetry.traced_step("step", name)
         def body() -> Outcome:
             try:
                 return _step_outcome(name, fn())
@@ -316,6 +345,43 @@ class Context(_Base):
         declared, payload = self._prepare(op, input, fields, key)
         outcome = DBOS.run_step(_op_options(declared), self._op_step(declared, payload, key))
         return _finish_op(cast(Op[Any, Out], declared), outcome)
+
+    def llm(
+        self,
+        prompt: str | Iterable[ChatMessage | Mapping[str, str]],
+        *,
+        model: str,
+        max_tokens: int = 1024,
+        temperature: float | None = None,
+        system: str | None = None,
+        key: str | None = None,
+    ) -> ChatReply:
+        """Ask a model and return its reply: the op `llm.chat.complete` (the `llm` connector),
+        which the workflow's `uses` must list, called as `ctx.call` calls it.
+
+        `prompt` is one user message, or a list of messages (`{"role": ..., "content": ...}`);
+        `system` goes before them. Before it is made, the call reserves the most it can cost
+        (`max_tokens` and the prompt, at the model's price) in the budgets that apply, and is
+        refused with `BudgetExceeded` when that would pass one.
+        """
+        chat = _chat(prompt, model, max_tokens, temperature, system)
+        return self.call(chat_complete, chat, key=key)
+
+    def raise_budget(
+        self, *, scope: str, period: str, limit: Decimal | int | str, by: str
+    ) -> Decimal:
+        """Set the limit of a budget period (`BudgetExceeded.scope` and `.period`) to `limit`
+        USD, as a checkpointed step, recording `by` (who approved it) in the audit log; return
+        the new limit. For a workflow that waits at an approval after `BudgetExceeded`."""
+        budgets = self._caller.budgets
+        if budgets is None:
+            raise RemitError("this worker keeps no budgets: ctx.raise_budget has nothing to raise")
+        return Decimal(
+            self.step(
+                "raise-budget",
+                lambda: str(budgets.raise_limit(scope, period, limit, by=by).limit_usd),
+            )
+        )
 
     def approval(
         self,
@@ -359,7 +425,8 @@ class Context(_Base):
         self._park_if_paused()
         seconds, body = self._sleep_step(duration)
         if body is None:
-            DBOS.sleep(seconds)
+            with telemetry.step_span("sleep", "sleep", seconds=seconds):
+                DBOS.sleep(seconds)
             return
         Timers.outcome(DBOS.run_step(_sleep_options(), body))
 
@@ -372,6 +439,7 @@ class AsyncContext(_Base):
         self._park_if_paused()
         cause: list[BaseException] = []
 
+        @telemetry.traced_step("step", name)
         async def body() -> Outcome:
             try:
                 # A sync function runs in a thread, so it cannot block other async workflows.
@@ -396,6 +464,34 @@ class AsyncContext(_Base):
             _op_options(declared), self._op_step(declared, payload, key)
         )
         return _finish_op(cast(Op[Any, Out], declared), outcome)
+
+    async def llm(
+        self,
+        prompt: str | Iterable[ChatMessage | Mapping[str, str]],
+        *,
+        model: str,
+        max_tokens: int = 1024,
+        temperature: float | None = None,
+        system: str | None = None,
+        key: str | None = None,
+    ) -> ChatReply:
+        """Ask a model and return its reply; see `Context.llm`."""
+        chat = _chat(prompt, model, max_tokens, temperature, system)
+        return await self.call(chat_complete, chat, key=key)
+
+    async def raise_budget(
+        self, *, scope: str, period: str, limit: Decimal | int | str, by: str
+    ) -> Decimal:
+        """Set a budget period's limit as a checkpointed step; see `Context.raise_budget`."""
+        budgets = self._caller.budgets
+        if budgets is None:
+            raise RemitError("this worker keeps no budgets: ctx.raise_budget has nothing to raise")
+        return Decimal(
+            await self.step(
+                "raise-budget",
+                lambda: str(budgets.raise_limit(scope, period, limit, by=by).limit_usd),
+            )
+        )
 
     async def approval(
         self,
@@ -426,7 +522,8 @@ class AsyncContext(_Base):
         self._park_if_paused()
         seconds, body = self._sleep_step(duration)
         if body is None:
-            await DBOS.sleep_async(seconds)
+            with telemetry.step_span("sleep", "sleep", seconds=seconds):
+                await DBOS.sleep_async(seconds)
             return
 
         async def in_thread() -> dict[str, Any]:

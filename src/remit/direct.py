@@ -12,12 +12,15 @@ import hashlib
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+import sqlalchemy as sa
 from dbos import DBOSClient
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from remit.approvals import ApprovalType
+from remit.budget_store import Budgets
 from remit.calls import OpCaller, RunInfo
 from remit.clock import Clock, SystemClock
 from remit.connectors.base import Implementation
@@ -25,16 +28,16 @@ from remit.connectors.ops import Op
 from remit.context import Context
 from remit.errors import InputInvalid, RemitError
 from remit.guard import Guard, check_actor
-from remit.ledger import LedgerStore
-from remit.runs import RunStore
+from remit.ledger import LedgerStore, input_hash
+from remit.policy import HELD
+from remit.runs import RunStore, json_input
 from remit.store.database import Database
+from remit.tasks import TaskOpener
 from remit.workflows import Workflow, workflow
 
 if TYPE_CHECKING:
     from remit.app import App
 
-# The built-in workflow and approval type of a held call.
-HELD = "call"
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
@@ -55,7 +58,33 @@ class HeldCallInput(BaseModel):
     key: str = Field(default="", description="the caller's key, if the call was given one")
 
 
-HELD_APPROVAL = ApprovalType(HELD, draft=HeldCall, description="a direct call held by policy")
+def held_call_type(ops: Mapping[str, Op[Any, Any]]) -> ApprovalType:
+    """The built-in approval type `call`: its draft's input must parse against its op's input
+    model, so an approver's edit is checked (and seen by the policies) as the call will be."""
+
+    class HeldCallDraft(HeldCall):
+        @model_validator(mode="after")
+        def _input_parses(self) -> HeldCallDraft:
+            op = ops.get(self.op)
+            if op is None:
+                raise ValueError(f"the app has no op `{self.op}`")
+            unknown = sorted(set(self.input) - set(op.input.model_fields))
+            if unknown:
+                raise ValueError(
+                    f"the input of `{op.id}` has no field {', '.join(unknown)} (its fields: "
+                    f"{', '.join(op.input.model_fields)})"
+                )
+            try:
+                self.input = parse_op_input(op, self.input)
+            except InputInvalid as invalid:
+                problems = "; ".join(
+                    f"input.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                    for e in invalid.errors
+                )
+                raise ValueError(f"the input of `{op.id}` does not parse: {problems}") from None
+            return self
+
+    return ApprovalType(HELD, draft=HeldCallDraft, description="a direct call held by policy")
 
 
 def held_call_workflow(ops: Mapping[str, Op[Any, Any]]) -> Workflow:
@@ -118,7 +147,13 @@ class DirectCalls:
         self.clock = clock or SystemClock()
         self.ledger = LedgerStore(db, clock=self.clock)
         self.caller = OpCaller(
-            implementations=implementations, ledger=self.ledger, clock=self.clock, environ=environ
+            implementations=implementations,
+            ledger=self.ledger,
+            clock=self.clock,
+            environ=environ,
+            tasks=TaskOpener(db, app.name, clock=self.clock),
+            budgets=Budgets(db, app.name, app.budgets, clock=self.clock),
+            prices=app.llm_prices,
         )
 
     def call(
@@ -142,7 +177,10 @@ class DirectCalls:
             return self._hold(op, parsed, by=by, key=key, note=verdict.hold_note)
         call_id = f"call_{uuid.uuid4().hex[:16]}"
         ledger_key = f"direct:{key}" if key else f"{call_id}:0"
-        existing = self.ledger.get(ledger_key) if key else None
+        if key:
+            answered = self._keyed(op, parsed, key, ledger_key)
+            if answered is not None:
+                return answered
         run = RunInfo(run_id=call_id, attempt=1, workflow_id=call_id, actor=by, direct=True)
         outcome = self.caller.call(run, op, parsed, step_id=0, key=ledger_key)
         error = outcome.get("error")
@@ -152,8 +190,41 @@ class DirectCalls:
             idempotency_key=ledger_key,
             output=outcome.get("ok"),
             error=error["message"] if error else None,
-            replayed=existing is not None,
         )
+
+    def _keyed(
+        self, op: Op[Any, Any], parsed: dict[str, Any], key: str, ledger_key: str
+    ) -> CallResult | None:
+        """What the ledger already holds under the call's key: its outcome to replay, a
+        refusal, or None when the call is to be made (or made again, when that is safe)."""
+        existing = self.ledger.get(ledger_key)
+        if existing is None:
+            return None
+        if (existing.op_id, existing.input_hash) != (op.id, input_hash(parsed)):
+            other = "other input" if existing.op_id == op.id else f"`{existing.op_id}`"
+            raise RemitError(
+                f"--key {key} was used for a call of {other} ({_when(existing.started_at)}): "
+                "give each call its own key. Nothing was called"
+            )
+        if existing.status in ("ok", "failed"):
+            return CallResult(
+                status=existing.status,  # type: ignore[arg-type]
+                op=op.id,
+                idempotency_key=ledger_key,
+                output=existing.output,
+                error=existing.error,
+                replayed=True,
+            )
+        if existing.status == "not_done":
+            return None  # a person confirmed it did not happen: the op says what follows
+        if existing.status == "uncertain" or not op.safe_to_repeat:
+            raise RemitError(
+                f"the call of `{op.id}` keyed {key} started {_when(existing.started_at)} and its "
+                f"outcome is not recorded ({existing.status}): it may still be in progress, or "
+                "the process making it stopped. It is not safe to repeat, so nothing was called: "
+                "check with the vendor, and answer its task (`remit tasks`) if it has one"
+            )
+        return None  # an idempotent write that never finished: calling again is safe
 
     def _op(self, op_id: str) -> Op[Any, Any]:
         op = self.app.ops.get(op_id)
@@ -173,20 +244,29 @@ class DirectCalls:
                 f"a policy holds {op.id} for an approval, but app `{self.app.name}` has no "
                 "`call` workflow: held calls need the app's policies folder"
             )
-        run_id = None
-        if key:
-            run_id = "held_" + hashlib.sha256(f"{by}\n{key}".encode()).hexdigest()[:16]
-            found = RunStore(self.db, clock=self.clock).find(run_id)
-            if found is not None:
-                return CallResult(status="held", op=op.id, run_id=run_id, note=note, replayed=True)
-        run = RunStore(self.db, clock=self.clock).start(
-            self.client,
-            held,
-            {"op": op.id, "input": parsed, "note": note, "key": key or ""},
-            started_by=by,
-            run_id=run_id,
-        )
-        return CallResult(status="held", op=op.id, run_id=run.run_id, note=note)
+        runs = RunStore(self.db, clock=self.clock)
+        wanted = {"op": op.id, "input": parsed, "note": note, "key": key or ""}
+        if not key:
+            run = runs.start(self.client, held, wanted, started_by=by)
+            return CallResult(status="held", op=op.id, run_id=run.run_id, note=note)
+        run_id = "held_" + hashlib.sha256(f"{by}\n{key}".encode()).hexdigest()[:16]
+        found = runs.find(run_id)
+        if found is None:
+            try:
+                run = runs.start(self.client, held, wanted, started_by=by, run_id=run_id)
+                return CallResult(status="held", op=op.id, run_id=run.run_id, note=note)
+            except sa.exc.IntegrityError:
+                found = runs.get(run_id)  # the same key, held at the same moment elsewhere
+        if (found.input.get("op"), found.input.get("input")) != (op.id, parsed):
+            raise RemitError(
+                f"--key {key} was used for a held call of `{found.input.get('op')}` with other "
+                f"input (run {run_id}): give each call its own key. Nothing was held"
+            )
+        return CallResult(status="held", op=op.id, run_id=run_id, note=note, replayed=True)
+
+
+def _when(at: datetime) -> str:
+    return f"at {at:%Y-%m-%d %H:%M:%S} UTC"
 
 
 def parse_op_input(op: Op[Any, Any], payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -198,5 +278,4 @@ def parse_op_input(op: Op[Any, Any], payload: Mapping[str, Any]) -> dict[str, An
         raise InputInvalid.of(
             error, what=f"input to `{op.id}`", target=op.id, after="Nothing was called"
         ) from None
-    dumped: dict[str, Any] = model.model_dump(mode="json")
-    return dumped
+    return json_input(model, what=f"input to `{op.id}`", target=op.id)

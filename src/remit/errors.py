@@ -8,11 +8,14 @@
     ├── SettingsError         an environment setting has a value remit cannot use
     ├── DatabaseError         the database URL is unusable or the database cannot be prepared
     ├── StepFailed            a `ctx.step` function raised (the same on first run and replay)
+    ├── TaskNotFound          no task with that id
+    ├── TaskRefused           `Tasks.resolve` refused, listing every reason; nothing was written
     └── OpError               an operation call did not succeed (raised inside a run)
         ├── OpNotDeclared     the workflow called an op it did not list in `uses`
         ├── MissingCredential the driver needs an environment variable that is not set
+        ├── BudgetExceeded    refused before the call: it could take a budget past its limit
         ├── DriverError       the vendor (or the driver) refused or failed the call
-        └── OpUncertain       a write started and its outcome is unknown; never retried blindly
+        └── OpUncertain       a write's outcome is unknown, recorded before tasks existed
 
 and, outside the root because a workflow must not swallow it:
 
@@ -26,6 +29,7 @@ message.
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import ValidationError
@@ -110,6 +114,37 @@ class MissingCredential(OpError):
         )
 
 
+class BudgetExceeded(OpError):
+    """A call with a cost was refused before it was made: reserving the most it can cost would
+    take a budget period past its limit. Nothing was called.
+
+    `scope` is `app` or `workflow:<name>`, `period` the period's key (`2026-11`); `limit`,
+    `spent` (by settled calls), `reserved` (by calls in flight) and `requested` (this call's
+    most) are Decimal USD. The same error is raised on the first run and on replay. Catch it
+    to wait at an approval and raise the limit (`ctx.raise_budget`), or let the run fail.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        op: str,
+        scope: str,
+        period: str,
+        limit: Decimal,
+        spent: Decimal,
+        reserved: Decimal,
+        requested: Decimal,
+    ) -> None:
+        super().__init__(message, op=op, retryable=False)
+        self.scope = scope
+        self.period = period
+        self.limit = limit
+        self.spent = spent
+        self.reserved = reserved
+        self.requested = requested
+
+
 class DriverError(OpError):
     """A driver's call failed. Drivers raise it; `retryable` drives remit's retry decision.
 
@@ -143,8 +178,9 @@ class DriverError(OpError):
 class OpUncertain(OpError):
     """A write started and never recorded its outcome (the process died mid-call).
 
-    It may or may not have happened at the vendor, so remit does not call it again: the ledger
-    row is `uncertain` and a person must confirm what happened.
+    It may or may not have happened at the vendor, so remit does not call it again. A run now
+    waits at a task for a person to say what happened (see `tasks.py`); this error is what a
+    step recorded before tasks existed still raises when it is replayed.
     """
 
     def __init__(self, message: str, *, op: str, idempotency_key: str) -> None:
@@ -191,11 +227,13 @@ class DecisionRefused(RemitError):
 
 
 class Suspended(BaseException):
-    """The attempt stops here and the run waits (at a gate), sleeps, or parks while the app is
-    paused: the attempt ends holding nothing.
+    """The attempt stops here and the run waits (at a gate or a task), sleeps, or parks while
+    the app is paused: the attempt ends holding nothing.
 
-    Raised by `ctx.approval` while its gate is pending, by a long `ctx.sleep`, and by a step
-    that would start while the app is paused; caught by remit around the workflow function. Not an `Exception`, so a workflow's `except Exception` does not swallow it.
+    Raised by `ctx.approval` while its gate is pending, by an op call whose outcome is unknown
+    while its task is open, by a long `ctx.sleep`, and by a step that would start while the app
+    is paused; caught by remit around the workflow function. Not an `Exception`, so a
+    workflow's `except Exception` does not swallow it.
     """
 
     def __init__(
@@ -204,7 +242,25 @@ class Suspended(BaseException):
         reason: str,
         *,
         approval_id: str | None = None,
+        task_id: str | None = None,
     ) -> None:
         super().__init__(reason)
         self.status = status
         self.approval_id = approval_id
+        self.task_id = task_id
+
+
+class TaskNotFound(RemitError):
+    """No task has that id."""
+
+
+class TaskRefused(RemitError):
+    """`Tasks.resolve` refused and wrote nothing. `reasons` lists every reason, so one answer
+    tells the caller everything to fix."""
+
+    def __init__(self, task_id: str, reasons: list[str]) -> None:
+        super().__init__(
+            f"task {task_id} was not resolved, nothing was written: " + "; ".join(reasons)
+        )
+        self.task_id = task_id
+        self.reasons = reasons

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from remit.clock import Clock, SystemClock
 from remit.errors import RemitError
-from remit.policy import SYSTEM_PREFIX, Action, Policy, Verdict, denied
+from remit.policy import HELD, SYSTEM_PREFIX, Action, Policy, Verdict, denied
 from remit.runs import Run, RunStore, parse_input
 from remit.store.database import Database
 from remit.store.schema import denials
@@ -82,7 +82,17 @@ class Guard:
         by: str,
     ) -> Run:
         """Start a run of `wf` for `by`, if the policies let them: `start` on the workflow,
-        with the parsed input as context. Refused (and recorded) with `PolicyDenied`."""
+        with the parsed input as context. Refused (and recorded) with `PolicyDenied`.
+
+        The built-in `call` workflow is started only by a held direct call: started by hand it
+        would make a call the `call` policies never saw.
+        """
+        check_actor(by)
+        if wf.name == HELD and self.policy.enabled:
+            raise RemitError(
+                f"the `{HELD}` workflow runs direct calls a policy holds, and is not started by "
+                f"hand: call the op with `remit call OP --input JSON --as {by}`"
+            )
         payload = parse_input(wf, input)
         self.require(by, "start", wf.name, {"input": payload})
         return runs.start(client, wf, payload, started_by=by)
@@ -90,7 +100,9 @@ class Guard:
     def check(
         self, principal: str, action: Action, resource: str, context: Mapping[str, Any]
     ) -> Verdict:
-        """The policies' answer; a refusal is recorded (not raised)."""
+        """The policies' answer; a refusal is recorded (not raised). For remit's own work
+        (`remit:` principals) it is not asked: use `check_actor` on what people and agents
+        give as who they are."""
         if principal.startswith(SYSTEM_PREFIX) or not self.policy.enabled:
             return Verdict(True, "not checked")
         verdict = self.policy.check(principal, action, resource, context)

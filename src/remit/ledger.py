@@ -2,13 +2,16 @@
 
 A write's row is `started` (durable) before its driver is called, and gets its outcome after.
 A call that finds its own row already there is a re-entry (a step retried after a crash, or a
-later attempt reaching the same step): `on_reentry` decides what it may do.
+later attempt reaching the same step): `on_reentry` decides what it may do. A write whose
+outcome is unknown is `uncertain` and waits for a person (`tasks.py`); their answer makes the
+row `ok` (it happened), `not_done` (it did not, and the op is called again) or `failed`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -21,7 +24,7 @@ from remit.clock import Clock, SystemClock
 from remit.store.database import Database
 from remit.store.schema import ledger, runs
 
-LedgerStatus = Literal["started", "ok", "failed", "uncertain"]
+LedgerStatus = Literal["started", "ok", "failed", "uncertain", "not_done"]
 Reentry = Literal["replay", "call", "uncertain"]
 
 
@@ -30,9 +33,12 @@ def on_reentry(status: str, *, safe_to_repeat: bool) -> Reentry:
 
     - `replay`: the outcome is recorded (ok, failed or uncertain); return it, call nothing.
     - `call`: the earlier call may or may not have happened, and calling again with the same
-      idempotency key cannot double its effect.
+      idempotency key cannot double its effect; or a person confirmed it did not happen
+      (`not_done`).
     - `uncertain`: the earlier call may have happened and repeating it could double it.
     """
+    if status == "not_done":
+        return "call"
     if status != "started":
         return "replay"
     return "call" if safe_to_repeat else "uncertain"
@@ -129,8 +135,18 @@ class LedgerStore:
             return Begun(existing=self.get(record.idempotency_key))
 
     def retake(self, key: str, attempt: int) -> None:
-        """A re-entered call goes ahead: note the attempt that makes it."""
-        self._update(key, {"attempt": attempt})
+        """A re-entered call goes ahead: note the attempt that makes it, and make the row
+        `started` again (a `not_done` row is called again)."""
+        self._update(
+            key,
+            {
+                "attempt": attempt,
+                "status": "started",
+                "finished_at": None,
+                "error": None,
+                "error_info": None,
+            },
+        )
 
     def tried(self, key: str, tries: int) -> None:
         self._update(key, {"tries": tries})
@@ -145,12 +161,60 @@ class LedgerStore:
         error: str | None = None,
         error_info: dict[str, Any] | None = None,
         started_at: datetime | None = None,
+        cost: Decimal | None = None,
     ) -> bool:
         """Record a call's outcome; a read, which has no `started` row, gets its row now.
+        `cost` is what the call cost in USD, for an op with a cost.
 
         False when the idempotency key already belongs to another call (another op, or the
         same op with other input): nothing is written.
         """
+        values, new_row = self._outcome(
+            record, status, tries, output, error, error_info, started_at, cost
+        )
+
+        def write() -> bool:
+            # One statement each, most often only the first: a read's first and only row, or
+            # a write's outcome on its `started` row. Each is checked, so none needs the others
+            # in its transaction.
+            return self._write_outcome(self.db.execute_one, record, values, new_row)
+
+        return self.db.retrying(f"ledger {record.idempotency_key}: {status}", write)
+
+    def finish_in(
+        self,
+        conn: sa.Connection,
+        record: CallRecord,
+        status: LedgerStatus,
+        *,
+        tries: int,
+        output: Any = None,
+        error: str | None = None,
+        error_info: dict[str, Any] | None = None,
+        started_at: datetime | None = None,
+        cost: Decimal | None = None,
+    ) -> bool:
+        """`finish`, inside the caller's transaction on `conn`: a call's cost settles its budget
+        reservation in the transaction that records it (see `budgets.py`)."""
+        values, new_row = self._outcome(
+            record, status, tries, output, error, error_info, started_at, cost
+        )
+        return self._write_outcome(
+            lambda statement: int(conn.execute(statement).rowcount), record, values, new_row
+        )
+
+    def _outcome(
+        self,
+        record: CallRecord,
+        status: LedgerStatus,
+        tries: int,
+        output: Any,
+        error: str | None,
+        error_info: dict[str, Any] | None,
+        started_at: datetime | None,
+        cost: Decimal | None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The values of a call's outcome, and the whole row when it has none yet."""
         now = self.clock.now()
         values = {
             "status": status,
@@ -159,38 +223,27 @@ class LedgerStore:
             "output": output,
             "error": error,
             "error_info": error_info,
+            "cost": cost,
         }
-        new_row = {**record.__dict__, **values, "started_at": started_at or now}
+        return values, {**record.__dict__, **values, "started_at": started_at or now}
+
+    def _write_outcome(
+        self,
+        execute: Callable[[sa.Executable], int],
+        record: CallRecord,
+        values: dict[str, Any],
+        new_row: dict[str, Any],
+    ) -> bool:
         same_call = (
             ledger.c.idempotency_key == record.idempotency_key,
             ledger.c.op_id == record.op_id,
             ledger.c.input_hash == record.input_hash,
         )
-
-        def write() -> bool:
-            # One statement each, most often only the first: a read's first and only row, or
-            # a write's outcome on its `started` row. Each is checked, so none needs the others
-            # in its transaction.
-            if record.effect == "read" and self.db.execute_one(self._insert_new(new_row)) == 1:
-                return True
-            if self.db.execute_one(ledger.update().where(*same_call).values(**values)) == 1:
-                return True
-            return self.db.execute_one(self._insert_new(new_row)) == 1
-
-        return self.db.retrying(f"ledger {record.idempotency_key}: {status}", write)
-
-    def mark_uncertain(self, key: str, reason: str) -> bool:
-        """A `started` write whose run has finished without recording its outcome: it may or
-        may not have happened at the vendor. False if the row is no longer `started`."""
-        statement = (
-            ledger.update()
-            .where(ledger.c.idempotency_key == key, ledger.c.status == "started")
-            .values(status="uncertain", finished_at=self.clock.now(), error=reason)
-        )
-        return (
-            self.db.retrying(f"ledger {key}: uncertain", lambda: self.db.execute_one(statement))
-            == 1
-        )
+        if record.effect == "read" and execute(self._insert_new(new_row)) == 1:
+            return True
+        if execute(ledger.update().where(*same_call).values(**values)) == 1:
+            return True
+        return execute(self._insert_new(new_row)) == 1
 
     def _insert_new(self, row: dict[str, Any]) -> sa.Insert:
         """An insert that does nothing when the key is taken."""
@@ -215,8 +268,14 @@ class LedgerStore:
             return [_row(row) for row in conn.execute(query)]
 
     def _by_key(self, conn: sa.Connection, key: str) -> LedgerRow | None:
-        row = conn.execute(sa.select(ledger).where(ledger.c.idempotency_key == key)).one_or_none()
-        return None if row is None else _row(row)
+        return read_row(conn, key)
+
+
+def read_row(conn: sa.Connection, key: str, *, for_update: bool = False) -> LedgerRow | None:
+    """The row under `key` inside the caller's transaction, locked till commit if asked."""
+    query = sa.select(ledger).where(ledger.c.idempotency_key == key)
+    row = conn.execute(query.with_for_update() if for_update else query).one_or_none()
+    return None if row is None else _row(row)
 
 
 def _current(conn: sa.Connection, run_id: str, workflow_id: str) -> bool:

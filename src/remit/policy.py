@@ -48,6 +48,8 @@ PRINCIPAL_TYPES = {"user": "User", "agent": "Agent"}
 PRINCIPALS_FILE = "principals.toml"
 # The annotation that turns a permitted direct call into a run waiting at an approval.
 HOLD = "hold"
+# The built-in workflow and approval type a held call waits in.
+HELD = "call"
 # Principals that are remit itself (the expiry sweep, schedules): never checked, and refused
 # as `--as` or `by` on every surface.
 SYSTEM_PREFIX = "remit:"
@@ -182,21 +184,24 @@ class Policy:
             ]
             raise _Broken("; ".join(problems))
         parsed = json.loads(cedarpy.policies_to_json_str(text)) if statements else {}
-        unread = {entry.split("`")[1]: entry for entry in self.left_out}
         for pid, body in parsed.get("staticPolicies", {}).items():
-            for name in sorted(_attributes(body) & set(unread)):
+            for record, name in sorted(_context_reads(body)):
+                what = _RECORDS.get(record)
+                if what is None or f"{what} `{name}`" not in self.left_out:
+                    continue
                 # It would read as absent and never match: say so rather than let it lie dead.
                 raise _Broken(
-                    f"{self._where[pid]}: reads `{name}`, but the {unread[name]} is typed two "
-                    "ways in the app, so no context carries it: make the types agree, or "
-                    "rename one"
+                    f"{self._where[pid]}: reads `context.{record}.{name}`, but the {what} "
+                    f"`{name}` is typed two ways in the app, so no context carries it: make the "
+                    "types agree, or rename one"
                 )
             annotations = body.get("annotations", {})
             if HOLD not in annotations:
                 continue
-            if body.get("effect") != "permit" or not _may_be_call(body.get("action", {})):
+            if body.get("effect") != "permit" or not _only_call(body.get("action", {})):
                 raise _Broken(
-                    f'{self._where[pid]}: @hold belongs on a permit of Action::"call" only'
+                    f"{self._where[pid]}: @hold belongs on a permit whose action is "
+                    'action == Action::"call" (a held start or decision has no meaning)'
                 )
             self._holds[pid] = annotations[HOLD] or ""
         if parsed.get("templates"):
@@ -206,7 +211,13 @@ class Policy:
             )
         self._set = cedarpy.PolicySet.from_str(text)
         entities = _entities(folder / PRINCIPALS_FILE, catalog)
-        self._entities = cedarpy.Entities.from_json_str(json.dumps(entities))
+        try:
+            self._entities = cedarpy.Entities.from_json_str(json.dumps(entities))
+        except ValueError as error:
+            raise _Broken(
+                f"{folder.name}/{PRINCIPALS_FILE}: the groups cannot be read as a hierarchy "
+                f"(a group that is, through others, a member of itself?): {_one_line(error)}"
+            ) from None
 
     @property
     def files(self) -> list[str]:
@@ -235,11 +246,16 @@ class Policy:
             who = Principal.parse(principal)
         except RemitError as error:
             return Verdict(False, str(error))
+        try:
+            converted = self.context(action, context)
+        except _Unfit as unfit:
+            path, _, why = str(unfit).rpartition(": ")
+            return Verdict(False, f"context.{path} cannot be given to the policies: {why}")
         request = {
             "principal": who.uid(),
             "action": {"type": "Action", "id": action},
             "resource": {"type": RESOURCE_TYPES[action], "id": resource},
-            "context": self.context(action, context),
+            "context": converted,
         }
         result = cedarpy.is_authorized(request, self._set, self._entities)
         matched = tuple(result.diagnostics.reasons)
@@ -277,26 +293,36 @@ def _one_line(error: object) -> str:
     return " ".join(str(error).split())
 
 
-def _may_be_call(action: Mapping[str, Any]) -> bool:
-    op = action.get("op")
-    if op == "All":
-        return True
-    if op == "==":
+def _only_call(action: Mapping[str, Any]) -> bool:
+    """Whether a policy's action scope is `Action::"call"` and nothing else."""
+    if action.get("op") == "==":
         return bool(action.get("entity", {}).get("id") == "call")
-    return any(e.get("id") == "call" for e in action.get("entities", [action.get("entity", {})]))
+    if action.get("op") == "in":
+        entities = action.get("entities", [action.get("entity", {})])
+        return bool(entities) and all(e.get("id") == "call" for e in entities)
+    return False
 
 
-def _attributes(node: Any) -> set[str]:
-    """Every attribute name a policy reads (`x.name`, `x has name`), from its JSON form."""
-    found: set[str] = set()
+# The context records the app's declarations fill, and what fills each.
+_RECORDS = {"input": "workflow input", "call": "op input", "draft": "approval draft"}
+
+
+def _context_reads(node: Any) -> set[tuple[str, str]]:
+    """Every `context.<record>.<name>` (or `context.<record> has <name>`) a policy reads, as
+    (record, name), from its JSON form. In a call's context `input` holds the op's input."""
+    found: set[tuple[str, str]] = set()
     if isinstance(node, dict):
         for key, value in node.items():
             if key in (".", "has") and isinstance(value, dict) and "attr" in value:
-                found.add(str(value["attr"]))
-            found |= _attributes(value)
+                left = value.get("left", {}).get(".", {})
+                if left.get("left") == {"Var": "context"} and "attr" in left:
+                    found.add((str(left["attr"]), str(value["attr"])))
+                    if left["attr"] == "input":
+                        found.add(("call", str(value["attr"])))
+            found |= _context_reads(value)
     elif isinstance(node, list):
         for item in node:
-            found |= _attributes(item)
+            found |= _context_reads(item)
     return found
 
 
@@ -458,34 +484,42 @@ def cedar_type(annotation: Any) -> dict[str, Any] | None:
 
 
 _LONG = 2**63
+_DECIMAL_PLACES = Decimal("0.0001")
+_DECIMAL_MAX = Decimal("922337203685477.5807")
+
+
+class _Unfit(Exception):
+    """A value the context's schema types, which Cedar cannot hold as it is."""
 
 
 def _convert(typed: Mapping[str, Any], value: Any) -> Any:
-    """`value` (JSON-mode) as Cedar JSON of type `typed`, or None when it does not fit."""
+    """`value` (JSON-mode) as Cedar JSON of type `typed`. Raises `_Unfit` when it cannot be
+    given exactly: dropping it would let a `forbid` that reads it pass."""
     kind = typed["type"]
-    if kind == "Boolean":
-        return value if isinstance(value, bool) else None
-    if kind == "Long":
-        ok = isinstance(value, int) and not isinstance(value, bool) and -_LONG <= value < _LONG
-        return value if ok else None
-    if kind == "String":
-        return value if isinstance(value, str) else None
-    if kind == "Extension":
+    if kind == "Boolean" and isinstance(value, bool):
+        return value
+    if kind == "Long" and isinstance(value, int) and not isinstance(value, bool):
+        if not -_LONG <= value < _LONG:
+            raise _Unfit("it is beyond Cedar's 64-bit whole numbers")
+        return value
+    if kind == "String" and isinstance(value, str):
+        return value
+    if kind == "Extension" and isinstance(value, int | float | str) and not isinstance(value, bool):
         try:
-            number = Decimal(str(value)).quantize(Decimal("0.0001"))
+            number = Decimal(str(value))
+            exact = number.quantize(_DECIMAL_PLACES)
         except ArithmeticError:
-            return None
-        if isinstance(value, bool) or abs(number) >= 922337203685477:
-            return None
-        return {"__extn": {"fn": "decimal", "arg": f"{number:.4f}"}}
-    if kind == "Set":
-        if not isinstance(value, list):
-            return None
-        items = [_convert(typed["element"], item) for item in value]
-        return None if any(item is None for item in items) else items
-    if kind == "Record":
-        return _convert_record(typed, value) if isinstance(value, Mapping) else None
-    return None
+            raise _Unfit("it is not a finite number") from None
+        if not number.is_finite() or abs(number) > _DECIMAL_MAX:
+            raise _Unfit("it is beyond Cedar's decimal range")
+        if exact != number:
+            raise _Unfit("it has more than the 4 decimal places Cedar's decimal holds")
+        return {"__extn": {"fn": "decimal", "arg": f"{exact:.4f}"}}
+    if kind == "Set" and isinstance(value, list):
+        return [_convert(typed["element"], item) for item in value]
+    if kind == "Record" and isinstance(value, Mapping):
+        return _convert_record(typed, value)
+    raise _Unfit(f"it is not a {kind}")
 
 
 def _convert_record(typed: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
@@ -496,9 +530,11 @@ def _convert_record(typed: Mapping[str, Any], values: Mapping[str, Any]) -> dict
                 # Always there, so a policy reads it without a `has` test first.
                 record[name] = _convert(attribute, {}) if attribute["type"] == "Record" else ""
             continue
-        converted = _convert(attribute, values[name])
-        if converted is not None:
-            record[name] = converted
+        try:
+            record[name] = _convert(attribute, values[name])
+        except _Unfit as unfit:
+            path, _, why = str(unfit).rpartition(": ")
+            raise _Unfit(f"{name}{'.' + path if path else ''}: {why}") from None
     return record
 
 

@@ -13,8 +13,11 @@ A pass, in order:
 3. `enqueue`: a run whose current attempt DBOS has never heard of, and no resume is pending for,
    gets it, forked from the attempt before. (A first attempt is enqueued in the transaction that
    writes its run, so one missing is reported as an error, not guessed at.)
-4. `uncertain`: a write op whose `started` ledger row outlived its attempt may or may not have
-   happened at the vendor: it is marked `uncertain`, never called again blindly.
+4. `uncertain`: a write op whose `started` ledger row outlived its attempt, in a run that has
+   finished or moved on from that attempt (or waits, sleeps or parks), may or may not have
+   happened at the vendor: it is marked `uncertain` and its task is opened for a person, in one
+   transaction, never called again blindly. A row already `uncertain` is left as it is, so a
+   row opens one task however many passes find it.
 5. `expire`: approvals past their expiry are decided `expired` through `decide()`.
 6. `queues`: every queue of the app gets the bounds the pause flag says (0 while paused, its
    declared ones otherwise), healing a pause or resume that died half way or raced a worker
@@ -22,9 +25,15 @@ A pass, in order:
 7. `resume`: while the app is not paused, a run still parked `paused` moves to its next attempt,
    forked after its last finished step (a resume that died before it, or a run that parked on
    a worker's stale copy of the flag after the resume).
+8. `reservations`: a budget reservation still `reserved` whose call can no longer settle it (its
+   attempt has ended, its run moved on, or a direct call's process is long gone) is released,
+   never settled: what the call cost, if it was made, is unknown (see `budgets.orphaned`).
+9. `drift`: each live budget period's `spent` counter is compared with the sum of its settled
+   calls' ledger costs; a difference is reported (`Report.drift`, and the log), never corrected.
 
 Each pass reads only what may need moving (runs in flight, ledger rows still `started`, gates
-past due), so its cost grows with what moves, not with what exists. One run's failure is logged
+past due, reservations still open, the periods still counting), so its cost grows with what
+moves, not with what exists. One run's failure is logged
 and the pass goes on with the others; every action is logged with its run id.
 """
 
@@ -40,12 +49,15 @@ import sqlalchemy as sa
 from dbos import DBOSClient, WorkflowStatus
 
 from remit.approvals import Approvals
+from remit.budget_store import Budgets
+from remit.budgets import Drift, orphaned, usd
 from remit.ledger import LedgerStore
 from remit.pause import AppState
 from remit.resumes import Resume, Resumer
 from remit.runs import FINISHED, RunStatus, RunStore, attempt_workflow_id, lock_run
 from remit.runtime import SUSPENDED
 from remit.store.schema import ledger, resumes, runs
+from remit.tasks import Held, TaskOpener
 
 log = logging.getLogger("remit.reconciler")
 
@@ -79,6 +91,8 @@ class Report:
     dry_run: bool = False
     actions: list[Action] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # Budget periods whose counter is not their ledger's sum: reported, never corrected.
+    drift: list[Drift] = field(default_factory=list)
 
 
 def conclusion(dbos_status: WorkflowStatus) -> tuple[RunStatus, Any, str | None] | None:
@@ -123,6 +137,8 @@ class Reconciler:
         live_versions: Callable[[], Collection[str]],
         approvals: Approvals | None = None,
         app_state: AppState | None = None,
+        tasks: TaskOpener | None = None,
+        budgets: Budgets | None = None,
         interval: float = DEFAULT_INTERVAL,
     ) -> None:
         self.runs = runs_store
@@ -132,6 +148,10 @@ class Reconciler:
         self.live_versions = live_versions
         self.approvals = approvals
         self.app_state = app_state
+        # Where an uncertain write's task is opened (None: the `uncertain` step does not run).
+        self.tasks = tasks
+        # The app's budgets (None: the `reservations` and `drift` steps do not run).
+        self.budgets = budgets
         self.resumer = Resumer(self.db, client, clock=runs_store.clock)
         self.ledger = LedgerStore(self.db, clock=runs_store.clock)
         self.interval = interval
@@ -144,13 +164,17 @@ class Reconciler:
         apply = not dry_run
         steps: list[tuple[str, Callable[[], None]]] = [
             ("runs in flight", lambda: self._in_flight(report, apply)),
-            ("uncertain", lambda: self._uncertain(report, apply)),
         ]
+        if self.tasks is not None:
+            steps.append(("uncertain", lambda: self._uncertain(report, apply)))
         if self.approvals is not None and apply:
             steps.append(("expire", lambda: self._expire(report)))
         if self.app_state is not None:
             steps.append(("queues", lambda: self._queues(report, apply)))
             steps.append(("resume", lambda: self._resume_parked(report, apply)))
+        if self.budgets is not None:
+            steps.append(("reservations", lambda: self._release_orphans(report, apply)))
+            steps.append(("drift", lambda: self._drift(report)))
         for name, step in steps:
             try:
                 step()
@@ -253,20 +277,40 @@ class Reconciler:
             return self.resumer.next_attempt(conn, run_id, workflow_id, start, current.queue)
 
     def _uncertain(self, report: Report, apply: bool) -> None:
-        """Pass 4: a write `started` in an attempt that has ended, of a run that has finished,
-        never recorded its outcome. (A run still going re-enters the call on its next attempt,
-        where the ledger decides: an idempotent write is called again with its key.)"""
+        """Pass 4: a write `started` in an attempt that has ended never recorded its outcome.
+
+        Its run has finished, or is no longer on that attempt, or waits, sleeps or parks: no
+        attempt is making the call. The row becomes `uncertain` and its task opens. A run that
+        is still going may reach the call again on a later attempt: an idempotent write is then
+        called again with its key, so only a non-idempotent one is marked here; the attempt
+        that reaches it waits at its task. An attempt still running in DBOS is left alone: it
+        may be making the call right now, or DBOS recovery re-enters it.
+        """
+        assert self.tasks is not None
         with self.db.engine.connect() as conn:
             started = list(
                 conn.execute(
                     sa.select(
-                        ledger.c.run_id, ledger.c.attempt, ledger.c.idempotency_key, ledger.c.op_id
+                        ledger.c.run_id,
+                        ledger.c.attempt,
+                        ledger.c.step_id,
+                        ledger.c.idempotency_key,
+                        ledger.c.op_id,
                     )
                     .join(runs, runs.c.run_id == ledger.c.run_id)
                     .where(
                         ledger.c.status == "started",
                         ledger.c.effect == "write",
-                        runs.c.status.in_(tuple(FINISHED)),
+                        sa.or_(
+                            runs.c.status.in_(tuple(FINISHED)),
+                            sa.and_(
+                                ledger.c.idempotent.is_(False),
+                                sa.or_(
+                                    runs.c.attempt != ledger.c.attempt,
+                                    runs.c.status.not_in(("queued", "running")),
+                                ),
+                            ),
+                        ),
                     )
                 )
             )
@@ -280,10 +324,27 @@ class Reconciler:
             if attempt is None or attempt.status in _GOING:
                 continue
             reason = f"{row.op_id} started in {workflow_id}, which ended {attempt.status}"
-            if apply and not self.ledger.mark_uncertain(
-                row.idempotency_key, f"the outcome was never recorded: {reason}"
-            ):
-                continue
+            if apply:
+                try:
+                    held = self.tasks.hold(
+                        run_id=row.run_id,
+                        attempt=row.attempt,
+                        step_id=row.step_id,
+                        op_id=row.op_id,
+                        idempotency_key=row.idempotency_key,
+                        reason=f"the outcome of {row.idempotency_key} was never recorded: {reason}",
+                    )
+                except Exception as error:
+                    log.exception(
+                        "reconciler: run %s: uncertain failed; the pass goes on", row.run_id
+                    )
+                    report.errors.append(
+                        f"run {row.run_id}: uncertain: {type(error).__name__}: {error}"
+                    )
+                    continue
+                if not (isinstance(held, Held) and held.opened):
+                    continue  # marked by another pass, or re-entered by its run, meanwhile
+                reason += f"; task {held.task_id} asks a person whether it happened"
             log.warning("reconciler: run %s: %s is uncertain (%s)", row.run_id, row.op_id, reason)
             report.actions.append(Action(row.run_id, workflow_id, "uncertain", reason, "uncertain"))
 
@@ -329,6 +390,56 @@ class Reconciler:
                     "expire",
                 )
             )
+
+    def _release_orphans(self, report: Report, apply: bool) -> None:
+        """Pass 8: release the reservations no call will settle."""
+        assert self.budgets is not None
+        open_ = self.budgets.open_reservations()
+        if not open_:
+            return
+        # Only the attempts still current need DBOS's word: the rest have ended for remit.
+        asked = sorted(
+            {r.workflow_id for r, run in open_ if run is not None and run[0] == r.workflow_id}
+        )
+        found = _attempts(self.client, asked) if asked else {}
+        now = self.runs.clock.now()
+        for reservation, run in open_:
+            attempt = found.get(reservation.workflow_id)
+            why = orphaned(
+                reservation,
+                run=run,
+                attempt_status=None if attempt is None else attempt.status,
+                now=now,
+            )
+            if why is None:
+                continue
+            if apply and not self.budgets.release_orphan(reservation):
+                continue  # settled, or taken over by its call's step running again, meanwhile
+            reason = (
+                f"{reservation.op_id} (key {reservation.idempotency_key}) reserved "
+                f"{usd(reservation.reserved_usd)} and will not settle: {why}"
+            )
+            log.warning("reconciler: run %s: released: %s", reservation.run_id, reason)
+            report.actions.append(
+                Action(reservation.run_id, reservation.workflow_id, "released", reason, "release")
+            )
+
+    def _drift(self, report: Report) -> None:
+        """Pass 9: report every live period whose counter is not its ledger's sum."""
+        assert self.budgets is not None
+        for found in self.budgets.drift():
+            if found.drift_usd == 0:
+                continue
+            log.error(
+                "reconciler: budget %s %s: the counter says %s spent, the ledger %s (off by %s); "
+                "not corrected",
+                found.scope,
+                found.period,
+                usd(found.spent_usd),
+                usd(found.ledger_usd),
+                usd(found.drift_usd),
+            )
+            report.drift.append(found)
 
     def start(self) -> None:
         self.run_pass()

@@ -106,12 +106,13 @@ def refusals(
                 reasons.append((row.id, problem))
             elif value is not None:
                 parsed[row.id] = value
-        if call.via not in SYSTEM_VIA and call.by.startswith(SYSTEM_PREFIX):
+        if (call.via in SYSTEM_VIA) != call.by.startswith(SYSTEM_PREFIX):
             reasons.append(
                 (
                     row.id,
-                    f"{call.by}: `{SYSTEM_PREFIX}` principals are remit's own; decide as "
-                    "user:<name> or agent:<name>",
+                    f"{call.by} via {call.via}: `{SYSTEM_PREFIX}` principals and the channels "
+                    f"{', '.join(sorted(SYSTEM_VIA))} are remit's own, and go together; decide "
+                    "as user:<name> or agent:<name>",
                 )
             )
         elif guard is not None and call.via not in SYSTEM_VIA:
@@ -162,6 +163,11 @@ def parse_edit(
         return f"has an edit, but its type `{row.type}` is not declared in this app", None
     if not isinstance(edit, Mapping):
         return f"has an edit that is not an object of fields: {edit!r}", None
+    if row.type == "call":  # a held direct call: its input may change, its op may not
+        if edit.get("op", row.draft.get("op")) != row.draft.get("op"):
+            return "has an edit changing the op of a held call: only its input may change", None
+        if isinstance(edit.get("input"), Mapping):
+            edit = {**edit, "input": {**row.draft.get("input", {}), **edit["input"]}}
     draft_model: type[BaseModel] = declared.draft
     unknown = sorted(set(edit) - set(draft_model.model_fields))
     if unknown:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import builtins
 import logging
+import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -346,8 +347,34 @@ def parse_input(workflow: Workflow, input: Mapping[str, Any] | BaseModel) -> dic
             target=workflow.name,
             after="Fix the input and start the run again; nothing was written",
         ) from None
+    return json_input(model, what=f"input to workflow `{workflow.name}`", target=workflow.name)
+
+
+def json_input(model: BaseModel, *, what: str, target: str) -> dict[str, Any]:
+    """A parsed input as JSON, refusing a number JSON cannot hold (infinity, NaN), which the
+    dump would otherwise store as null: a policy, or the run, would read another value."""
+    for path, value in _leaves(model.model_dump(), ()):
+        if isinstance(value, float) and not math.isfinite(value):
+            where = ".".join(str(part) for part in path)
+            raise InputInvalid(
+                f"{what} does not parse: {where}: {value} is not a number JSON can hold. "
+                "Nothing was written",
+                target=target,
+                errors=[{"loc": list(path), "msg": "not a finite number", "type": "finite"}],
+            )
     dumped: dict[str, Any] = model.model_dump(mode="json")
     return dumped
+
+
+def _leaves(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], Any]]:
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _leaves(item, (*path, key))
+    elif isinstance(value, list | tuple | set | frozenset):
+        for index, item in enumerate(value):
+            yield from _leaves(item, (*path, index))
+    else:
+        yield path, value
 
 
 def _run(row: sa.Row[Any]) -> Run:

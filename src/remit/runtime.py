@@ -21,8 +21,10 @@ from dbos import DBOS
 from dbos import error as dbos_error
 from pydantic_core import to_jsonable_python
 
+from remit import telemetry
 from remit.app import App
 from remit.approvals import Gates
+from remit.budget_store import Budgets
 from remit.calls import OpCaller, RunInfo
 from remit.clock import Clock
 from remit.connectors.base import Implementation
@@ -32,6 +34,7 @@ from remit.ledger import LedgerStore
 from remit.notify import Notifications, Notifier
 from remit.runs import RunStore
 from remit.store.database import Database
+from remit.tasks import TaskOpener
 from remit.timers import DEFAULT_SUSPEND_AFTER, Timers
 from remit.workflows import Workflow
 
@@ -43,6 +46,14 @@ SUSPENDED = "remit:suspended"
 
 def suspended_output(status: str) -> dict[str, str]:
     return {SUSPENDED: status}
+
+
+def attempt_outcome(result: Any) -> str:
+    """How an attempt that returned `result` ended, as its trace says: `done`, or the status
+    its run waits in (`waiting`, `sleeping`, `paused`), or `moved-on`."""
+    if isinstance(result, dict) and SUSPENDED in result:
+        return "moved-on" if result[SUSPENDED] == "moved on" else str(result[SUSPENDED])
+    return "done"
 
 
 class Runtime:
@@ -69,7 +80,13 @@ class Runtime:
         self.runs = RunStore(db, clock=clock)
         self.ledger = LedgerStore(db, clock=clock)
         self.caller = OpCaller(
-            implementations=implementations, ledger=self.ledger, clock=clock, environ=environ
+            implementations=implementations,
+            ledger=self.ledger,
+            clock=clock,
+            environ=environ,
+            tasks=TaskOpener(db, app.name, clock=clock),
+            budgets=Budgets(db, app.name, app.budgets, clock=clock),
+            prices=app.llm_prices,
         )
         self.notifications = Notifications(db, notifiers, clock=clock)
         self.gates = Gates(
@@ -81,7 +98,9 @@ class Runtime:
         """Register every workflow of the app with DBOS, under its own name."""
         for wf in self.app.workflows.values():
             body = self._async_attempt(wf) if wf.is_async else self._sync_attempt(wf)
-            DBOS.workflow(name=wf.name)(body)
+            DBOS.workflow(name=wf.name)(
+                telemetry.traced_attempt(wf.name, self.version, body, attempt_outcome)
+            )
 
     def _begin(self, wf: Workflow, run_id: str, actor: str) -> RunInfo | None:
         workflow_id = DBOS.workflow_id
@@ -93,8 +112,11 @@ class Runtime:
             log.info(
                 "attempt %s of run %s is superseded or cancelled: nothing ran", workflow_id, run_id
             )
+            telemetry.moved_on()
             return None
-        return RunInfo(run_id=run_id, attempt=attempt, workflow_id=workflow_id, actor=actor)
+        return RunInfo(
+            run_id=run_id, attempt=attempt, workflow_id=workflow_id, actor=actor, workflow=wf.name
+        )
 
     def _done(self, run: RunInfo, result: Any) -> Any:
         try:
@@ -129,6 +151,7 @@ class Runtime:
 
     def _moved_on(self, run: RunInfo, error: RunMovedOn) -> None:
         log.info("attempt %s stops: %s", run.workflow_id, error)
+        telemetry.moved_on()
 
     def _suspend(self, run: RunInfo, pause: Suspended) -> dict[str, str]:
         """Tell people about a gate, then end the attempt with the run waiting (or sleeping, or

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import SplitResult, urlsplit
 
 from remit.errors import SettingsError
 
@@ -47,6 +48,11 @@ class Settings:
     - `secret_key_file`: `REMIT_SECRET_KEY_FILE`, where the key is kept when `REMIT_SECRET_KEY` is
       not set (default `.remit/secret.key` in the app's folder, made by the first
       `remit secrets set`).
+    - `otlp_endpoint`: the OTLP/HTTP URL a worker exports traces to (see `telemetry.py`):
+      `REMIT_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT`, a collector's address to which
+      `/v1/traces` is added, or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, used as given. Default none:
+      nothing is exported.
+    - `log_format`: `REMIT_LOG_FORMAT`, `text` (default) or `json` (one JSON object a line).
     """
 
     database_url: str
@@ -69,6 +75,8 @@ class Settings:
     http_port: int = 8700
     secret_key: str | None = field(default=None, repr=False)
     secret_key_file: Path = Path(DATA_DIR, "secret.key")
+    otlp_endpoint: str | None = None
+    log_format: str = "text"
 
     @classmethod
     def from_env(cls, app_dir: Path | str, environ: Mapping[str, str] | None = None) -> Settings:
@@ -107,6 +115,8 @@ class Settings:
             secret_key_file=Path(
                 env.get("REMIT_SECRET_KEY_FILE") or Path(app_dir) / DATA_DIR / "secret.key"
             ).resolve(),
+            otlp_endpoint=_otlp_endpoint(env),
+            log_format=_log_format(env),
         )
 
 
@@ -136,6 +146,52 @@ def _url(env: Mapping[str, str], name: str) -> str | None:
     if raw is not None and not raw.startswith(("http://", "https://")):
         raise SettingsError(f"{name}={raw!r} must be an http:// or https:// URL")
     return raw
+
+
+# Where traces go, by the first of these set: each with whether it is a collector's address, to
+# which the traces path is added (as OpenTelemetry's own variables are read), or the traces URL.
+_OTLP_VARIABLES = (
+    ("REMIT_OTLP_ENDPOINT", True),
+    ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", False),
+    ("OTEL_EXPORTER_OTLP_ENDPOINT", True),
+)
+
+
+def _otlp_endpoint(env: Mapping[str, str]) -> str | None:
+    given = [(name, address) for name, address in _OTLP_VARIABLES if env.get(name, "").strip()]
+    if not given:
+        return None
+    name, address = given[0]
+    raw = env[name].strip()
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname or not _port_ok(parts):
+        raise SettingsError(
+            f"{name}={raw!r} is not the URL of an OTLP/HTTP collector: give http:// or https://, "
+            "a host and a port, e.g. http://localhost:4318 (traces go to its /v1/traces)"
+        )
+    if address and not parts.path.rstrip("/").endswith("/v1/traces"):
+        return raw.rstrip("/") + "/v1/traces"
+    return raw
+
+
+def _port_ok(parts: SplitResult) -> bool:
+    try:
+        return parts.port is None or parts.port > 0
+    except ValueError:  # not a number, or out of range
+        return False
+
+
+_LOG_FORMATS = ("text", "json")
+
+
+def _log_format(env: Mapping[str, str]) -> str:
+    raw = env.get("REMIT_LOG_FORMAT", "")
+    chosen = raw.strip().lower() or "text"
+    if chosen not in _LOG_FORMATS:
+        raise SettingsError(
+            f"REMIT_LOG_FORMAT={raw!r} is not a log format: use text (the default) or json"
+        )
+    return chosen
 
 
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

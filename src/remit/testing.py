@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from remit.app import App
 from remit.approvals import Approval, Approvals, DecideResult
+from remit.budget_store import Budgets
 from remit.clock import Clock, ManualClock
 from remit.connectors.base import AppliedEffect, Fake, Implementation
 from remit.deadlines import Deadline, upcoming_deadlines
@@ -28,6 +29,7 @@ from remit.direct import CallResult, DirectCalls
 from remit.ledger import LedgerRow
 from remit.runs import Run, attempt_workflow_id
 from remit.settings import Settings
+from remit.tasks import Resolved, Task, Tasks
 from remit.worker import Worker
 
 F = TypeVar("F", bound=Fake)
@@ -192,6 +194,43 @@ class Harness:
             run = self.runs.get(run_id)
             raise AssertionError(f"run {run_id} is {run.status} with no pending approval")
         return pending[0]
+
+    @property
+    def tasks(self) -> Tasks:
+        """The app's tasks (writes whose outcome a person confirms): `list`, `get`, `audit`
+        and `resolve`."""
+        return self.worker.tasks
+
+    def task(self, run_id: str, *, timeout: float = 30.0) -> Task:
+        """Wait for the run to wait at a task, and return that open task."""
+        self.wait(run_id, timeout=timeout, until=("waiting",))
+        run = self.runs.get(run_id)
+        open_tasks = self.tasks.list(run_id=run_id, status="open")
+        waiting = [task for task in open_tasks if task.workflow_id == run.workflow_id]
+        if not waiting:
+            raise AssertionError(
+                f"run {run_id} is {run.status} with no open task on its attempt {run.workflow_id}"
+            )
+        return waiting[0]
+
+    def resolve(
+        self,
+        task_id: str,
+        *,
+        done: bool,
+        output: Mapping[str, Any] | None = None,
+        by: str | None = None,
+        key: str | None = None,
+    ) -> Resolved:
+        """`Tasks.resolve` as the test's actor."""
+        return self.tasks.resolve(task_id, done=done, output=output, by=by or self.actor, key=key)
+
+    @property
+    def budgets(self) -> Budgets:
+        """The app's budgets: `periods`, `drift`, `reservation(key)` and `raise_limit`."""
+        budgets = self.worker.runtime.caller.budgets
+        assert budgets is not None, "a worker keeps its app's budgets"
+        return budgets
 
     def deadlines(self, limit: int = 20) -> list[Deadline]:
         """What is due without anyone asking, earliest first (see `remit deadlines`)."""

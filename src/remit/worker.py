@@ -31,6 +31,7 @@ from typing import IO, Any
 import sqlalchemy as sa
 from dbos import DBOS, DBOSClient, DBOSConfig
 
+from remit import telemetry
 from remit.app import App
 from remit.approvals import Approvals
 from remit.clock import Clock, SystemClock
@@ -47,6 +48,7 @@ from remit.scheduler import Scheduler
 from remit.secrets import Credentials, SecretKey, Secrets
 from remit.settings import Settings
 from remit.store.database import Database, portable_serializer
+from remit.tasks import TaskOpener, Tasks
 from remit.timers import Waker
 from remit.workers import WorkerRegistry, live_versions, takeover_candidates
 
@@ -103,9 +105,11 @@ def implementations_for(
     # Collections live in the app's database with drivers and fakes alike.
     if app.collections and DATA_VENDOR not in chosen:
         chosen[DATA_VENDOR] = CollectionStore(db, app.name, app.collections, clock=clock)
+    # remit's own settings (the database URL, the secret key) are not the drivers' business.
+    given = os.environ if environ is None else environ
     credentials = Credentials(
         Secrets(db, app.name, SecretKey.from_settings(settings)),
-        dict(os.environ if environ is None else environ),
+        {name: value for name, value in given.items() if not name.startswith("REMIT_")},
     )
     return chosen, credentials
 
@@ -180,6 +184,11 @@ class Worker:
         return self._approvals
 
     @property
+    def tasks(self) -> Tasks:
+        """List, show and resolve the app's tasks: writes whose outcome a person confirms."""
+        return Tasks(self.db, self.client, self.app.name, self.app.ops, clock=self.runtime.clock)
+
+    @property
     def guard(self) -> Guard:
         """The app's policies, enforced, with the record of what they refuse."""
         return Guard.of(self.app, self.db, clock=self.runtime.clock)
@@ -214,6 +223,13 @@ class Worker:
             "run_migrations": False,
             "log_level": self.settings.log_level,
             "notification_listener_polling_interval_sec": self.settings.poll_interval,
+            # DBOS traces into the tracer provider remit's spans go to, exporting nothing itself.
+            "enable_otlp": telemetry.tracing(
+                self.settings,
+                service=self.app.name,
+                version=self.runtime.version,
+                instance=self.executor_id,
+            ),
         }
         self._dbos_engine = self.db.dbos_engine(pool_size=min(self.settings.threads, 16))
         if self._dbos_engine is not None:
@@ -262,6 +278,8 @@ class Worker:
             live_versions=self.live_versions,
             approvals=self.approvals,
             app_state=self.app_state,
+            tasks=TaskOpener(self.db, self.app.name, clock=self.runtime.clock),
+            budgets=self.runtime.caller.budgets,
             interval=self.settings.reconcile_interval,
         )
         self._pause_watch.start()
@@ -303,6 +321,7 @@ class Worker:
             DBOS.destroy(workflow_completion_timeout_sec=math.ceil(drain), destroy_registry=True)
             self._launched = False
             self._sign_off()
+            telemetry.flush()
         if self._client is not None:
             self._client.destroy()
             self._client = None

@@ -31,6 +31,7 @@ def test_start_list_serve_show_and_ledger(cli: Cli) -> None:
     for step in (
         "payments.invoices.get",
         "days-overdue",
+        "llm.chat.complete",
         "mail.messages.send",
         "payments.invoices.record_reminder",
         "data.contacts.get",
@@ -38,10 +39,10 @@ def test_start_list_serve_show_and_ledger(cli: Cli) -> None:
     ):
         assert step in shown
     assert "final reminder sent" in shown
-    assert f"{run_id}:3" in shown  # the mail call's idempotency key, in the ledger
+    assert f"{run_id}:4" in shown  # the mail call's idempotency key, in the ledger
 
     ledger = cli("ledger", "--run", run_id).stdout
-    assert ledger.count(run_id) == 5
+    assert ledger.count(run_id) == 6
     assert "uncertain" not in ledger
     assert cli("runs", "--status", "done").stdout.count(run_id) == 1
     assert cli("cancel", run_id).stdout.strip() == f"{run_id} had already finished: done"

@@ -1,7 +1,8 @@
 """SIGKILL a worker process between two ops and inside write ops, then restart it.
 
-The run completes (or, for a non-idempotent write cut mid-call, fails as uncertain); each
-idempotent write is applied once; the cut non-idempotent write is never repeated.
+The run completes (or, for a non-idempotent write cut mid-call, waits at one task until a
+person says whether it happened); each idempotent write is applied once; the cut non-idempotent
+write is never repeated by remit on its own.
 """
 
 from __future__ import annotations
@@ -67,21 +68,23 @@ def test_killed_inside_an_idempotent_write_it_is_called_again_with_the_same_key(
     assert [r.status for r in crash.ledger.list(run_id=run_id)] == ["ok"] * 4
 
 
-def test_killed_inside_a_non_idempotent_write_it_becomes_uncertain_and_is_not_repeated(
+def test_killed_inside_a_non_idempotent_write_it_waits_at_one_task_and_is_not_repeated(
     crash: Workers,
 ) -> None:
     crash.hold_at("bank.letters.post")
     run_id = _start(crash)
     crash.kill_when_reached(crash.start(), "bank.letters.post")
 
-    crash.start()
-    run = crash.wait_finished(run_id)
+    restarted = crash.start()
+    tasks = crash.tasks()
+    crash.wait_waiting(run_id)
 
-    assert run.status == "failed"
-    assert "OpUncertain" in (run.error or "")
-    assert "outcome is unknown" in (run.error or "")
-    letters = [e for e in crash.effects() if e["op"] == "bank.letters.post"]
-    assert [e["idempotency_key"] for e in letters] == [f"{run_id}:5"]
+    (task,) = tasks.list(run_id=run_id)
+    assert (task.op_id, task.idempotency_key, task.status) == (
+        "bank.letters.post",
+        f"{run_id}:5",
+        "open",
+    )
     rows = crash.ledger.list(run_id=run_id)
     assert [(r.op_id, r.status) for r in rows] == [
         ("bank.accounts.read", "ok"),
@@ -89,5 +92,23 @@ def test_killed_inside_a_non_idempotent_write_it_becomes_uncertain_and_is_not_re
         ("bank.transfers.create", "ok"),
         ("bank.letters.post", "uncertain"),
     ]
+    assert "outcome is unknown" in (rows[-1].error or "")
+    # Another worker starting (its reconciler pass, its recovery) opens no second task.
+    restarted.kill()
+    restarted.wait(10)
+    crash.wait_serving(crash.start())
+    assert [t.id for t in tasks.list(run_id=run_id)] == [task.id]
+
+    # The vendor's record says the letter went out: a person answers so, with its output.
+    letters = [e for e in crash.effects() if e["op"] == "bank.letters.post"]
+    assert [e["idempotency_key"] for e in letters] == [f"{run_id}:5"]
+    tasks.resolve(task.id, done=True, output=letters[0]["output"], by="user:ops")
+    run = crash.wait_finished(run_id)
+
+    assert run.status == "done", run.error
+    assert run.output is not None
+    assert run.output["letter"] == letters[0]["output"]["letter_id"]
+    assert [e for e in crash.effects() if e["op"] == "bank.letters.post"] == letters
+    assert [r.status for r in crash.ledger.list(run_id=run_id)] == ["ok"] * 4
     transfers = [e for e in crash.effects() if e["op"] == "bank.transfers.create"]
     assert len(transfers) == 2

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from remit import App, DecisionRefused, PolicyDenied
+from remit import App, DecisionRefused, PolicyDenied, RemitError
 from remit.app import load_app
 from remit.guard import Guard
 from remit.store.database import Database
@@ -128,9 +128,13 @@ def test_a_decision_over_the_clerks_limit_is_refused_and_a_controller_makes_it(
             (gate.id, 'user:ann may not decide ApprovalType::"write-off": no policy permits it')
         ]
         assert h.approvals.get(gate.id).status == "pending"
-        [recorded] = _denials(h.worker.db)
+        recorded = _denials(h.worker.db)[0]
         assert recorded.context["draft"]["amount"] == 61250
         assert recorded.context["approval"] == gate.id
+        # A draft edited to name another invoice is refused, whoever decides.
+        with pytest.raises(DecisionRefused) as moved:
+            h.decide(gate.id, "approved", by=CAROL, edits={gate.id: {"invoice_id": "inv_1001"}})
+        assert "forbidden by policies/desk.cedar:29" in moved.value.reasons[0][1]
         # The same clerk may approve once the edit brings it under the limit: the policy reads
         # the draft as it stands after the edits.
         decided = h.decide(gate.id, "approved", by=ANN, edits={gate.id: {"amount": 40000}})
@@ -159,7 +163,7 @@ def test_a_held_call_waits_for_a_controller_and_is_made_exactly_once(
         # A clerk may not approve it (only a controller decides a held call).
         with pytest.raises(DecisionRefused) as refused:
             h.decide(gate.id, "approved", by=ANN)
-        assert "forbidden by policies/desk.cedar:56" in refused.value.reasons[0][1]
+        assert "forbidden by policies/desk.cedar:65" in refused.value.reasons[0][1]
         assert payments.effects_of("payments.credit_notes.create") == []
 
         h.decide(gate.id, "approved", by=CAROL)
@@ -207,3 +211,86 @@ def test_a_direct_call_is_made_once_per_key_and_recorded_in_the_ledger(
             (ROGUE, "call"),
             (ANN, "call"),
         ]
+
+
+def test_a_held_calls_edit_is_checked_as_the_call_will_be(desk: App, database_url: str) -> None:
+    note = {"invoice_id": "inv_1003", "amount": 2500, "memo": "goodwill"}
+    with Harness(desk, database_url=database_url, actor=ANN) as h:
+        held = h.call("payments.credit_notes.create", note, by=ANN)
+        assert held.run_id is not None
+        gate = h.gate(held.run_id)
+        for edit, reason in [
+            ({"op": "mail.messages.send"}, "changing the op of a held call"),
+            ({"input": {"amount": "lots"}}, "input.amount"),
+            ({"input": {"nope": 1}}, "does not parse"),
+        ]:
+            with pytest.raises(DecisionRefused) as refused:
+                h.decide(gate.id, "approved", by=CAROL, edits={gate.id: edit})
+            assert reason in refused.value.reasons[0][1], (edit, refused.value.reasons)
+        # An edit of one field keeps the others, and is what the call is made with.
+        h.decide(gate.id, "approved", by=CAROL, edits={gate.id: {"input": {"amount": "1500"}}})
+        assert h.wait(held.run_id).status == "done"
+        [effect] = h.fake("payments").effects_of("payments.credit_notes.create")
+        assert effect.input == {**note, "amount": 1500}
+
+
+def test_the_call_workflow_is_not_started_by_hand(desk: App, database_url: str) -> None:
+    with Harness(desk, database_url=database_url) as h:
+        held = {
+            "op": "mail.messages.send",
+            "input": {"to": "a@b.example", "subject": "s", "body": "b"},
+        }
+        with pytest.raises(
+            RemitError, match="is not started by hand: call the op with `remit call"
+        ):
+            h.start("call", held, actor=CAROL)
+        with pytest.raises(RemitError, match="principals are remit's own"):
+            h.start("chase-invoice", {"invoice_id": "inv_1001"}, actor="remit:schedule")
+
+
+def test_keyed_direct_calls_replay_refuse_conflicts_and_never_guess(
+    desk: App, database_url: str
+) -> None:
+    with Harness(desk, database_url=database_url, actor=CAROL) as h:
+        payments = h.fake("payments")
+        read = {"invoice_id": "inv_1001"}
+        h.call("payments.invoices.get", read, key="r1")
+        again = h.call("payments.invoices.get", read, key="r1")
+        assert again.replayed
+        assert payments.calls.count(("payments.invoices.get", "direct:r1")) == 1
+        with pytest.raises(RemitError, match="--key r1 was used for a call of other input"):
+            h.call("payments.invoices.get", {"invoice_id": "inv_1003"}, key="r1")
+        mail = {"to": "a@b.example", "subject": "s", "body": "b"}
+        with pytest.raises(RemitError, match="--key r1 was used for a call of `payments"):
+            h.call("mail.messages.send", mail, key="r1")
+        # A non-idempotent write whose row says it started and never finished is not guessed at.
+        h.call("mail.messages.send", mail, key="m1")
+        with h.worker.db.begin() as conn:
+            conn.execute(
+                sa.update(ledger)
+                .where(ledger.c.idempotency_key == "direct:m1")
+                .values(status="started")
+            )
+        with pytest.raises(
+            RemitError, match=r"outcome is not recorded \(started\): it may still be"
+        ):
+            h.call("mail.messages.send", mail, key="m1")
+        assert len(h.fake("mail").effects_of("mail.messages.send")) == 1
+
+
+def test_a_held_key_reused_for_another_call_is_refused(desk: App, database_url: str) -> None:
+    note = {"invoice_id": "inv_1003", "amount": 2500, "memo": "goodwill"}
+    with Harness(desk, database_url=database_url, actor=ANN) as h:
+        h.call("payments.credit_notes.create", note, key="k")
+        with pytest.raises(RemitError, match="--key k was used for a held call"):
+            h.call("payments.credit_notes.create", {**note, "amount": 9999}, key="k")
+
+
+def test_remits_own_channels_go_with_remits_own_principals(desk: App, database_url: str) -> None:
+    with Harness(desk, database_url=database_url, actor=ANN) as h:
+        run = h.start("write-off", {"invoice_id": "inv_1003"})
+        gate = h.gate(run.run_id)
+        for by, via in [(ANN, "system"), ("remit:expiry", "cli")]:
+            with pytest.raises(DecisionRefused, match="are remit's own, and go together"):
+                h.decide(gate.id, "approved", by=by, via=via)
+        assert h.approvals.get(gate.id).status == "pending"

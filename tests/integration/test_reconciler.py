@@ -8,6 +8,7 @@ from remit.reconciler import Reconciler, conclude_ended
 from remit.store.schema import approvals as approvals_table
 from remit.store.schema import ledger as ledger_table
 from remit.store.schema import runs as runs_table
+from remit.tasks import TaskOpener
 from remit.testing import Harness, ManualClock
 from remit.workflows import Workflow
 from tests.support import FakeShop, make_app
@@ -89,6 +90,7 @@ def reconciler(harness: Harness) -> Reconciler:
         version=harness.app.version,
         live_versions=harness.worker.live_versions,
         approvals=harness.approvals,
+        tasks=TaskOpener(harness.worker.db, harness.app.name),
     )
 
 
@@ -109,7 +111,9 @@ def test_a_dry_run_reports_and_changes_nothing(database_url: str) -> None:
         assert reconciler(harness).run_pass().actions == []
 
 
-def test_a_write_started_in_a_finished_run_is_marked_uncertain(database_url: str) -> None:
+def test_a_write_started_in_a_finished_run_is_marked_uncertain_with_one_task(
+    database_url: str,
+) -> None:
     with Harness(make_app(), database_url=database_url) as harness:
         run = harness.run("purchase", {"sku": "sku-1"})
         order = next(row for row in harness.ledger(run.run_id) if row.effect == "write")
@@ -128,8 +132,12 @@ def test_a_write_started_in_a_finished_run_is_marked_uncertain(database_url: str
         marked = harness.ledger_store.get(order.idempotency_key)
         assert marked is not None
         assert marked.status == "uncertain"
-        assert "the outcome was never recorded" in (marked.error or "")
+        assert "was never recorded" in (marked.error or "")
+        (task,) = harness.tasks.list()
+        assert (task.idempotency_key, task.status) == (order.idempotency_key, "open")
+        assert task.id in report.actions[0].reason
         assert reconciler(harness).run_pass().actions == []
+        assert len(harness.tasks.list()) == 1
 
 
 def test_a_resume_lost_with_its_outbox_row_is_enqueued(database_url: str) -> None:

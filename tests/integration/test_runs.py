@@ -94,15 +94,26 @@ def test_a_non_idempotent_write_that_may_have_happened_is_uncertain_and_not_retr
         shop.failures[send_email.id] = [
             DriverError("mail relay timeout", retryable=True, status=504)
         ]
-        run = harness.run("purchase", {"sku": "sku-1"})
-        assert run.status == "failed"
-        assert run.error is not None
-        assert run.error.startswith("OpUncertain")
-        assert "mail relay timeout" in run.error
-        assert "will not call it again" in run.error
+        run = harness.start("purchase", {"sku": "sku-1"})
+        task = harness.task(run.run_id)
+        assert harness.runs.get(run.run_id).status == "waiting"
         last = harness.ledger(run.run_id)[-1]
         assert (last.op_id, last.status, last.tries) == ("shop.emails.send", "uncertain", 1)
+        assert last.error is not None
+        assert "mail relay timeout" in last.error
+        assert "will not call it again" in last.error
+        assert f"task {task.id} asks a person whether it happened" in last.error
+        assert (task.op_id, task.idempotency_key) == (send_email.id, last.idempotency_key)
         assert [op_id for op_id, _ in shop.calls].count(send_email.id) == 1
+
+        # The relay had not sent it; `shop.emails.send` declares no retry, so the run fails
+        # and the mail is still not sent again.
+        harness.resolve(task.id, done=False)
+        failed = harness.wait(run.run_id)
+        assert failed.status == "failed"
+        assert "did not happen" in (failed.error or "")
+        assert [op_id for op_id, _ in shop.calls].count(send_email.id) == 1
+        assert shop.effects_of(send_email) == []
 
 
 def test_a_non_idempotent_write_the_vendor_refused_is_retried(database_url: str) -> None:

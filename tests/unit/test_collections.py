@@ -58,7 +58,11 @@ def test_a_collection_declares_four_ops_under_the_data_vendor() -> None:
 
 
 def test_the_ops_inputs_and_outputs_are_the_model_and_its_key() -> None:
-    assert customers.put.input is Customer
+    # A put's input is the model, its key checked as the table stores it.
+    assert issubclass(customers.put.input, Customer)
+    assert list(customers.put.input.model_fields) == ["id", "name", "email"]
+    with pytest.raises(ValidationError, match="`id` must be 1 to 500 characters"):
+        customers.put.input.model_validate({"id": "", "name": "A", "email": "e"})
     assert customers.put.output is Customer
     assert customers.get.input is customers.delete.input
     assert list(customers.get.input.model_fields) == ["id"]

@@ -157,6 +157,37 @@ def test_op_refuses_input_or_output_that_is_not_a_model_class(which: str, not_a_
     )
 
 
+def test_op_declares_what_not_done_means() -> None:
+    send = op("payments.refunds.create", effect="write", input=InvoiceRef, output=Invoice)
+    again = op(
+        "payments.refunds.create",
+        effect="write",
+        input=InvoiceRef,
+        output=Invoice,
+        on_not_done="retry",
+    )
+    assert (send.on_not_done, again.on_not_done) == ("fail", "retry")
+
+    with pytest.raises(AppError) as unknown:
+        op(
+            "payments.refunds.create",
+            effect="write",
+            input=InvoiceRef,
+            output=Invoice,
+            on_not_done="redo",  # type: ignore[arg-type]
+        )
+    assert "has on_not_done='redo': use \"retry\"" in str(unknown.value)
+    with pytest.raises(AppError) as read:
+        op(
+            "payments.invoices.get",
+            effect="read",
+            input=InvoiceRef,
+            output=Invoice,
+            on_not_done="retry",
+        )
+    assert "is a read, whose outcome is never unknown" in str(read.value)
+
+
 # --- connectors --------------------------------------------------------------------------
 
 

@@ -21,6 +21,9 @@ from remit.ledger import input_hash, on_reentry
         ("failed", False, "replay"),
         ("uncertain", True, "replay"),
         ("uncertain", False, "replay"),
+        # A person confirmed it did not happen: calling again cannot double it.
+        ("not_done", True, "call"),
+        ("not_done", False, "call"),
     ],
 )
 def test_on_reentry(status: str, safe_to_repeat: bool, expected: str) -> None:

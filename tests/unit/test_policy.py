@@ -95,6 +95,7 @@ def test_forbid_beats_any_permit(tmp_path: Path) -> None:
         ('permit (principal, action == Action::"fly", resource);\n', "a.cedar:1"),
         ('@hold("x")\nforbid (principal, action, resource);\n', "a.cedar:1"),
         ('@hold\npermit (principal, action == Action::"start", resource);\n', "a.cedar:1"),
+        ("@hold\npermit (principal, action, resource);\n", "a.cedar:1"),
     ],
 )
 def test_a_broken_policy_set_refuses_everything_naming_file_and_line(
@@ -121,9 +122,57 @@ def test_a_policy_reading_a_field_typed_two_ways_is_refused(tmp_path: Path) -> N
         },
     )
     assert policy.problem == (
-        "policies/a.cedar:1: reads `amount`, but the workflow input `amount` is typed two ways "
-        "in the app, so no context carries it: make the types agree, or rename one"
+        "policies/a.cedar:1: reads `context.input.amount`, but the workflow input `amount` is "
+        "typed two ways in the app, so no context carries it: make the types agree, or rename one"
     )
+    # A draft's `amount` is typed one way only: a policy reading it is fine.
+    fine = _policy(
+        tmp_path,
+        {
+            "a.cedar": (
+                'forbid (principal, action == Action::"decide", resource)\n'
+                "when { context.draft has amount && context.draft.amount > 1000 };\n"
+            )
+        },
+    )
+    assert fine.problem is None
+
+
+def test_a_value_the_policies_cannot_read_exactly_refuses_the_action(tmp_path: Path) -> None:
+    policy = _policy(tmp_path, {"a.cedar": "permit (principal, action, resource);\n"})
+    assert policy.check("user:ann", "decide", "refund", {"draft": {"amount": 5}}).allowed
+    too_big = policy.check("user:ann", "decide", "refund", {"draft": {"amount": 2**63}})
+    assert (too_big.allowed, too_big.reason) == (
+        False,
+        "context.draft.amount cannot be given to the policies: it is beyond Cedar's 64-bit "
+        "whole numbers",
+    )
+    wrong = policy.check("user:ann", "decide", "refund", {"draft": {"currency": 7}})
+    assert (
+        wrong.reason == "context.draft.currency cannot be given to the policies: it is not a String"
+    )
+
+
+class Priced(BaseModel):
+    price: Decimal
+
+
+def test_decimals_are_given_exactly_or_not_at_all(tmp_path: Path) -> None:
+    folder = tmp_path / "policies"
+    folder.mkdir()
+    (folder / "a.cedar").write_text(
+        'forbid (principal, action == Action::"start", resource)\n'
+        'when { context.input has price && context.input.price.greaterThan(decimal("100.0")) };\n'
+        "permit (principal, action, resource);\n"
+    )
+    policy = Policy.load(folder, Catalog(workflows={"buy": Priced}, ops={}, approval_types={}))
+    assert policy.problem is None
+    assert policy.check("user:ann", "start", "buy", {"input": {"price": "99.5"}}).allowed
+    assert not policy.check("user:ann", "start", "buy", {"input": {"price": "500"}}).allowed
+    for unfit in ("100.00004", "1e300", "NaN"):
+        verdict = policy.check("user:ann", "start", "buy", {"input": {"price": unfit}})
+        assert not verdict.allowed, unfit
+        assert verdict.reason.startswith("context.input.price cannot be given to the policies")
 
 
 def test_a_broken_principals_file_refuses_everything(tmp_path: Path) -> None:
@@ -134,6 +183,19 @@ def test_a_broken_principals_file_refuses_everything(tmp_path: Path) -> None:
     assert policy.problem is not None
     assert "principals.toml: group `staff`: `ann` is not a principal" in policy.problem
     assert not policy.check("user:ann", "start", "refund", {}).allowed
+
+
+def test_groups_in_a_cycle_refuse_everything(tmp_path: Path) -> None:
+    policy = _policy(
+        tmp_path,
+        {
+            "a.cedar": PERMIT_STAFF,
+            "principals.toml": '[groups]\nstaff = ["group:leads", "user:x"]\nleads = ["group:staff"]\n',
+        },
+    )
+    assert policy.problem is not None
+    assert policy.problem.startswith("policies/principals.toml: the groups cannot be read")
+    assert not policy.check("user:x", "start", "refund", {}).allowed
 
 
 def test_a_hold_marks_a_call_that_only_held_permits_allow(tmp_path: Path) -> None:

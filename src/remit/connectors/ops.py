@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
 
 from remit.errors import AppError
 from remit.retry import DEFAULT_RETRY, RetryPolicy
 
+if TYPE_CHECKING:
+    from remit.budgets import CostModel
+
 Effect = Literal["read", "write"]
+# What a person's "it did not happen" (resolving a task `--not-done`) does to the run.
+NotDone = Literal["retry", "fail"]
 
 In = TypeVar("In", bound=BaseModel)
 Out = TypeVar("Out", bound=BaseModel)
@@ -27,6 +32,10 @@ class Op(Generic[In, Out]):
     `effect` says whether it changes anything at the vendor. `idempotent` promises that calling
     it twice with the same idempotency key has the effect of calling it once (as Stripe's keyed
     requests do); only reads and idempotent writes are retried.
+
+    `on_not_done` says what happens when a call's outcome was unknown and a person confirms it
+    did not happen: `"retry"` calls the op again with the same idempotency key, `"fail"` (the
+    default) fails the run saying so.
     """
 
     id: str
@@ -36,6 +45,10 @@ class Op(Generic[In, Out]):
     idempotent: bool = False
     description: str = ""
     retry: RetryPolicy = field(default=DEFAULT_RETRY)
+    on_not_done: NotDone = "fail"
+    # What a call costs (see `budgets.CostModel`): a call of an op with a cost is billed to the
+    # app's budgets, and refused before it is made when it could pass one.
+    cost: CostModel | None = None
 
     def __post_init__(self) -> None:
         if not _OP_ID.fullmatch(self.id):
@@ -48,6 +61,23 @@ class Op(Generic[In, Out]):
         for what, model in (("input", self.input), ("output", self.output)):
             if not (isinstance(model, type) and issubclass(model, BaseModel)):
                 raise AppError(f"op `{self.id}`: its {what} must be a pydantic model class")
+        if self.on_not_done not in ("retry", "fail"):
+            raise AppError(
+                f'op `{self.id}` has on_not_done={self.on_not_done!r}: use "retry" (call it '
+                'again with the same key) or "fail" (fail the run)'
+            )
+        if self.effect == "read" and self.on_not_done != "fail":
+            raise AppError(
+                f"op `{self.id}` is a read, whose outcome is never unknown: on_not_done applies "
+                "to writes only; leave it out"
+            )
+        if self.cost is not None and not all(
+            callable(getattr(self.cost, method, None)) for method in ("max_cost", "actual_cost")
+        ):
+            raise AppError(
+                f"op `{self.id}` has cost={self.cost!r}: give an object with max_cost(input, "
+                "prices) and actual_cost(input, output, prices), each returning Decimal USD"
+            )
 
     @property
     def vendor(self) -> str:
@@ -79,6 +109,8 @@ def op(
     idempotent: bool = False,
     description: str = "",
     retry: RetryPolicy = DEFAULT_RETRY,
+    on_not_done: NotDone = "fail",
+    cost: CostModel | None = None,
 ) -> Op[In, Out]:
     """Declare an operation. See `Op`."""
     return Op(
@@ -89,4 +121,6 @@ def op(
         idempotent=idempotent,
         description=description,
         retry=retry,
+        on_not_done=on_not_done,
+        cost=cost,
     )

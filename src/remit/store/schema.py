@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "8"
+SCHEMA_VERSION = "9"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -289,4 +289,79 @@ denials = sa.Table(
     sa.Column("context", sa.JSON, nullable=False),
     sa.Column("reason", sa.Text, nullable=False),
     sa.Index("remit_denials_at", "app", "at"),
+)
+
+# Spend: one row per budget and period (`budgets.py`). `spent_usd` is what settled calls cost,
+# `reserved_usd` what calls in flight may still cost at most; a call is refused before it is
+# made when spent + reserved + its own reservation would pass `limit_usd`.
+budget_periods = sa.Table(
+    "remit_budget_periods",
+    metadata,
+    sa.Column("app", sa.String(200), primary_key=True),
+    # `app`, or `workflow:<name>` for a workflow's own budget.
+    sa.Column("scope", sa.String(250), primary_key=True),
+    # The period's key, e.g. `2026-11` (monthly), `2026-W48` (weekly), `2026-11-29` (daily).
+    sa.Column("period", sa.String(20), primary_key=True),
+    sa.Column("limit_usd", sa.Numeric(18, 6), nullable=False),
+    sa.Column("spent_usd", sa.Numeric(18, 6), nullable=False),
+    sa.Column("reserved_usd", sa.Numeric(18, 6), nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    # Who set the limit by hand (`remit budgets set-limit`, `ctx.raise_budget`). While None the
+    # limit follows the app's declared `Budget`; once set, it stays for the period.
+    sa.Column("limit_set_by", sa.String(200)),
+)
+
+# One row per call that reserved spend: what it reserved, against which budget periods, and what
+# it came to. A reservation still `reserved` after its attempt ended is released by the
+# reconciler.
+reservations = sa.Table(
+    "remit_reservations",
+    metadata,
+    sa.Column("id", sa.String(40), primary_key=True),
+    sa.Column("app", sa.String(200), nullable=False),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("workflow_id", sa.String(128), nullable=False),
+    # One reservation per call: a call re-entered after a crash takes its reservation over, and
+    # the ledger row with this key is the call's record (its `cost` is what the call settled at).
+    sa.Column("idempotency_key", sa.String(300), nullable=False, unique=True),
+    sa.Column("op_id", sa.String(200), nullable=False),
+    # [[scope, period], ...]: every budget period the call counts against.
+    sa.Column("periods", sa.JSON, nullable=False),
+    sa.Column("reserved_usd", sa.Numeric(18, 6), nullable=False),
+    sa.Column("cost_usd", sa.Numeric(18, 6)),
+    sa.Column("status", sa.String(16), nullable=False),  # reserved, settled, released
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("settled_at", UTCDateTime),
+    sa.Index("remit_reservations_open", "status", "created_at"),
+)
+
+# A person's task: confirm whether a write whose outcome is unknown happened. One per ledger row
+# (its idempotency key); resolving it carries the run on, or records the answer. A call made
+# again after "not done" that is cut off again reopens the same task (`remit_audit` keeps each
+# resolution).
+tasks = sa.Table(
+    "remit_tasks",
+    metadata,
+    sa.Column("id", sa.String(40), primary_key=True),
+    sa.Column("app", sa.String(200), nullable=False),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    # The attempt that waits on it and the op's DBOS step: where the run's next attempt is
+    # forked from, so the steps before the call are copied, not run again.
+    sa.Column("workflow_id", sa.String(128), nullable=False),
+    sa.Column("step_id", sa.Integer, nullable=False),
+    sa.Column("op_id", sa.String(200), nullable=False),
+    sa.Column("idempotency_key", sa.String(300), nullable=False, unique=True),
+    sa.Column("title", sa.Text, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),  # open, done, not_done
+    # The call's output as the person gave it (done only).
+    sa.Column("output", sa.JSON),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("resolved_at", UTCDateTime),
+    sa.Column("resolved_by", sa.String(200)),
+    # The key the resolution was made with: the same key again replays it.
+    sa.Column("resolve_key", sa.String(200)),
+    # The attempt the resolution resumed the run on (None when no attempt waited on it).
+    sa.Column("resumed_workflow_id", sa.String(128)),
+    sa.Index("remit_tasks_status", "app", "status"),
+    sa.Index("remit_tasks_run", "run_id"),
 )

@@ -86,7 +86,10 @@ read_balance = op("bank.accounts.read", effect="read", input=Account, output=Bal
 create_transfer = op(
     "bank.transfers.create", effect="write", idempotent=True, input=TransferIn, output=Transfer
 )
-post_letter = op("bank.letters.post", effect="write", input=LetterIn, output=Letter)
+# Not idempotent: a post cut off mid-call waits for a person; "not done" posts it again.
+post_letter = op(
+    "bank.letters.post", effect="write", input=LetterIn, output=Letter, on_not_done="retry"
+)
 
 
 class BankDriver(Driver):
@@ -122,6 +125,7 @@ class FakeBank(Fake):
     @implements(post_letter)
     def post(self, input: LetterIn, call: CallContext) -> Letter:
         jitter()
+        hold("sending-letter")  # a kill here: the bank has not posted it
         return Letter(letter_id=f"lt_{call.idempotency_key}")
 
     def _record(self, effect: AppliedEffect) -> None:

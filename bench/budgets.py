@@ -1,0 +1,204 @@
+"""What a budget costs a call with a cost, on Postgres.
+
+    .venv/bin/python bench/budgets.py [--quick] [--write]    # `make bench` runs it too
+
+A call of an op with a cost (an LLM call) makes two transactions a call without one does not
+make in the same way: before it, the reservation (lock the period row, check the limit, add to
+`reserved`, write the reservation row); after it, the settlement, which writes the call's
+ledger row in the same transaction as it moves the amount from `reserved` to `spent`. Each is
+timed here as `OpCaller` makes it (`Budgets.reserve`, then `Budgets.settle` with the ledger row
+written by `LedgerStore.finish_in`), against one app budget, on one fresh database, no worker
+running. The first calls warm up and are not counted.
+
+`budget_reserve_ms` is the median of reserve plus settle, one call at a time. Beside it: the
+ledger row alone (`LedgerStore.finish` of a read, what a call with no cost writes instead of
+the settlement), and reserve plus settle from 8 threads at once, every call locking the same
+period row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import threading
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from approvals import database  # bench/approvals.py, beside this file
+from common import figure_table, write_section
+
+from remit.budget_store import Budgets
+from remit.budgets import Budget
+from remit.ledger import CallRecord, LedgerStore, input_hash
+from remit.store.database import Database
+
+APP = "bench"
+WARMUP = 100
+THREADS = 8
+COST = Decimal("0.0042")
+OUTPUT = {"content": "Dear customer, please pay.", "model": "gpt-4o-mini", "output_tokens": 7}
+
+Figure = tuple[str, float, str, str]
+
+
+def record(key: str) -> CallRecord:
+    return CallRecord(
+        run_id=key.split(":")[0],
+        attempt=1,
+        step_id=3,
+        op_id="llm.chat.complete",
+        effect="read",
+        idempotent=False,
+        idempotency_key=key,
+        input_hash=input_hash({"key": key}),
+        actor="bench",
+    )
+
+
+def billed_call(store: Budgets, ledger: LedgerStore, key: str) -> tuple[float, float]:
+    """One call's reservation and settlement, as `OpCaller` makes them: seconds each."""
+    began = time.perf_counter()
+    reservation = store.reserve(
+        op_id="llm.chat.complete",
+        key=key,
+        run_id=key.split(":")[0],
+        workflow_id=key.split(":")[0] + ":1",
+        workflow="chase-invoice",
+        max_cost=Decimal("0.0100"),
+    )
+    reserved = time.perf_counter()
+    assert reservation is not None
+
+    def write(conn: Any) -> bool:
+        return ledger.finish_in(conn, record(key), "ok", tries=1, output=OUTPUT, cost=COST)
+
+    assert store.settle(reservation, COST, record=write)
+    return reserved - began, time.perf_counter() - reserved
+
+
+def measure(*, quick: bool, folder: Path) -> list[Figure]:
+    calls = 300 if quick else 1000
+    with database(folder) as (db, _url):
+        store = Budgets(db, APP, [Budget(1_000_000)])
+        ledger = LedgerStore(db)
+        reserves: list[float] = []
+        settles: list[float] = []
+        for i in range(WARMUP + calls):
+            took = billed_call(store, ledger, f"run_seq{i}:3")
+            if i >= WARMUP:
+                reserves.append(took[0])
+                settles.append(took[1])
+        plain: list[float] = []
+        for i in range(WARMUP + calls):
+            began = time.perf_counter()
+            ledger.finish(record(f"run_plain{i}:3"), "ok", tries=1, output=OUTPUT)
+            if i >= WARMUP:
+                plain.append(time.perf_counter() - began)
+        contended, wall = contended_calls(db, store, calls)
+        [period] = store.periods()
+        assert period.reserved_usd == 0
+        assert period.spent_usd == COST * (WARMUP + calls + THREADS * (calls // THREADS))
+    totals = [r + s for r, s in zip(reserves, settles, strict=True)]
+    figures: list[Figure] = [
+        (
+            "budget_reserve_ms",
+            statistics.median(totals) * 1000,
+            "ms",
+            f"median of {calls} reserves plus settles (the ledger row in the settle), one at a time",
+        ),
+        ("budget_reserve_only_ms", statistics.median(reserves) * 1000, "ms", "the reserve alone"),
+        (
+            "budget_settle_only_ms",
+            statistics.median(settles) * 1000,
+            "ms",
+            "the settle alone, its ledger row included",
+        ),
+        (
+            "ledger_finish_ms",
+            statistics.median(plain) * 1000,
+            "ms",
+            "a read's ledger row alone: what a call with no cost writes instead of the settle",
+        ),
+        (
+            "budget_reserve_8_threads_ms",
+            statistics.median(contended) * 1000,
+            "ms",
+            f"median reserve plus settle with {THREADS} threads at once on one period row",
+        ),
+        (
+            "budget_calls_per_s_8_threads",
+            len(contended) / wall,
+            "calls/s",
+            f"reserves plus settles a second on one period row, {THREADS} threads at once",
+        ),
+    ]
+    for name, value, unit, note in figures:
+        print(f"BENCH {name} {value:.2f} {unit}  # {note}")
+    return figures
+
+
+def contended_calls(db: Database, store: Budgets, calls: int) -> tuple[list[float], float]:
+    """Reserve plus settle from `THREADS` threads at once, each on its own connection: the
+    seconds of each, and of them all."""
+    ledger = LedgerStore(db)
+    each = calls // THREADS
+    times: list[float] = []
+    lock = threading.Lock()
+    start = threading.Barrier(THREADS)
+
+    def run(n: int) -> None:
+        start.wait()
+        for i in range(each):
+            took = sum(billed_call(store, ledger, f"run_t{n}x{i}:3"))
+            with lock:
+                times.append(took)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(THREADS)]
+    began = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return times, time.perf_counter() - began
+
+
+def write(figures: list[Figure], *, command: str) -> None:
+    lines = [
+        f"`{command}` on {os.cpu_count()} cores, Postgres, {time.strftime('%Y-%m-%d')}. One app "
+        "budget; each call is reserved (`Budgets.reserve`: the period row locked, the limit "
+        "checked, `reserved` raised, the reservation written) and settled (`Budgets.settle`: "
+        "the call's ledger row written by `LedgerStore.finish_in` in the same transaction, "
+        "`reserved` lowered and `spent` raised, the reservation settled), as `OpCaller` makes "
+        f"them, on one fresh database, no worker running; the first {WARMUP} calls are not "
+        "counted.",
+        "",
+        *figure_table(figures),
+        "",
+        "A call with a cost makes one more transaction than a call without one (the reserve), "
+        "and its ledger row's transaction does more (the settle); `budget_reserve_ms` less "
+        "`ledger_finish_ms` is what a budget adds to a call. Calls on one budget serialize on "
+        "its period row for the length of a reserve or a settle (its commit included), not of "
+        "the call to the vendor: `budget_calls_per_s_8_threads` is about the most calls a "
+        "second one budget takes on this database, far more than an LLM vendor's rate limits "
+        "let an app make.",
+    ]
+    write_section("Budgets: what reserving and settling cost a call", "\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer calls")
+    parser.add_argument("--write", action="store_true", help="write BENCHMARKS.md's section")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        figures = measure(quick=args.quick, folder=Path(folder))
+    if args.write:
+        write(figures, command="python bench/budgets.py" + (" --quick" if args.quick else ""))
+
+
+if __name__ == "__main__":
+    main()
