@@ -43,6 +43,10 @@ log = logging.getLogger("remit.calls")
 Outcome = dict[str, Any]
 
 
+# The run id a direct call (`remit call`) is recorded under in the ledger: it has no run row.
+DIRECT_CALL_PREFIX = "call_"
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """The attempt a call belongs to."""

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from remit.approvals import ApprovalType
 from remit.budget_store import Budgets
-from remit.calls import OpCaller, RunInfo
+from remit.calls import DIRECT_CALL_PREFIX, OpCaller, RunInfo
 from remit.clock import Clock, SystemClock
 from remit.connectors.base import Implementation
 from remit.connectors.ops import Op
@@ -175,7 +175,7 @@ class DirectCalls:
         verdict = self.guard.require(by, "call", op.id, {"input": parsed})
         if verdict.held:
             return self._hold(op, parsed, by=by, key=key, note=verdict.hold_note)
-        call_id = f"call_{uuid.uuid4().hex[:16]}"
+        call_id = f"{DIRECT_CALL_PREFIX}{uuid.uuid4().hex[:16]}"
         ledger_key = f"direct:{key}" if key else f"{call_id}:0"
         if key:
             answered = self._keyed(op, parsed, key, ledger_key)

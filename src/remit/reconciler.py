@@ -50,7 +50,8 @@ from dbos import DBOSClient, WorkflowStatus
 
 from remit.approvals import Approvals
 from remit.budget_store import Budgets
-from remit.budgets import Drift, orphaned, usd
+from remit.budgets import DIRECT_LEASE, Drift, orphaned, usd
+from remit.calls import DIRECT_CALL_PREFIX
 from remit.ledger import LedgerStore
 from remit.pause import AppState
 from remit.resumes import Resume, Resumer
@@ -314,16 +315,23 @@ class Reconciler:
                     )
                 )
             )
-        if not started:
-            return
         ids = {attempt_workflow_id(row.run_id, row.attempt) for row in started}
-        found = _attempts(self.client, sorted(ids))
+        found = _attempts(self.client, sorted(ids)) if ids else {}
+        ended: list[tuple[Any, str, str]] = []
         for row in started:
             workflow_id = attempt_workflow_id(row.run_id, row.attempt)
             attempt = found.get(workflow_id)
-            if attempt is None or attempt.status in _GOING:
-                continue
-            reason = f"{row.op_id} started in {workflow_id}, which ended {attempt.status}"
+            if attempt is not None and attempt.status not in _GOING:
+                reason = f"{row.op_id} started in {workflow_id}, which ended {attempt.status}"
+                ended.append((row, workflow_id, reason))
+        for row in self._stale_direct_writes():
+            reason = (
+                f"{row.op_id}, called directly by {row.actor}, started at "
+                f"{row.started_at:%Y-%m-%d %H:%M:%S} UTC and recorded no outcome within "
+                f"{DIRECT_LEASE}"
+            )
+            ended.append((row, row.run_id, reason))
+        for row, workflow_id, reason in ended:
             if apply:
                 try:
                     held = self.tasks.hold(
@@ -347,6 +355,31 @@ class Reconciler:
                 reason += f"; task {held.task_id} asks a person whether it happened"
             log.warning("reconciler: run %s: %s is uncertain (%s)", row.run_id, row.op_id, reason)
             report.actions.append(Action(row.run_id, workflow_id, "uncertain", reason, "uncertain"))
+
+    def _stale_direct_writes(self) -> list[Any]:
+        """Writes called directly (`remit call`, `remit data`) that started longer ago than any
+        call takes and recorded no outcome: the process making them stopped. A direct call
+        has no run or attempt to ask, so its age is all there is to go on."""
+        cutoff = self.runs.clock.now() - DIRECT_LEASE
+        with self.db.engine.connect() as conn:
+            return list(
+                conn.execute(
+                    sa.select(
+                        ledger.c.run_id,
+                        ledger.c.attempt,
+                        ledger.c.step_id,
+                        ledger.c.idempotency_key,
+                        ledger.c.op_id,
+                        ledger.c.actor,
+                        ledger.c.started_at,
+                    ).where(
+                        ledger.c.status == "started",
+                        ledger.c.effect == "write",
+                        ledger.c.run_id.startswith(DIRECT_CALL_PREFIX, autoescape=True),
+                        ledger.c.started_at < cutoff,
+                    )
+                )
+            )
 
     def _queues(self, report: Report, apply: bool) -> None:
         """Pass 6: every queue's bounds as the pause flag says."""

@@ -12,9 +12,11 @@ import sqlalchemy as sa
 from remit import App, DecisionRefused, PolicyDenied, RemitError
 from remit.app import load_app
 from remit.guard import Guard
+from remit.reconciler import Reconciler
 from remit.store.database import Database
 from remit.store.schema import denials, ledger, runs
-from remit.testing import Harness
+from remit.tasks import TaskOpener
+from remit.testing import Harness, ManualClock
 
 ROOT = Path(__file__).parent.parent.parent
 AR_DESK = ROOT / "examples" / "ar_desk"
@@ -294,3 +296,41 @@ def test_remits_own_channels_go_with_remits_own_principals(desk: App, database_u
             with pytest.raises(DecisionRefused, match="are remit's own, and go together"):
                 h.decide(gate.id, "approved", by=by, via=via)
         assert h.approvals.get(gate.id).status == "pending"
+
+
+def test_a_direct_write_cut_off_becomes_uncertain_with_one_task(
+    desk: App, database_url: str
+) -> None:
+    clock = ManualClock()
+    mail = {"to": "a@b.example", "subject": "s", "body": "b"}
+    with Harness(desk, database_url=database_url, actor=CAROL, clock=clock) as h:
+        h.call("mail.messages.send", mail, key="m1")
+        # As if the process making it had died mid-call: its row still says `started`.
+        with h.worker.db.begin() as conn:
+            conn.execute(
+                sa.update(ledger)
+                .where(ledger.c.idempotency_key == "direct:m1")
+                .values(status="started", finished_at=None)
+            )
+        reconciler = Reconciler(
+            h.runs,
+            h.worker.client,
+            version=h.app.version,
+            live_versions=h.worker.live_versions,
+            tasks=TaskOpener(h.worker.db, h.app.name),
+        )
+        assert [a.kind for a in reconciler.run_pass().actions] == []  # it may still be going
+        clock.advance(hours=2)
+        [action] = reconciler.run_pass().actions
+        assert action.kind == "uncertain"
+        assert "called directly by user:carol" in action.reason
+        assert reconciler.run_pass().actions == []  # one task, not one per pass
+        [task] = h.tasks.list()
+        assert (task.op_id, task.idempotency_key, task.status) == (
+            "mail.messages.send",
+            "direct:m1",
+            "open",
+        )
+        resolved = h.resolve(task.id, done=True, output={"message_id": "m-1", "to": "a@b.example"})
+        assert resolved.resumed_workflow_id is None  # no run waits: the answer is recorded
+        assert h.ledger_store.get("direct:m1").status == "ok"  # type: ignore[union-attr]
