@@ -132,10 +132,12 @@ class AppState:
         self.db.retrying(f"app {self.app.name}: pause flag", write)
         log.warning("app %s %s by %s", self.app.name, "paused" if value else "resumed", by)
 
-    def queues_off(self) -> list[str]:
-        """The app's queues whose bounds in DBOS disagree with the pause flag. A queue no
-        worker has registered yet is left to the first worker, which reads the flag first."""
-        want_paused = self.paused()
+    def queues_off(self, want_paused: bool | None = None) -> list[str]:
+        """The app's queues whose bounds in DBOS disagree with the pause flag (or with
+        `want_paused`). A queue no worker has registered yet is left to the first worker,
+        which reads the flag first."""
+        if want_paused is None:
+            want_paused = self.paused()
         current = {q.name: q for q in self.client.list_queues()}
         off = []
         for queue in self.app.queues.values():
@@ -148,20 +150,34 @@ class AppState:
         return off
 
     def align_queues(self) -> list[str]:
-        """Give every queue the bounds the pause flag says; returns the queues written."""
+        """Give every queue the bounds the pause flag says; returns the queues written.
+
+        The flag is read again after the writes: a pause or resume that landed between this
+        read and these writes (a reconciler pass racing `remit pause`) would otherwise be
+        undone by them, and stay undone until the next pass. Whoever writes last has read the
+        flag after the other's write, so the queues end as the latest flag says.
+        """
+        written: list[str] = []
         want_paused = self.paused()
-        off = self.queues_off()
-        for name in off:
-            register_queue(
-                self.client,
-                self.app.queues[name],
-                paused=want_paused,
-                poll_interval=self.poll_interval,
-            )
-            log.warning(
-                "queue %s %s", name, "stopped: the app is paused" if want_paused else "restored"
-            )
-        return off
+        while True:
+            off = self.queues_off(want_paused)
+            for name in off:
+                register_queue(
+                    self.client,
+                    self.app.queues[name],
+                    paused=want_paused,
+                    poll_interval=self.poll_interval,
+                )
+                log.warning(
+                    "queue %s %s",
+                    name,
+                    "stopped: the app is paused" if want_paused else "restored",
+                )
+            written += [name for name in off if name not in written]
+            now_paused = self.paused()
+            if now_paused == want_paused:
+                return written
+            want_paused = now_paused
 
     def parked(self) -> list[Parked]:
         """The app's runs parked by a pause, oldest first."""

@@ -71,22 +71,32 @@ def test_pause_parks_a_running_run_after_its_step_and_resume_finishes_everything
         assert shop.orders == 1
         assert shop.effects_of(send_email) == []
 
-        # A run started while paused is not dequeued.
+        # A run started while paused is not dequeued; should a worker's poll take it all the
+        # same (seen once, on a loaded machine), it parks before its first step: nothing of it
+        # runs while the app is paused.
         second = h.start("purchase", {"sku": "sku-2"})
         time.sleep(0.5)
-        assert h.runs.get(second.run_id).status == "queued"
+        waiting = h.runs.get(second.run_id)
+        assert waiting.status in ("queued", "paused")
         (attempt,) = h.worker.client.list_workflows(workflow_ids=[f"{second.run_id}:1"])
-        assert attempt.status == "ENQUEUED"
+        if waiting.status == "queued":
+            assert attempt.status == "ENQUEUED"
+        assert h.steps(second.run_id) == []
+        assert shop.reads == 1
 
         restored, resumed = state.resume(by="user:ops")
-        assert (restored, resumed) == (["default"], [first.run_id])
+        parked_too = [second.run_id] if waiting.status == "paused" else []
+        assert (restored, sorted(resumed)) == (["default"], sorted([first.run_id, *parked_too]))
         assert not state.paused()
         assert _queue_bounds(h) is None
         assert state.resume(by="user:ops") == ([], [])  # idempotent
 
         done_first, done_second = h.wait(first.run_id), h.wait(second.run_id)
         assert (done_first.status, done_first.attempt) == ("done", 2), done_first.error
-        assert (done_second.status, done_second.attempt) == ("done", 1), done_second.error
+        assert (done_second.status, done_second.attempt) == (
+            "done",
+            2 if parked_too else 1,
+        ), done_second.error
         assert (done_first.output["order_id"], done_first.output["total"]) == ("ord_1", 1200)
         assert done_second.output["order_id"] == "ord_2"
         # Every write once, and no finished step ran again.
