@@ -15,7 +15,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from remit import telemetry
 from remit.budget_store import Budgets
@@ -254,7 +254,9 @@ class OpCaller:
         started_at: datetime,
         memo: dict[str, Any],
     ) -> Outcome:
-        refused = self._reserve(op, record, payload, run, started_at, memo)
+        # Parsed once for every try, the pricing and the bill (`payload` is a parsed input's JSON).
+        request = op.input.model_validate(payload)
+        refused = self._reserve(op, record, request, run, started_at, memo)
         if refused is not None:
             return refused
         call = CallContext(
@@ -269,7 +271,7 @@ class OpCaller:
         while True:
             tries += 1
             try:
-                output = implementation.invoke(op, op.input.model_validate(payload), call)
+                output = implementation.invoke(op, request, call)
             except DriverError as error:
                 if op.effect == "write" and not op.idempotent and error.maybe_applied:
                     return self._uncertain(
@@ -319,7 +321,7 @@ class OpCaller:
                 outcome = failure("driver", message, retryable=False)
                 self._finish_failed(record, outcome, tries=tries, started_at=started_at, memo=memo)
                 return outcome
-            dumped = self._priced(op, payload, output, memo)
+            dumped = self._priced(op, request, output, memo)
             return self._settle(
                 memo, record, "ok", ok(dumped), tries=tries, output=dumped, started_at=started_at
             )
@@ -399,7 +401,7 @@ class OpCaller:
         self,
         op: Op[Any, Any],
         record: CallRecord,
-        payload: dict[str, Any],
+        request: BaseModel,
         run: RunInfo,
         started_at: datetime,
         memo: dict[str, Any],
@@ -415,7 +417,7 @@ class OpCaller:
             if existing is not None:
                 return _conflict(record, existing) or _recorded(existing)
         try:
-            most = money(op.cost.max_cost(op.input.model_validate(payload), self.prices))
+            most = money(op.cost.max_cost(request, self.prices))
         except Exception as error:
             message = (
                 str(error)
@@ -457,7 +459,7 @@ class OpCaller:
         return None
 
     def _priced(
-        self, op: Op[Any, Any], payload: dict[str, Any], output: Any, memo: dict[str, Any]
+        self, op: Op[Any, Any], request: BaseModel, output: Any, memo: dict[str, Any]
     ) -> dict[str, Any]:
         """The output as JSON; for an op with a cost, with what the call cost noted for its
         settlement, and in the output's `cost_usd` if it has one."""
@@ -466,9 +468,7 @@ class OpCaller:
         if bill is None or op.cost is None:
             return dumped
         try:
-            bill.cost = money(
-                op.cost.actual_cost(op.input.model_validate(payload), output, self.prices)
-            )
+            bill.cost = money(op.cost.actual_cost(request, output, self.prices))
         except Exception:
             # The call was made and billed: count it at its most rather than not at all.
             log.exception("%s: pricing the reply failed; billed at its most", op.id)

@@ -249,8 +249,10 @@ class Policy:
         try:
             converted = self.context(action, context)
         except _Unfit as unfit:
-            path, _, why = str(unfit).rpartition(": ")
-            return Verdict(False, f"context.{path} cannot be given to the policies: {why}")
+            attribute = ".".join(unfit.path)
+            return Verdict(
+                False, f"context.{attribute} cannot be given to the policies: {unfit.why}"
+            )
         request = {
             "principal": who.uid(),
             "action": {"type": "Action", "id": action},
@@ -489,7 +491,13 @@ _DECIMAL_MAX = Decimal("922337203685477.5807")
 
 
 class _Unfit(Exception):
-    """A value the context's schema types, which Cedar cannot hold as it is."""
+    """A value the context's schema types, which Cedar cannot hold as it is: `why`, at `path`
+    (the attribute names down to it)."""
+
+    def __init__(self, why: str, path: tuple[str, ...] = ()) -> None:
+        super().__init__(why)
+        self.why = why
+        self.path = path
 
 
 def _convert(typed: Mapping[str, Any], value: Any) -> Any:
@@ -533,8 +541,7 @@ def _convert_record(typed: Mapping[str, Any], values: Mapping[str, Any]) -> dict
         try:
             record[name] = _convert(attribute, values[name])
         except _Unfit as unfit:
-            path, _, why = str(unfit).rpartition(": ")
-            raise _Unfit(f"{name}{'.' + path if path else ''}: {why}") from None
+            raise _Unfit(unfit.why, (name, *unfit.path)) from None
     return record
 
 
