@@ -41,6 +41,7 @@ from remit.errors import (
     AppError,
     ApprovalNotFound,
     BudgetExceeded,
+    CodeChanged,
     DatabaseError,
     DecisionRefused,
     DriverError,
@@ -50,6 +51,7 @@ from remit.errors import (
     OpNotDeclared,
     OpUncertain,
     RemitError,
+    RetryRefused,
     RunMovedOn,
     RunNotFound,
     SettingsError,
@@ -60,6 +62,7 @@ from remit.errors import (
 )
 from remit.notify import ApprovalNotice, LogNotifier, Notifier, WebhookNotifier
 from remit.policy import PolicyDenied
+from remit.retries import Retried, Retries
 from remit.retry import RetryPolicy
 from remit.runs import Run
 from remit.schedules import Schedule, schedule
@@ -83,6 +86,7 @@ __all__ = [
     "ChatMessage",
     "ChatReply",
     "Clock",
+    "CodeChanged",
     "Collection",
     "Connector",
     "Context",
@@ -111,7 +115,10 @@ __all__ = [
     "Queue",
     "RemitError",
     "Resolved",
+    "Retried",
+    "Retries",
     "RetryPolicy",
+    "RetryRefused",
     "Run",
     "RunMovedOn",
     "RunNotFound",

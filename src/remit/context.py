@@ -15,10 +15,11 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any, TypeVar, cast, overload
+from typing import Any, Protocol, TypeVar, cast, overload
 
 import sqlalchemy as sa
-from dbos import DBOS, StepOptions
+from dbos import DBOS, StepOptions, StepReservation
+from dbos._context import get_local_dbos_context
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
@@ -28,6 +29,7 @@ from remit.calls import OpCaller, Outcome, RunInfo, failure, ok, raise_failure
 from remit.connectors.llm import ChatMessage, ChatReply, chat_complete
 from remit.connectors.ops import Op
 from remit.errors import InputInvalid, OpNotDeclared, RemitError, StepFailed, Suspended
+from remit.journal import Journal, Mark, gate_mark, op_mark, sleep_mark, step_mark
 from remit.timers import Timers
 from remit.workflows import Workflow
 
@@ -36,6 +38,103 @@ Draft = TypeVar("Draft", bound=BaseModel)
 T = TypeVar("T")
 
 _KEY = re.compile(r"[A-Za-z0-9._-]{1,100}")
+
+
+class Slot(Protocol):
+    """One position of the run, taken by the operation about to run there."""
+
+    @property
+    def position(self) -> int: ...
+
+    def run(self, mark: Mark, options: StepOptions, body: Callable[[], Any]) -> Any:
+        """Run `body` as the step at this position, once `mark` is checked against it."""
+        ...
+
+    async def run_async(self, mark: Mark, options: StepOptions, body: Callable[[], Any]) -> Any:
+        """`run`, awaited."""
+        ...
+
+
+class Steps(Protocol):
+    """Where a `ctx` takes its positions: DBOS in a live attempt, the record in a replay."""
+
+    def reserve(self) -> Slot: ...
+
+    def patch(self, name: str) -> bool: ...
+
+    async def patch_async(self, name: str) -> bool: ...
+
+    def short_sleep(self, seconds: float) -> None: ...
+
+    async def short_sleep_async(self, seconds: float) -> None: ...
+
+
+class _LiveSlot:
+    def __init__(self, reservation: StepReservation, journal: Journal) -> None:
+        self._reservation = reservation
+        self._journal = journal
+
+    @property
+    def position(self) -> int:
+        return self._reservation.step_id
+
+    def run(self, mark: Mark, options: StepOptions, body: Callable[[], Any]) -> Any:
+        self._journal.check(self.position, mark)
+        return self._reservation.run(options, body)
+
+    async def run_async(self, mark: Mark, options: StepOptions, body: Callable[[], Any]) -> Any:
+        self._journal.check(self.position, mark)
+        return await self._reservation.run_async(options, body)
+
+
+class LiveSteps:
+    """A live attempt's positions: DBOS's step ids, each checked against the run's journal
+    before its step runs. The position is reserved on the calling thread (or the event loop,
+    before any await), so concurrent operations of an async run take theirs in program order."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+
+    def reserve(self) -> Slot:
+        return _LiveSlot(DBOS.reserve_step(), self.journal)
+
+    def patch(self, name: str) -> bool:
+        position = _next_position()
+        if self.journal.patch_taken(position) is False:
+            return False
+        taken = DBOS.patch(name)
+        if taken:
+            self.journal.passed(position)
+        return taken
+
+    async def patch_async(self, name: str) -> bool:
+        position = _next_position()
+        if self.journal.patch_taken(position) is False:
+            return False
+        taken = await DBOS.patch_async(name)
+        if taken:
+            self.journal.passed(position)
+        return taken
+
+    def short_sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self.journal.check(_next_position(), sleep_mark(short=True))
+        DBOS.sleep(seconds)
+
+    async def short_sleep_async(self, seconds: float) -> None:
+        if seconds > 0:
+            self.journal.check(_next_position(), sleep_mark(short=True))
+        await DBOS.sleep_async(seconds)
+
+
+def _next_position() -> int:
+    """The position the next operation of this workflow takes. DBOS has no call that tells it
+    without taking it (a reservation does), and `ctx.patch` must look before it takes: this
+    reads DBOS's workflow context, as `DBOS.patch` does."""
+    context = get_local_dbos_context()
+    if context is None or not context.is_workflow():
+        raise RemitError("ctx is used only inside the workflow it was given to")
+    return context.function_id + 1
 
 
 class _Base:
@@ -48,6 +147,7 @@ class _Base:
         gates: Gates,
         timers: Timers,
         paused: Callable[[], bool] = lambda: False,
+        steps: Steps | None = None,
     ) -> None:
         self._run = run
         self._workflow = workflow
@@ -56,6 +156,8 @@ class _Base:
         self._gates = gates
         self._timers = timers
         self._paused = paused
+        # Where each operation takes its position: DBOS, checked against the run's journal.
+        self._steps = steps or LiveSteps(Journal.empty(run.run_id))
 
     def _park_if_paused(self) -> None:
         """Before a step starts: while the app is paused, end the attempt with the run
@@ -178,21 +280,23 @@ class _Base:
 
     def _op_step(
         self, op: Op[Any, Any], payload: dict[str, Any], key: str | None
-    ) -> Callable[[], Outcome]:
+    ) -> tuple[Slot, Mark, Callable[[], Outcome]]:
+        """The position an op call takes, what it is there, and the body of its step."""
+        slot = self._steps.reserve()
+        # A call's position names it unless the workflow names it: `<run>:<step>` or
+        # `<run>:key:<key>`, two spaces that cannot collide. A resumed run's positions up to
+        # where it resumes are checked against its record before anything runs (`journal.py`),
+        # so a deploy cannot move a key from under a call it started.
+        name = str(slot.position) if key is None else f"key:{key}"
+        idempotency_key = f"{self._run.run_id}:{name}"
         memo: dict[str, Any] = {}  # outlives a DBOS retry of this step (see OpCaller.call)
 
         def body() -> Outcome:
-            step_id = DBOS.step_id
-            assert step_id is not None, "an op call runs as a DBOS step"
-            # A call's position names it unless the workflow names it: `<run>:<step>` or
-            # `<run>:key:<key>`, two spaces that cannot collide.
-            name = str(step_id) if key is None else f"key:{key}"
-            idempotency_key = f"{self._run.run_id}:{name}"
             return self._caller.call(
-                self._run, op, payload, step_id=step_id, key=idempotency_key, memo=memo
+                self._run, op, payload, step_id=slot.position, key=idempotency_key, memo=memo
             )
 
-        return body
+        return slot, op_mark(op.id, idempotency_key), body
 
 
 def _db_step_options(name: str) -> StepOptions:
@@ -331,7 +435,7 @@ class Context(_Base):
                 cause.append(error)
                 return _step_error(name, error)
 
-        outcome = DBOS.run_step({"name": name}, body)
+        outcome = self._steps.reserve().run(step_mark(name), {"name": name}, body)
         return _step_value(name, outcome, output, cause[0] if cause else None)
 
     def call(
@@ -343,7 +447,8 @@ class Context(_Base):
         """
         self._park_if_paused()
         declared, payload = self._prepare(op, input, fields, key)
-        outcome = DBOS.run_step(_op_options(declared), self._op_step(declared, payload, key))
+        slot, mark, body = self._op_step(declared, payload, key)
+        outcome = slot.run(mark, _op_options(declared), body)
         return _finish_op(cast(Op[Any, Out], declared), outcome)
 
     def llm(
@@ -404,7 +509,8 @@ class Context(_Base):
         """
         self._park_if_paused()
         options, body, outcome = self._gate_step(key, type, title, draft, assignee, expires_in)
-        return cast(Decision[Draft], outcome(DBOS.run_step(options, body)))
+        row = self._steps.reserve().run(gate_mark(key), options, body)
+        return cast(Decision[Draft], outcome(row))
 
     def patch(self, name: str) -> bool:
         """True where the run takes the code added under `name`; False for a run that had
@@ -413,7 +519,7 @@ class Context(_Base):
             if ctx.patch("check-credit"):
                 ctx.call(check_credit, ...)
         """
-        return DBOS.patch(name)
+        return self._steps.patch(name)
 
     def sleep(self, duration: timedelta | float) -> None:
         """Wait `duration` (a timedelta or seconds), durably: a crash does not restart it.
@@ -426,9 +532,9 @@ class Context(_Base):
         seconds, body = self._sleep_step(duration)
         if body is None:
             with telemetry.step_span("sleep", "sleep", seconds=seconds):
-                DBOS.sleep(seconds)
+                self._steps.short_sleep(seconds)
             return
-        Timers.outcome(DBOS.run_step(_sleep_options(), body))
+        Timers.outcome(self._steps.reserve().run(sleep_mark(), _sleep_options(), body))
 
 
 class AsyncContext(_Base):
@@ -451,7 +557,7 @@ class AsyncContext(_Base):
                 cause.append(error)
                 return _step_error(name, error)
 
-        outcome = await DBOS.run_step_async({"name": name}, body)
+        outcome = await self._steps.reserve().run_async(step_mark(name), {"name": name}, body)
         return _step_value(name, outcome, output, cause[0] if cause else None)
 
     async def call(
@@ -460,9 +566,8 @@ class AsyncContext(_Base):
         """Call `op` as a checkpointed step; see `Context.call`."""
         self._park_if_paused()
         declared, payload = self._prepare(op, input, fields, key)
-        outcome = await DBOS.run_step_async(
-            _op_options(declared), self._op_step(declared, payload, key)
-        )
+        slot, mark, body = self._op_step(declared, payload, key)
+        outcome = await slot.run_async(mark, _op_options(declared), body)
         return _finish_op(cast(Op[Any, Out], declared), outcome)
 
     async def llm(
@@ -510,12 +615,12 @@ class AsyncContext(_Base):
         async def in_thread() -> dict[str, Any]:
             return await asyncio.to_thread(body)
 
-        row = await DBOS.run_step_async(options, in_thread)
+        row = await self._steps.reserve().run_async(gate_mark(key), options, in_thread)
         return cast(Decision[Draft], outcome(row))
 
     async def patch(self, name: str) -> bool:
         """See `Context.patch`."""
-        return await DBOS.patch_async(name)
+        return await self._steps.patch_async(name)
 
     async def sleep(self, duration: timedelta | float) -> None:
         """Wait `duration` durably; see `Context.sleep`."""
@@ -523,11 +628,13 @@ class AsyncContext(_Base):
         seconds, body = self._sleep_step(duration)
         if body is None:
             with telemetry.step_span("sleep", "sleep", seconds=seconds):
-                await DBOS.sleep_async(seconds)
+                await self._steps.short_sleep_async(seconds)
             return
 
         async def in_thread() -> dict[str, Any]:
             assert body is not None
             return await asyncio.to_thread(body)
 
-        Timers.outcome(await DBOS.run_step_async(_sleep_options(), in_thread))
+        Timers.outcome(
+            await self._steps.reserve().run_async(sleep_mark(), _sleep_options(), in_thread)
+        )

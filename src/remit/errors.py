@@ -10,6 +10,7 @@
     ├── StepFailed            a `ctx.step` function raised (the same on first run and replay)
     ├── TaskNotFound          no task with that id
     ├── TaskRefused           `Tasks.resolve` refused, listing every reason; nothing was written
+    ├── RetryRefused          `retry` refused (the run is not failed or cancelled, a bad step)
     └── OpError               an operation call did not succeed (raised inside a run)
         ├── OpNotDeclared     the workflow called an op it did not list in `uses`
         ├── MissingCredential the driver needs an environment variable that is not set
@@ -20,7 +21,8 @@
 and, outside the root because a workflow must not swallow it:
 
     BaseException
-    └── RunMovedOn            the attempt was superseded or cancelled; it starts no new write
+    ├── RunMovedOn            the attempt was superseded or cancelled; it starts no new write
+    └── CodeChanged           the code no longer matches a step the run had passed; the run fails
 
 Fields are keyword-only. Whether a retry can help is the `retryable` field, never parsed from a
 message.
@@ -195,6 +197,34 @@ class RunMovedOn(BaseException):
     Like `KeyboardInterrupt` it is not an `Exception`, so a workflow's `except Exception`
     around a call does not swallow it; re-raise it if you catch `BaseException`.
     """
+
+
+class CodeChanged(BaseException):
+    """The workflow's code no longer matches what its run recorded at a position it had
+    passed (or stands at): a step inserted, removed, reordered or renamed before where the run
+    had got to. Raised before anything runs at that position; the run fails with this message.
+
+    `step` is the position, `recorded` what the run recorded there, `now` what the code does
+    there now. Not an `Exception`, so a workflow's `except Exception` cannot swallow it and run
+    on past the change.
+    """
+
+    def __init__(self, message: str, *, run_id: str, step: int, recorded: str, now: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.step = step
+        self.recorded = recorded
+        self.now = now
+
+
+class RetryRefused(RemitError):
+    """A retry was refused, having written nothing: the run has not failed and was not
+    cancelled, the step to carry on from is past where it got, or the retry key belongs to
+    another run. The message says what to change."""
+
+    def __init__(self, message: str, *, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
 
 
 class StepFailed(RemitError):

@@ -1,10 +1,11 @@
 """Who may do what: an app's Cedar policies, checked in-process with `cedarpy`.
 
 An app with a `policies/` folder is governed by the `*.cedar` files in it, deny by default: an
-action goes ahead only when some `permit` matches it and no `forbid` does. Three actions are
+action goes ahead only when some `permit` matches it and no `forbid` does. Four actions are
 checked, each on its own kind of resource:
 
     Action::"start"   on Workflow::"<name>"       context { input }
+    Action::"retry"   on Workflow::"<name>"       context { input, status }
     Action::"call"    on Op::"<vendor.resource.op>" context { input }
     Action::"decide"  on ApprovalType::"<name>"   context { decision, workflow, input, draft,
                                                             op, call }
@@ -41,9 +42,14 @@ from remit.errors import RemitError
 
 log = logging.getLogger("remit.policy")
 
-Action = Literal["start", "call", "decide"]
-ACTIONS: tuple[Action, ...] = ("start", "call", "decide")
-RESOURCE_TYPES: dict[Action, str] = {"start": "Workflow", "call": "Op", "decide": "ApprovalType"}
+Action = Literal["start", "call", "decide", "retry"]
+ACTIONS: tuple[Action, ...] = ("start", "call", "decide", "retry")
+RESOURCE_TYPES: dict[Action, str] = {
+    "start": "Workflow",
+    "call": "Op",
+    "decide": "ApprovalType",
+    "retry": "Workflow",
+}
 PRINCIPAL_TYPES = {"user": "User", "agent": "Agent"}
 PRINCIPALS_FILE = "principals.toml"
 # The annotation that turns a permitted direct call into a run waiting at an approval.
@@ -385,6 +391,7 @@ def build_schema(
     contexts: dict[str, dict[str, Any]] = {
         "start": _record({"input": workflow_inputs}),
         "call": _record({"input": op_inputs}),
+        "retry": _record({"input": workflow_inputs, "status": string}),
         "decide": _record(
             {
                 "decision": string,

@@ -49,11 +49,19 @@ class Resumer:
         self.runs = RunStore(db, clock=self.clock)
 
     def next_attempt(
-        self, conn: sa.Connection, run_id: str, from_workflow_id: str, from_step: int, queue: str
+        self,
+        conn: sa.Connection,
+        run_id: str,
+        from_workflow_id: str,
+        from_step: int,
+        queue: str,
+        *,
+        reopen: bool = False,
     ) -> Resume:
         """Move the run to its next attempt and put its fork in the outbox, inside the
-        caller's transaction (which holds the run's row lock)."""
-        _, workflow_id = self.runs.bump(conn, run_id)
+        caller's transaction (which holds the run's row lock). `reopen`: a retry of a failed or
+        cancelled run."""
+        _, workflow_id = self.runs.bump(conn, run_id, reopen=reopen)
         resume = Resume(workflow_id, run_id, from_workflow_id, from_step, queue)
         conn.execute(resumes.insert().values(**resume.__dict__, created_at=self.clock.now()))
         return resume

@@ -241,12 +241,13 @@ class RunStore:
         # Repeating the write is harmless: the fence and the status guard make it idempotent.
         return self.db.retrying(f"run {run_id}: status write", write)
 
-    def bump(self, conn: sa.Connection, run_id: str) -> tuple[int, str]:
+    def bump(self, conn: sa.Connection, run_id: str, *, reopen: bool = False) -> tuple[int, str]:
         """Move the run to its next attempt inside the caller's transaction.
 
         Returns the new attempt number and its DBOS workflow id; from the commit on, every
         write of the earlier attempt is refused by the fence. The caller enqueues or forks
-        the new attempt in the same transaction (or through an outbox).
+        the new attempt in the same transaction (or through an outbox). Only a retry
+        (`reopen`) moves a failed or cancelled run on; it clears the run's end.
         """
         row = conn.execute(
             sa.select(runs.c.attempt, runs.c.status)
@@ -255,10 +256,11 @@ class RunStore:
         ).one_or_none()
         if row is None:
             raise _not_found(run_id)
-        if row.status in FINISHED:
+        if row.status in FINISHED and not (reopen and row.status != "done"):
             raise RemitError(f"run `{run_id}` is {row.status}: a finished run has no next attempt")
         attempt = int(row.attempt) + 1
         workflow_id = attempt_workflow_id(run_id, attempt)
+        ended = {"finished_at": None, "error": None, "output": None} if reopen else {}
         conn.execute(
             runs.update()
             .where(runs.c.run_id == run_id)
@@ -267,6 +269,7 @@ class RunStore:
                 workflow_id=workflow_id,
                 status="queued",
                 updated_at=self.clock.now(),
+                **ended,
             )
         )
         return attempt, workflow_id

@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
-from dbos import DBOS
+from dbos import DBOS, StepInfo
 from dbos import error as dbos_error
 from pydantic_core import to_jsonable_python
 
@@ -28,8 +28,9 @@ from remit.budget_store import Budgets
 from remit.calls import OpCaller, RunInfo
 from remit.clock import Clock
 from remit.connectors.base import Implementation
-from remit.context import AsyncContext, Context
-from remit.errors import RunMovedOn, Suspended
+from remit.context import AsyncContext, Context, LiveSteps
+from remit.errors import CodeChanged, RemitError, RunMovedOn, Suspended
+from remit.journal import Journal, load_marks
 from remit.ledger import LedgerStore
 from remit.notify import Notifications, Notifier
 from remit.runs import RunStore
@@ -93,6 +94,8 @@ class Runtime:
             db, app.approval_types, channels=self.notifications.channels, clock=clock
         )
         self.timers = Timers(db, suspend_after=suspend_after, clock=clock)
+        # An attempt's DBOS steps, read from outside it: the worker gives its client's.
+        self.list_steps: Callable[[str], list[StepInfo]] = _no_steps
 
     def register(self) -> None:
         """Register every workflow of the app with DBOS, under its own name."""
@@ -101,6 +104,25 @@ class Runtime:
             DBOS.workflow(name=wf.name)(
                 telemetry.traced_attempt(wf.name, self.version, body, attempt_outcome)
             )
+
+    def _journal(self, run: RunInfo) -> Journal:
+        """What the run recorded up to where this attempt resumes, to check the code against.
+
+        A first attempt has no record before it, and only ever runs on the code it began on
+        (DBOS recovers an attempt only on its own version; a redeploy moves a run to a new
+        attempt), so it is not checked. A later attempt resumes after the steps it copied, or
+        after those it ran itself before a crash.
+        """
+        if run.attempt == 1:
+            return Journal.empty(run.run_id)
+        # Through a client: DBOS.list_workflow_steps inside a workflow is a step of its own.
+        steps = {
+            step["function_id"]: step["function_name"] for step in self.list_steps(run.workflow_id)
+        }
+        resume_at = 1 + max(steps, default=0)
+        with self.runs.db.engine.connect() as conn:
+            marks = load_marks(conn, run.run_id, up_to=resume_at)
+        return Journal.of(run.run_id, steps, marks, resume_at)
 
     def _begin(self, wf: Workflow, run_id: str, actor: str) -> RunInfo | None:
         workflow_id = DBOS.workflow_id
@@ -149,6 +171,12 @@ class Runtime:
             return
         self.runs.conclude(run.run_id, run.workflow_id, "failed", error=_failure(run, error))
 
+    def _changed(self, run: RunInfo, error: CodeChanged) -> None:
+        """The code no longer matches the run's record: fail the run, nothing having run at
+        the position that differs."""
+        log.warning("run %s fails: %s", run.run_id, error)
+        self.runs.conclude(run.run_id, run.workflow_id, "failed", error=str(error))
+
     def _moved_on(self, run: RunInfo, error: RunMovedOn) -> None:
         log.info("attempt %s stops: %s", run.workflow_id, error)
         telemetry.moved_on()
@@ -173,16 +201,28 @@ class Runtime:
             run = self._begin(wf, run_id, actor)
             if run is None:
                 return None
-            ctx = Context(
-                run, wf, self.app.ops, self.caller, self.gates, self.timers, self.paused.is_set
-            )
             try:
+                journal = self._journal(run)
+                ctx = Context(
+                    run,
+                    wf,
+                    self.app.ops,
+                    self.caller,
+                    self.gates,
+                    self.timers,
+                    self.paused.is_set,
+                    LiveSteps(journal),
+                )
                 if self.paused.is_set():
                     raise Suspended("paused", "the app is paused")
                 result = wf.fn(ctx, wf.input.model_validate(input))
+                journal.finish()
             except RunMovedOn as error:
                 self._moved_on(run, error)
                 return None
+            except CodeChanged as error:
+                self._changed(run, error)
+                raise RemitError(str(error)) from None
             except Suspended as pause:
                 return self._suspend(run, pause)
             except Exception as error:
@@ -199,16 +239,28 @@ class Runtime:
             run = await asyncio.to_thread(self._begin, wf, run_id, actor)
             if run is None:
                 return None
-            ctx = AsyncContext(
-                run, wf, self.app.ops, self.caller, self.gates, self.timers, self.paused.is_set
-            )
             try:
+                journal = await asyncio.to_thread(self._journal, run)
+                ctx = AsyncContext(
+                    run,
+                    wf,
+                    self.app.ops,
+                    self.caller,
+                    self.gates,
+                    self.timers,
+                    self.paused.is_set,
+                    LiveSteps(journal),
+                )
                 if self.paused.is_set():
                     raise Suspended("paused", "the app is paused")
                 result = await wf.fn(ctx, wf.input.model_validate(input))
+                journal.finish()
             except RunMovedOn as error:
                 self._moved_on(run, error)
                 return None
+            except CodeChanged as error:
+                await asyncio.to_thread(self._changed, run, error)
+                raise RemitError(str(error)) from None
             except Suspended as pause:
                 return await asyncio.to_thread(self._suspend, run, pause)
             except Exception as error:
@@ -218,6 +270,13 @@ class Runtime:
 
         attempt.__qualname__ = f"remit:{wf.name}"
         return attempt
+
+
+def _no_steps(workflow_id: str) -> list[StepInfo]:
+    raise RemitError(
+        f"attempt {workflow_id}: this runtime was given no way to read its steps "
+        "(a Worker gives it its DBOS client's)"
+    )
 
 
 def _failure(run: RunInfo, error: Exception) -> str:

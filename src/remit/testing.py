@@ -27,6 +27,7 @@ from remit.connectors.base import AppliedEffect, Fake, Implementation
 from remit.deadlines import Deadline, upcoming_deadlines
 from remit.direct import CallResult, DirectCalls
 from remit.ledger import LedgerRow
+from remit.retries import Retried
 from remit.runs import Run, attempt_workflow_id
 from remit.settings import Settings
 from remit.tasks import Resolved, Task, Tasks
@@ -224,6 +225,17 @@ class Harness:
     ) -> Resolved:
         """`Tasks.resolve` as the test's actor."""
         return self.tasks.resolve(task_id, done=done, output=output, by=by or self.actor, key=key)
+
+    def retry(
+        self,
+        run_id: str,
+        *,
+        from_step: int | None = None,
+        by: str | None = None,
+        key: str | None = None,
+    ) -> Retried:
+        """Retry a failed or cancelled run (as `remit retry` does), as the test's actor."""
+        return self.worker.retries.retry(run_id, by=by or self.actor, from_step=from_step, key=key)
 
     @property
     def budgets(self) -> Budgets:

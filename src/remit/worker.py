@@ -43,6 +43,7 @@ from remit.guard import Guard
 from remit.notify import default_notifiers
 from remit.pause import AppState, PauseWatch, paused, register_queue
 from remit.reconciler import Reconciler
+from remit.retries import Retries
 from remit.runtime import Runtime
 from remit.scheduler import Scheduler
 from remit.secrets import Credentials, SecretKey, Secrets
@@ -189,6 +190,11 @@ class Worker:
         return Tasks(self.db, self.client, self.app.name, self.app.ops, clock=self.runtime.clock)
 
     @property
+    def retries(self) -> Retries:
+        """Retry the app's failed and cancelled runs on the code this worker runs."""
+        return Retries(self.db, self.client, guard=self.guard, clock=self.runtime.clock)
+
+    @property
     def guard(self) -> Guard:
         """The app's policies, enforced, with the record of what they refuse."""
         return Guard.of(self.app, self.db, clock=self.runtime.clock)
@@ -258,6 +264,7 @@ class Worker:
             if known["application_name"] in (None, self.app.name)
         }
         DBOS(config=config)
+        self.runtime.list_steps = lambda workflow_id: self.client.list_workflow_steps(workflow_id)
         self.runtime.register()
         if before_launch is not None:
             before_launch()

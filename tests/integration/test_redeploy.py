@@ -88,7 +88,7 @@ def test_a_change_that_no_longer_matches_the_steps_fails_the_run_saying_where(
     assert f"code changed under run {run_id}: its step 2 ran `bank.transfers.create`" in (
         run.error or ""
     )
-    assert "now runs `audit` there. Nothing ran at that step" in (run.error or "")
+    assert "now runs `audit` (a step) there. Nothing ran at that step" in (run.error or "")
     assert "ctx.patch" in (run.error or "")
     # Only the write made before the redeploy happened; nothing was re-run or run out of order.
     assert [e["idempotency_key"] for e in workers.effects()] == [f"{run_id}:2"]

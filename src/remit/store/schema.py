@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "9"
+SCHEMA_VERSION = "10"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -364,4 +364,17 @@ tasks = sa.Table(
     sa.Column("resumed_workflow_id", sa.String(128)),
     sa.Index("remit_tasks_status", "app", "status"),
     sa.Index("remit_tasks_run", "run_id"),
+)
+
+# One row per `retry` that moved a run: a repeated retry key reads it back.
+retries = sa.Table(
+    "remit_retries",
+    metadata,
+    sa.Column("retry_key", sa.String(200), primary_key=True),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    # The attempt the retry started, and the step it carried on from.
+    sa.Column("workflow_id", sa.String(128), nullable=False),
+    sa.Column("from_step", sa.Integer, nullable=False),
+    sa.Column("retried_by", sa.String(200), nullable=False),
+    sa.Column("retried_at", UTCDateTime, nullable=False),
 )
