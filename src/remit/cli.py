@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 # Imported for what they do on import: register their commands on `cli`.
-from remit import cli_budgets, cli_direct, cli_secrets, cli_tasks  # noqa: F401
+from remit import cli_budgets, cli_deploy, cli_direct, cli_secrets, cli_tasks  # noqa: F401
 from remit.app import App
 from remit.approvals import Approval, Approvals, DecideResult
 from remit.budget_store import Budgets

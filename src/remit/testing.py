@@ -25,6 +25,7 @@ from remit.budget_store import Budgets
 from remit.clock import Clock, ManualClock
 from remit.connectors.base import AppliedEffect, Fake, Implementation
 from remit.deadlines import Deadline, upcoming_deadlines
+from remit.deploy import DeployCheck, DeployReport
 from remit.direct import CallResult, DirectCalls
 from remit.ledger import LedgerRow
 from remit.retries import Retried
@@ -236,6 +237,20 @@ class Harness:
     ) -> Retried:
         """Retry a failed or cancelled run (as `remit retry` does), as the test's actor."""
         return self.worker.retries.retry(run_id, by=by or self.actor, from_step=from_step, key=key)
+
+    def deploy_check(
+        self, app: App | None = None, *, run_ids: Iterable[str] | None = None
+    ) -> DeployReport:
+        """Replay this database's unfinished runs against `app` (default: the harness's own),
+        as `remit deploy check` does: executing nothing, it says which would fail on resuming."""
+        check = DeployCheck(
+            app or self.app,
+            self.worker.db,
+            self.worker.client,
+            suspend_after=self.worker.settings.suspend_after,
+            clock=self.worker.runtime.clock,
+        )
+        return check.run(run_ids)
 
     @property
     def budgets(self) -> Budgets:

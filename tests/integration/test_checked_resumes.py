@@ -287,7 +287,9 @@ def mail_patched(ctx: Context, input: Purchase) -> str:
 def test_a_tasks_answer_carries_the_run_on_past_a_patched_step(database_url: str) -> None:
     with Harness(_app(mail_v1), database_url=database_url) as h:
         fake = h.fake("shop", FakeShop)
-        fake.failures[send_email.id].append(DriverError("gateway timeout", retryable=True, status=504))
+        fake.failures[send_email.id].append(
+            DriverError("gateway timeout", retryable=True, status=504)
+        )
         run_id = h.start("mail", {"sku": "sku-1"}).run_id
         task = h.task(run_id)
     with Harness(
@@ -384,7 +386,9 @@ def test_retry_carries_a_failed_run_on_after_its_last_finished_step(database_url
 def test_retry_from_a_step_replays_a_write_that_succeeded(database_url: str) -> None:
     with Harness(_app(flaky_v1), database_url=database_url) as h:
         fake = h.fake("shop", FakeShop)
-        fake.failures[send_email.id].append(DriverError("mailbox full", retryable=False, status=422))
+        fake.failures[send_email.id].append(
+            DriverError("mailbox full", retryable=False, status=422)
+        )
         run = h.run("flaky", {"sku": "sku-1"})
         assert run.status == "failed"
         assert [row.status for row in h.ledger(run.run_id)] == ["ok", "ok", "failed"]
@@ -424,7 +428,9 @@ def test_retry_is_refused_by_the_policies(database_url: str, tmp_path: Path) -> 
     app = _app(flaky_v1)
     app.use_policies(tmp_path / "policies")
     with Harness(app, database_url=database_url, actor="user:ann") as h:
-        h.fake("shop", FakeShop).failures[create_order.id] += [DriverError("no", retryable=False, status=409)]
+        h.fake("shop", FakeShop).failures[create_order.id] += [
+            DriverError("no", retryable=False, status=409)
+        ]
         run = h.run("flaky", {"sku": "sku-1"})
         with pytest.raises(PolicyDenied, match='user:ann may not retry Workflow::"flaky"'):
             h.retry(run.run_id)
