@@ -41,7 +41,8 @@ def check(
     for failing in report.failing:
         out.print(
             f"[red]would fail[/] {failing.run_id} ({failing.workflow}, {failing.status}, resumes "
-            f"at step {failing.resume_at}): {escape(failing.failure or '')}"
+            f"at step {failing.resume_at}): {escape(failing.failure or '')}",
+            soft_wrap=True,
         )
     total = len(report.checked)
     out.print(

@@ -38,7 +38,7 @@ def dump(db: Database) -> dict[str, list[tuple[Any, ...]]]:
             meta.reflect(conn, schema=schema)
             for table in meta.sorted_tables:
                 rows = conn.execute(sa.select(table)).all()
-                tables[table.fullname] = sorted((tuple(map(repr, row)) for row in rows))
+                tables[table.fullname] = sorted(tuple(map(repr, row)) for row in rows)
     return tables
 
 
