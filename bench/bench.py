@@ -10,7 +10,8 @@ processes serve until the last one is done: bare DBOS with one worker, remit wit
 with two. Approvals (bench/approvals.py): decide to resume, and what waiting runs cost a
 worker. Reconciler (bench/reconcile.py): one pass against 10,000 and 100,000 runs. Policies
 (bench/policy.py): what a Cedar check adds to a start. Budgets (bench/budgets.py): what
-reserving and settling cost a call with a cost. Prints
+reserving and settling cost a call with a cost. Deploy check (bench/deploy_check.py): replaying
+1,000 waiting runs against the code. Prints
 `BENCH <name> <value> <unit>` lines and writes the tables to BENCHMARKS.md.
 """
 
@@ -29,6 +30,7 @@ from pathlib import Path
 import approvals  # bench/approvals.py, beside this file
 import bare  # bench/bare.py, beside this file
 import budgets  # bench/budgets.py, beside this file
+import deploy_check  # bench/deploy_check.py, beside this file
 import policy  # bench/policy.py, beside this file
 import reconcile  # bench/reconcile.py, beside this file
 import sqlalchemy as sa
@@ -199,6 +201,7 @@ def main() -> None:
     reconciled, passes = reconcile.measure(quick=args.quick, folder=folder)
     checks = policy.measure(quick=args.quick, folder=folder)
     billed = budgets.measure(quick=args.quick, folder=folder)
+    replayed = deploy_check.measure(quick=args.quick, folder=folder)
 
     if args.write:
         write_table(figures, quick=args.quick)
@@ -208,6 +211,7 @@ def main() -> None:
         )
         policy.write(checks, command="make bench QUICK=1" if args.quick else "make bench")
         budgets.write(billed, command="make bench QUICK=1" if args.quick else "make bench")
+        deploy_check.write(replayed, command="make bench QUICK=1" if args.quick else "make bench")
 
 
 def write_table(figures: list[tuple[str, float, str, str]], *, quick: bool) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
@@ -34,7 +34,7 @@ from remit.calls import OpCaller, RunInfo
 from remit.clock import Clock, SystemClock
 from remit.context import AsyncContext, Context, Slot
 from remit.errors import CodeChanged, RemitError, RunMovedOn, Suspended
-from remit.journal import PATCH_PREFIX, Journal, Mark, load_marks, sleep_mark
+from remit.journal import PATCH_PREFIX, Journal, Mark, load_marks_of, sleep_mark
 from remit.ledger import LedgerStore
 from remit.runs import FINISHED
 from remit.store.database import Database
@@ -141,6 +141,17 @@ class ReplaySteps:
         self.short_sleep(seconds)
 
 
+@dataclass
+class _Known:
+    """What the replays of one check read in bulk: the attempts DBOS holds, the outbox, where
+    waiting and sleeping attempts stand, and remit's marks of each run."""
+
+    held: set[str]
+    outbox: dict[str, tuple[str, int]] = field(default_factory=dict)
+    stands_at: dict[str, int] = field(default_factory=dict)
+    marks: dict[str, dict[int, Mark]] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class _Unfinished:
     run_id: str
@@ -184,10 +195,43 @@ class DeployCheck:
     def run(self, run_ids: Iterable[str] | None = None) -> DeployReport:
         """Replay every unfinished run of the app (or those of `run_ids`)."""
         unfinished = self._unfinished(None if run_ids is None else list(run_ids))
-        checked = [self.check(run) for run in unfinished]
+        known = self._known(unfinished)
+        checked = [self._check(run, known) for run in unfinished]
         return DeployReport(self.app.version, checked)
 
-    def check(self, run: _Unfinished) -> RunCheck:
+    def _known(self, unfinished: list[_Unfinished]) -> _Known:
+        """What the replays read of remit's rows and DBOS's workflows, a few queries in all."""
+        ids = [run.run_id for run in unfinished]
+        attempts = [run.workflow_id for run in unfinished]
+        held: set[str] = set()
+        for at in range(0, len(attempts), 500):
+            held.update(
+                found.workflow_id
+                for found in self.client.list_workflows(
+                    workflow_ids=attempts[at : at + 500], load_input=False, load_output=False
+                )
+            )
+        known = _Known(held=held)
+        with self.db.engine.connect() as conn:
+            known.marks = load_marks_of(conn, ids)
+            for at in range(0, len(ids), 500):
+                chunk = ids[at : at + 500]
+                for row in conn.execute(sa.select(resumes).where(resumes.c.run_id.in_(chunk))):
+                    known.outbox[row.workflow_id] = (row.from_workflow_id, row.from_step)
+                for table, status in (
+                    (approvals, "pending"),
+                    (tasks, "open"),
+                    (timers, "sleeping"),
+                ):
+                    for row in conn.execute(
+                        sa.select(table.c.workflow_id, sa.func.min(table.c.step_id))
+                        .where(table.c.run_id.in_(chunk), table.c.status == status)
+                        .group_by(table.c.workflow_id)
+                    ):
+                        known.stands_at.setdefault(row[0], int(row[1]))
+        return known
+
+    def _check(self, run: _Unfinished, known: _Known) -> RunCheck:
         wf = self.app.workflows.get(run.workflow)
         if wf is None:
             return RunCheck(
@@ -198,7 +242,7 @@ class DeployCheck:
                 f"run {run.run_id} is a run of `{run.workflow}`, which the app no longer has: "
                 "keep the workflow until its runs have finished",
             )
-        journal, outputs = self._record(run)
+        journal, outputs = self._record(run, known)
         failure = self._replay(wf, run, journal, outputs)
         return RunCheck(run.run_id, run.workflow, run.status, journal.resume_at, failure)
 
@@ -244,21 +288,22 @@ class DeployCheck:
             )
         return None
 
-    def _record(self, run: _Unfinished) -> tuple[Journal, dict[int, tuple[Any, Any]]]:
-        """The run's journal up to its resume point, and its recorded step outputs."""
+    def _record(
+        self, run: _Unfinished, known: _Known
+    ) -> tuple[Journal, dict[int, tuple[Any, Any]]]:
+        """The run's journal up to its resume point, and its recorded step outputs.
+
+        The record is its current attempt's steps. An attempt still in the outbox will be
+        forked from an earlier one at a step: the steps before it are its record. The resume
+        point is the step a waiting or sleeping run stands at, or the one after the last step
+        recorded.
+        """
         source, before = run.workflow_id, None
-        found = self.client.list_workflows(workflow_ids=[run.workflow_id], load_input=False)
-        if not found:
-            # Its attempt is still in the outbox: it will be forked from an earlier one.
-            with self.db.engine.connect() as conn:
-                pending = conn.execute(
-                    sa.select(resumes).where(resumes.c.workflow_id == run.workflow_id)
-                ).one_or_none()
-            if pending is not None:
-                source, before = pending.from_workflow_id, pending.from_step
+        if run.workflow_id not in known.held and run.workflow_id in known.outbox:
+            source, before = known.outbox[run.workflow_id]
         steps = (
             []
-            if before is None and not found
+            if source not in known.held and before is None
             else [
                 s
                 for s in self.client.list_workflow_steps(source)
@@ -267,40 +312,11 @@ class DeployCheck:
         )
         names = {s["function_id"]: s["function_name"] for s in steps}
         outputs = {s["function_id"]: (s["output"], s["error"]) for s in steps}
-        with self.db.engine.connect() as conn:
-            resume_at = before or self._stands_at(conn, run) or 1 + max(names, default=0)
-            marks = load_marks(conn, run.run_id, up_to=resume_at)
-        return Journal.of(run.run_id, names, marks, resume_at), outputs
-
-    def _stands_at(self, conn: sa.Connection, run: _Unfinished) -> int | None:
-        """The step a waiting or sleeping run stands at on its current attempt."""
-        if run.status == "waiting":
-            at = conn.execute(
-                sa.select(sa.func.min(approvals.c.step_id)).where(
-                    approvals.c.run_id == run.run_id,
-                    approvals.c.workflow_id == run.workflow_id,
-                    approvals.c.status == "pending",
-                )
-            ).scalar()
-            if at is None:
-                at = conn.execute(
-                    sa.select(sa.func.min(tasks.c.step_id)).where(
-                        tasks.c.run_id == run.run_id,
-                        tasks.c.workflow_id == run.workflow_id,
-                        tasks.c.status == "open",
-                    )
-                ).scalar()
-            return None if at is None else int(at)
-        if run.status == "sleeping":
-            at = conn.execute(
-                sa.select(sa.func.min(timers.c.step_id)).where(
-                    timers.c.run_id == run.run_id,
-                    timers.c.workflow_id == run.workflow_id,
-                    timers.c.status == "sleeping",
-                )
-            ).scalar()
-            return None if at is None else int(at)
-        return None
+        stands_at = known.stands_at.get(run.workflow_id)
+        if run.status not in ("waiting", "sleeping"):
+            stands_at = None
+        resume_at = before or stands_at or 1 + max(names, default=0)
+        return Journal.of(run.run_id, names, known.marks.get(run.run_id, {}), resume_at), outputs
 
     def _unfinished(self, run_ids: list[str] | None) -> list[_Unfinished]:
         query = (

@@ -3,6 +3,7 @@ which would fail on resuming, with the message the run would fail with."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import sqlalchemy as sa
@@ -59,6 +60,10 @@ def _unfinished(h: Harness, fake: FakeShop) -> dict[str, list[str]]:
         h.wait(run_id, until=("sleeping",))
     h.task(tasked[0])
     h.worker.app_state.pause(by="user:ops")
+    deadline = time.monotonic() + 10
+    while not h.worker.runtime.paused.is_set():  # the worker has seen it: the run stays put
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
     queued = [h.start("steps", {"sku": "sku-1"}).run_id]
     return {"gated": gated, "asleep": asleep, "tasked": tasked, "queued": queued}
 
@@ -93,8 +98,7 @@ def test_the_check_predicts_the_resume_and_writes_nothing(database_url: str) -> 
         client.destroy()
         db.dispose()
 
-    # The harness's check says the same (the queued run may have been dequeued and parked
-    # meanwhile: either way it carries on).
+    # The harness's check says the same.
     assert [(c.run_id, c.failure) for c in from_harness.checked] == [
         (c.run_id, c.failure) for c in unguarded.checked
     ]

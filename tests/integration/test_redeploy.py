@@ -117,6 +117,53 @@ def test_a_patched_change_keeps_old_runs_on_their_path(workers: Workers) -> None
     assert keys == sorted([*old_keys, f"{new_run_id}:4", f"{new_run_id}:6", f"{new_run_id}:7"])
 
 
+def cut_off_in_a_write(workers: Workers) -> str:
+    """A payout under the first code, its worker killed inside its first transfer: the bank
+    applied it (the fake's journal), the worker never recorded it."""
+    workers.hold_at("bank.transfers.create")
+    old = workers.start("old")
+    run_id = workers.remit("start", "payout", "--input", '{"account": "acc-1", "amount": 100}')
+    workers.kill_when_reached(old, "bank.transfers.create")
+    old.wait(10)
+    workers.release("bank.transfers.create")
+    assert [e["idempotency_key"] for e in workers.effects()] == [f"{run_id}:2"]
+    return run_id
+
+
+def test_a_write_cut_off_then_a_step_inserted_before_it_fails_without_calling_it(
+    workers: Workers,
+) -> None:
+    run_id = cut_off_in_a_write(workers)
+    workers.wait_serving(workers.start("new", CRASH_VARIANT="reordered"))
+
+    run = workers.wait_finished(run_id)
+
+    assert run.status == "failed"
+    assert (
+        f"its step 2 ran `bank.transfers.create` (an op call, key {run_id}:2), and the code now "
+        "runs `audit` (a step) there"
+    ) in (run.error or "")
+    # The key cannot move: the write is not made again under another one.
+    assert [e["idempotency_key"] for e in workers.effects()] == [f"{run_id}:2"]
+    rows = LedgerStore(workers.db).list(run_id=run_id)
+    assert [(row.idempotency_key, row.status) for row in rows] == [
+        (f"{run_id}:1", "ok"),
+        (f"{run_id}:2", "started"),
+    ]
+
+
+def test_a_write_cut_off_then_a_patched_step_before_it_is_applied_once(workers: Workers) -> None:
+    run_id = cut_off_in_a_write(workers)
+    workers.wait_serving(workers.start("new", CRASH_VARIANT="patched"))
+
+    run = workers.wait_finished(run_id)
+
+    assert run.status == "done", run.error
+    keys = [e["idempotency_key"] for e in workers.effects()]
+    assert sorted(set(keys)) == [f"{run_id}:2", f"{run_id}:4", f"{run_id}:5"]
+    assert keys.count(f"{run_id}:2") == 1  # called again with its key: applied once
+
+
 @workflow(name="refund", input=Refund, uses=[get_item, create_order])
 def refund_v2(ctx: Context, input: Refund) -> dict[str, Any]:
     """`refund` redeployed: the same steps, and a receipt step at the end."""
