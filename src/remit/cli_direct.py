@@ -16,6 +16,7 @@ from remit.cli_base import AppDir, cli, connected, err, load, out, parse_json
 from remit.direct import CallResult, DirectCalls
 from remit.errors import RemitError
 from remit.guard import Guard, check_actor
+from remit.policy import ACTIONS
 from remit.settings import Settings
 from remit.store.database import Database
 
@@ -177,12 +178,12 @@ def explain(
     """Ask the policies whether someone may take an action, without taking it or recording
     anything; exits 1 when refused."""
     app, settings = load(app_dir)
-    if action not in ("start", "call", "decide"):
-        raise RemitError(f"action {action!r} is not one of start, call, decide")
+    if action not in ACTIONS:
+        raise RemitError(f"action {action!r} is not one of {', '.join(ACTIONS)}")
     values = parse_json(context, "--context")
     if not isinstance(values, dict):
         raise RemitError("--context must be a JSON object")
-    verdict = app.policy.check(as_ or settings.actor, action, resource, values)  # type: ignore[arg-type]
+    verdict = app.policy.check(as_ or settings.actor, action, resource, values)
     held = " (held for an approval)" if verdict.held else ""
     line = f"{'allowed' if verdict.allowed else 'denied'}{held}: {verdict.reason}"
     if not verdict.allowed:

@@ -246,7 +246,7 @@ class Policy:
             return Verdict(False, f"the policies are broken and refuse everything: {self.problem}")
         if action not in RESOURCE_TYPES:
             return Verdict(
-                False, f"{action!r} is not an action policies know (start, call, decide)"
+                False, f"{action!r} is not an action policies know ({', '.join(ACTIONS)})"
             )
         try:
             who = Principal.parse(principal)

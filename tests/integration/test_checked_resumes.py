@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from remit import App, Context, DriverError, PolicyDenied, RetryRefused, workflow
+from remit import App, AsyncContext, Context, DriverError, PolicyDenied, RetryRefused, workflow
 from remit.store.schema import audit, timers
 from remit.testing import Harness, ManualClock
 from tests.support import (
@@ -437,3 +437,55 @@ def test_retry_is_refused_by_the_policies(database_url: str, tmp_path: Path) -> 
         assert h.runs.get(run.run_id).status == "failed"
         assert h.retry(run.run_id, by="user:carol").attempt == 2
         assert h.wait(run.run_id).status == "done"
+
+
+# An async workflow is checked the same way.
+
+
+@workflow(name="payout-async", input=Refund, uses=[get_item, create_order])
+async def payout_async_v1(ctx: AsyncContext, input: Refund) -> str:
+    await ctx.call(get_item, sku=input.sku)
+    decision = await ctx.approval("payout", type="refund", title="payout", draft=_draft(input))
+    return (await ctx.call(create_order, sku=input.sku, quantity=decision.draft.quantity)).order_id
+
+
+@workflow(name="payout-async", input=Refund, uses=[get_item, create_order])
+async def payout_async_patched(ctx: AsyncContext, input: Refund) -> str:
+    await ctx.call(get_item, sku=input.sku)
+    if await ctx.patch("penny-test"):
+        await ctx.call(create_order, sku="penny", quantity=1)
+    decision = await ctx.approval("payout", type="refund", title="payout", draft=_draft(input))
+    return (await ctx.call(create_order, sku=input.sku, quantity=decision.draft.quantity)).order_id
+
+
+@workflow(name="payout-async", input=Refund, uses=[get_item, create_order])
+async def payout_async_inserted(ctx: AsyncContext, input: Refund) -> str:
+    await ctx.call(get_item, sku=input.sku)
+    await ctx.step("note", lambda: "a new step")
+    decision = await ctx.approval("payout", type="refund", title="payout", draft=_draft(input))
+    return (await ctx.call(create_order, sku=input.sku, quantity=decision.draft.quantity)).order_id
+
+
+def test_an_async_run_is_checked_too(database_url: str) -> None:
+    with Harness(_app(payout_async_v1), database_url=database_url) as h:
+        run_ids = [h.start("payout-async", GATE).run_id for _ in range(2)]
+        gates = [h.gate(run_id) for run_id in run_ids]
+        fake = h.fake("shop", FakeShop)
+        report = h.deploy_check(_app(payout_async_inserted))
+        assert [bool(check.failure) for check in report.checked] == [True, True]
+        assert h.deploy_check(_app(payout_async_patched)).ok
+    with Harness(
+        _app(payout_async_inserted), database_url=database_url, implementations={"shop": fake}
+    ) as h:
+        h.decide(gates[0].id, "approved")
+        failed = h.wait(run_ids[0])
+    assert failed.status == "failed"
+    assert failed.error == report.checked[0].failure
+    with Harness(
+        _app(payout_async_patched), database_url=database_url, implementations={"shop": fake}
+    ) as h:
+        h.decide(gates[1].id, "approved")
+        done = h.wait(run_ids[1])
+    assert done.status == "done", done.error
+    assert fake.effects[0].input == {"sku": "sku-1", "quantity": 2}
+    assert (len(fake.effects), _pennies(fake)) == (1, [])

@@ -24,7 +24,7 @@ AR_DESK = ROOT / "examples" / "ar_desk"
 ANN, BOT, CAROL, DAVE, ROGUE = "user:ann", "agent:ar-bot", "user:carol", "user:dave", "agent:rogue"
 PRINCIPALS = (ANN, BOT, CAROL, DAVE, ROGUE)
 
-# Six actions on the three kinds of resource, each with its context.
+# Seven actions on the three kinds of resource, each with its context.
 ACTIONS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "start chase": ("start", "chase-invoice", {"input": {"invoice_id": "inv_1001"}}),
     "start write-off": ("start", "write-off", {"input": {"invoice_id": "inv_1003"}}),
@@ -36,15 +36,20 @@ ACTIONS: dict[str, tuple[str, str, dict[str, Any]]] = {
     ),
     "approve 612.50": ("decide", "write-off", {"decision": "approved", "draft": {"amount": 61250}}),
     "approve 400.00": ("decide", "write-off", {"decision": "approved", "draft": {"amount": 40000}}),
+    "retry write-off": (
+        "retry",
+        "write-off",
+        {"input": {"invoice_id": "inv_1003"}, "status": "failed"},
+    ),
 }
 A, H, D = "allow", "held", "deny"
 EXPECTED: dict[str, tuple[str, ...]] = {
-    #        chase wo-start read credit big small
-    ANN: (A, A, A, H, D, A),
-    BOT: (A, A, A, H, D, A),
-    CAROL: (A, A, A, A, A, A),
-    DAVE: (D, D, D, D, D, D),
-    ROGUE: (D, D, D, D, D, D),
+    #        chase wo-start read credit big small retry
+    ANN: (A, A, A, H, D, A, D),
+    BOT: (A, A, A, H, D, A, D),
+    CAROL: (A, A, A, A, A, A, A),
+    DAVE: (D, D, D, D, D, D, D),
+    ROGUE: (D, D, D, D, D, D, D),
 }
 
 
@@ -70,9 +75,10 @@ def test_the_table_of_principals_actions_and_resources(desk: App, db: Database) 
     assert got == EXPECTED
     # Every refusal was recorded, with who, what and why.
     recorded = _denials(db)
-    assert len(recorded) == sum(row.count(D) for row in EXPECTED.values()) == 14
+    assert len(recorded) == sum(row.count(D) for row in EXPECTED.values()) == 18
     assert {(r.principal, r.action, r.resource) for r in recorded if r.principal == ANN} == {
-        (ANN, "decide", "write-off")
+        (ANN, "decide", "write-off"),
+        (ANN, "retry", "write-off"),
     }
     assert all(r.reason == "no policy permits it" for r in recorded)
 
