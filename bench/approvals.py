@@ -24,7 +24,6 @@ each read after the worker has settled (a heartbeat and a sweep in). The worker 
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import random
@@ -38,7 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import sqlalchemy as sa
-from common import ROOT, drop_database, figure_table, fresh_database, write_section
+from common import ROOT, drop_database, figure_table, fresh_database, run_alone, write_section
 
 from remit.app import load_app
 from remit.approvals import Approvals
@@ -334,16 +333,7 @@ def write(figures: list[Figure], *, command: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="60 decisions instead of 200")
-    parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
-    args = parser.parse_args()
-    folder = Path(os.environ.get("TMPDIR", "/tmp")) / "remit-bench"
-    folder.mkdir(exist_ok=True)
-    figures = measure(quick=args.quick, folder=folder)
-    if args.write:
-        command = "python bench/approvals.py" + (" --quick" if args.quick else "")
-        write(figures, command=command)
+    run_alone("approvals.py", measure, write, quick_help="60 decisions instead of 200")
 
 
 if __name__ == "__main__":

@@ -18,10 +18,8 @@ period row.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
-import tempfile
 import threading
 import time
 from decimal import Decimal
@@ -29,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from approvals import database  # bench/approvals.py, beside this file
-from common import figure_table, write_section
+from common import figure_table, run_alone, write_section
 
 from remit.budget_store import Budgets
 from remit.budgets import Budget
@@ -190,14 +188,7 @@ def write(figures: list[Figure], *, command: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer calls")
-    parser.add_argument("--write", action="store_true", help="write BENCHMARKS.md's section")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        figures = measure(quick=args.quick, folder=Path(folder))
-    if args.write:
-        write(figures, command="python bench/budgets.py" + (" --quick" if args.quick else ""))
+    run_alone("budgets.py", measure, write, quick_help="fewer calls")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import os
+import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -63,3 +66,24 @@ def figure_table(figures: list[tuple[str, float, str, str]]) -> list[str]:
         "|---|---|---|---|",
         *[f"| `{name}` | {value:.2f} | {unit} | {note} |" for name, value, unit, note in figures],
     ]
+
+
+Figure = tuple[str, float, str, str]
+
+
+def run_alone(
+    script: str,
+    measure: Callable[..., list[Figure]],
+    write: Callable[..., None],
+    *,
+    quick_help: str,
+) -> None:
+    """The `main()` of a benchmark run on its own: `--quick` and `--write`, in a throwaway folder."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        figures = measure(quick=args.quick, folder=Path(folder))
+    if args.write:
+        write(figures, command=f"python bench/{script}" + (" --quick" if args.quick else ""))

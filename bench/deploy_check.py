@@ -12,7 +12,6 @@ the check cannot do without). Each is the median of five passes after one warm-u
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -21,7 +20,7 @@ import time
 from pathlib import Path
 
 from approvals import APP, WorkerProcess, count_waiting, database, start_runs, wait_for
-from common import figure_table, write_section
+from common import figure_table, run_alone, write_section
 
 from remit.app import load_app
 from remit.deploy import DeployCheck
@@ -118,16 +117,7 @@ def write(figures: list[Figure], *, command: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="300 waiting runs instead of 1,000")
-    parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
-    args = parser.parse_args()
-    folder = Path(os.environ.get("TMPDIR", "/tmp")) / "remit-bench"
-    folder.mkdir(exist_ok=True)
-    figures = measure(quick=args.quick, folder=folder)
-    if args.write:
-        command = "python bench/deploy_check.py" + (" --quick" if args.quick else "")
-        write(figures, command=command)
+    run_alone("deploy_check.py", measure, write, quick_help="300 waiting runs instead of 1,000")
 
 
 if __name__ == "__main__":

@@ -16,16 +16,14 @@ writes its denial row): `policy_check_alone_us` and `policy_denial_us`.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 from approvals import database  # bench/approvals.py, beside this file
-from common import ROOT, figure_table, write_section
+from common import ROOT, figure_table, run_alone, write_section
 
 from remit.app import load_app
 from remit.guard import Guard
@@ -115,14 +113,7 @@ def write(figures: list[Figure], *, command: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer starts and checks")
-    parser.add_argument("--write", action="store_true", help="write BENCHMARKS.md's section")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        figures = measure(quick=args.quick, folder=Path(folder))
-    if args.write:
-        write(figures, command="python bench/policy.py" + (" --quick" if args.quick else ""))
+    run_alone("policy.py", measure, write, quick_help="fewer starts and checks")
 
 
 if __name__ == "__main__":

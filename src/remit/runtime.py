@@ -28,6 +28,7 @@ from remit.budget_store import Budgets
 from remit.calls import OpCaller, RunInfo
 from remit.clock import Clock
 from remit.connectors.base import Implementation
+from remit.connectors.ops import Op
 from remit.context import AsyncContext, Context, LiveSteps
 from remit.errors import CodeChanged, RemitError, RunMovedOn, Suspended
 from remit.journal import Journal, load_marks
@@ -196,6 +197,14 @@ class Runtime:
         log.info("run %s waits: %s", run.run_id, pause)
         return suspended_output(pause.status)
 
+    def _ctx_parts(
+        self, run: RunInfo, wf: Workflow
+    ) -> tuple[
+        RunInfo, Workflow, Mapping[str, Op[Any, Any]], OpCaller, Gates, Timers, Callable[[], bool]
+    ]:
+        """What a `ctx` of this worker is made of, but for where its steps take positions."""
+        return run, wf, self.app.ops, self.caller, self.gates, self.timers, self.paused.is_set
+
     def _sync_attempt(self, wf: Workflow) -> Any:
         def attempt(run_id: str, attempt: int, input: dict[str, Any], actor: str) -> Any:
             run = self._begin(wf, run_id, actor)
@@ -203,16 +212,7 @@ class Runtime:
                 return None
             try:
                 journal = self._journal(run)
-                ctx = Context(
-                    run,
-                    wf,
-                    self.app.ops,
-                    self.caller,
-                    self.gates,
-                    self.timers,
-                    self.paused.is_set,
-                    LiveSteps(journal),
-                )
+                ctx = Context(*self._ctx_parts(run, wf), LiveSteps(journal))
                 if self.paused.is_set():
                     raise Suspended("paused", "the app is paused")
                 result = wf.fn(ctx, wf.input.model_validate(input))
@@ -241,16 +241,7 @@ class Runtime:
                 return None
             try:
                 journal = await asyncio.to_thread(self._journal, run)
-                ctx = AsyncContext(
-                    run,
-                    wf,
-                    self.app.ops,
-                    self.caller,
-                    self.gates,
-                    self.timers,
-                    self.paused.is_set,
-                    LiveSteps(journal),
-                )
+                ctx = AsyncContext(*self._ctx_parts(run, wf), LiveSteps(journal))
                 if self.paused.is_set():
                     raise Suspended("paused", "the app is paused")
                 result = await wf.fn(ctx, wf.input.model_validate(input))
