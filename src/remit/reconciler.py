@@ -11,8 +11,8 @@ A pass, in order:
    before it cancels the old one, so a crash between leaves a resume to complete, never a
    cancelled current attempt; an attempt cancelled in DBOS alone cancels its run (pass 1).
 3. `enqueue`: a run whose current attempt DBOS has never heard of, and no resume is pending for,
-   gets it, forked from the attempt before. (A first attempt is enqueued in the transaction that
-   writes its run, so one missing is reported as an error, not guessed at.)
+   gets it, forked from the attempt before; a first attempt (enqueued in the transaction that
+   writes its run, so missing only if DBOS lost it) is enqueued again under the run's lock.
 4. `uncertain`: a write op whose `started` ledger row outlived its attempt, in a run that has
    finished or moved on from that attempt (or waits, sleeps or parks), may or may not have
    happened at the vendor: it is marked `uncertain` and its task is opened for a person, in one
@@ -55,7 +55,15 @@ from remit.calls import DIRECT_CALL_PREFIX
 from remit.ledger import LedgerStore
 from remit.pause import AppState
 from remit.resumes import Resume, Resumer
-from remit.runs import FINISHED, RunStatus, RunStore, attempt_workflow_id, lock_run
+from remit.runs import (
+    FINISHED,
+    Run,
+    RunStatus,
+    RunStore,
+    attempt_workflow_id,
+    enqueue_first,
+    lock_run,
+)
 from remit.runtime import SUSPENDED
 from remit.store.schema import ledger, resumes, runs
 from remit.tasks import Held, TaskOpener
@@ -256,10 +264,7 @@ class Reconciler:
         its last step (a gate reads its decision again; a finished op replays its outcome)."""
         run = self.runs.get(run_id)
         if run.attempt == 1:
-            raise RuntimeError(
-                f"run {run_id}'s first attempt was never enqueued: start it again "
-                "(a start writes the run and enqueues its attempt in one transaction)"
-            )
+            return self._enqueue_first(run)
         before = attempt_workflow_id(run_id, run.attempt - 1)
         last = max(
             (step["function_id"] for step in self.client.list_workflow_steps(before)), default=1
@@ -267,6 +272,18 @@ class Reconciler:
         resume = Resume(workflow_id, run_id, before, last, run.queue)
         self.resumer.fork(resume)
         return workflow_id
+
+    def _enqueue_first(self, run: Run) -> str | None:
+        """Enqueue a first attempt DBOS never received, under the run's lock, so a start
+        finishing meanwhile or another pass cannot enqueue it twice (DBOS refuses the id)."""
+        with self.db.begin() as conn:
+            current = lock_run(conn, run.run_id)
+            if current is None or current.workflow_id != run.workflow_id:
+                return None  # moved on meanwhile
+            if current.status != "queued":
+                return None
+            enqueue_first(conn, self.client, run)
+        return run.workflow_id
 
     def _moved(self, run_id: str, workflow_id: str, start: int) -> Resume | None:
         with self.db.begin() as conn:

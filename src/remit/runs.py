@@ -124,20 +124,7 @@ class RunStore:
             conn.execute(
                 runs.insert().values({k: v for k, v in run.__dict__.items() if v is not None})
             )
-            client.enqueue_in_transaction(
-                conn,
-                {
-                    "workflow_name": workflow.name,
-                    "queue_name": workflow.queue,
-                    "workflow_id": workflow_id,
-                    # The default silently returns an existing workflow of the same id.
-                    "workflow_id_reuse_policy": "reject",
-                },
-                run_id,
-                1,
-                payload,
-                started_by,
-            )
+            enqueue_first(conn, client, run)
         return run
 
     def get(self, run_id: str) -> Run:
@@ -303,6 +290,25 @@ class RunStore:
             cancel_gates(conn, run_id, by=by, now=now)
         client.cancel_workflow(row.workflow_id)
         return self.get(run_id)
+
+
+def enqueue_first(conn: sa.Connection, client: DBOSClient, run: Run) -> None:
+    """Enqueue the run's first attempt inside the caller's transaction, which wrote the run's
+    row or holds its lock. Raises if DBOS already holds an attempt of that id."""
+    client.enqueue_in_transaction(
+        conn,
+        {
+            "workflow_name": run.workflow,
+            "queue_name": run.queue,
+            "workflow_id": attempt_workflow_id(run.run_id, 1),
+            # The default silently returns an existing workflow of the same id.
+            "workflow_id_reuse_policy": "reject",
+        },
+        run.run_id,
+        1,
+        run.input,
+        run.started_by,
+    )
 
 
 def lock_run(conn: sa.Connection, run_id: str) -> Any:

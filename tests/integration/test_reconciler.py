@@ -177,3 +177,35 @@ def test_a_pass_expires_gates_past_due_through_decide(database_url: str) -> None
         ]
         assert h.approvals.get(gate.id).decided_by == "remit:expiry"
         assert h.wait(run.run_id).output == {"status": "expired", "by": "remit:expiry"}
+
+
+def test_a_first_attempt_dbos_never_received_is_enqueued(database_url: str) -> None:
+    with Harness(make_app(), database_url=database_url) as harness:
+        # The window: the run's row stands, and DBOS holds no attempt for it.
+        now = harness.worker.runtime.clock.now()
+        with harness.worker.db.begin() as conn:
+            conn.execute(
+                runs_table.insert().values(
+                    run_id="run_lost1",
+                    workflow="purchase",
+                    queue="default",
+                    input={"sku": "sku-1", "quantity": 1, "email": "a@example.com"},
+                    status="queued",
+                    attempt=1,
+                    workflow_id="run_lost1:1",
+                    started_by="user:test",
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+        assert harness.attempt_status("run_lost1", 1) is None
+
+        report = reconciler(harness).run_pass()
+        again = reconciler(harness).run_pass()
+
+        assert [(a.kind, a.workflow_id) for a in report.actions] == [("enqueue", "run_lost1:1")]
+        assert report.errors == []
+        assert [a.kind for a in again.actions] == []  # DBOS holds it now: nothing to do
+        done = harness.wait("run_lost1")
+        assert (done.status, done.attempt) == ("done", 1), done.error
+        assert harness.fake("shop", FakeShop).orders == 1
