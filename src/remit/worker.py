@@ -352,14 +352,26 @@ class Worker:
             self.registry.stopped(self.executor_id)
 
     def serve(self) -> None:
-        """Serve until SIGTERM or SIGINT, then drain (see `stop`)."""
+        """Serve until SIGTERM or SIGINT, then drain (see `stop`).
+
+        A second signal while draining is logged and ignored: the drain has its bound. Should
+        the drain overrun that bound by `DRAIN_MARGIN` seconds (a database that stopped
+        answering, a DBOS shutdown that hangs), a watchdog ends the process (exit code 70),
+        leaving its attempts to the next worker with this executor id.
+        """
+        draining = threading.Event()
 
         def on_signal(signum: int, _frame: FrameType | None) -> None:
-            log.warning(
-                "received %s: draining for up to %.0fs",
-                signal.Signals(signum).name,
-                self.settings.drain_timeout,
-            )
+            name = signal.Signals(signum).name
+            if draining.is_set():
+                log.warning(
+                    "received %s again while draining: ignored; the drain ends within %.0fs",
+                    name,
+                    self.settings.drain_timeout,
+                )
+                return
+            draining.set()
+            log.warning("received %s: draining for up to %.0fs", name, self.settings.drain_timeout)
             self._stop.set()
 
         previous: dict[int, Any] = {
@@ -368,9 +380,49 @@ class Worker:
         try:
             self._stop.wait()
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            self.stop(keep_slot=True)
+            draining.set()
+            watchdog = Watchdog(self.settings.drain_timeout + DRAIN_MARGIN, _drain_overran)
+            watchdog.arm()
+            try:
+                self.stop(keep_slot=True)
+            finally:
+                watchdog.disarm()
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+
+# Seconds a drain may overrun REMIT_DRAIN_TIMEOUT before the watchdog ends the process.
+DRAIN_MARGIN = 15.0
+
+
+class Watchdog:
+    """Calls `on_overrun` (on its own thread) if not disarmed within `bound` seconds."""
+
+    def __init__(self, bound: float, on_overrun: Callable[[float], None]) -> None:
+        self.bound = bound
+        self._disarmed = threading.Event()
+        self._on_overrun = on_overrun
+        self._thread = threading.Thread(target=self._watch, name="remit-watchdog", daemon=True)
+
+    def arm(self) -> None:
+        self._thread.start()
+
+    def disarm(self) -> None:
+        self._disarmed.set()
+
+    def _watch(self) -> None:
+        if not self._disarmed.wait(self.bound):
+            self._on_overrun(self.bound)
+
+
+def _drain_overran(bound: float) -> None:
+    log.critical(
+        "the drain did not end within %.0fs: stopping now; attempts still running are "
+        "recovered by the next worker with this executor id",
+        bound,
+    )
+    logging.shutdown()
+    os._exit(70)
 
 
 def _taken_over() -> None:

@@ -125,6 +125,21 @@ def test_sigterm_lets_running_work_finish_then_exits(cli: Cli) -> None:
     assert "draining" in cli.log(0)
 
 
+def test_a_second_sigterm_while_draining_is_ignored(cli: Cli) -> None:
+    (cli.tmp / "slow-between").write_text("3")
+    worker = cli.worker(CRASH_APP)
+    run_id = cli.start_payout_and_wait_between()
+    worker.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while "draining" not in cli.log(0):
+        assert time.monotonic() < deadline, cli.log(0)
+        time.sleep(0.05)
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, cli.log(0)
+    assert "received SIGTERM again while draining: ignored" in cli.log(0)
+    assert RunStore(cli.db).get(run_id).status == "done"  # the drain went on to its end
+
+
 def test_sigterm_past_the_drain_bound_exits_and_the_next_worker_completes_the_run(cli: Cli) -> None:
     cli.env["REMIT_DRAIN_TIMEOUT"] = "1"
     (cli.tmp / "slow-between").write_text("30")

@@ -1,9 +1,12 @@
-"""Who is dead, and whom a worker may take over: pure decisions over worker rows."""
+"""Who is dead, and whom a worker may take over: pure decisions over worker rows; and the
+watchdog that ends a drain overrunning its bound."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
+from remit.worker import Watchdog
 from remit.workers import WorkerRow, state, takeover_candidates
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -44,3 +47,18 @@ def test_only_dead_unclaimed_workers_of_my_version_are_candidates() -> None:
         row("claimed", age=31, taken_over_by="x"),
     ]
     assert takeover_candidates(rows, me="me", version="v1", now=NOW, dead_after=BOUND) == ["dead"]
+
+
+def test_a_watchdog_fires_only_when_not_disarmed_in_time() -> None:
+    fired: list[float] = []
+    late = Watchdog(0.05, fired.append)
+    late.arm()
+    on_time = Watchdog(5.0, fired.append)
+    on_time.arm()
+    on_time.disarm()
+    deadline = time.monotonic() + 5
+    while not fired:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(0.1)
+    assert fired == [0.05]  # the late one, once; the disarmed one never
