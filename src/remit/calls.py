@@ -59,6 +59,8 @@ class RunInfo:
     direct: bool = False
     # The run's workflow, whose own budgets its calls count against (None: a direct call).
     workflow: str | None = None
+    # The attempt began before, and DBOS is running it again after its worker stopped.
+    again: bool = False
 
 
 def ok(output: Any) -> Outcome:

@@ -141,7 +141,7 @@ def reconcile(
         report = Reconciler(
             RunStore(db),
             client,
-            version=app.version,
+            version=settings.version or app.version,
             live_versions=lambda: live_versions(
                 registry.list(app=app.name),
                 now=datetime.now(UTC),

@@ -37,7 +37,9 @@ def check(
     Exits 1 if any would fail.
     """
     with connected(app_dir) as (app, settings, db, client):
-        report = DeployCheck(app, db, client, suspend_after=settings.suspend_after).run(run)
+        report = DeployCheck(
+            app, db, client, suspend_after=settings.suspend_after, version=settings.version
+        ).run(run)
     for failing in report.failing:
         out.print(
             f"[red]would fail[/] {failing.run_id} ({failing.workflow}, {failing.status}, resumes "

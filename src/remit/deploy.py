@@ -174,8 +174,10 @@ class DeployCheck:
         *,
         suspend_after: float = DEFAULT_SUSPEND_AFTER,
         clock: Clock | None = None,
+        version: str | None = None,
     ) -> None:
         self.app = app
+        self.version = version or app.version
         self.db = db
         self.client = client
         clock = clock or SystemClock()
@@ -197,7 +199,7 @@ class DeployCheck:
         unfinished = self._unfinished(None if run_ids is None else list(run_ids))
         known = self._known(unfinished)
         checked = [self._check(run, known) for run in unfinished]
-        return DeployReport(self.app.version, checked)
+        return DeployReport(self.version, checked)
 
     def _known(self, unfinished: list[_Unfinished]) -> _Known:
         """What the replays read of remit's rows and DBOS's workflows, a few queries in all."""

@@ -166,12 +166,20 @@ class RunStore:
         False when the run has moved to another attempt, or finished, or was cancelled: the
         attempt must then stop without running anything.
         """
-        return self._fenced(
-            run_id,
-            workflow_id,
-            {"status": "running", "version": version},
-            from_statuses=("queued", "running"),
-        )
+        return self.begin_attempt(run_id, workflow_id, version) is not None
+
+    def begin_attempt(
+        self, run_id: str, workflow_id: str, version: str
+    ) -> Literal["first", "again"] | None:
+        """`claim`, saying whether the attempt begins for the `first` time (the run was
+        queued) or `again` (it was running: DBOS is recovering the attempt after its worker
+        stopped); None when the attempt must stop without running anything."""
+        values = {"status": "running", "version": version}
+        if self._fenced(run_id, workflow_id, values, from_statuses=("queued",)):
+            return "first"
+        if self._fenced(run_id, workflow_id, values, from_statuses=("running",)):
+            return "again"
+        return None
 
     def conclude(
         self,

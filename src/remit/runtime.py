@@ -71,9 +71,11 @@ class Runtime:
         environ: Mapping[str, str],
         notifiers: list[Notifier],
         suspend_after: float = DEFAULT_SUSPEND_AFTER,
+        version: str | None = None,
     ) -> None:
         self.app = app
-        self.version = app.version
+        # The app's code hash, unless REMIT_VERSION names the version (a build's SHA).
+        self.version = version or app.version
         self.stopping = False
         # This worker's copy of the app's pause flag (kept fresh by `pause.PauseWatch`): while
         # it is set, an attempt parks before its next step, or before its first if it begins.
@@ -109,12 +111,12 @@ class Runtime:
     def _journal(self, run: RunInfo) -> Journal:
         """What the run recorded up to where this attempt resumes, to check the code against.
 
-        A first attempt has no record before it, and only ever runs on the code it began on
-        (DBOS recovers an attempt only on its own version; a redeploy moves a run to a new
-        attempt), so it is not checked. A later attempt resumes after the steps it copied, or
-        after those it ran itself before a crash.
+        A first attempt beginning for the first time has no record before it. One that DBOS
+        recovers after its worker stopped is checked against what it recorded: DBOS recovers an
+        attempt only on its own version, but `REMIT_VERSION` can give other code that version.
+        A later attempt resumes after the steps it copied, or after those it ran itself.
         """
-        if run.attempt == 1:
+        if run.attempt == 1 and not run.again:
             return Journal.empty(run.run_id)
         # Through a client: DBOS.list_workflow_steps inside a workflow is a step of its own.
         steps = {
@@ -131,14 +133,20 @@ class Runtime:
         # A resumed attempt is a fork: it gets its first attempt's inputs, so its number is
         # read from its own workflow id.
         attempt = int(workflow_id.rsplit(":", 1)[1])
-        if not self.runs.claim(run_id, workflow_id, self.version):
+        begun = self.runs.begin_attempt(run_id, workflow_id, self.version)
+        if begun is None:
             log.info(
                 "attempt %s of run %s is superseded or cancelled: nothing ran", workflow_id, run_id
             )
             telemetry.moved_on()
             return None
         return RunInfo(
-            run_id=run_id, attempt=attempt, workflow_id=workflow_id, actor=actor, workflow=wf.name
+            run_id=run_id,
+            attempt=attempt,
+            workflow_id=workflow_id,
+            actor=actor,
+            workflow=wf.name,
+            again=begun == "again",
         )
 
     def _done(self, run: RunInfo, result: Any) -> Any:

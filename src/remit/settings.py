@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,8 @@ class Settings:
       `/v1/traces` is added, or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, used as given. Default none:
       nothing is exported.
     - `log_format`: `REMIT_LOG_FORMAT`, `text` (default) or `json` (one JSON object a line).
+    - `version`: `REMIT_VERSION`, the application version workers run under (a build's SHA, say)
+      in place of the hash of the workflows' code (default).
     """
 
     database_url: str
@@ -77,6 +80,7 @@ class Settings:
     secret_key_file: Path = Path(DATA_DIR, "secret.key")
     otlp_endpoint: str | None = None
     log_format: str = "text"
+    version: str | None = None
 
     @classmethod
     def from_env(cls, app_dir: Path | str, environ: Mapping[str, str] | None = None) -> Settings:
@@ -117,7 +121,23 @@ class Settings:
             ).resolve(),
             otlp_endpoint=_otlp_endpoint(env),
             log_format=_log_format(env),
+            version=_version(env),
         )
+
+
+def _version(env: Mapping[str, str]) -> str | None:
+    raw = env.get("REMIT_VERSION")
+    if not raw:
+        return None
+    if not _VERSION.fullmatch(raw):
+        raise SettingsError(
+            f"REMIT_VERSION={raw!r} must be 1 to 64 letters, digits, dots, dashes or underscores, "
+            "e.g. a build's git SHA"
+        )
+    return raw
+
+
+_VERSION = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 def default_database_url(app_dir: Path) -> str:

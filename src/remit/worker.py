@@ -8,7 +8,7 @@ DBOS's recovery at launch completes that predecessor's unfinished attempts. A wo
 comes back is taken over by a live one (`Heartbeat`, and the registry in `workers.py`).
 
 Version. Every worker runs under the app's explicit version (`App.version`): a hash of remit's
-version and the code of every workflow.
+version and the code of every workflow, or what `REMIT_VERSION` says (a build's SHA).
 """
 
 from __future__ import annotations
@@ -149,6 +149,7 @@ class Worker:
             if app.notifiers is not None
             else default_notifiers(settings.webhook_url, settings.webhook_secret),
             suspend_after=settings.suspend_after,
+            version=settings.version,
         )
         self._slot = ExecutorSlot(f"{self.db.dbos_url}\n{app.name}")
         self.executor_id = ""

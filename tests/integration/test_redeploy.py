@@ -164,6 +164,28 @@ def test_a_write_cut_off_then_a_patched_step_before_it_is_applied_once(workers: 
     assert keys.count(f"{run_id}:2") == 1  # called again with its key: applied once
 
 
+def test_a_build_version_recovered_on_other_code_is_checked_too(workers: Workers) -> None:
+    """REMIT_VERSION gives two builds one version, so DBOS recovers the first attempt on the
+    new code: the write cut off at step 2 still stands there, and the inserted step does not
+    run in its place."""
+    workers.hold_at("bank.transfers.create")
+    old = workers.start("w-same", REMIT_VERSION="build-7")
+    run_id = workers.remit("start", "payout", "--input", '{"account": "acc-1", "amount": 100}')
+    workers.kill_when_reached(old, "bank.transfers.create")
+    old.wait(10)
+    workers.release("bank.transfers.create")
+    workers.wait_serving(
+        workers.start("w-same", REMIT_VERSION="build-7", CRASH_VARIANT="reordered")
+    )
+
+    run = workers.wait_finished(run_id)
+
+    assert (run.status, run.attempt, run.version) == ("failed", 1, "build-7")
+    assert "its step 2 ran `bank.transfers.create`" in (run.error or "")
+    assert "now runs `audit` (a step) there" in (run.error or "")
+    assert [e["idempotency_key"] for e in workers.effects()] == [f"{run_id}:2"]
+
+
 @workflow(name="refund", input=Refund, uses=[get_item, create_order])
 def refund_v2(ctx: Context, input: Refund) -> dict[str, Any]:
     """`refund` redeployed: the same steps, and a receipt step at the end."""

@@ -196,3 +196,11 @@ def test_an_unparseable_url_is_refused() -> None:
         normalize_url("not a url")
 
     assert "database URL 'not a url' cannot be parsed" in str(raised.value)
+
+
+def test_a_build_version_names_the_version(tmp_path: Path) -> None:
+    assert Settings.from_env(tmp_path, environ={}).version is None
+    given = Settings.from_env(tmp_path, environ={"REMIT_VERSION": "9f2c1e0-build.14"})
+    assert given.version == "9f2c1e0-build.14"
+    with pytest.raises(SettingsError, match="REMIT_VERSION='build 14' must be 1 to 64 letters"):
+        Settings.from_env(tmp_path, environ={"REMIT_VERSION": "build 14"})
