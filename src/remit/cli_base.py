@@ -15,6 +15,7 @@ from dbos import DBOSClient
 from rich.console import Console
 
 from remit import telemetry
+from remit._version import __version__
 from remit.app import App, load_app
 from remit.errors import RemitError
 from remit.settings import Settings
@@ -39,11 +40,26 @@ class _State:
 _state = _State()
 
 
+def _print_version(given: bool) -> None:
+    if given:
+        out.print(f"remit {__version__}")
+        raise typer.Exit()
+
+
 @cli.callback()
 def _main(
     app: Annotated[Path, typer.Option("--app", help="The app's folder.", show_default=True)] = Path(
         "."
     ),
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print remit's version and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
 ) -> None:
     _state.app_path = app
 

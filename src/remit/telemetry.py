@@ -39,7 +39,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, format_span_id, format_trace_id
 
 from remit._version import __version__
-from remit.errors import SettingsError
+from remit.errors import RemitError, SettingsError
 from remit.settings import Settings
 
 if TYPE_CHECKING:
@@ -383,8 +383,32 @@ class _QuietDbos(logging.Filter):
 # -- logs --------------------------------------------------------------------------------------
 
 
+class ExpectedFailures(logging.Filter):
+    """DBOS logs every workflow that raises at ERROR with its traceback. A run that fails with
+    one of remit's own errors (a missing credential, a refused call, a step that raised, code
+    that changed under it) failed as designed, and its row says why: one line at WARNING, the
+    traceback only when the level is DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if record.levelno >= logging.ERROR and isinstance(error, RemitError):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg, record.args = f"a run failed: {type(error).__name__}: {error}", ()
+            if not logging.getLogger("remit").isEnabledFor(logging.DEBUG):
+                record.exc_info, record.exc_text = None, None
+        return True
+
+
+def quiet_expected_failures() -> None:
+    """Put `ExpectedFailures` on DBOS's logger (once), which logs a workflow's failure."""
+    dbos_logger = logging.getLogger("dbos")
+    if not any(isinstance(f, ExpectedFailures) for f in dbos_logger.filters):
+        dbos_logger.addFilter(ExpectedFailures())
+
+
 def configure_logging(settings: Settings) -> None:
     """Set up this process's log lines: text (the default), or JSON objects on request."""
+    quiet_expected_failures()
     if settings.log_format != "json":
         logging.basicConfig(
             level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -265,6 +265,7 @@ class Worker:
             if known["application_name"] in (None, self.app.name)
         }
         DBOS(config=config)
+        telemetry.quiet_expected_failures()
         self.runtime.list_steps = lambda workflow_id: self.client.list_workflow_steps(workflow_id)
         self.runtime.register()
         if before_launch is not None:

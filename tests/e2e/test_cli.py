@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import remit
 from remit.runs import RunStore
 from remit.store.schema import runs as runs_table
 from tests.e2e.cli_support import AR_DESK, CRASH_APP, Cli
@@ -199,3 +200,24 @@ def test_reconcile_reports_and_with_dry_run_changes_nothing(cli: Cli) -> None:
 
     assert "the pass did 1 action:" in cli("reconcile").stdout
     assert RunStore(cli.db).get(run_id).status == "done"
+
+
+def test_an_expected_failure_is_one_line_with_its_traceback_at_debug(cli: Cli) -> None:
+    del cli.env["REMIT_FAKES"]  # the drivers: the payments key is missing
+    chase = '{"invoice_id": "inv_1001", "customer_email": "ap@northwind.example"}'
+    done = cli("run", "chase-invoice", "--input", chase, check=False)
+    assert done.returncode == 1
+    output = done.stdout + done.stderr
+    assert "WARNING" in output
+    assert "a run failed: MissingCredential: op `payments.invoices.get` needs" in output
+    assert "Traceback" not in output
+
+    cli.env["REMIT_LOG_LEVEL"] = "DEBUG"
+    again = cli("run", "chase-invoice", "--input", chase, check=False)
+    assert again.returncode == 1
+    assert "Traceback" in again.stdout + again.stderr
+
+
+def test_version(cli: Cli) -> None:
+    done = cli("--version")
+    assert done.stdout.strip() == f"remit {remit.__version__}"
