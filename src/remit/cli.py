@@ -23,14 +23,27 @@ from remit.app import App
 from remit.approvals import Approval, Approvals, DecideResult
 from remit.budget_store import Budgets
 from remit.budgets import usd
-from remit.cli_base import AppDir, cli, connected, err, load, open_database, out, parse_json
+from remit.cli_base import (
+    AppDir,
+    cli,
+    connected,
+    err,
+    load,
+    open_database,
+    out,
+    parse_json,
+    whole_ids,
+)
 from remit.errors import RemitError
 from remit.guard import Guard, check_actor
+from remit.ids import full_id
 from remit.ledger import LedgerRow, LedgerStore
 from remit.pause import AppState
 from remit.runs import STATUSES, Run, RunStore, attempt_workflow_id
 from remit.settings import Settings
 from remit.store.database import Database
+from remit.store.schema import approvals as approvals_table
+from remit.store.schema import runs as runs_table
 from remit.workers import WorkerRegistry, state
 
 
@@ -294,7 +307,7 @@ def runs(
             _time(each.created_at),
             _time(each.finished_at),
         )
-    out.print(table if found else "no runs")
+    out.print(whole_ids(table, 0) if found else "no runs")
 
 
 @cli.command()
@@ -304,6 +317,7 @@ def show(
 ) -> None:
     """Show a run: status, attempts, each step with its timing and output, and its ledger."""
     with connected(app_dir) as (app, _, db, client):
+        run_id = full_id(db, runs_table.c.run_id, run_id, what="run")
         _show(RunStore(db).get(run_id), client, LedgerStore(db))
         cli_tasks.show_open(app, db, client, run_id)
 
@@ -315,6 +329,7 @@ def cancel(
 ) -> None:
     """Cancel a run that has not finished."""
     with connected(app_dir) as (_, settings, db, client):
+        run_id = full_id(db, runs_table.c.run_id, run_id, what="run")
         before = RunStore(db).get(run_id)
         after = RunStore(db).cancel(client, run_id, by=settings.actor)
     if before.finished:
@@ -334,6 +349,7 @@ def ledger(
     db = open_database(settings)
     try:
         if run is not None:
+            run = full_id(db, runs_table.c.run_id, run, what="run")
             RunStore(db).get(run)  # an unknown run is an error, not an empty ledger
         rows = LedgerStore(db).list(run_id=run, limit=limit)
     finally:
@@ -386,6 +402,8 @@ def approvals(
     _, settings = load(app_dir)
     db = open_database(settings)
     try:
+        if run is not None:
+            run = full_id(db, runs_table.c.run_id, run, what="run")
         found = _approvals(db, None, None, settings).list(
             status="pending" if pending else None, run_id=run, limit=limit
         )
@@ -422,7 +440,7 @@ def approvals(
             _time(each.expires_at),
             f"{each.decided_by} via {each.decided_via}" if each.decided_by else "-",
         )
-    out.print(table)
+    out.print(whole_ids(table, 0, 1))
 
 
 DecisionKey = Annotated[
@@ -456,7 +474,7 @@ def approve(
             raise RemitError(
                 f"--edit must be a JSON object of fields, e.g. '{{\"amount\": 120}}', not {edit}"
             )
-        edits = {approval_id: fields}
+        edits = fields
     _decide(approval_id, "approved", edits=edits, reason=reason, key=key, as_=as_, app_dir=app_dir)
 
 
@@ -525,6 +543,7 @@ def _decide(
     app_dir: Path | None,
 ) -> None:
     with connected(app_dir) as (app, settings, db, client):
+        approval_id = full_id(db, approvals_table.c.id, approval_id, what="approval")
         store = _approvals(db, client, app, settings)
         result = store.decide(
             [approval_id],
@@ -532,7 +551,7 @@ def _decide(
             by=check_actor(as_ or settings.actor),
             via="cli",
             decision_key=key or f"cli:{uuid.uuid4().hex}",
-            edits=edits,
+            edits=None if edits is None else {approval_id: edits},
             reason=reason,
         )
         approval = store.get(approval_id)

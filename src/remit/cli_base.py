@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 from dbos import DBOSClient
 from rich.console import Console
+from rich.table import Table
 
 from remit import telemetry
 from remit._version import __version__
@@ -95,6 +96,16 @@ def open_database(settings: Settings) -> Database:
     db = Database(settings.database_url, pool_size=2)
     db.prepare()
     return db
+
+
+def whole_ids(table: Table, *columns: int) -> Table:
+    """Keep the id columns of `table` whole, however narrow the terminal: an id cut short
+    cannot be typed back (other columns wrap instead)."""
+    for index in columns:
+        column = table.columns[index]
+        column.no_wrap = True
+        column.min_width = max((len(str(cell)) for cell in column.cells), default=0)
+    return table
 
 
 def parse_json(raw: str, what: str) -> Any:

@@ -16,7 +16,9 @@ from rich.markup import escape
 from remit.cli_base import AppDir, cli, connected, err, out
 from remit.deploy import DeployCheck
 from remit.guard import Guard, check_actor
+from remit.ids import full_id
 from remit.retries import Retries
+from remit.store.schema import runs
 
 deploy_cli = typer.Typer(
     no_args_is_help=True, help="Check new code against the runs still going before shipping it."
@@ -37,6 +39,7 @@ def check(
     Exits 1 if any would fail.
     """
     with connected(app_dir) as (app, settings, db, client):
+        run = None if run is None else [full_id(db, runs.c.run_id, r, what="run") for r in run]
         report = DeployCheck(
             app, db, client, suspend_after=settings.suspend_after, version=settings.version
         ).run(run)
@@ -75,6 +78,7 @@ def retry(
 ) -> None:
     """Retry a failed or cancelled run: its next attempt, on the code workers run now."""
     with connected(app_dir) as (app, settings, db, client):
+        run_id = full_id(db, runs.c.run_id, run_id, what="run")
         retries = Retries(db, client, guard=Guard.of(app, db))
         done = retries.retry(
             run_id, by=check_actor(as_ or settings.actor), from_step=from_step, key=key

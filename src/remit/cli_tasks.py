@@ -17,11 +17,14 @@ from dbos import DBOSClient
 from rich.table import Table
 
 from remit.app import App
-from remit.cli_base import AppDir, cli, connected, err, out, parse_json
+from remit.cli_base import AppDir, cli, connected, err, out, parse_json, whole_ids
 from remit.errors import RemitError
 from remit.guard import check_actor
+from remit.ids import full_id
 from remit.runs import RunStore
 from remit.store.database import Database
+from remit.store.schema import runs as runs_table
+from remit.store.schema import tasks as tasks_table
 from remit.tasks import Resolved, Task, Tasks
 
 task_cli = typer.Typer(
@@ -47,6 +50,7 @@ def list_tasks(
     """List tasks, newest first: writes whose outcome a person must confirm."""
     with connected(app_dir) as (app, _settings, db, client):
         if run is not None:
+            run = full_id(db, runs_table.c.run_id, run, what="run")
             RunStore(db).get(run)  # an unknown run is an error, not an empty list
         found = _tasks(app, db, client).list(
             status="open" if open_only else None, run_id=run, limit=limit
@@ -65,7 +69,7 @@ def list_tasks(
             each.title,
             _time(each.created_at),
         )
-    out.print(table)
+    out.print(whole_ids(table, 0, 1, 3))
 
 
 @task_cli.command("resolve")
@@ -113,6 +117,7 @@ def resolve(
         payload = parsed
     with connected(app_dir) as (app, settings, db, client):
         by = check_actor(as_ or settings.actor)
+        task_id = full_id(db, tasks_table.c.id, task_id, what="task")
         store = _tasks(app, db, client)
         result = store.resolve(task_id, done=done, output=payload, by=by, key=key)
         task = store.get(task_id)

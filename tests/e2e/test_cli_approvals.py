@@ -103,3 +103,27 @@ def test_deadlines_lists_a_pending_gates_expiry(cli: Cli) -> None:
     assert "expiry" in listed
     assert approval in listed
     assert "6d" in listed  # the write-off expires in 7 days
+
+
+def test_ids_are_taken_by_a_prefix_and_listed_whole(cli: Cli) -> None:
+    cli.worker()
+    first = cli("start", "write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
+    second = cli("start", "write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
+    approval = _pending(cli, first)
+    _pending(cli, second)
+    listed = cli("approvals").stdout  # nine columns: the title wraps, the ids stay whole
+    assert approval in listed
+    assert first in cli("runs").stdout
+
+    shared = next(i for i, (a, b) in enumerate(zip(first, second, strict=True)) if a != b)
+    ambiguous = cli("show", first[:shared], check=False)
+    assert ambiguous.returncode == 1
+    assert f"run `{first[:shared]}` is ambiguous" in " ".join(ambiguous.stderr.split())
+    assert first in ambiguous.stderr
+    assert second in ambiguous.stderr
+
+    assert cli("show", first[: shared + 1]).stdout.startswith(first)
+    done = cli("approve", approval[:12], "--as", "user:carol")
+    assert f"{approval} approved by user:carol" in done.stdout
+    cli.wait_for(first, "done")
+    assert "no run `run_nope`" in cli("show", "run_nope", check=False).stderr
