@@ -19,7 +19,7 @@ from rich.table import Table
 from remit.app import App
 from remit.cli_base import AppDir, cli, connected, err, out, parse_json, whole_ids
 from remit.errors import RemitError
-from remit.guard import check_actor
+from remit.guard import Guard, check_actor
 from remit.ids import full_id
 from remit.runs import RunStore
 from remit.store.database import Database
@@ -37,7 +37,7 @@ _COLOURS = {"open": "cyan", "done": "green", "not_done": "yellow"}
 
 
 def _tasks(app: App, db: Database, client: DBOSClient) -> Tasks:
-    return Tasks(db, client, app.name, app.ops)
+    return Tasks(db, client, app.name, app.ops, guard=Guard.of(app, db))
 
 
 @cli.command("tasks")

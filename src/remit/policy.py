@@ -1,11 +1,12 @@
 """Who may do what: an app's Cedar policies, checked in-process with `cedarpy`.
 
 An app with a `policies/` folder is governed by the `*.cedar` files in it, deny by default: an
-action goes ahead only when some `permit` matches it and no `forbid` does. Four actions are
+action goes ahead only when some `permit` matches it and no `forbid` does. Five actions are
 checked, each on its own kind of resource:
 
     Action::"start"   on Workflow::"<name>"       context { input }
     Action::"retry"   on Workflow::"<name>"       context { input, status }
+    Action::"resolve" on Op::"<vendor.resource.op>" context { done, workflow, input }
     Action::"call"    on Op::"<vendor.resource.op>" context { input }
     Action::"decide"  on ApprovalType::"<name>"   context { decision, workflow, input, draft,
                                                             op, call }
@@ -42,13 +43,14 @@ from remit.errors import RemitError
 
 log = logging.getLogger("remit.policy")
 
-Action = Literal["start", "call", "decide", "retry"]
-ACTIONS: tuple[Action, ...] = ("start", "call", "decide", "retry")
+Action = Literal["start", "call", "decide", "retry", "resolve"]
+ACTIONS: tuple[Action, ...] = ("start", "call", "decide", "retry", "resolve")
 RESOURCE_TYPES: dict[Action, str] = {
     "start": "Workflow",
     "call": "Op",
     "decide": "ApprovalType",
     "retry": "Workflow",
+    "resolve": "Op",
 }
 PRINCIPAL_TYPES = {"user": "User", "agent": "Agent"}
 PRINCIPALS_FILE = "principals.toml"
@@ -392,6 +394,9 @@ def build_schema(
         "start": _record({"input": workflow_inputs}),
         "call": _record({"input": op_inputs}),
         "retry": _record({"input": workflow_inputs, "status": string}),
+        "resolve": _record(
+            {"done": {"type": "Boolean"}, "workflow": string, "input": workflow_inputs}
+        ),
         "decide": _record(
             {
                 "decision": string,

@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import sqlalchemy as sa
 from dbos import DBOSClient
@@ -39,11 +39,14 @@ from remit.clock import Clock, SystemClock
 from remit.connectors.ops import Op
 from remit.errors import RemitError, TaskNotFound, TaskRefused
 from remit.ledger import LedgerRow, read_row
-from remit.policy import SYSTEM_PREFIX
+from remit.policy import SYSTEM_PREFIX, denied
 from remit.resumes import Resume, Resumer
 from remit.runs import FINISHED, attempt_workflow_id, lock_run
 from remit.store.database import Database
-from remit.store.schema import audit, ledger, tasks
+from remit.store.schema import audit, ledger, runs, tasks
+
+if TYPE_CHECKING:
+    from remit.guard import Guard
 
 log = logging.getLogger("remit.tasks")
 
@@ -266,10 +269,13 @@ class Tasks:
         ops: Mapping[str, Op[Any, Any]],
         *,
         clock: Clock | None = None,
+        guard: Guard | None = None,
     ) -> None:
         self.db = db
         self.app = app
         self.ops = dict(ops)
+        # The app's policies: who may answer a task about which op (None: not checked).
+        self.guard = guard
         self.clock = clock or SystemClock()
         self.opener = TaskOpener(db, app, clock=self.clock)
         self.resumer = Resumer(db, client, clock=self.clock)
@@ -335,12 +341,33 @@ class Tasks:
             )
         if reasons:
             raise TaskRefused(task_id, reasons)
+        self._check_policies(task_id, done=done, by=by)
         answer = _Answer(task_id, done, None if output is None else dict(output), by, key)
         result, to_fork = self.db.retrying(
             f"task {task_id}: resolve", lambda: self._resolve_once(answer)
         )
         self.resumer.fork_all(to_fork)
         return result
+
+    def _check_policies(self, task_id: str, *, done: bool, by: str) -> None:
+        """Refuse (and record) an answer the policies do not let `by` give: `resolve` on the
+        task's op, with whether it happened and the run's workflow and input as context. What
+        they read of the task and its run never changes, so it is read before the answer's
+        transaction. An unknown task is left to that transaction to refuse."""
+        if self.guard is None:
+            return
+        with self.db.engine.connect() as conn:
+            found = conn.execute(
+                sa.select(tasks.c.op_id, runs.c.workflow, runs.c.input)
+                .select_from(tasks.outerjoin(runs, runs.c.run_id == tasks.c.run_id))
+                .where(tasks.c.id == task_id)
+            ).one_or_none()
+        if found is None:
+            return
+        context = {"done": done, "workflow": found.workflow or "", "input": found.input or {}}
+        verdict = self.guard.check(by, "resolve", found.op_id, context)
+        if not verdict.allowed:
+            raise TaskRefused(task_id, [str(denied(by, "resolve", found.op_id, verdict.reason))])
 
     def _resolve_once(self, answer: _Answer) -> tuple[Resolved, builtins.list[Resume]]:
         now = self.clock.now()

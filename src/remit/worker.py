@@ -188,7 +188,14 @@ class Worker:
     @property
     def tasks(self) -> Tasks:
         """List, show and resolve the app's tasks: writes whose outcome a person confirms."""
-        return Tasks(self.db, self.client, self.app.name, self.app.ops, clock=self.runtime.clock)
+        return Tasks(
+            self.db,
+            self.client,
+            self.app.name,
+            self.app.ops,
+            clock=self.runtime.clock,
+            guard=self.guard,
+        )
 
     @property
     def retries(self) -> Retries:

@@ -9,6 +9,7 @@ code is fixed.
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,16 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from remit import App, AsyncContext, Context, DriverError, PolicyDenied, RetryRefused, workflow
+from remit import (
+    App,
+    AsyncContext,
+    Context,
+    DriverError,
+    PolicyDenied,
+    RetryRefused,
+    TaskRefused,
+    workflow,
+)
 from remit.store.schema import audit, timers
 from remit.testing import Harness, ManualClock
 from tests.support import (
@@ -489,3 +499,34 @@ def test_an_async_run_is_checked_too(database_url: str) -> None:
     assert done.status == "done", done.error
     assert fake.effects[0].input == {"sku": "sku-1", "quantity": 2}
     assert (len(fake.effects), _pennies(fake)) == (1, [])
+
+
+def test_a_tasks_answer_is_checked_by_the_policies(database_url: str, tmp_path: Path) -> None:
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "tasks.cedar").write_text(
+        'permit (principal, action == Action::"start", resource);\n'
+        'permit (principal == User::"carol", action == Action::"resolve", resource)\n'
+        "when { context.done };\n"
+    )
+    app = _app(mail_v1)
+    app.use_policies(tmp_path / "policies")
+    with Harness(app, database_url=database_url, actor="user:ann") as h:
+        fake = h.fake("shop", FakeShop)
+        fake.failures[send_email.id].append(DriverError("timeout", retryable=True, status=504))
+        run_id = h.start("mail", {"sku": "sku-1"}).run_id
+        task = h.task(run_id)
+        with pytest.raises(
+            TaskRefused, match=re.escape('user:ann may not resolve Op::"shop.emails.send"')
+        ):
+            h.resolve(task.id, done=True, output={"message_id": "m-1"})
+        with pytest.raises(
+            TaskRefused, match=re.escape('user:carol may not resolve Op::"shop.emails.send"')
+        ):
+            h.resolve(task.id, done=False, by="user:carol")
+        assert h.tasks.get(task.id).status == "open"
+        assert [(d.principal, d.action, d.resource) for d in h.worker.guard.denials()] == [
+            ("user:carol", "resolve", "shop.emails.send"),
+            ("user:ann", "resolve", "shop.emails.send"),
+        ]
+        h.resolve(task.id, done=True, output={"message_id": "m-1"}, by="user:carol")
+        assert h.wait(run_id).output == "m-1"

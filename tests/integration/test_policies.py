@@ -24,7 +24,7 @@ AR_DESK = ROOT / "examples" / "ar_desk"
 ANN, BOT, CAROL, DAVE, ROGUE = "user:ann", "agent:ar-bot", "user:carol", "user:dave", "agent:rogue"
 PRINCIPALS = (ANN, BOT, CAROL, DAVE, ROGUE)
 
-# Seven actions on the three kinds of resource, each with its context.
+# Eight actions on the three kinds of resource, each with its context.
 ACTIONS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "start chase": ("start", "chase-invoice", {"input": {"invoice_id": "inv_1001"}}),
     "start write-off": ("start", "write-off", {"input": {"invoice_id": "inv_1003"}}),
@@ -41,15 +41,20 @@ ACTIONS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "write-off",
         {"input": {"invoice_id": "inv_1003"}, "status": "failed"},
     ),
+    "resolve a task": (
+        "resolve",
+        "mail.messages.send",
+        {"done": True, "workflow": "chase-invoice", "input": {"invoice_id": "inv_1001"}},
+    ),
 }
 A, H, D = "allow", "held", "deny"
 EXPECTED: dict[str, tuple[str, ...]] = {
-    #        chase wo-start read credit big small retry
-    ANN: (A, A, A, H, D, A, D),
-    BOT: (A, A, A, H, D, A, D),
-    CAROL: (A, A, A, A, A, A, A),
-    DAVE: (D, D, D, D, D, D, D),
-    ROGUE: (D, D, D, D, D, D, D),
+    #        chase wo-start read credit big small retry resolve
+    ANN: (A, A, A, H, D, A, D, A),
+    BOT: (A, A, A, H, D, A, D, A),
+    CAROL: (A, A, A, A, A, A, A, A),
+    DAVE: (D, D, D, D, D, D, D, D),
+    ROGUE: (D, D, D, D, D, D, D, D),
 }
 
 
@@ -75,7 +80,7 @@ def test_the_table_of_principals_actions_and_resources(desk: App, db: Database) 
     assert got == EXPECTED
     # Every refusal was recorded, with who, what and why.
     recorded = _denials(db)
-    assert len(recorded) == sum(row.count(D) for row in EXPECTED.values()) == 18
+    assert len(recorded) == sum(row.count(D) for row in EXPECTED.values()) == 20
     assert {(r.principal, r.action, r.resource) for r in recorded if r.principal == ANN} == {
         (ANN, "decide", "write-off"),
         (ANN, "retry", "write-off"),
