@@ -42,6 +42,9 @@ __all__ = ["AppliedEffect", "Harness", "ManualClock"]
 class Harness:
     """An app served by a worker in this process, every connector on its fake by default.
 
+    Every verb acts as `by=` when given, else as the harness's `actor` (default `user:test`),
+    under the app's policies: an app with a `policies/` folder needs an actor they permit.
+
     `implementations` replaces some connectors' implementations (e.g. a fake seeded by the
     test); `environ` is what drivers see as the environment. `clock` (e.g. a `ManualClock`)
     is the time expiries and backoffs are measured on; `sweep_interval` is how often the
@@ -86,12 +89,13 @@ class Harness:
         self.worker.stop(timeout=0)
 
     def start(
-        self, workflow: str, input: Mapping[str, Any] | BaseModel, *, actor: str | None = None
+        self, workflow: str, input: Mapping[str, Any] | BaseModel, *, by: str | None = None
     ) -> Run:
-        """Start a run (as `remit start` does) and return its row."""
+        """Start a run (as `remit start` does) as `by` (default: the harness's actor), under
+        the app's policies, and return its row."""
         wf = self.app.workflow(workflow)
         return self.worker.guard.start(
-            self.runs, self.worker.client, wf, input, by=actor or self.actor
+            self.runs, self.worker.client, wf, input, by=by or self.actor
         )
 
     def wait(self, run_id: str, *, timeout: float = 30.0, until: tuple[str, ...] = ()) -> Run:
@@ -132,10 +136,15 @@ class Harness:
         return run
 
     def run(
-        self, workflow: str, input: Mapping[str, Any] | BaseModel, *, timeout: float = 30.0
+        self,
+        workflow: str,
+        input: Mapping[str, Any] | BaseModel,
+        *,
+        by: str | None = None,
+        timeout: float = 30.0,
     ) -> Run:
-        """Start a run and wait for it to finish."""
-        return self.wait(self.start(workflow, input).run_id, timeout=timeout)
+        """Start a run as `by` (default: the harness's actor) and wait for it to finish."""
+        return self.wait(self.start(workflow, input, by=by).run_id, timeout=timeout)
 
     def fake(self, vendor: str, kind: type[F] = Fake) -> F:  # type: ignore[assignment]
         """The implementation serving `vendor`, checked to be a `kind`."""
@@ -162,7 +171,13 @@ class Harness:
         edits: Mapping[str, Mapping[str, Any]] | None = None,
         reason: str | None = None,
     ) -> DecideResult:
-        """`decide()` as the test's actor, with a fresh decision key unless one is given."""
+        """`decide()` as the test's actor, with a fresh decision key unless one is given.
+
+        `edits` maps each approval id to the fields to change in its draft; deciding one
+        approval, it may be those fields alone (`edits={"amount": 400}`).
+        """
+        if isinstance(ids, str) and edits is not None and ids not in edits:
+            edits = {ids: edits}
         return self.approvals.decide(
             ids,
             decision,

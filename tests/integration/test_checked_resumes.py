@@ -423,10 +423,11 @@ def test_a_cancelled_run_retried_waits_at_its_gate_again(database_url: str) -> N
         assert retried.from_step == 2
         again = h.gate(run_id)
         assert (again.id, again.status) == (approval.id, "pending")
-        h.decide(again.id, "approved")
+        h.decide(again.id, "approved", edits={"quantity": 3})  # one approval: its fields alone
         run = h.wait(run_id)
         assert (run.status, run.attempt) == ("done", 3), run.error
-        assert h.fake("shop", FakeShop).reads == 1
+        fake = h.fake("shop", FakeShop)
+        assert (fake.reads, [e.input["quantity"] for e in fake.effects]) == (1, [3])
 
 
 def test_retry_is_refused_by_the_policies(database_url: str, tmp_path: Path) -> None:

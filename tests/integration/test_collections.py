@@ -153,7 +153,7 @@ def stored(database_url: str) -> list[tuple[str, str, str, dict[str, Any], datet
 def test_a_workflow_puts_gets_lists_and_deletes_records(database_url: str, fakes: bool) -> None:
     clock = ManualClock()
     with Harness(make_app(), database_url=database_url, fakes=fakes, clock=clock) as h:
-        run = h.wait(h.start("tour", {"names": ["ana", "bo", "cy"]}, actor="user:ana").run_id)
+        run = h.wait(h.start("tour", {"names": ["ana", "bo", "cy"]}, by="user:ana").run_id)
         assert run.status == "done", run.error
         assert run.output == {
             "first": "ana",

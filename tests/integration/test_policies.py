@@ -110,7 +110,7 @@ def test_a_denied_start_names_who_what_and_which_and_writes_no_run(
 ) -> None:
     with Harness(desk, database_url=database_url) as h:
         with pytest.raises(PolicyDenied) as denied:
-            h.start("chase-invoice", {"invoice_id": "inv_1001"}, actor=DAVE)
+            h.start("chase-invoice", {"invoice_id": "inv_1001"}, by=DAVE)
         assert str(denied.value) == (
             'user:dave may not start Workflow::"chase-invoice": no policy permits it'
         )
@@ -125,7 +125,7 @@ def test_a_denied_start_names_who_what_and_which_and_writes_no_run(
         assert recorded.context == {
             "input": {"invoice_id": "inv_1001", "customer_email": None, "as_of": "2026-11-29"}
         }
-        run = h.start("chase-invoice", {"invoice_id": "inv_1001"}, actor=ANN)
+        run = h.start("chase-invoice", {"invoice_id": "inv_1001"}, by=ANN)
         assert h.wait(run.run_id).status == "done"
 
 
@@ -256,9 +256,9 @@ def test_the_call_workflow_is_not_started_by_hand(desk: App, database_url: str) 
         with pytest.raises(
             RemitError, match="is not started by hand: call the op with `remit call"
         ):
-            h.start("call", held, actor=CAROL)
+            h.start("call", held, by=CAROL)
         with pytest.raises(RemitError, match="principals are remit's own"):
-            h.start("chase-invoice", {"invoice_id": "inv_1001"}, actor="remit:schedule")
+            h.start("chase-invoice", {"invoice_id": "inv_1001"}, by="remit:schedule")
 
 
 def test_keyed_direct_calls_replay_refuse_conflicts_and_never_guess(
