@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import builtins
 import logging
-import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from remit.errors import (
     RemitError,
     Suspended,
 )
+from remit.keys import key_problem
 from remit.refusals import DecideCall, check_call, record_denials, refusals
 from remit.resumes import Resume, Resumer
 from remit.runs import FINISHED, hold_attempt
@@ -53,8 +53,6 @@ D = TypeVar("D", bound=BaseModel)
 
 ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "cancelled"]
 EXPIRY_ACTOR = "remit:expiry"
-
-_KEY = re.compile(r"[A-Za-z0-9._:-]{1,100}")
 
 
 @dataclass(frozen=True)
@@ -171,13 +169,9 @@ class Gates:
         expires_in: timedelta | float | None,
     ) -> tuple[ApprovalType, dict[str, Any], float | None]:
         """Check a gate's arguments before its step runs. Raises with what to change."""
-        if not isinstance(key, str) or not _KEY.fullmatch(key):
-            raise InputInvalid(
-                f"approval key {key!r} must be 1 to 100 letters, digits, dots, colons, dashes "
-                "or underscores, e.g. 'write-off'",
-                target="ctx.approval",
-                errors=[],
-            )
+        problem = key_problem(key, what="approval key", longest=100, example="write-off")
+        if problem is not None:
+            raise InputInvalid(problem, target="ctx.approval", errors=[])
         declared = self.types.get(type)
         if declared is None:
             known = ", ".join(sorted(self.types)) or "none"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from decimal import Decimal
@@ -30,14 +29,13 @@ from remit.connectors.llm import ChatMessage, ChatReply, chat_complete
 from remit.connectors.ops import Op
 from remit.errors import InputInvalid, OpNotDeclared, RemitError, StepFailed, Suspended
 from remit.journal import Journal, Mark, gate_mark, op_mark, sleep_mark, step_mark
+from remit.keys import key_problem
 from remit.timers import Timers
 from remit.workflows import Workflow
 
 Out = TypeVar("Out", bound=BaseModel)
 Draft = TypeVar("Draft", bound=BaseModel)
 T = TypeVar("T")
-
-_KEY = re.compile(r"[A-Za-z0-9._-]{1,100}")
 
 
 class Slot(Protocol):
@@ -204,13 +202,13 @@ class _Base:
         self, op: Op[Any, Any] | str, input: Any, fields: Mapping[str, Any], key: str | None
     ) -> tuple[Op[Any, Any], dict[str, Any]]:
         op_id = op if isinstance(op, str) else op.id
-        if key is not None and not _KEY.fullmatch(key):
-            raise InputInvalid(
-                f"key {key!r} for `{op_id}` must be 1 to 100 letters, digits, dots, dashes or "
-                "underscores, e.g. key='reminder-1'",
-                target=op_id,
-                errors=[],
-            )
+        problem = (
+            None
+            if key is None
+            else key_problem(key, what=f"key for `{op_id}`", longest=100, example="reminder-1")
+        )
+        if problem is not None:
+            raise InputInvalid(problem, target=op_id, errors=[])
         if op_id not in self._workflow.op_ids:
             raise OpNotDeclared(
                 f"workflow `{self._workflow.name}` called `{op_id}`, which its `uses` does not "

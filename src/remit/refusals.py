@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from remit.errors import DecisionRefused, RemitError
+from remit.keys import key_problem
 from remit.policy import SYSTEM_PREFIX
 from remit.runs import FINISHED
 
@@ -58,13 +59,12 @@ def check_call(
         raise RemitError("decide() needs at least one approval id")
     if decision not in DECISIONS:
         raise RemitError(f"decision {decision!r} is not one of {', '.join(DECISIONS)}")
-    for name, value, longest in (
-        ("by", by, 200),
-        ("via", via, 50),
-        ("decision_key", decision_key, 200),
-    ):
+    for name, value, longest in (("by", by, 200), ("via", via, 50)):
         if not isinstance(value, str) or not value.strip() or len(value) > longest:
             raise RemitError(f"decide(): {name} must be a non-empty string of at most {longest}")
+    problem = key_problem(decision_key, what="decide(): decision_key", longest=200, example="d-1")
+    if problem is not None:
+        raise RemitError(problem)
     if edits is not None and not isinstance(edits, Mapping):
         raise RemitError("decide(): edits must map an approval id to the fields it changes")
 

@@ -17,7 +17,6 @@ cancelled are pending again, for a person to decide.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -27,6 +26,7 @@ from remit.clock import Clock, SystemClock
 from remit.errors import RetryRefused
 from remit.guard import Guard, check_actor
 from remit.journal import after_last_finished
+from remit.keys import key_problem
 from remit.resumes import Resume, Resumer
 from remit.runs import Run, RunStore, lock_run
 from remit.store.database import Database
@@ -35,7 +35,6 @@ from remit.store.schema import approvals, audit, ledger, retries
 log = logging.getLogger("remit.retries")
 
 RETRYABLE = ("failed", "cancelled")
-_KEY = re.compile(r"[A-Za-z0-9._:-]{1,200}")
 
 
 @dataclass(frozen=True)
@@ -80,12 +79,13 @@ class Retries:
         `PolicyDenied`, `RunNotFound`) having written nothing.
         """
         check_actor(by, where="by")
-        if key is not None and not _KEY.fullmatch(key):
-            raise RetryRefused(
-                f"retry key {key!r} must be 1 to 200 letters, digits, dots, colons, dashes or "
-                "underscores",
-                run_id=run_id,
-            )
+        problem = (
+            None
+            if key is None
+            else key_problem(key, what="retry key", longest=200, example="fix-1")
+        )
+        if problem is not None:
+            raise RetryRefused(problem, run_id=run_id)
         if key is not None:
             replayed = self._replayed(key, run_id)
             if replayed is not None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import builtins
 import hashlib
 import logging
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -38,6 +37,7 @@ from remit.audit import audit_of
 from remit.clock import Clock, SystemClock
 from remit.connectors.ops import Op
 from remit.errors import RemitError, TaskNotFound, TaskRefused
+from remit.keys import key_problem
 from remit.ledger import LedgerRow, read_row
 from remit.policy import SYSTEM_PREFIX, denied
 from remit.resumes import Resume, Resumer
@@ -55,8 +55,6 @@ Then = Literal["continue", "retry", "fail"]
 TASK_STATUSES: tuple[str, ...] = ("open", "done", "not_done")
 # Who reopens a task when a call made again after "not done" is cut off again.
 LEDGER_ACTOR = "remit:ledger"
-
-_KEY = re.compile(r"[A-Za-z0-9._:-]{1,100}")
 
 
 def task_id_for(idempotency_key: str) -> str:
@@ -335,10 +333,9 @@ class Tasks:
                 f"`{by}`: `{SYSTEM_PREFIX}` principals are remit's own; resolve as "
                 "user:<name> or agent:<name>"
             )
-        if key is not None and not _KEY.fullmatch(key):
-            reasons.append(
-                f"key {key!r} must be 1 to 100 letters, digits, dots, colons, dashes or underscores"
-            )
+        problem = None if key is None else key_problem(key, what="key", longest=200, example="t-1")
+        if problem is not None:
+            reasons.append(problem)
         if reasons:
             raise TaskRefused(task_id, reasons)
         self._check_policies(task_id, done=done, by=by)

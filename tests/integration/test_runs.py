@@ -169,8 +169,8 @@ def test_a_bad_key_is_refused(database_url: str) -> None:
     with Harness(make_app(), database_url=database_url) as harness:
         run = harness.run("keyed", {"first": "has spaces", "second": "x"})
         assert run.status == "failed"
-        assert "key 'has spaces'" in (run.error or "")
-        assert "letters, digits" in (run.error or "")
+        assert "key for `shop.orders.create` 'has spaces'" in (run.error or "")
+        assert "printable characters with no spaces" in (run.error or "")
 
 
 def test_an_idempotent_write_retries_until_the_policy_gives_up(database_url: str) -> None:
