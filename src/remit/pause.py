@@ -30,6 +30,7 @@ from dbos import DBOSClient
 
 from remit.app import App, Queue
 from remit.clock import Clock, SystemClock
+from remit.periodic import Periodic
 from remit.resumes import Resume, Resumer
 from remit.runs import lock_run
 from remit.store.database import Database
@@ -227,8 +228,7 @@ class PauseWatch:
         self.read = read
         self.flag = flag
         self.interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="remit-pause", daemon=True)
+        self._periodic = Periodic("remit-pause", interval, self.refresh)
 
     def refresh(self) -> None:
         if self.read():
@@ -237,16 +237,7 @@ class PauseWatch:
             self.flag.clear()
 
     def start(self) -> None:
-        self._thread.start()
+        self._periodic.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.refresh()
-            except Exception:
-                log.exception("reading the pause flag failed; trying again in %.1fs", self.interval)
+        self._periodic.stop()

@@ -40,7 +40,6 @@ and the pass goes on with the others; every action is logged with its run id.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +53,7 @@ from remit.budgets import DIRECT_LEASE, Drift, orphaned, usd
 from remit.calls import DIRECT_CALL_PREFIX
 from remit.ledger import LedgerStore
 from remit.pause import AppState
+from remit.periodic import Periodic
 from remit.resumes import Resume, Resumer
 from remit.runs import (
     FINISHED,
@@ -164,8 +164,7 @@ class Reconciler:
         self.resumer = Resumer(self.db, client, clock=runs_store.clock)
         self.ledger = LedgerStore(self.db, clock=runs_store.clock)
         self.interval = interval
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._periodic: Periodic | None = None
 
     def run_pass(self, *, dry_run: bool = False) -> Report:
         """One pass, every step in order. A step that fails is reported; the next one runs."""
@@ -492,19 +491,15 @@ class Reconciler:
             report.drift.append(found)
 
     def start(self) -> None:
+        """A pass now, then one every `interval` seconds on a daemon thread."""
         self.run_pass()
-        self._thread = threading.Thread(target=self._loop, name="remit-reconciler", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.run_pass()
+        self._periodic = Periodic("remit-reconciler", self.interval, self.run_pass)
+        self._periodic.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        if self._periodic is not None:
+            self._periodic.stop(timeout=5)
+            self._periodic = None
 
 
 # Ids asked of DBOS at once: past a few hundred, Postgres reads DBOS's tables whole instead of

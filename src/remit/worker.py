@@ -42,6 +42,7 @@ from remit.errors import RemitError
 from remit.guard import Guard
 from remit.notify import default_notifiers
 from remit.pause import AppState, PauseWatch, paused, register_queue
+from remit.periodic import Periodic
 from remit.reconciler import Reconciler
 from remit.retries import Retries
 from remit.runtime import Runtime
@@ -451,22 +452,13 @@ class Heartbeat:
         self.worker = worker
         self.interval = worker.settings.heartbeat_interval
         self.dead_after = timedelta(seconds=worker.settings.dead_after)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="remit-heartbeat", daemon=True)
+        self._periodic = Periodic("remit-heartbeat", self.interval, self.beat)
 
     def start(self) -> None:
-        self._thread.start()
+        self._periodic.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.beat()
-            except Exception:
-                log.exception("heartbeat failed; trying again in %.1fs", self.interval)
+        self._periodic.stop()
 
     def beat(self) -> list[str]:
         """Renew the heartbeat and take over the dead; returns the executor ids taken over."""
@@ -520,20 +512,16 @@ class Sweeper:
             interval=self.interval,
         )
         self.waker = Waker(worker.db, worker.client, clock=worker.runtime.clock)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="remit-sweeper", daemon=True)
+        self._periodic = Periodic(
+            "remit-sweeper", self.interval, lambda: self.sweep(older_than=self.OUTBOX_GRACE)
+        )
 
     def start(self) -> None:
         self.sweep(older_than=0.0, notify=False)
-        self._thread.start()
+        self._periodic.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.sweep(older_than=self.OUTBOX_GRACE)
+        self._periodic.stop()
 
     def sweep(self, *, older_than: float, notify: bool = True) -> None:
         approvals = self.worker.approvals
