@@ -28,6 +28,7 @@ from remit.connectors.ops import Op
 from remit.context import Context
 from remit.errors import InputInvalid, RemitError
 from remit.guard import Guard, check_actor
+from remit.keys import key_problem
 from remit.ledger import LedgerStore, input_hash
 from remit.policy import HELD
 from remit.runs import RunStore, json_input
@@ -37,8 +38,6 @@ from remit.workflows import Workflow, workflow
 
 if TYPE_CHECKING:
     from remit.app import App
-
-_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
 class HeldCall(BaseModel):
@@ -167,10 +166,9 @@ class DirectCalls:
         """
         check_actor(by)
         op = self._op(op_id)
-        if key is not None and not (0 < len(key) <= 100 and set(key) <= _KEY_CHARS):
-            raise RemitError(
-                f"--key {key!r} must be 1 to 100 letters, digits, dots, dashes or underscores"
-            )
+        problem = None if key is None else key_problem(key, what="key", longest=100, example="c-1")
+        if problem is not None:
+            raise RemitError(problem)
         parsed = parse_op_input(op, payload)
         verdict = self.guard.require(by, "call", op.id, {"input": parsed})
         if verdict.held:
