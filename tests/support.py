@@ -287,6 +287,15 @@ async def nap_async(ctx: AsyncContext, input: Nap) -> str:
     return "awake"
 
 
+@workflow(name="client-inside", input=Purchase)
+def client_inside(ctx: Context, input: Purchase) -> str:
+    """Uses a client inside a workflow, which remit refuses."""
+    from remit import Client
+
+    with Client.connect(".", by="user:x") as client:
+        return client.start("purchase", {"sku": input.sku}).run_id
+
+
 REFUND = ApprovalType("refund", draft=RefundDraft)
 
 
@@ -306,6 +315,7 @@ def make_app(notifiers: list[Notifier] | None = None) -> App:
             nap,
             nap_async,
             purchase_mail_async,
+            client_inside,
         ],
         connectors=[shop],
         approvals=[REFUND],

@@ -15,6 +15,7 @@ from remit.approvals import (
     Decision,
 )
 from remit.budgets import Budget, CostModel, Price
+from remit.client import Client, RunHandle
 from remit.clock import Clock, SystemClock
 from remit.collections import Collection, collection
 from remit.connectors import (
@@ -85,6 +86,7 @@ __all__ = [
     "CallContext",
     "ChatMessage",
     "ChatReply",
+    "Client",
     "Clock",
     "CodeChanged",
     "Collection",
@@ -120,6 +122,7 @@ __all__ = [
     "RetryPolicy",
     "RetryRefused",
     "Run",
+    "RunHandle",
     "RunMovedOn",
     "RunNotFound",
     "Schedule",

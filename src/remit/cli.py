@@ -21,7 +21,6 @@ from rich.table import Table
 from remit import cli_budgets, cli_deploy, cli_direct, cli_secrets, cli_tasks  # noqa: F401
 from remit.app import App
 from remit.approvals import Approval, Approvals, DecideResult
-from remit.budget_store import Budgets
 from remit.budgets import usd
 from remit.cli_base import (
     AppDir,
@@ -145,26 +144,11 @@ def reconcile(
     app_dir: AppDir = None,
 ) -> None:
     """Run one reconciler pass now and print what it did (workers run one every minute)."""
-    from remit.reconciler import Reconciler
-    from remit.tasks import TaskOpener
-    from remit.workers import live_versions
+    from remit.client import Client
 
-    with connected(app_dir) as (app, settings, db, client):
-        registry = WorkerRegistry(db)
-        report = Reconciler(
-            RunStore(db),
-            client,
-            version=settings.version or app.version,
-            live_versions=lambda: live_versions(
-                registry.list(app=app.name),
-                now=datetime.now(UTC),
-                dead_after=timedelta(seconds=settings.dead_after),
-            ),
-            approvals=_approvals(db, client, app, settings),
-            app_state=_app_state(db, client, app, settings),
-            tasks=TaskOpener(db, app.name),
-            budgets=Budgets(db, app.name, app.budgets),
-        ).run_pass(dry_run=dry_run)
+    app, settings = load(app_dir)
+    with Client(app, settings) as remit:
+        report = remit.reconcile(dry_run=dry_run)
     verb = "would do" if dry_run else "did"
     if not report.actions:
         out.print(f"nothing to do{' (dry run)' if dry_run else ''}")

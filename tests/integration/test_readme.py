@@ -1,4 +1,5 @@
-"""The README's example of testing an app runs as written (on both databases)."""
+"""The README's examples run as written (on both databases), and the client they show does
+what they say."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from remit import Client, load_app
+from remit.testing import Harness
 from tests.e2e.cli_support import ROOT
+from tests.support import Purchase, Receipt, make_app, purchase
 
 README = ROOT / "README.md"
 
@@ -33,3 +39,40 @@ def test_the_testing_example_runs(database_url: str, tmp_path: Path) -> None:
         namespace["test_chase"](tmp_path)
     finally:
         os.chdir(before)
+
+
+def test_the_client_example_runs_against_a_worker(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _snippet("Public API")
+    monkeypatch.setenv("REMIT_DATABASE_URL", database_url)
+    monkeypatch.chdir(ROOT)  # the example names the app folder from the project's root
+    desk = load_app(ROOT / "examples" / "ar_desk")
+    with Harness(desk, database_url=database_url):  # the worker that serves the runs
+        exec(compile(code, "README.md", "exec"), {})
+    assert capsys.readouterr().out.strip() == "written off"
+
+
+def test_a_client_verb_inside_a_workflow_is_refused(database_url: str) -> None:
+    with Client.connect(make_app(), database_url, by="user:ops") as client:
+        handle = client.start("client-inside", {"sku": "sku-1"})
+        with Harness(client.app, database_url=database_url):
+            run = handle.wait(timeout=30)
+        assert run.status == "failed"
+        assert "Client.connect was called inside a workflow" in (run.error or "")
+        assert "ctx" in (run.error or "")
+        assert [r.run_id for r in client.runs()] == [handle.run_id]  # it started nothing
+
+
+def test_a_client_starts_and_reads_typed_output(database_url: str) -> None:
+    with Client.connect(make_app(), database_url, by="user:ops") as client:
+        handle = client.start(purchase, Purchase(sku="sku-1"))
+        with Harness(client.app, database_url=database_url):
+            receipt = handle.output(timeout=30)
+        assert isinstance(receipt, Receipt)
+        assert (receipt.total, handle.get().started_by) == (1200, "user:ops")
+        assert [row.op_id for row in client.ledger(handle.run_id)] == [
+            "shop.items.get",
+            "shop.orders.create",
+            "shop.emails.send",
+        ]

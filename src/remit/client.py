@@ -1,0 +1,388 @@
+"""`remit.Client`: acting on an app from code, in any process, with no worker running there.
+
+    from remit import Client
+
+    with Client.connect("examples/ar_desk", by="user:ann") as client:
+        run = client.start("chase-invoice", {"invoice_id": "inv_1001"})
+        print(run.wait(timeout=60).status)
+
+The client owns the database, a DBOS client and every store and service an app's surfaces use,
+built once. Its verbs are the ones the command line has, with the same rules: the policies,
+the audit, the keys that make them idempotent. Who acts is `by=` on each verb, else the
+client's own `by` (default `REMIT_ACTOR`, or `user:<login>`). A run is served by whichever
+worker serves its queue; `RunHandle.wait` watches its row.
+
+Inside a workflow a client verb is refused: a run acts through its `ctx`, whose steps are
+checkpointed, and a client call from there would run again on every replay.
+"""
+
+from __future__ import annotations
+
+import time
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from functools import cached_property
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from dbos import DBOS, DBOSClient
+from pydantic import BaseModel, TypeAdapter
+
+from remit.app import App, load_app
+from remit.approvals import Approvals, DecideResult
+from remit.budget_store import Budgets
+from remit.clock import Clock, SystemClock
+from remit.deadlines import Deadline, upcoming_deadlines
+from remit.deploy import DeployCheck, DeployReport
+from remit.direct import CallResult, DirectCalls
+from remit.errors import RemitError
+from remit.guard import Guard, check_actor
+from remit.ledger import LedgerRow, LedgerStore
+from remit.pause import AppState
+from remit.reconciler import Reconciler, Report
+from remit.retries import Retried, Retries
+from remit.runs import Run, RunStore
+from remit.secrets import SecretKey, Secrets
+from remit.settings import Settings
+from remit.store.database import Database
+from remit.tasks import Resolved, TaskOpener, Tasks
+from remit.worker import implementations_for
+from remit.workers import WorkerRegistry, WorkerRow, live_versions
+from remit.workflows import Workflow
+
+
+class RunHandle:
+    """A run started (or looked up) through a client: its id, and a way to wait for it."""
+
+    def __init__(self, client: Client, run_id: str, workflow: Workflow) -> None:
+        self._client = client
+        self.run_id = run_id
+        self.workflow = workflow
+
+    def get(self) -> Run:
+        """The run's row as it stands now."""
+        return self._client.get_run(self.run_id)
+
+    def wait(self, timeout: float = 60.0, *, until: Iterable[str] = ()) -> Run:
+        """Wait until the run finishes (or reaches a status in `until`, e.g. `waiting`) and
+        return its row. Raises `TimeoutError` naming its status after `timeout` seconds."""
+        stops = set(until)
+        deadline = time.monotonic() + timeout
+        while True:
+            run = self.get()
+            if run.finished or run.status in stops:
+                return run
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"run {self.run_id} is still {run.status} after {timeout:g}s: is a worker "
+                    f"serving queue `{self.workflow.queue}`? (`remit worker`)"
+                )
+            time.sleep(0.05)
+
+    def output(self, timeout: float = 60.0) -> Any:
+        """Wait for the run to finish and return its output, parsed as the workflow's return
+        annotation says (a pydantic model, say) when it has one. A run that did not finish
+        `done` raises `RemitError` with its status and error."""
+        run = self.wait(timeout)
+        if run.status != "done":
+            raise RemitError(f"run {self.run_id} is {run.status}: {run.error or 'no output'}")
+        returns = _return_type(self.workflow)
+        return run.output if returns is None else TypeAdapter(returns).validate_python(run.output)
+
+
+class Client:
+    """An app's runs, approvals, tasks, ledger, budgets, secrets and controls, from code.
+
+    Made by `Client.connect`; close it (or use it as a context manager) when done.
+    """
+
+    def __init__(
+        self, app: App, settings: Settings, *, by: str | None = None, clock: Clock | None = None
+    ) -> None:
+        self.app = app
+        self.settings = settings
+        self.by = check_actor(by or settings.actor, where="by")
+        self.clock = clock or SystemClock()
+        self.db = Database(settings.database_url, pool_size=4)
+        self.db.prepare()
+        self.dbos: DBOSClient = self.db.client(app.name)
+
+    @classmethod
+    def connect(
+        cls,
+        app: App | str | Path,
+        database_url: str | None = None,
+        *,
+        by: str | None = None,
+        clock: Clock | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> Client:
+        """Connect to an app's database: `app` is an `App` or its folder (loaded as `remit`
+        loads it, with its policies). The database is `database_url`, else `REMIT_DATABASE_URL`,
+        else the app folder's SQLite file; other settings come from the environment."""
+        _not_in_a_workflow("connect")
+        folder = Path(".") if isinstance(app, App) else Path(app)
+        loaded = app if isinstance(app, App) else load_app(folder)
+        env = dict(environ) if environ is not None else None
+        settings = Settings.from_env(folder, environ=env)
+        if database_url is not None:
+            settings = replace(settings, database_url=database_url)
+        return cls(loaded, settings, by=by, clock=clock)
+
+    def close(self) -> None:
+        self.dbos.destroy()
+        self.db.dispose()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # The services, each built once.
+
+    @cached_property
+    def runs_store(self) -> RunStore:
+        return RunStore(self.db, clock=self.clock)
+
+    @cached_property
+    def guard(self) -> Guard:
+        """The app's policies, enforced, with the record of what they refused."""
+        return Guard.of(self.app, self.db, clock=self.clock)
+
+    @cached_property
+    def approvals(self) -> Approvals:
+        """List, read, audit and decide the app's approvals."""
+        return Approvals(
+            self.db,
+            self.dbos,
+            self.app.approval_types,
+            admins=self.settings.admins,
+            clock=self.clock,
+            guard=self.guard,
+        )
+
+    @cached_property
+    def tasks(self) -> Tasks:
+        """List, read, audit and resolve the app's tasks."""
+        return Tasks(
+            self.db, self.dbos, self.app.name, self.app.ops, clock=self.clock, guard=self.guard
+        )
+
+    @cached_property
+    def retries(self) -> Retries:
+        return Retries(self.db, self.dbos, guard=self.guard, clock=self.clock)
+
+    @cached_property
+    def budgets(self) -> Budgets:
+        """The app's budget periods: `periods`, `drift`, `raise_limit`."""
+        return Budgets(self.db, self.app.name, self.app.budgets, clock=self.clock)
+
+    @cached_property
+    def secrets(self) -> Secrets:
+        """The app's stored credentials: `set`, `list`, `delete` (values are never shown)."""
+        return Secrets(self.db, self.app.name, SecretKey.from_settings(self.settings))
+
+    @cached_property
+    def app_state(self) -> AppState:
+        return AppState(
+            self.db,
+            self.dbos,
+            self.app,
+            poll_interval=self.settings.poll_interval,
+            clock=self.clock,
+        )
+
+    @cached_property
+    def direct(self) -> DirectCalls:
+        implementations, credentials = implementations_for(
+            self.app, self.db, self.settings, clock=self.clock
+        )
+        return DirectCalls(
+            self.app,
+            self.db,
+            self.dbos,
+            implementations=implementations,
+            environ=credentials,
+            guard=self.guard,
+            clock=self.clock,
+        )
+
+    # The verbs.
+
+    def start(
+        self,
+        workflow: str | Workflow,
+        input: Mapping[str, Any] | BaseModel,
+        *,
+        by: str | None = None,
+    ) -> RunHandle:
+        """Start a run of `workflow` (a name or the workflow itself) with `input` (its model or
+        a dict), under the policies; a worker serving its queue runs it."""
+        _not_in_a_workflow("start")
+        wf = self.app.workflow(workflow if isinstance(workflow, str) else workflow.name)
+        run = self.guard.start(self.runs_store, self.dbos, wf, input, by=self._who(by))
+        return RunHandle(self, run.run_id, wf)
+
+    def get_run(self, run_id: str) -> Run:
+        """A run's row; `RunNotFound` if there is none."""
+        return self.runs_store.get(run_id)
+
+    def handle(self, run_id: str) -> RunHandle:
+        """A handle on an existing run, to wait for it."""
+        run = self.get_run(run_id)
+        return RunHandle(self, run_id, self.app.workflow(run.workflow))
+
+    def runs(
+        self, *, status: str | None = None, workflow: str | None = None, limit: int = 50
+    ) -> list[Run]:
+        """Runs, newest first."""
+        return self.runs_store.list(status=status, workflow=workflow, limit=limit)
+
+    def cancel(self, run_id: str, *, by: str | None = None) -> Run:
+        """Cancel a run that has not finished (a finished one is left as it is)."""
+        _not_in_a_workflow("cancel")
+        return self.runs_store.cancel(self.dbos, run_id, by=self._who(by))
+
+    def retry(
+        self,
+        run_id: str,
+        *,
+        from_step: int | None = None,
+        key: str | None = None,
+        by: str | None = None,
+    ) -> Retried:
+        """Retry a failed or cancelled run on the current code (see `Retries.retry`)."""
+        _not_in_a_workflow("retry")
+        return self.retries.retry(run_id, by=self._who(by), from_step=from_step, key=key)
+
+    def decide(
+        self,
+        ids: Iterable[str] | str,
+        decision: str,
+        *,
+        key: str,
+        edits: Mapping[str, Mapping[str, Any]] | None = None,
+        reason: str | None = None,
+        by: str | None = None,
+        via: str = "api",
+    ) -> DecideResult:
+        """Decide approvals, all or none, and resume their runs (see `Approvals.decide`). `key`
+        is the decision key: the same key again replays the first result."""
+        _not_in_a_workflow("decide")
+        return self.approvals.decide(
+            ids, decision, by=self._who(by), via=via, decision_key=key, edits=edits, reason=reason
+        )
+
+    def resolve(
+        self,
+        task_id: str,
+        *,
+        done: bool,
+        output: Mapping[str, Any] | None = None,
+        key: str | None = None,
+        by: str | None = None,
+    ) -> Resolved:
+        """Say whether a task's call happened, and carry its run on (see `Tasks.resolve`)."""
+        _not_in_a_workflow("resolve")
+        return self.tasks.resolve(task_id, done=done, output=output, by=self._who(by), key=key)
+
+    def call(
+        self,
+        op_id: str,
+        input: Mapping[str, Any],
+        *,
+        key: str | None = None,
+        by: str | None = None,
+    ) -> CallResult:
+        """Call an op directly, under the policies (a policy may hold it for an approval)."""
+        _not_in_a_workflow("call")
+        return self.direct.call(op_id, input, by=self._who(by), key=key)
+
+    def data(
+        self, collection: str, verb: str, input: Mapping[str, Any], *, by: str | None = None
+    ) -> CallResult:
+        """A collection's `get`, `put`, `list` or `delete`: the op `data.<collection>.<verb>`."""
+        return self.call(f"data.{collection}.{verb}", input, by=by)
+
+    def pause(self, *, by: str | None = None) -> list[str]:
+        """Pause the app; returns the queues this stopped."""
+        _not_in_a_workflow("pause")
+        return self.app_state.pause(by=self._who(by))
+
+    def resume(self, *, by: str | None = None) -> tuple[list[str], list[str]]:
+        """Resume the app; returns the queues restored and the parked runs carried on."""
+        _not_in_a_workflow("resume")
+        return self.app_state.resume(by=self._who(by))
+
+    def reconcile(self, *, dry_run: bool = False) -> Report:
+        """Run one reconciler pass now (`dry_run`: say what it would do)."""
+        _not_in_a_workflow("reconcile")
+        registry = WorkerRegistry(self.db, clock=self.clock)
+        return Reconciler(
+            self.runs_store,
+            self.dbos,
+            version=self.settings.version or self.app.version,
+            live_versions=lambda: live_versions(
+                registry.list(app=self.app.name),
+                now=datetime.now(UTC),
+                dead_after=timedelta(seconds=self.settings.dead_after),
+            ),
+            approvals=self.approvals,
+            app_state=self.app_state,
+            tasks=TaskOpener(self.db, self.app.name, clock=self.clock),
+            budgets=self.budgets,
+        ).run_pass(dry_run=dry_run)
+
+    def deploy_check(self, run_ids: Iterable[str] | None = None) -> DeployReport:
+        """Replay the unfinished runs against this client's app (see `remit deploy check`)."""
+        return DeployCheck(
+            self.app,
+            self.db,
+            self.dbos,
+            suspend_after=self.settings.suspend_after,
+            clock=self.clock,
+            version=self.settings.version,
+        ).run(run_ids)
+
+    def deadlines(self, limit: int = 20) -> list[Deadline]:
+        """What is due without anyone asking, earliest first."""
+        return upcoming_deadlines(self.db, limit=limit)
+
+    def ledger(self, run_id: str | None = None, *, limit: int = 200) -> list[LedgerRow]:
+        """Op calls: one run's in order, or the latest."""
+        return LedgerStore(self.db, clock=self.clock).list(run_id=run_id, limit=limit)
+
+    def workers(self) -> list[WorkerRow]:
+        """The app's workers, as `remit workers` lists them."""
+        return WorkerRegistry(self.db, clock=self.clock).list(app=self.app.name)
+
+    def _who(self, by: str | None) -> str:
+        return check_actor(by or self.by, where="by")
+
+
+def _not_in_a_workflow(verb: str) -> None:
+    if DBOS.workflow_id is not None:
+        raise RemitError(
+            f"Client.{verb} was called inside a workflow (run attempt {DBOS.workflow_id}): a run "
+            "acts through its `ctx` (ctx.call, ctx.approval, ...), whose steps are checkpointed; "
+            "a client call there would be made again on every replay"
+        )
+
+
+def _return_type(workflow: Workflow) -> Any:
+    """The workflow function's return annotation, if it names a type to parse output as."""
+    try:
+        hints = typing.get_type_hints(workflow.fn)
+    except Exception:
+        return None
+    returns = hints.get("return")
+    return None if returns in (None, type(None), Any) else returns
