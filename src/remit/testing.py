@@ -22,11 +22,12 @@ from pydantic import BaseModel
 from remit.app import App
 from remit.approvals import Approval, Approvals, DecideResult
 from remit.budget_store import Budgets
+from remit.client import Client
 from remit.clock import Clock, ManualClock
 from remit.connectors.base import AppliedEffect, Fake, Implementation
-from remit.deadlines import Deadline, upcoming_deadlines
+from remit.deadlines import Deadline
 from remit.deploy import DeployCheck, DeployReport
-from remit.direct import CallResult, DirectCalls
+from remit.direct import CallResult
 from remit.ledger import LedgerRow
 from remit.retries import Retried
 from remit.runs import Run, attempt_workflow_id
@@ -80,6 +81,15 @@ class Harness:
         self.runs = self.worker.runtime.runs
         self.ledger_store = self.worker.runtime.ledger
         self.actor = actor
+        # The test's side: every verb, as a program using the app would make it.
+        self.client = Client(
+            app,
+            settings,
+            by=actor,
+            clock=self.worker.runtime.clock,
+            implementations=self.worker.implementations,
+            environ=self.worker.runtime.caller.environ,
+        )
 
     def __enter__(self) -> Harness:
         self.worker.start()
@@ -87,16 +97,14 @@ class Harness:
 
     def __exit__(self, *exc: object) -> None:
         self.worker.stop(timeout=0)
+        self.client.close()
 
     def start(
         self, workflow: str, input: Mapping[str, Any] | BaseModel, *, by: str | None = None
     ) -> Run:
         """Start a run (as `remit start` does) as `by` (default: the harness's actor), under
         the app's policies, and return its row."""
-        wf = self.app.workflow(workflow)
-        return self.worker.guard.start(
-            self.runs, self.worker.client, wf, input, by=by or self.actor
-        )
+        return self.client.start_row(workflow, input, by=by)
 
     def wait(self, run_id: str, *, timeout: float = 30.0, until: tuple[str, ...] = ()) -> Run:
         """Wait for the run to finish (or reach a status in `until`) and return its row."""
@@ -158,7 +166,7 @@ class Harness:
     @property
     def approvals(self) -> Approvals:
         """The app's approvals: `list`, `get`, `audit` and `decide`."""
-        return self.worker.approvals
+        return self.client.approvals
 
     def decide(
         self,
@@ -176,32 +184,27 @@ class Harness:
         `edits` maps each approval id to the fields to change in its draft; deciding one
         approval, it may be those fields alone (`edits={"amount": 400}`).
         """
-        if isinstance(ids, str) and edits is not None and ids not in edits:
-            edits = {ids: edits}
-        return self.approvals.decide(
+        if (
+            isinstance(ids, str)
+            and edits
+            and not all(isinstance(v, Mapping) for v in edits.values())
+        ):
+            edits = {ids: edits}  # one approval's fields, not a map of approval ids to fields
+        return self.client.decide(
             ids,
             decision,
-            by=by or self.actor,
-            via=via,
-            decision_key=decision_key or f"test:{uuid.uuid4().hex}",
+            key=decision_key or f"test:{uuid.uuid4().hex}",
             edits=edits,
             reason=reason,
+            by=by,
+            via=via,
         )
 
     def call(
         self, op_id: str, input: Mapping[str, Any], *, by: str | None = None, key: str | None = None
     ) -> CallResult:
         """A direct call (as `remit call` makes it) on this worker's fakes, as the policies allow."""
-        calls = DirectCalls(
-            self.app,
-            self.worker.db,
-            self.worker.client,
-            implementations=self.worker.implementations,
-            environ=self.worker.runtime.caller.environ,
-            guard=self.worker.guard,
-            clock=self.worker.runtime.clock,
-        )
-        return calls.call(op_id, input, by=by or self.actor, key=key)
+        return self.client.call(op_id, input, by=by, key=key)
 
     def gate(self, run_id: str, *, timeout: float = 30.0) -> Approval:
         """Wait for the run to wait at a gate, and return that gate's pending approval."""
@@ -216,7 +219,7 @@ class Harness:
     def tasks(self) -> Tasks:
         """The app's tasks (writes whose outcome a person confirms): `list`, `get`, `audit`
         and `resolve`."""
-        return self.worker.tasks
+        return self.client.tasks
 
     def task(self, run_id: str, *, timeout: float = 30.0) -> Task:
         """Wait for the run to wait at a task, and return that open task."""
@@ -240,7 +243,7 @@ class Harness:
         key: str | None = None,
     ) -> Resolved:
         """`Tasks.resolve` as the test's actor."""
-        return self.tasks.resolve(task_id, done=done, output=output, by=by or self.actor, key=key)
+        return self.client.resolve(task_id, done=done, output=output, by=by, key=key)
 
     def retry(
         self,
@@ -251,7 +254,7 @@ class Harness:
         key: str | None = None,
     ) -> Retried:
         """Retry a failed or cancelled run (as `remit retry` does), as the test's actor."""
-        return self.worker.retries.retry(run_id, by=by or self.actor, from_step=from_step, key=key)
+        return self.client.retry(run_id, from_step=from_step, key=key, by=by)
 
     def deploy_check(
         self, app: App | None = None, *, run_ids: Iterable[str] | None = None
@@ -270,16 +273,14 @@ class Harness:
     @property
     def budgets(self) -> Budgets:
         """The app's budgets: `periods`, `drift`, `reservation(key)` and `raise_limit`."""
-        budgets = self.worker.runtime.caller.budgets
-        assert budgets is not None, "a worker keeps its app's budgets"
-        return budgets
+        return self.client.budgets
 
     def deadlines(self, limit: int = 20) -> list[Deadline]:
         """What is due without anyone asking, earliest first (see `remit deadlines`)."""
-        return upcoming_deadlines(self.worker.db, limit=limit)
+        return self.client.deadlines(limit)
 
     def ledger(self, run_id: str) -> list[LedgerRow]:
-        return self.ledger_store.list(run_id=run_id)
+        return self.client.ledger(run_id)
 
     def steps(self, run_id: str, attempt: int = 1) -> list[StepInfo]:
         """The DBOS steps of one attempt, in order."""
