@@ -24,6 +24,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from datetime import timedelta
+from functools import cached_property
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
@@ -161,7 +162,6 @@ class Worker:
         self._heartbeat: Heartbeat | None = None
         self._sweeper: Sweeper | None = None
         self._pause_watch: PauseWatch | None = None
-        self._approvals: Approvals | None = None
         self._dbos_engine: sa.Engine | None = None
         self.registry = WorkerRegistry(self.db, clock=self.runtime.clock)
         self.on_taken_over = on_taken_over or _taken_over
@@ -172,21 +172,21 @@ class Worker:
             self._client = self.db.client(self.app.name)
         return self._client
 
-    @property
+    # The services below are built once, on the worker's DBOS client (dropped when it stops).
+
+    @cached_property
     def approvals(self) -> Approvals:
         """List, show and decide the app's approvals (the same `decide()` as every surface)."""
-        if self._approvals is None:
-            self._approvals = Approvals(
-                self.db,
-                self.client,
-                self.app.approval_types,
-                admins=self.settings.admins,
-                clock=self.runtime.clock,
-                guard=self.guard,
-            )
-        return self._approvals
+        return Approvals(
+            self.db,
+            self.client,
+            self.app.approval_types,
+            admins=self.settings.admins,
+            clock=self.runtime.clock,
+            guard=self.guard,
+        )
 
-    @property
+    @cached_property
     def tasks(self) -> Tasks:
         """List, show and resolve the app's tasks: writes whose outcome a person confirms."""
         return Tasks(
@@ -198,17 +198,17 @@ class Worker:
             guard=self.guard,
         )
 
-    @property
+    @cached_property
     def retries(self) -> Retries:
         """Retry the app's failed and cancelled runs on the code this worker runs."""
         return Retries(self.db, self.client, guard=self.guard, clock=self.runtime.clock)
 
-    @property
+    @cached_property
     def guard(self) -> Guard:
         """The app's policies, enforced, with the record of what they refuse."""
         return Guard.of(self.app, self.db, clock=self.runtime.clock)
 
-    @property
+    @cached_property
     def app_state(self) -> AppState:
         """The app's pause flag: pause, resume, and what follows from them."""
         return AppState(
@@ -342,7 +342,8 @@ class Worker:
         if self._client is not None:
             self._client.destroy()
             self._client = None
-            self._approvals = None
+            for service in ("approvals", "tasks", "retries", "app_state"):
+                self.__dict__.pop(service, None)
         if not keep_slot:
             self._slot.release()
         if self._dbos_engine is not None:
