@@ -98,7 +98,7 @@ class LiveSteps:
 
     def patch(self, name: str) -> bool:
         position = _next_position()
-        if self.journal.patch_taken(position) is False:
+        if self.journal.patch_taken(position, name) is False:
             return False
         taken = DBOS.patch(name)
         if taken:
@@ -107,7 +107,7 @@ class LiveSteps:
 
     async def patch_async(self, name: str) -> bool:
         position = _next_position()
-        if self.journal.patch_taken(position) is False:
+        if self.journal.patch_taken(position, name) is False:
             return False
         taken = await DBOS.patch_async(name)
         if taken:

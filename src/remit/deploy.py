@@ -34,9 +34,9 @@ from remit.calls import OpCaller, RunInfo
 from remit.clock import Clock, SystemClock
 from remit.context import AsyncContext, Context, Slot
 from remit.errors import CodeChanged, RemitError, RunMovedOn, Suspended
-from remit.journal import PATCH_PREFIX, Journal, Mark, load_marks_of, sleep_mark
+from remit.journal import Journal, Mark, finished, load_marks_of, sleep_mark
 from remit.ledger import LedgerStore
-from remit.runs import FINISHED
+from remit.runs import FINISHED, attempt_workflow_id
 from remit.store.database import Database
 from remit.store.schema import approvals, resumes, runs, tasks, timers
 from remit.tasks import TaskOpener
@@ -105,6 +105,8 @@ class ReplaySteps:
         self.journal = journal
         self.outputs = outputs
         self.position = 0
+        # Set once the replay got to the resume point (even if the code caught the stop).
+        self.reached = False
 
     def reserve(self) -> Slot:
         self.position += 1
@@ -113,6 +115,7 @@ class ReplaySteps:
     def answer(self, position: int, mark: Mark) -> Any:
         self.journal.check(position, mark)
         if position >= self.journal.resume_at or position not in self.outputs:
+            self.reached = True
             raise _Reached
         output, error = self.outputs[position]
         if error is not None:
@@ -121,10 +124,7 @@ class ReplaySteps:
 
     def patch(self, name: str) -> bool:
         position = self.position + 1
-        if self.journal.patch_taken(position) is False:
-            return False
-        recorded = self.journal.steps.get(position)
-        if recorded is not None and recorded != PATCH_PREFIX + name:
+        if self.journal.patch_taken(position, name) is False:
             return False  # the run had passed this point before the change
         self.position = position
         self.journal.passed(position)
@@ -230,7 +230,9 @@ class DeployCheck:
                         .where(table.c.run_id.in_(chunk), table.c.status == status)
                         .group_by(table.c.workflow_id)
                     ):
-                        known.stands_at.setdefault(row[0], int(row[1]))
+                        # The first it stands at, a gate or a task, is where it resumes.
+                        at = int(row[1])
+                        known.stands_at[row[0]] = min(known.stands_at.get(row[0], at), at)
         return known
 
     def _check(self, run: _Unfinished, known: _Known) -> RunCheck:
@@ -278,7 +280,10 @@ class DeployCheck:
                     info, wf, self.app.ops, self.caller, self.gates, self.timers, steps=steps
                 )
                 wf.fn(ctx, given)
-            journal.finish()
+            if not steps.reached:
+                journal.finish()
+            elif journal.changed is not None:
+                raise journal.changed
         except (_Reached, Suspended, RunMovedOn):
             return None
         except CodeChanged as error:
@@ -318,7 +323,17 @@ class DeployCheck:
         if run.status not in ("waiting", "sleeping"):
             stands_at = None
         resume_at = before or stands_at or 1 + max(names, default=0)
-        return Journal.of(run.run_id, names, known.marks.get(run.run_id, {}), resume_at), outputs
+        passed: dict[int, str] = {}
+        if run.attempt > 1:
+            earlier = attempt_workflow_id(run.run_id, run.attempt - 1)
+            passed = {
+                s["function_id"]: s["function_name"]
+                for s in self.client.list_workflow_steps(earlier)
+                if finished(s["function_name"], s["output"], s["error"])
+            }
+        marks = known.marks.get(run.run_id, {})
+        journal = Journal.of(run.run_id, names, marks, resume_at, passed=passed)
+        return journal, outputs
 
     def _unfinished(self, run_ids: list[str] | None) -> list[_Unfinished]:
         query = (

@@ -55,7 +55,7 @@ class Mark:
         if self.kind == "approval":
             return f"the approval gate `{self.key}`"
         if self.kind == "sleep":
-            return "a sleep"
+            return _recorded_name(self.name)
         if self.kind == "patch":
             return f"`ctx.patch({self.name.removeprefix(PATCH_PREFIX)!r})`"
         return f"`{self.name}` (a step)"
@@ -87,18 +87,23 @@ def _recorded_name(name: str) -> str:
         return f"`ctx.patch({name.removeprefix(PATCH_PREFIX)!r})`"
     if name.startswith("approval:"):
         return f"the approval gate `{name.removeprefix('approval:')}`"
-    if name in ("sleep", SHORT_SLEEP):
-        return "a sleep"
+    if name == "sleep":
+        return "a sleep that suspends the run (longer than REMIT_SUSPEND_AFTER)"
+    if name == SHORT_SLEEP:
+        return "a sleep in its thread (up to REMIT_SUSPEND_AFTER)"
     return f"`{name}`"
 
 
 @dataclass
 class Journal:
-    """A run's record, position by position, up to its resume point; and what the code has
-    done against it so far.
+    """A run's record, position by position, and what the code has done against it so far.
 
-    `steps` are DBOS's step names of the attempt's copied (or own) checkpoints; `marks` are
-    remit's rows that carry a position. Positions after `resume_at` are not checked.
+    `steps` are DBOS's step names: the attempt's copied (or own) checkpoints, before
+    `resume_at`, and the steps the attempt before it finished past that point (a retry from an
+    earlier step runs those again: they stay what they were). `marks` are remit's rows that
+    carry a position, at every position the run reached. Where DBOS holds a step, its record is
+    the run's word for that position; remit's row there is compared too when it is of the same
+    step (it adds the key). A position with no record is the run's future.
     """
 
     run_id: str
@@ -106,6 +111,9 @@ class Journal:
     marks: Mapping[int, Mark] = field(default_factory=dict)
     resume_at: int = 1
     reached: int = 0
+    # The mismatch raised, kept: code that caught it (`gather(..., return_exceptions=True)`)
+    # still fails when it ends.
+    changed: CodeChanged | None = None
 
     @classmethod
     def empty(cls, run_id: str) -> Journal:
@@ -119,55 +127,63 @@ class Journal:
         steps: Mapping[int, str],
         marks: Mapping[int, Mark],
         resume_at: int | None = None,
+        *,
+        passed: Mapping[int, str] | None = None,
     ) -> Journal:
         """The journal of an attempt whose DBOS record is `steps`: it resumes after the last
-        of them unless `resume_at` says where."""
+        of them unless `resume_at` says where. `passed` are the steps the attempt before it
+        finished; those past the resume point are kept."""
         at = 1 + max(steps, default=0) if resume_at is None else resume_at
-        return cls(
-            run_id,
-            steps={p: n for p, n in steps.items() if p <= at},
-            marks={p: m for p, m in marks.items() if p <= at},
-            resume_at=at,
-        )
-
-    def holds(self, position: int) -> bool:
-        """Whether the run recorded something at `position` that is checked."""
-        return position <= self.resume_at and (position in self.steps or position in self.marks)
+        known = {p: n for p, n in steps.items() if p < at}
+        known.update({p: n for p, n in (passed or {}).items() if p >= at})
+        return cls(run_id, steps=known, marks=dict(marks), resume_at=at)
 
     def check(self, position: int, mark: Mark) -> None:
         """Raise `CodeChanged` if `mark` is not what the run recorded at `position`."""
         self.reached = max(self.reached, position)
-        if position > self.resume_at:
-            return
         name = self.steps.get(position)
         recorded = self.marks.get(position)
-        if name is not None and name != mark.name:
-            raise self._changed(position, mark, recorded.describe() if recorded else None, name)
+        if name is not None:
+            # remit's row there, if it is of DBOS's step, says more of it (its key).
+            same = recorded if recorded is not None and recorded.name == name else None
+            if name != mark.name:
+                raise self._changed(
+                    position, mark, same.describe() if same else _recorded_name(name)
+                )
+            if same is not None and same != mark:
+                raise self._changed(position, mark, same.describe())
+            return
         if recorded is not None and recorded != mark:
-            raise self._changed(position, mark, recorded.describe(), name)
+            raise self._changed(position, mark, recorded.describe())
 
     def passed(self, position: int) -> None:
         """Note that the code took `position` (a taken `ctx.patch`)."""
         self.reached = max(self.reached, position)
 
-    def patch_taken(self, position: int) -> bool | None:
-        """Whether `ctx.patch(name)` at `position` is taken, as far as remit's rows say: False
-        where they hold a record there (the run had passed it, or stands at it); None where
-        they do not, for DBOS's own record to decide."""
-        if position <= self.resume_at and position in self.marks:
+    def patch_taken(self, position: int, name: str) -> bool | None:
+        """Whether `ctx.patch(name)` at `position` is taken: True where the run recorded that
+        patch's marker there, False where it recorded anything else (it had passed that point,
+        or stands at it), None where it recorded nothing (DBOS's own record decides)."""
+        recorded = self.steps.get(position)
+        if recorded is not None:
+            return recorded == PATCH_PREFIX + name
+        if position in self.marks:
             return False
         return None
 
     def finish(self) -> None:
-        """At the end of the workflow: raise `CodeChanged` if the code ended before a position
-        the run had passed, which it no longer reaches."""
+        """At the end of the workflow: raise the mismatch found, if the code caught it, and
+        `CodeChanged` if the code ended before a position the run had passed."""
+        if self.changed is not None:
+            raise self.changed
         left = [p for p in sorted({*self.steps, *self.marks}) if self.reached < p <= self.resume_at]
         if not left:
             return
         position = left[0]
+        name = self.steps.get(position)
         recorded = self.marks.get(position)
-        what = recorded.describe() if recorded else _recorded_name(self.steps[position])
-        raise CodeChanged(
+        what = _recorded_name(name) if name is not None else recorded.describe() if recorded else ""
+        self.changed = CodeChanged(
             f"the workflow's code changed under run {self.run_id}: it now ends before its step "
             f"{position}, where the run recorded {what}. Nothing more ran. Keep the steps a "
             "run has passed, and guard changes with `if ctx.patch('name'):`, which is False "
@@ -177,21 +193,20 @@ class Journal:
             recorded=what,
             now="the end of the workflow",
         )
+        raise self.changed
 
-    def _changed(
-        self, position: int, mark: Mark, recorded: str | None, name: str | None
-    ) -> CodeChanged:
-        what = recorded or _recorded_name(name or "")
-        return CodeChanged(
+    def _changed(self, position: int, mark: Mark, recorded: str) -> CodeChanged:
+        self.changed = CodeChanged(
             f"the workflow's code changed under run {self.run_id}: its step {position} ran "
-            f"{what}, and the code now runs {mark.describe()} there. Nothing ran at that step. "
-            "Keep the steps a run has passed in their order, and guard a new one with "
+            f"{recorded}, and the code now runs {mark.describe()} there. Nothing ran at that "
+            "step. Keep the steps a run has passed in their order, and guard a new one with "
             "`if ctx.patch('name'):`, which is False for runs that had passed that point",
             run_id=self.run_id,
             step=position,
-            recorded=what,
+            recorded=recorded,
             now=mark.describe(),
         )
+        return self.changed
 
 
 def load_marks(conn: sa.Connection, run_id: str, *, up_to: int | None = None) -> dict[int, Mark]:

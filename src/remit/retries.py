@@ -118,7 +118,19 @@ class Retries:
         return Retried(run_id, run.attempt + 1, resume.workflow_id, start, replayed=False)
 
     def _start(self, run: Run, from_step: int | None) -> int:
-        """The step the retry carries on from, checked against where the run got."""
+        """The step the retry carries on from, checked against where the run got.
+
+        Its attempt may still be in the outbox (the run was cancelled between a decision and
+        its fork): the fork is made first, so the retry carries on from what it copied."""
+        if not self._held(run.workflow_id):
+            with self.db.engine.connect() as conn:
+                self.resumer.fork_all(self.resumer.pending(conn, [run.workflow_id]))
+            if not self._held(run.workflow_id):
+                raise RetryRefused(
+                    f"run {run.run_id}'s attempt {run.workflow_id} was never given to DBOS: "
+                    "run `remit reconcile`, then retry it",
+                    run_id=run.run_id,
+                )
         steps = self.client.list_workflow_steps(run.workflow_id)
         natural = after_last_finished(
             (s["function_id"], s["function_name"], s["output"], s["error"]) for s in steps
@@ -133,6 +145,13 @@ class Retries:
                 run_id=run.run_id,
             )
         return from_step
+
+    def _held(self, workflow_id: str) -> bool:
+        return bool(
+            self.client.list_workflows(
+                workflow_ids=[workflow_id], load_input=False, load_output=False
+            )
+        )
 
     def _retry_once(self, run: Run, start: int, *, by: str, key: str | None) -> Resume:
         now = self.clock.now()

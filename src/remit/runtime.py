@@ -31,10 +31,10 @@ from remit.connectors.base import Implementation
 from remit.connectors.ops import Op
 from remit.context import AsyncContext, Context, LiveSteps
 from remit.errors import CodeChanged, RemitError, RunMovedOn, Suspended
-from remit.journal import Journal, load_marks
+from remit.journal import Journal, finished, load_marks
 from remit.ledger import LedgerStore
 from remit.notify import Notifications, Notifier
-from remit.runs import RunStore
+from remit.runs import RunStore, attempt_workflow_id
 from remit.store.database import Database
 from remit.tasks import TaskOpener
 from remit.timers import DEFAULT_SUSPEND_AFTER, Timers
@@ -118,14 +118,24 @@ class Runtime:
         """
         if run.attempt == 1 and not run.again:
             return Journal.empty(run.run_id)
+        return self.runs.db.retrying(f"run {run.run_id}: its record", lambda: self._load(run))
+
+    def _load(self, run: RunInfo) -> Journal:
         # Through a client: DBOS.list_workflow_steps inside a workflow is a step of its own.
         steps = {
             step["function_id"]: step["function_name"] for step in self.list_steps(run.workflow_id)
         }
-        resume_at = 1 + max(steps, default=0)
+        passed: dict[int, str] = {}
+        if run.attempt > 1:
+            earlier = attempt_workflow_id(run.run_id, run.attempt - 1)
+            passed = {
+                step["function_id"]: step["function_name"]
+                for step in self.list_steps(earlier)
+                if finished(step["function_name"], step["output"], step["error"])
+            }
         with self.runs.db.engine.connect() as conn:
-            marks = load_marks(conn, run.run_id, up_to=resume_at)
-        return Journal.of(run.run_id, steps, marks, resume_at)
+            marks = load_marks(conn, run.run_id)
+        return Journal.of(run.run_id, steps, marks, passed=passed)
 
     def _begin(self, wf: Workflow, run_id: str, actor: str) -> RunInfo | None:
         workflow_id = DBOS.workflow_id

@@ -29,6 +29,7 @@ from remit import (
 )
 from remit.store.schema import audit, timers
 from remit.testing import Harness, ManualClock
+from tests.integration.test_approval_outbox import decide_in_a_process_that_dies
 from tests.support import (
     REFUND,
     FakeShop,
@@ -38,6 +39,7 @@ from tests.support import (
     RefundDraft,
     create_order,
     get_item,
+    make_app,
     send_email,
     shop,
 )
@@ -269,7 +271,10 @@ def test_a_sleeping_run_wakes_at_its_own_time_past_a_new_step(
         assert [e.input["sku"] for e in fake.effects] == ["sku-1"]
     else:
         assert run.status == "failed"
-        assert "its step 2 ran a sleep, and the code now runs `note` (a step)" in (run.error or "")
+        assert (
+            "its step 2 ran a sleep that suspends the run (longer than REMIT_SUSPEND_AFTER), and "
+            "the code now runs `note` (a step)"
+        ) in (run.error or "")
         assert fake.effects == []
 
 
@@ -531,3 +536,65 @@ def test_a_tasks_answer_is_checked_by_the_policies(database_url: str, tmp_path: 
         ]
         h.resolve(task.id, done=True, output={"message_id": "m-1"}, by="user:carol")
         assert h.wait(run_id).output == "m-1"
+
+
+# Retrying from an earlier step: the steps after it that the run had passed stay as they were.
+
+
+@workflow(name="order-mail-gate", input=Purchase, uses=[get_item, create_order, send_email])
+def omg_v1(ctx: Context, input: Purchase) -> str:
+    ctx.call(get_item, sku=input.sku)
+    order = ctx.call(create_order, sku=input.sku, quantity=1)
+    ctx.call(send_email, to=input.email, text=f"ordered {order.order_id}")
+    ctx.approval("close", type="refund", title="close", draft=RefundDraft(sku="x", quantity=1))
+    return order.order_id
+
+
+@workflow(name="order-mail-gate", input=Purchase, uses=[get_item, create_order, send_email])
+def omg_patched(ctx: Context, input: Purchase) -> str:
+    ctx.call(get_item, sku=input.sku)
+    if ctx.patch("note"):
+        ctx.step("note", lambda: RAN_NOTES.append(ctx.run_id))
+    order = ctx.call(create_order, sku=input.sku, quantity=1)
+    ctx.call(send_email, to=input.email, text=f"ordered {order.order_id}")
+    ctx.approval("close", type="refund", title="close", draft=RefundDraft(sku="x", quantity=1))
+    return order.order_id
+
+
+RAN_NOTES: list[str] = []
+
+
+def test_a_retry_from_an_earlier_step_keeps_the_passed_writes_where_they_were(
+    database_url: str,
+) -> None:
+    with Harness(_app(omg_v1), database_url=database_url) as h:
+        fake = h.fake("shop", FakeShop)
+        fake.failures[send_email.id].append(DriverError("full", retryable=False, status=422))
+        run_id = h.start("order-mail-gate", {"sku": "sku-1"}).run_id
+        assert h.wait(run_id).status == "failed"
+    with Harness(_app(omg_patched), database_url=database_url, implementations={"shop": fake}) as h:
+        h.retry(run_id, from_step=1)
+        gate = h.gate(run_id)  # attempt 2 waits at the gate, past the order and the email
+        assert h.deploy_check().ok  # the same code resumes it: nothing stale stands in the way
+        h.decide(gate.id, "approved")
+        run = h.wait(run_id)
+    assert (run.status, run.attempt) == ("done", 3), run.error
+    # The patch is False where the run had ordered: no note, and the order is made once.
+    assert run_id not in RAN_NOTES
+    assert [e.idempotency_key for e in fake.effects if e.op == create_order.id] == [f"{run_id}:2"]
+    assert [e.op for e in fake.effects].count(send_email.id) == 1
+
+
+def test_retrying_a_cancelled_run_whose_resume_was_still_in_the_outbox(database_url: str) -> None:
+    with Harness(make_app(), database_url=database_url, sweep_interval=3600) as h:
+        run_id = h.start("refund", {"sku": "sku-1"}).run_id
+        gate = h.gate(run_id)
+        # The decider dies between its commit and the fork: attempt 2 is only in the outbox.
+        decide_in_a_process_that_dies(database_url, gate.id, "dies-1")
+        h.runs.cancel(h.worker.client, run_id, by="user:ops")
+        retried = h.retry(run_id)
+        assert (retried.from_step, retried.attempt) == (2, 3)  # from the gate, not step 1
+        run = h.wait(run_id)
+    assert (run.status, run.attempt) == ("done", 3), run.error
+    fake = h.fake("shop", FakeShop)
+    assert (fake.reads, [e.input["quantity"] for e in fake.effects]) == (1, [3])

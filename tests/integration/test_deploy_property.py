@@ -30,8 +30,8 @@ _labels = itertools.count()
 
 @dataclass(frozen=True)
 class Do:
-    """One instruction: a `ctx.step`, an op call (keyed or not), a gate, a long sleep, or any
-    of those behind `ctx.patch`."""
+    """One instruction: a `ctx.step`, an op call (keyed or not), a short sleep, a gate, a long
+    sleep, or any of those behind `ctx.patch`."""
 
     kind: str
     label: str
@@ -47,6 +47,8 @@ def _perform(ctx: Context, do: Do) -> None:
         ctx.call(create_order, sku=do.label, quantity=1)
     elif do.kind == "keyed":
         ctx.call(create_order, sku=do.label, quantity=1, key=do.label)
+    elif do.kind == "nap":
+        ctx.sleep(0.01)  # short: DBOS's own sleep, in the thread
     elif do.kind == "gate":
         draft = RefundDraft(sku=do.label, quantity=1)
         ctx.approval(do.label, type="refund", title=do.label, draft=draft)
@@ -72,7 +74,7 @@ def _fresh(kind: str) -> Do:
     return Do(kind, f"l{next(_labels)}")
 
 
-kinds = st.sampled_from(["step", "op", "keyed"])
+kinds = st.sampled_from(["step", "op", "keyed", "nap"])
 waiters = st.sampled_from(["gate", "sleep"])
 
 
