@@ -308,6 +308,14 @@ class DeployCheck:
         source, before = run.workflow_id, None
         if run.workflow_id not in known.held and run.workflow_id in known.outbox:
             source, before = known.outbox[run.workflow_id]
+        elif run.workflow_id not in known.held and run.attempt > 1:
+            # Neither DBOS nor the outbox holds it: the reconciler will fork it from the
+            # attempt before, at that attempt's last step (see `Reconciler._enqueue`).
+            source = attempt_workflow_id(run.run_id, run.attempt - 1)
+            last = max(
+                (s["function_id"] for s in self.client.list_workflow_steps(source)), default=1
+            )
+            before = last
         steps = (
             []
             if source not in known.held and before is None

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from remit import Context, DriverError, workflow
 from remit.deploy import DeployCheck, DeployReport
 from remit.store.database import Database
+from remit.store.schema import approvals as approvals_table
 from remit.testing import Harness, ManualClock
 from tests.integration.test_checked_resumes import (
     GATE,
@@ -136,3 +137,25 @@ def test_the_check_predicts_the_resume_and_writes_nothing(database_url: str) -> 
         else:
             assert (run.status, run.error) == ("failed", check.failure)
     assert [e.input["sku"] for e in fake.effects if e.op == create_order.id].count("penny") == 0
+
+
+def test_an_attempt_lost_with_its_outbox_row_is_checked_from_the_attempt_before(
+    database_url: str,
+) -> None:
+    with Harness(_app(payout_v1), database_url=database_url) as h:
+        run_id = h.start("payout", GATE).run_id
+        gate = h.gate(run_id)
+        # The window the reconciler closes: the run moved to attempt 2, and neither the fork
+        # nor its outbox row survived. The reconciler forks it from attempt 1's gate step.
+        with h.worker.db.begin() as conn:
+            conn.execute(
+                approvals_table.update()
+                .where(approvals_table.c.id == gate.id)
+                .values(status="approved", decided_by="user:test", decided_via="test")
+            )
+            h.runs.bump(conn, run_id)
+        same = h.deploy_check()
+        unguarded = h.deploy_check(_app(payout_inserted))
+    ((check,), (failing,)) = (same.checked, unguarded.checked)
+    assert (check.status, check.resume_at, check.failure) == ("queued", 2, None)
+    assert "its step 2 ran the approval gate `payout`" in (failing.failure or "")
