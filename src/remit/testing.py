@@ -81,15 +81,8 @@ class Harness:
         self.runs = self.worker.runtime.runs
         self.ledger_store = self.worker.runtime.ledger
         self.actor = actor
-        # The test's side: every verb, as a program using the app would make it.
-        self.client = Client(
-            app,
-            settings,
-            by=actor,
-            clock=self.worker.runtime.clock,
-            implementations=self.worker.implementations,
-            environ=self.worker.runtime.caller.environ,
-        )
+        self._settings = settings
+        self._client: Client | None = None
 
     def __enter__(self) -> Harness:
         self.worker.start()
@@ -97,7 +90,24 @@ class Harness:
 
     def __exit__(self, *exc: object) -> None:
         self.worker.stop(timeout=0)
-        self.client.close()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    @property
+    def client(self) -> Client:
+        """The test's side: every verb, as a program using the app makes it (on the worker's
+        fakes). Made on first use; closed when the harness exits."""
+        if self._client is None:
+            self._client = Client(
+                self.app,
+                self._settings,
+                by=self.actor,
+                clock=self.worker.runtime.clock,
+                implementations=self.worker.implementations,
+                environ=self.worker.runtime.caller.environ,
+            )
+        return self._client
 
     def start(
         self, workflow: str, input: Mapping[str, Any] | BaseModel, *, by: str | None = None
