@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from dbos import DBOSClient
 from rich.markup import escape
 from rich.table import Table
 
@@ -25,6 +24,7 @@ from remit.budgets import usd
 from remit.cli_base import (
     AppDir,
     cli,
+    client_of,
     connected,
     err,
     load,
@@ -37,7 +37,6 @@ from remit.errors import RemitError
 from remit.guard import Guard, check_actor
 from remit.ids import full_id
 from remit.ledger import LedgerRow, LedgerStore
-from remit.pause import AppState
 from remit.runs import STATUSES, Run, RunStore, attempt_workflow_id
 from remit.settings import Settings
 from remit.store.database import Database
@@ -83,9 +82,9 @@ def start(
 ) -> None:
     """Start a run and print its id. No worker needs to run in this process."""
     payload = parse_json(input, "--input")
-    with connected(app_dir) as (app, settings, db, client):
-        by = check_actor(as_ or settings.actor)
-        run = Guard.of(app, db).start(RunStore(db), client, app.workflow(name), payload, by=by)
+    with client_of(app_dir) as remit:
+        by = check_actor(as_ or remit.settings.actor)
+        run = remit.start_row(name, payload, by=by)
     out.print(run.run_id)
 
 
@@ -185,10 +184,10 @@ def pause(
     app_dir: AppDir = None,
 ) -> None:
     """Pause the app: its queues stop dequeuing; running runs park at their next step."""
-    with connected(app_dir) as (app, settings, db, client):
-        state = _app_state(db, client, app, settings)
-        state.pause(by=by or settings.actor)
-        count = len(app.queues)
+    with client_of(app_dir) as remit:
+        remit.pause(by=by)
+        count = len(remit.app.queues)
+        settings = remit.settings
     out.print(
         f"paused: {count} {'queue' if count == 1 else 'queues'} stopped; running runs park at "
         f"their next step (within REMIT_SWEEP_INTERVAL, {settings.sweep_interval:g}s)"
@@ -203,16 +202,12 @@ def resume(
     app_dir: AppDir = None,
 ) -> None:
     """Resume a paused app: its queues dequeue again and its parked runs carry on."""
-    with connected(app_dir) as (app, settings, db, client):
-        _, resumed = _app_state(db, client, app, settings).resume(by=by or settings.actor)
+    with client_of(app_dir) as remit:
+        _, resumed = remit.resume(by=by)
     count = len(resumed)
     out.print(f"resumed: {count} parked {'run carries' if count == 1 else 'runs carry'} on")
     for run_id in resumed:
         out.print(f"  {run_id}")
-
-
-def _app_state(db: Database, client: DBOSClient, app: App, settings: Settings) -> AppState:
-    return AppState(db, client, app, poll_interval=settings.poll_interval)
 
 
 @cli.command()
@@ -312,10 +307,10 @@ def cancel(
     app_dir: AppDir = None,
 ) -> None:
     """Cancel a run that has not finished."""
-    with connected(app_dir) as (_, settings, db, client):
-        run_id = full_id(db, runs_table.c.run_id, run_id, what="run")
-        before = RunStore(db).get(run_id)
-        after = RunStore(db).cancel(client, run_id, by=settings.actor)
+    with client_of(app_dir) as remit:
+        run_id = full_id(remit.db, runs_table.c.run_id, run_id, what="run")
+        before = remit.get_run(run_id)
+        after = remit.cancel(run_id)
     if before.finished:
         out.print(f"{run_id} had already finished: {before.status}")
     else:
@@ -526,19 +521,18 @@ def _decide(
     as_: str | None,
     app_dir: Path | None,
 ) -> None:
-    with connected(app_dir) as (app, settings, db, client):
-        approval_id = full_id(db, approvals_table.c.id, approval_id, what="approval")
-        store = _approvals(db, client, app, settings)
-        result = store.decide(
+    with client_of(app_dir) as remit:
+        approval_id = full_id(remit.db, approvals_table.c.id, approval_id, what="approval")
+        result = remit.decide(
             [approval_id],
             decision,
-            by=check_actor(as_ or settings.actor),
-            via="cli",
-            decision_key=key or f"cli:{uuid.uuid4().hex}",
+            key=key or f"cli:{uuid.uuid4().hex}",
             edits=None if edits is None else {approval_id: edits},
             reason=reason,
+            by=check_actor(as_ or remit.settings.actor),
+            via="cli",
         )
-        approval = store.get(approval_id)
+        approval = remit.approvals.get(approval_id)
     _print_decision(result, approval)
 
 

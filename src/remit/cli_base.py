@@ -8,7 +8,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from dbos import DBOSClient
@@ -21,6 +21,9 @@ from remit.app import App, load_app
 from remit.errors import RemitError
 from remit.settings import Settings
 from remit.store.database import Database
+
+if TYPE_CHECKING:
+    from remit.client import Client
 
 cli = typer.Typer(
     add_completion=False,
@@ -90,6 +93,17 @@ def connected(app_dir: Path | None) -> Iterator[tuple[App, Settings, Database, D
     finally:
         client.destroy()
         db.dispose()
+
+
+@contextlib.contextmanager
+def client_of(app_dir: Path | None) -> Iterator[Client]:
+    """A `remit.Client` on the app in `app_dir` (its settings from the environment), closed on
+    leaving: what a command that acts on the app acts through."""
+    from remit.client import Client
+
+    app, settings = load(app_dir)
+    with Client(app, settings) as client:
+        yield client
 
 
 def open_database(settings: Settings) -> Database:

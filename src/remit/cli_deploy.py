@@ -13,11 +13,9 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from remit.cli_base import AppDir, cli, connected, err, out
-from remit.deploy import DeployCheck
-from remit.guard import Guard, check_actor
+from remit.cli_base import AppDir, cli, client_of, err, out
+from remit.guard import check_actor
 from remit.ids import full_id
-from remit.retries import Retries
 from remit.store.schema import runs
 
 deploy_cli = typer.Typer(
@@ -38,11 +36,11 @@ def check(
     Prints each run that would fail when it resumes, with why, and how many would carry on.
     Exits 1 if any would fail.
     """
-    with connected(app_dir) as (app, settings, db, client):
-        run = None if run is None else [full_id(db, runs.c.run_id, r, what="run") for r in run]
-        report = DeployCheck(
-            app, db, client, suspend_after=settings.suspend_after, version=settings.version
-        ).run(run)
+    with client_of(app_dir) as remit:
+        run = (
+            None if run is None else [full_id(remit.db, runs.c.run_id, r, what="run") for r in run]
+        )
+        report = remit.deploy_check(run)
     for failing in report.failing:
         out.print(
             f"[red]would fail[/] {failing.run_id} ({failing.workflow}, {failing.status}, resumes "
@@ -77,12 +75,10 @@ def retry(
     app_dir: AppDir = None,
 ) -> None:
     """Retry a failed or cancelled run: its next attempt, on the code workers run now."""
-    with connected(app_dir) as (app, settings, db, client):
-        run_id = full_id(db, runs.c.run_id, run_id, what="run")
-        retries = Retries(db, client, guard=Guard.of(app, db))
-        done = retries.retry(
-            run_id, by=check_actor(as_ or settings.actor), from_step=from_step, key=key
-        )
+    with client_of(app_dir) as remit:
+        run_id = full_id(remit.db, runs.c.run_id, run_id, what="run")
+        by = check_actor(as_ or remit.settings.actor)
+        done = remit.retry(run_id, from_step=from_step, key=key, by=by)
     if done.replayed:
         err.print(f"key {key!r} was used before: this is that retry's result")
     out.print(

@@ -17,7 +17,7 @@ from dbos import DBOSClient
 from rich.table import Table
 
 from remit.app import App
-from remit.cli_base import AppDir, cli, connected, err, out, parse_json, whole_ids
+from remit.cli_base import AppDir, cli, client_of, connected, err, out, parse_json, whole_ids
 from remit.errors import RemitError
 from remit.guard import Guard, check_actor
 from remit.ids import full_id
@@ -115,13 +115,12 @@ def resolve(
                 f'\'{{"message_id": "m1"}}\', not {output}'
             )
         payload = parsed
-    with connected(app_dir) as (app, settings, db, client):
-        by = check_actor(as_ or settings.actor)
-        task_id = full_id(db, tasks_table.c.id, task_id, what="task")
-        store = _tasks(app, db, client)
-        result = store.resolve(task_id, done=done, output=payload, by=by, key=key)
-        task = store.get(task_id)
-        run = RunStore(db).find(task.run_id)
+    with client_of(app_dir) as remit:
+        by = check_actor(as_ or remit.settings.actor)
+        task_id = full_id(remit.db, tasks_table.c.id, task_id, what="task")
+        result = remit.resolve(task_id, done=done, output=payload, key=key, by=by)
+        task = remit.tasks.get(task_id)
+        run = remit.runs_store.find(task.run_id)
     _print_resolved(result, task, None if run is None else run.status)
 
 
