@@ -34,7 +34,7 @@ from remit.calls import OpCaller, RunInfo
 from remit.clock import Clock, SystemClock
 from remit.context import AsyncContext, Context, Slot
 from remit.errors import CodeChanged, RemitError, RunMovedOn, Suspended
-from remit.journal import Journal, Mark, finished, load_marks_of, sleep_mark
+from remit.journal import Journal, Mark, load_marks_of, passed_steps, sleep_mark
 from remit.ledger import LedgerStore
 from remit.runs import FINISHED, attempt_workflow_id
 from remit.store.database import Database
@@ -334,11 +334,7 @@ class DeployCheck:
         passed: dict[int, str] = {}
         if run.attempt > 1:
             earlier = attempt_workflow_id(run.run_id, run.attempt - 1)
-            passed = {
-                s["function_id"]: s["function_name"]
-                for s in self.client.list_workflow_steps(earlier)
-                if finished(s["function_name"], s["output"], s["error"])
-            }
+            passed = passed_steps(self.client.list_workflow_steps(earlier))
         marks = known.marks.get(run.run_id, {})
         journal = Journal.of(run.run_id, names, marks, resume_at, passed=passed)
         return journal, outputs

@@ -14,10 +14,12 @@ what the run recorded there:
 - remit's own rows, which outlive a step cut off mid-call: the ledger (op and idempotency key),
   the approvals (the gate's key) and the timers (a long sleep).
 
-A difference raises `CodeChanged` before anything runs at that position, and the run fails
+remit's rows are compared at every position the run reached, and so are the steps the attempt
+before finished past the resume point (a retry from an earlier step runs them again). A
+difference raises `CodeChanged` before anything runs at that position, and the run fails
 naming the position, what it recorded there and what the code does now. `ctx.patch` is False
-at a position that holds any record, so a run keeps its old path past the change. Positions
-after the resume point are the run's future: new code runs there freely.
+at a position that holds any record but that patch's marker, so a run keeps its old path past
+the change. Positions the run never reached are its future: new code runs there freely.
 
 The same check serves the live attempt (`Journal`, loaded when an attempt begins) and the
 replay of `remit deploy check` (`deploy.py`), so the check predicts what a resume will do.
@@ -75,10 +77,6 @@ def gate_mark(key: str) -> Mark:
 
 def sleep_mark(*, short: bool = False) -> Mark:
     return Mark("sleep", SHORT_SLEEP if short else "sleep")
-
-
-def patch_mark(name: str) -> Mark:
-    return Mark("patch", PATCH_PREFIX + name)
 
 
 def _recorded_name(name: str) -> str:
@@ -209,11 +207,10 @@ class Journal:
         return self.changed
 
 
-def load_marks(conn: sa.Connection, run_id: str, *, up_to: int | None = None) -> dict[int, Mark]:
-    """remit's rows of `run_id` that carry a position (up to `up_to`): its op calls (ledger),
-    gates and long sleeps."""
-    marks = load_marks_of(conn, [run_id]).get(run_id, {})
-    return {p: m for p, m in marks.items() if up_to is None or p <= up_to}
+def load_marks(conn: sa.Connection, run_id: str) -> dict[int, Mark]:
+    """remit's rows of `run_id` that carry a position: its op calls (ledger), gates and long
+    sleeps."""
+    return load_marks_of(conn, [run_id]).get(run_id, {})
 
 
 def load_marks_of(conn: sa.Connection, run_ids: list[str]) -> dict[str, dict[int, Mark]]:
@@ -253,6 +250,16 @@ def finished(name: str, output: Any, error: Any) -> bool:
     if name == "sleep":
         return bool(output.get("over"))
     return "error" not in output
+
+
+def passed_steps(steps: Iterable[Mapping[str, Any]]) -> dict[int, str]:
+    """Of an attempt's DBOS steps (`list_workflow_steps`), the ones it finished, by position:
+    what a later attempt of its run must not change."""
+    return {
+        step["function_id"]: step["function_name"]
+        for step in steps
+        if finished(step["function_name"], step["output"], step["error"])
+    }
 
 
 def after_last_finished(steps: Iterable[tuple[int, str, Any, Any]]) -> int:

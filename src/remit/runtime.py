@@ -31,7 +31,7 @@ from remit.connectors.base import Implementation
 from remit.connectors.ops import Op
 from remit.context import AsyncContext, Context, LiveSteps
 from remit.errors import CodeChanged, RemitError, RunMovedOn, Suspended
-from remit.journal import Journal, finished, load_marks
+from remit.journal import Journal, load_marks, passed_steps
 from remit.ledger import LedgerStore
 from remit.notify import Notifications, Notifier
 from remit.runs import RunStore, attempt_workflow_id
@@ -128,11 +128,7 @@ class Runtime:
         passed: dict[int, str] = {}
         if run.attempt > 1:
             earlier = attempt_workflow_id(run.run_id, run.attempt - 1)
-            passed = {
-                step["function_id"]: step["function_name"]
-                for step in self.list_steps(earlier)
-                if finished(step["function_name"], step["output"], step["error"])
-            }
+            passed = passed_steps(self.list_steps(earlier))
         with self.runs.db.engine.connect() as conn:
             marks = load_marks(conn, run.run_id)
         return Journal.of(run.run_id, steps, marks, passed=passed)
