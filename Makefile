@@ -21,13 +21,14 @@ demo: setup
 	rm -rf examples/ar_desk/.remit
 	examples/ar_desk/demo.sh $(BIN)/remit
 
-## Lint, types, then every test on SQLite and Postgres.
+## Lint (ruff, import contracts), types, then every test on SQLite and Postgres.
 test: setup lint types
 	$(BIN)/pytest
 
 lint: setup
 	$(BIN)/ruff check src tests examples bench
 	$(BIN)/ruff format --check src tests examples bench
+	$(BIN)/lint-imports --no-cache
 
 types: setup
 	$(BIN)/mypy src

@@ -40,10 +40,10 @@ import sqlalchemy as sa
 from common import ROOT, drop_database, figure_table, fresh_database, run_alone, write_section
 
 from remit.app import load_app
-from remit.approvals import Approvals
-from remit.runs import RunStore
-from remit.store.database import Database
-from remit.store.schema import runs
+from remit.core.database import Database
+from remit.core.runs import RunStore
+from remit.core.schema import runs
+from remit.people.approvals import Approvals
 
 APP = ROOT / "bench" / "apps" / "bench_app"
 WORKFLOW = "payout"

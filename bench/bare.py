@@ -14,7 +14,7 @@ from typing import Any
 
 from dbos import DBOS, DBOSClient, DBOSConfig
 
-from remit.store.database import Database, portable_serializer
+from remit.core.database import Database, portable_serializer
 
 APP = "bench-bare"
 QUEUE = "bare"

@@ -37,10 +37,10 @@ import sqlalchemy as sa
 from common import ROOT, drop_database, figure_table, fresh_database, write_section
 
 from remit.app import load_app
-from remit.runs import RunStore
-from remit.settings import Settings
-from remit.store.database import Database
-from remit.worker import Worker
+from remit.core.database import Database
+from remit.core.runs import RunStore
+from remit.core.settings import Settings
+from remit.ops.worker import Worker
 
 APP = ROOT / "bench" / "apps" / "bench_app"
 POSTGRES = os.environ.get(

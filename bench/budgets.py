@@ -29,10 +29,10 @@ from typing import Any
 from approvals import database  # bench/approvals.py, beside this file
 from common import figure_table, run_alone, write_section
 
-from remit.budget_store import Budgets
-from remit.budgets import Budget
-from remit.ledger import CallRecord, LedgerStore, input_hash
-from remit.store.database import Database
+from remit.budgets.model import Budget
+from remit.budgets.store import Budgets
+from remit.core.database import Database
+from remit.core.ledger import CallRecord, LedgerStore, input_hash
 
 APP = "bench"
 WARMUP = 100

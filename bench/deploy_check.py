@@ -23,7 +23,7 @@ from approvals import APP, WorkerProcess, count_waiting, database, start_runs, w
 from common import figure_table, run_alone, write_section
 
 from remit.app import load_app
-from remit.deploy import DeployCheck
+from remit.ops.deploy import DeployCheck
 
 Figure = tuple[str, float, str, str]
 PASSES = 5

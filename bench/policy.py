@@ -26,8 +26,8 @@ from approvals import database  # bench/approvals.py, beside this file
 from common import ROOT, figure_table, run_alone, write_section
 
 from remit.app import load_app
-from remit.guard import Guard
-from remit.runs import RunStore
+from remit.core.runs import RunStore
+from remit.policy.guard import Guard
 
 APP = ROOT / "examples" / "ar_desk"
 WORKFLOW = "chase-invoice"

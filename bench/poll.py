@@ -21,8 +21,8 @@ from pathlib import Path
 from common import ROOT, drop_database, fresh_database, write_section
 
 from remit.app import load_app
-from remit.runs import RunStore
-from remit.store.database import Database
+from remit.core.database import Database
+from remit.core.runs import RunStore
 
 APP = ROOT / "examples" / "ar_desk"
 TICKS = os.sysconf("SC_CLK_TCK")

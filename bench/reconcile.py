@@ -48,12 +48,12 @@ from common import ROOT, figure_table, write_section
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from remit.app import App, load_app
-from remit.approvals import Approvals
-from remit.reconciler import Reconciler, Report
-from remit.runs import RunStore, new_run_id
-from remit.store.database import Database
-from remit.store.schema import ledger, runs
-from remit.tasks import TaskOpener
+from remit.core.database import Database
+from remit.core.runs import RunStore, new_run_id
+from remit.core.schema import ledger, runs
+from remit.ops.reconciler import Reconciler, Report
+from remit.people.approvals import Approvals
+from remit.people.tasks import TaskOpener
 
 APP = ROOT / "bench" / "apps" / "bench_app"
 WORKFLOW = "bump"

@@ -15,13 +15,14 @@ import threading
 from collections import Counter
 
 from remit import Budget, FakeLLM, FakeReply, Price, chat_complete
-from remit.budget_store import Budgets
-from remit.calls import OpCaller, RunInfo
-from remit.clock import SystemClock
+from remit.budgets.store import Budgets
 from remit.connectors.llm import ChatRequest
-from remit.ledger import LedgerStore
-from remit.store.database import Database
-from remit.tasks import TaskOpener
+from remit.core.clock import SystemClock
+from remit.core.database import Database
+from remit.core.ledger import LedgerStore
+from remit.core.runs import RunInfo
+from remit.execution.calls import OpCaller
+from remit.people.tasks import TaskOpener
 
 APP = "budget-race"
 LIMIT = Budget(10)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from remit.store.database import Database
+from remit.core.database import Database
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
 _template: dict[str, str] = {}

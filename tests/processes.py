@@ -16,10 +16,10 @@ from typing import IO, Any
 from dbos import DBOSClient
 
 from remit.app import load_app
-from remit.ledger import LedgerStore
-from remit.runs import Run, RunStore
-from remit.store.database import Database
-from remit.tasks import Tasks
+from remit.core.database import Database
+from remit.core.ledger import LedgerStore
+from remit.core.runs import Run, RunStore
+from remit.people.tasks import Tasks
 
 CRASH_APP = Path(__file__).parent / "apps" / "crash_app"
 

@@ -6,18 +6,8 @@ internal.
 
 from remit._version import __version__
 from remit.app import App, Queue, load_app
-from remit.approvals import (
-    Approval,
-    Approvals,
-    ApprovalType,
-    Decided,
-    DecideResult,
-    Decision,
-)
-from remit.budgets import Budget, CostModel, Price
+from remit.budgets.model import Budget, CostModel, Price
 from remit.client import Client, RunHandle
-from remit.clock import Clock, SystemClock
-from remit.collections import Collection, collection
 from remit.connectors import (
     AppliedEffect,
     CallContext,
@@ -28,6 +18,7 @@ from remit.connectors import (
     implements,
     op,
 )
+from remit.connectors.data import Collection, collection
 from remit.connectors.llm import (
     ChatMessage,
     ChatReply,
@@ -36,9 +27,9 @@ from remit.connectors.llm import (
     chat_complete,
     llm,
 )
-from remit.context import AsyncContext, Context
-from remit.deadlines import Deadline, next_deadline, upcoming_deadlines
-from remit.errors import (
+from remit.core.backoff import RetryPolicy
+from remit.core.clock import Clock, SystemClock
+from remit.core.errors import (
     AppError,
     ApprovalNotFound,
     BudgetExceeded,
@@ -61,15 +52,24 @@ from remit.errors import (
     TaskRefused,
     UnknownWorkflow,
 )
-from remit.notify import ApprovalNotice, LogNotifier, Notifier, WebhookNotifier
-from remit.policy import PolicyDenied
-from remit.retries import Retried, Retries
-from remit.retry import RetryPolicy
-from remit.runs import Run
-from remit.schedules import Schedule, schedule
-from remit.settings import Settings
-from remit.tasks import Resolved, Task, Tasks
-from remit.workflows import Workflow, workflow
+from remit.core.runs import Run
+from remit.core.settings import Settings
+from remit.declare.schedules import Schedule, schedule
+from remit.declare.workflows import Workflow, workflow
+from remit.execution.context import AsyncContext, Context
+from remit.ops.deadlines import Deadline, next_deadline, upcoming_deadlines
+from remit.ops.retries import Retried, Retries
+from remit.people.approvals import (
+    Approval,
+    Approvals,
+    ApprovalType,
+    Decided,
+    DecideResult,
+    Decision,
+)
+from remit.people.notify import ApprovalNotice, LogNotifier, Notifier, WebhookNotifier
+from remit.people.tasks import Resolved, Task, Tasks
+from remit.policy.cedar import PolicyDenied
 
 __all__ = [
     "App",

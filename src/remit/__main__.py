@@ -1,3 +1,3 @@
-from remit.cli import main
+from remit.cli.main import main
 
 main()

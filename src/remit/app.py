@@ -15,18 +15,18 @@ from types import CodeType, ModuleType
 from typing import Any, TypeVar
 
 from remit._version import __version__
-from remit.approvals import ApprovalType
-from remit.budgets import Budget, Price
-from remit.collections import VENDOR as DATA_VENDOR
-from remit.collections import Collection
+from remit.budgets.model import Budget, Price
 from remit.connectors.base import Connector
+from remit.connectors.data import VENDOR as DATA_VENDOR
+from remit.connectors.data import Collection
 from remit.connectors.llm import DEFAULT_PRICES, chat_complete
-from remit.connectors.ops import Op
-from remit.direct import held_call_type, held_call_workflow
-from remit.errors import AppError, UnknownWorkflow
-from remit.notify import Notifier
-from remit.policy import HELD, Catalog, Policy
-from remit.workflows import DEFAULT_QUEUE, Workflow, check_name
+from remit.core.errors import AppError, UnknownWorkflow
+from remit.declare.ops import Op
+from remit.declare.workflows import DEFAULT_QUEUE, Workflow, check_name
+from remit.execution.direct import held_call_type, held_call_workflow
+from remit.people.approvals import ApprovalType
+from remit.people.notify import Notifier
+from remit.policy.cedar import HELD, Catalog, Policy
 
 ENTRY_MODULE = "app"
 POLICIES_FOLDER = "policies"

@@ -32,27 +32,27 @@ from dbos import DBOS, DBOSClient
 from pydantic import BaseModel, TypeAdapter
 
 from remit.app import App, load_app
-from remit.approvals import Approvals, DecideResult
-from remit.budget_store import Budgets
-from remit.clock import Clock, SystemClock
+from remit.budgets.store import Budgets
 from remit.connectors.base import Implementation
-from remit.deadlines import Deadline, upcoming_deadlines
-from remit.deploy import DeployCheck, DeployReport
-from remit.direct import CallResult, DirectCalls
-from remit.errors import RemitError
-from remit.guard import Guard, check_actor
-from remit.ledger import LedgerRow, LedgerStore
-from remit.pause import AppState
-from remit.reconciler import Reconciler, Report
-from remit.retries import Retried, Retries
-from remit.runs import Run, RunStore
-from remit.secrets import SecretKey, Secrets
-from remit.settings import Settings
-from remit.store.database import Database
-from remit.tasks import Resolved, TaskOpener, Tasks
-from remit.worker import implementations_for
-from remit.workers import WorkerRegistry, WorkerRow, live_versions
-from remit.workflows import Workflow
+from remit.connectors.credentials import SecretKey, Secrets
+from remit.core.clock import Clock, SystemClock
+from remit.core.database import Database
+from remit.core.errors import RemitError
+from remit.core.ledger import LedgerRow, LedgerStore
+from remit.core.runs import Run, RunStore
+from remit.core.settings import Settings
+from remit.declare.workflows import Workflow
+from remit.execution.direct import CallResult, DirectCalls
+from remit.ops.deadlines import Deadline, upcoming_deadlines
+from remit.ops.deploy import DeployCheck, DeployReport
+from remit.ops.pause import AppState
+from remit.ops.reconciler import Reconciler, Report
+from remit.ops.registry import WorkerRegistry, WorkerRow, live_versions
+from remit.ops.retries import Retried, Retries
+from remit.ops.worker import implementations_for
+from remit.people.approvals import Approvals, DecideResult, cancel_run
+from remit.people.tasks import Resolved, TaskOpener, Tasks
+from remit.policy.guard import Guard, check_actor
 
 
 class RunHandle:
@@ -277,7 +277,7 @@ class Client:
     def cancel(self, run_id: str, *, by: str | None = None) -> Run:
         """Cancel a run that has not finished (a finished one is left as it is)."""
         _not_in_a_workflow("cancel")
-        return self.runs_store.cancel(self.dbos, run_id, by=self._who(by))
+        return cancel_run(self.runs_store, self.dbos, run_id, by=self._who(by))
 
     def retry(
         self,

@@ -20,20 +20,20 @@ from dbos import StepInfo
 from pydantic import BaseModel
 
 from remit.app import App
-from remit.approvals import Approval, Approvals, DecideResult
-from remit.budget_store import Budgets
+from remit.budgets.store import Budgets
 from remit.client import Client
-from remit.clock import Clock, ManualClock
 from remit.connectors.base import AppliedEffect, Fake, Implementation
-from remit.deadlines import Deadline
-from remit.deploy import DeployCheck, DeployReport
-from remit.direct import CallResult
-from remit.ledger import LedgerRow
-from remit.retries import Retried
-from remit.runs import Run, attempt_workflow_id
-from remit.settings import Settings
-from remit.tasks import Resolved, Task, Tasks
-from remit.worker import Worker
+from remit.core.clock import Clock, ManualClock
+from remit.core.ledger import LedgerRow
+from remit.core.runs import Run, attempt_workflow_id
+from remit.core.settings import Settings
+from remit.execution.direct import CallResult
+from remit.ops.deadlines import Deadline
+from remit.ops.deploy import DeployCheck, DeployReport
+from remit.ops.retries import Retried
+from remit.ops.worker import Worker
+from remit.people.approvals import Approval, Approvals, DecideResult
+from remit.people.tasks import Resolved, Task, Tasks
 
 F = TypeVar("F", bound=Fake)
 

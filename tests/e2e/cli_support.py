@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import IO
 
-from remit.runs import RunStore
-from remit.store.database import Database
+from remit.core.database import Database
+from remit.core.runs import RunStore
 
 ROOT = Path(__file__).parent.parent.parent
 AR_DESK = ROOT / "examples" / "ar_desk"

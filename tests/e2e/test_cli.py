@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import remit
-from remit.runs import RunStore
-from remit.store.schema import runs as runs_table
+from remit.core.runs import RunStore
+from remit.core.schema import runs as runs_table
 from tests.e2e.cli_support import AR_DESK, CRASH_APP, Cli
 
 

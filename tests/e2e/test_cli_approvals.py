@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from remit.approvals import Approvals
-from remit.runs import RunStore
+from remit.core.runs import RunStore
+from remit.people.approvals import Approvals
 from tests.e2e.cli_support import Cli
 
 

@@ -6,7 +6,7 @@ import re
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from remit.store.schema import budget_periods
+from remit.core.schema import budget_periods
 from tests.e2e.cli_support import Cli
 
 

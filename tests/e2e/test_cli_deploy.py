@@ -7,7 +7,7 @@ import shutil
 import signal
 from pathlib import Path
 
-from remit.runs import RunStore
+from remit.core.runs import RunStore
 from tests.e2e.cli_support import AR_DESK, Cli
 from tests.e2e.test_cli_approvals import _pending
 from tests.integration.test_deploy_check import dump

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 
-from remit.runs import RunStore
+from remit.core.runs import RunStore
 from tests.e2e.cli_support import CRASH_APP, Cli
 
 

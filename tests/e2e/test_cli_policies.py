@@ -9,7 +9,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from remit.store.schema import ledger, runs
+from remit.core.schema import ledger, runs
 from tests.e2e.cli_support import AR_DESK, Cli
 
 

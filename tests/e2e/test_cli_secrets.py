@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cryptography.fernet import Fernet
 
-from remit.store.database import Database
+from remit.core.database import Database
 from tests.e2e.cli_support import Cli
 from tests.integration.test_secrets import dump_database
 

@@ -13,8 +13,8 @@ import signal
 import time
 from typing import Any
 
-from remit.ledger import LedgerStore
-from remit.runs import RunStore
+from remit.core.ledger import LedgerStore
+from remit.core.runs import RunStore
 from tests.e2e.cli_support import CRASH_APP, Cli
 
 

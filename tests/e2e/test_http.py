@@ -19,9 +19,9 @@ import httpx2
 import pytest
 from fastapi.testclient import TestClient
 
-from remit.approvals import Approval, Approvals
-from remit.http import create_api
-from remit.store.database import Database
+from remit.core.database import Database
+from remit.people.approvals import Approval, Approvals
+from remit.serve.api import create_api
 from remit.testing import Harness
 from tests.support import make_app
 

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from remit.approvals import Approval, Approvals
-from remit.ledger import LedgerStore
-from remit.resumes import Resume, Resumer
-from remit.runs import RunStore
-from remit.store.database import Database
-from remit.store.schema import audit, decisions, resumes
+from remit.core.database import Database
+from remit.core.ledger import LedgerStore
+from remit.core.outbox import Resume, Resumer
+from remit.core.runs import RunStore
+from remit.core.schema import audit, decisions, resumes
+from remit.people.approvals import Approval, Approvals
 from remit.testing import Harness
 from tests.support import FakeShop, create_order, get_item, make_app
 

@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from remit import ApprovalNotice, DecisionRefused, WebhookNotifier
-from remit.store.schema import decisions
+from remit.core.schema import decisions
 from remit.testing import Harness, ManualClock
 from tests.support import FakeShop, get_item, make_app
 
@@ -207,7 +207,7 @@ def test_cancelling_a_waiting_run_cancels_its_gate(database_url: str) -> None:
     with Harness(make_app(), database_url=database_url) as h:
         run = h.start("refund", {"sku": "sku-1"})
         gate = h.gate(run.run_id)
-        h.runs.cancel(h.worker.client, run.run_id, by="user:dave")
+        h.client.cancel(run.run_id, by="user:dave")
         cancelled = h.approvals.get(gate.id)
         assert (cancelled.status, cancelled.decided_by, cancelled.decided_via) == (
             "cancelled",
@@ -367,13 +367,13 @@ def test_a_key_used_by_an_earlier_gate_fails_the_run_instead_of_reusing_it(
 
 
 def test_a_cancelled_run_opens_no_gate(database_url: str) -> None:
-    from remit.calls import RunInfo
-    from remit.errors import RunMovedOn
+    from remit.core.errors import RunMovedOn
+    from remit.core.runs import RunInfo
 
     with Harness(make_app(), database_url=database_url) as h:
         run = h.start("refund", {"sku": "sku-1"})
         h.gate(run.run_id)
-        h.runs.cancel(h.worker.client, run.run_id)
+        h.client.cancel(run.run_id)
         attempt = RunInfo(run.run_id, 1, f"{run.run_id}:1", "user:test")
         with pytest.raises(RunMovedOn, match="is cancelled"):
             h.worker.runtime.gates.open(

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from remit.budget_store import Budgets
-from remit.clock import ManualClock, SystemClock
-from remit.reconciler import Reconciler
-from remit.runs import RunStore
-from remit.store.database import Database
-from remit.store.schema import budget_periods, ledger, reservations
+from remit.budgets.store import Budgets
+from remit.core.clock import ManualClock, SystemClock
+from remit.core.database import Database
+from remit.core.runs import RunStore
+from remit.core.schema import budget_periods, ledger, reservations
+from remit.ops.reconciler import Reconciler
 from tests.budget_caller import APP, LIMIT
 
 ROOT = Path(__file__).resolve().parents[2]

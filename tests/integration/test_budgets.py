@@ -25,12 +25,12 @@ from remit import (
     llm,
     workflow,
 )
-from remit.budget_store import Budgets
-from remit.budgets import Reservation, period_key
-from remit.clock import SystemClock
-from remit.reconciler import Reconciler
-from remit.store.database import Database
-from remit.store.schema import audit, budget_periods, reservations
+from remit.budgets.model import Reservation, period_key
+from remit.budgets.store import Budgets
+from remit.core.clock import SystemClock
+from remit.core.database import Database
+from remit.core.schema import audit, budget_periods, reservations
+from remit.ops.reconciler import Reconciler
 from remit.testing import Harness, ManualClock
 
 # A dime per output token, the prompt free: a call with max_tokens=n reserves n dimes.

@@ -20,9 +20,9 @@ from remit import (
     collection,
     workflow,
 )
-from remit.collections import CollectionStore
-from remit.store.database import Database
-from remit.store.schema import data, ledger
+from remit.connectors.data import CollectionStore
+from remit.core.database import Database
+from remit.core.schema import data, ledger
 from remit.testing import Harness, ManualClock
 
 

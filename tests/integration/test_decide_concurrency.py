@@ -19,11 +19,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from remit import DecisionRefused
-from remit.approvals import Approval, Approvals, Decided, DecideResult, Gates
-from remit.calls import RunInfo
-from remit.runs import RunStore
-from remit.store.database import Database
-from remit.store.schema import approvals, audit, decisions, resumes, runs
+from remit.core.database import Database
+from remit.core.runs import RunInfo, RunStore
+from remit.core.schema import approvals, audit, decisions, resumes, runs
+from remit.people.approvals import Approval, Approvals, Decided, DecideResult, Gates
 from remit.testing import Harness
 from tests.support import FakeShop, create_order, get_item, make_app
 

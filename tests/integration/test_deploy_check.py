@@ -9,9 +9,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from remit import Context, DriverError, workflow
-from remit.deploy import DeployCheck, DeployReport
-from remit.store.database import Database
-from remit.store.schema import approvals as approvals_table
+from remit.core.database import Database
+from remit.core.schema import approvals as approvals_table
+from remit.ops.deploy import DeployCheck, DeployReport
 from remit.testing import Harness, ManualClock
 from tests.integration.test_checked_resumes import (
     GATE,

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from remit import App, Context, workflow
-from remit.deploy import DeployCheck
-from remit.store.database import Database
+from remit.core.database import Database
+from remit.ops.deploy import DeployCheck
 from remit.testing import Harness, ManualClock
 from tests.support import REFUND, FakeShop, RefundDraft, create_order, shop
 

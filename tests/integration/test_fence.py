@@ -9,8 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remit.runs import Run, RunStore
-from remit.store.database import Database
+from remit.core.database import Database
+from remit.core.runs import Run, RunStore
+from remit.people.approvals import cancel_run
 from remit.testing import Harness
 from tests.support import FakeShop, create_order, make_app, send_email
 
@@ -154,12 +155,12 @@ def test_cancel_a_queued_run(store: tuple[Database, RunStore]) -> None:
     client = db.client("shop")
     try:
         run = runs.start(client, make_app().workflow("purchase"), {"sku": "sku-1"}, started_by="t")
-        cancelled = runs.cancel(client, run.run_id)
+        cancelled = cancel_run(runs, client, run.run_id, by="t")
         assert cancelled.status == "cancelled"
         assert cancelled.finished_at is not None
         assert client.retrieve_workflow(run.workflow_id).get_status().status == "CANCELLED"
         # Cancelling again, or a finished run, changes nothing.
-        assert runs.cancel(client, run.run_id).updated_at == cancelled.updated_at
+        assert cancel_run(runs, client, run.run_id, by="t").updated_at == cancelled.updated_at
     finally:
         client.destroy()
 
@@ -170,7 +171,7 @@ def test_cancel_a_running_run_stops_it_at_its_next_step(database_url: str) -> No
         shop.gate = threading.Event()
         run = harness.start("purchase", {"sku": "sku-1"})
         assert shop.entered.wait(10)
-        assert harness.runs.cancel(harness.worker.client, run.run_id).status == "cancelled"
+        assert harness.client.cancel(run.run_id).status == "cancelled"
         shop.gate.set()
         status = harness.worker.client.retrieve_workflow(run.workflow_id)
         with pytest.raises(Exception, match="cancel"):

@@ -7,8 +7,8 @@ from typing import TypeVar
 
 import sqlalchemy as sa
 
-from remit.ledger import LedgerStore
-from remit.store.database import Database
+from remit.core.database import Database
+from remit.core.ledger import LedgerStore
 from remit.testing import Harness
 from tests.support import FakeShop, make_app, send_email
 

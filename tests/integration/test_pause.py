@@ -11,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from remit.pause import AppState, paused
-from remit.reconciler import Reconciler
-from remit.runs import RunStore
-from remit.store.database import Database
-from remit.store.schema import app_state
+from remit.core.database import Database
+from remit.core.runs import RunStore
+from remit.core.schema import app_state
+from remit.ops.pause import AppState, paused
+from remit.ops.reconciler import Reconciler
 from remit.testing import Harness
 from tests.support import FakeShop, make_app, send_email
 

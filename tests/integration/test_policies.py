@@ -11,11 +11,11 @@ import sqlalchemy as sa
 
 from remit import App, DecisionRefused, PolicyDenied, RemitError
 from remit.app import load_app
-from remit.guard import Guard
-from remit.reconciler import Reconciler
-from remit.store.database import Database
-from remit.store.schema import denials, ledger, runs
-from remit.tasks import TaskOpener
+from remit.core.database import Database
+from remit.core.schema import denials, ledger, runs
+from remit.ops.reconciler import Reconciler
+from remit.people.tasks import TaskOpener
+from remit.policy.guard import Guard
 from remit.testing import Harness, ManualClock
 
 ROOT = Path(__file__).parent.parent.parent

@@ -8,11 +8,11 @@ import sys
 import pytest
 import sqlalchemy as sa
 
-from remit.errors import DatabaseError
-from remit.store.database import Database
-from remit.store.schema import SCHEMA_VERSION
+from remit.core.database import Database
+from remit.core.errors import DatabaseError
+from remit.core.schema import SCHEMA_VERSION
 
-PREPARE = "import sys; from remit.store.database import Database; Database(sys.argv[1]).prepare(); print('prepared')"
+PREPARE = "import sys; from remit.core.database import Database; Database(sys.argv[1]).prepare(); print('prepared')"
 
 
 def test_processes_preparing_at_once_all_succeed(empty_database_url: str) -> None:

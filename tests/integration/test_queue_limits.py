@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from remit.app import load_app
-from remit.runs import RunStore
+from remit.core.runs import RunStore
 from tests.processes import Workers
 
 QUEUE_APP = Path(__file__).parent.parent / "apps" / "queue_app"

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from remit.reconciler import Reconciler, conclude_ended
-from remit.store.schema import approvals as approvals_table
-from remit.store.schema import ledger as ledger_table
-from remit.store.schema import runs as runs_table
-from remit.tasks import TaskOpener
+from remit.core.schema import approvals as approvals_table
+from remit.core.schema import ledger as ledger_table
+from remit.core.schema import runs as runs_table
+from remit.declare.workflows import Workflow
+from remit.ops.reconciler import Reconciler, conclude_ended
+from remit.people.tasks import TaskOpener
 from remit.testing import Harness, ManualClock
-from remit.workflows import Workflow
 from tests.support import FakeShop, make_app
 
 

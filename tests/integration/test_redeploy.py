@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from remit import App, Context, workflow
-from remit.ledger import LedgerStore
+from remit.core.ledger import LedgerStore
 from remit.testing import Harness, ManualClock
 from tests.processes import Workers
 from tests.support import (

@@ -8,8 +8,8 @@ import pytest
 import sqlalchemy as sa
 
 from remit import DriverError, InputInvalid
-from remit.runs import RunStore
-from remit.store.database import Database
+from remit.core.database import Database
+from remit.core.runs import RunStore
 from remit.testing import Harness
 from tests.support import FakeShop, create_order, get_item, make_app, send_email
 

@@ -12,10 +12,10 @@ import sqlalchemy as sa
 from pydantic import BaseModel, field_validator
 
 from remit import App, Context, Deadline, next_deadline, schedule, workflow
-from remit.runs import Run
-from remit.scheduler import Fired, Scheduler
-from remit.schedules import Backfill, scheduled_run_id
-from remit.store.schema import schedules
+from remit.core.runs import Run
+from remit.core.schema import schedules
+from remit.declare.schedules import Backfill, scheduled_run_id
+from remit.ops.scheduler import Fired, Scheduler
 from remit.testing import Harness, ManualClock
 
 HELSINKI = "Europe/Helsinki"

@@ -19,9 +19,7 @@ from cryptography.fernet import Fernet
 from pydantic import BaseModel
 
 from remit import App, CallContext, Connector, Context, Driver, Fake, implements, op, workflow
-from remit.clock import ManualClock
-from remit.errors import SettingsError
-from remit.secrets import (
+from remit.connectors.credentials import (
     Credentials,
     SecretError,
     SecretInfo,
@@ -30,8 +28,10 @@ from remit.secrets import (
     check_name,
     create_key_file,
 )
-from remit.settings import Settings
-from remit.store.database import Database
+from remit.core.clock import ManualClock
+from remit.core.database import Database
+from remit.core.errors import SettingsError
+from remit.core.settings import Settings
 from remit.testing import Harness
 
 # What a leak would look like: distinctive enough that any copy of it is found.
@@ -247,7 +247,7 @@ def test_a_key_file_that_holds_no_key_is_refused_without_showing_it(
 _RACER = """
 import sys, time
 from pathlib import Path
-from remit.secrets import create_key_file
+from remit.connectors.credentials import create_key_file
 go = Path(sys.argv[2])
 while not go.exists():
     time.sleep(0.001)

@@ -104,7 +104,7 @@ def test_a_worker_restart_leaves_a_sleeping_run_asleep(database_url: str) -> Non
 def test_a_sleep_due_is_woken_once_by_racing_sweeps(database_url: str) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from remit.timers import Waker
+    from remit.execution.timers import Waker
 
     clock = ManualClock()
     with Harness(make_app(), database_url=database_url, clock=clock, sweep_interval=3600) as h:
@@ -127,7 +127,7 @@ def test_cancelling_a_sleeping_run_drops_its_deadline(database_url: str) -> None
     with Harness(make_app(), database_url=database_url, clock=clock, sweep_interval=0.02) as h:
         run = h.start("nap", {})
         h.wait(run.run_id, until=("sleeping",))
-        h.runs.cancel(h.worker.client, run.run_id)
+        h.client.cancel(run.run_id)
         assert h.deadlines() == []
         clock.advance(days=31)
         time.sleep(0.2)
@@ -143,7 +143,7 @@ def test_a_negative_sleep_fails_the_run_saying_so(database_url: str) -> None:
 
 
 def test_suspend_after_is_a_setting() -> None:
-    from remit.settings import Settings
+    from remit.core.settings import Settings
 
     assert Settings.from_env(".", environ={}).suspend_after == 60.0
     assert Settings.from_env(".", environ={"REMIT_SUSPEND_AFTER": "0"}).suspend_after == 0.0

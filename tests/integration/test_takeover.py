@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from remit.store.database import Database
-from remit.workers import WorkerRegistry, state
+from remit.core.database import Database
+from remit.ops.registry import WorkerRegistry, state
 from tests.processes import Workers
 
 FAST = {"REMIT_HEARTBEAT_INTERVAL": "0.25", "REMIT_DEAD_AFTER": "2"}

@@ -31,10 +31,10 @@ from remit import (
     workflow,
 )
 from remit.connectors.base import AppliedEffect
-from remit.reconciler import Reconciler
-from remit.store.database import Database
-from remit.store.schema import ledger as ledger_table
-from remit.tasks import TaskOpener
+from remit.core.database import Database
+from remit.core.schema import ledger as ledger_table
+from remit.ops.reconciler import Reconciler
+from remit.people.tasks import TaskOpener
 from remit.testing import Harness
 from tests.support import FAST
 

@@ -9,9 +9,9 @@ import pytest
 from pydantic import BaseModel
 
 from remit import App, AppError, ApprovalNotice, ApprovalType, LogNotifier, WebhookNotifier
-from remit.notify import sign
-from remit.reconciler import conclusion
-from remit.runtime import suspended_output
+from remit.ops.reconciler import conclusion
+from remit.ops.runtime import suspended_output
+from remit.people.notify import sign
 
 
 class Draft(BaseModel):

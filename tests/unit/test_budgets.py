@@ -23,7 +23,7 @@ from remit import (
     llm,
     workflow,
 )
-from remit.budgets import (
+from remit.budgets.model import (
     DIRECT_LEASE,
     PeriodState,
     Reservation,
@@ -36,7 +36,7 @@ from remit.budgets import (
 )
 from remit.connectors.base import CallContext
 from remit.connectors.llm import DEFAULT_PRICES, ChatCost, ChatRequest, prompt_bound
-from remit.errors import OpError
+from remit.core.errors import OpError
 
 AT = datetime(2026, 11, 29, 23, 59, 59, tzinfo=UTC)
 

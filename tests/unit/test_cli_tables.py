@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 from rich.table import Table
 
-from remit.cli_base import whole_ids
+from remit.cli.base import whole_ids
 
 APPROVAL, RUN = "apr_0123456789abcdef", "run_0123456789abcdef"
 

@@ -20,7 +20,7 @@ from remit import (
 )
 from remit import op as declare_op
 from remit.app import referenced_ops
-from remit.collections import Deleted, PageRequest
+from remit.connectors.data import Deleted, PageRequest
 
 
 class Customer(BaseModel):

@@ -24,7 +24,7 @@ from remit import (
     op,
     workflow,
 )
-from remit.runs import attempt_workflow_id, parse_input
+from remit.core.runs import attempt_workflow_id, parse_input
 
 LOWERCASE = "lowercase letters, digits and dashes"
 

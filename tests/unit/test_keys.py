@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from remit.keys import key_problem
+from remit.core.keys import key_problem
 
 
 @pytest.mark.parametrize("key", ["a", "write-off", "cli:3f9a", "fix_1.2", "b64+/=", "x" * 100])

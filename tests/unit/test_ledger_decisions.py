@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from remit.ledger import input_hash, on_reentry
+from remit.core.ledger import input_hash, on_reentry
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from remit import Queue
-from remit.pause import Limits, limits
+from remit.ops.pause import Limits, limits
 
 
 def test_a_paused_queue_dequeues_nothing_and_a_resumed_one_gets_its_declared_bounds() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from remit.periodic import Periodic
+from remit.core.periodic import Periodic
 
 
 def test_a_job_runs_every_interval_past_its_failures_until_stopped() -> None:

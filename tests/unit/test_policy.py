@@ -13,8 +13,8 @@ import pytest
 from pydantic import BaseModel
 
 from remit import App, AppError, Connector, Fake, implements, op, workflow
-from remit.context import Context
-from remit.policy import Catalog, Policy, Principal, cedar_type, split_statements
+from remit.execution.context import Context
+from remit.policy.cedar import Catalog, Policy, Principal, cedar_type, split_statements
 
 
 class Refund(BaseModel):

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remit.retry import DEFAULT_RETRY, RetryPolicy, next_delay
+from remit.core.backoff import DEFAULT_RETRY, RetryPolicy, next_delay
 
 
 def test_delay_doubles_from_initial_then_stops_at_cap() -> None:

@@ -14,7 +14,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from remit import App, AppError, Schedule, schedule, workflow
-from remit.schedules import BACKFILL_LIMIT, scheduled_input, scheduled_run_id
+from remit.declare.schedules import BACKFILL_LIMIT, scheduled_input, scheduled_run_id
 
 HELSINKI = "Europe/Helsinki"
 

@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from remit import DatabaseError, Settings, SettingsError
-from remit.store.database import normalize_url
+from remit.core.database import normalize_url
 
 
 def test_defaults(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from remit import Settings, SettingsError
-from remit.telemetry import JsonFormatter
+from remit.core.telemetry import JsonFormatter
 
 
 def endpoint(tmp_path: Path, **environ: str) -> str | None:

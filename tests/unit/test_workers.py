@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
-from remit.worker import Watchdog
-from remit.workers import WorkerRow, state, takeover_candidates
+from remit.ops.registry import WorkerRow, state, takeover_candidates
+from remit.ops.worker import Watchdog
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 BOUND = timedelta(seconds=30)

@@ -9,7 +9,7 @@ from remit.connectors.base import (
     Implementation,
     implements,
 )
-from remit.connectors.ops import Effect, Op, op
+from remit.declare.ops import Effect, Op, op
 
 __all__ = [
     "AppliedEffect",

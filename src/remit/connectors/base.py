@@ -19,8 +19,8 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
-from remit.connectors.ops import Op
-from remit.errors import AppError, MissingCredential
+from remit.core.errors import AppError, MissingCredential
+from remit.declare.ops import Op
 
 _OP_MARK = "__remit_op__"
 

@@ -32,10 +32,10 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, Field
 
-from remit.budgets import Price
+from remit.budgets.model import Price
 from remit.connectors.base import CallContext, Connector, Driver, Fake, implements
-from remit.connectors.ops import op
-from remit.errors import DriverError, OpError
+from remit.core.errors import DriverError, OpError
+from remit.declare.ops import op
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 

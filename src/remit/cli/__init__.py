@@ -1,0 +1,1 @@
+"""The `remit` command line."""

@@ -1,0 +1,107 @@
+"""`remit budgets`: each budget period's limit, what it spent, what calls in flight reserved,
+and its drift (the counter against the ledger); `remit budgets set-limit` changes a period's
+limit, as someone does once spending more is approved."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from remit.budgets.model import usd
+from remit.budgets.store import Budgets
+from remit.cli.base import AppDir, cli, load, open_database, out
+from remit.policy.guard import check_actor
+
+budgets_cli = typer.Typer(
+    invoke_without_command=True,
+    help="The app's budgets: each period's limit, spend, reservations and drift.",
+)
+cli.add_typer(budgets_cli, name="budgets")
+
+
+@budgets_cli.callback()
+def show(
+    ctx: typer.Context,
+    limit: Annotated[int, typer.Option(help="How many periods, newest first.")] = 50,
+    app_dir: AppDir = None,
+) -> None:
+    """List each budget period: its limit, spent, reserved by calls in flight, what is left,
+    and drift (the counter less the sum of its calls' ledger costs: 0 unless something wrote
+    one without the other)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    app, settings = load(app_dir)
+    db = open_database(settings)
+    try:
+        budgets = Budgets(db, app.name, app.budgets)
+        states = budgets.periods(limit=limit)
+        drift = {(d.scope, d.period): d.drift_usd for d in budgets.drift(states)}
+    finally:
+        db.dispose()
+    if not states:
+        out.print(
+            f"app {app.name} declares no budgets: add Budget(...) to App(budgets=[...]) to "
+            "limit what calls with a cost may spend"
+        )
+        return
+    table = Table(
+        "scope",
+        "period",
+        "limit",
+        "spent",
+        "reserved",
+        "left",
+        "drift",
+        "limit set by",
+        box=None,
+    )
+    for state in states:
+        left = state.limit_usd - state.spent_usd - state.reserved_usd
+        off = drift.get((state.scope, state.period), Decimal(0))
+        table.add_row(
+            state.scope,
+            state.period,
+            usd(state.limit_usd),
+            usd(state.spent_usd),
+            usd(state.reserved_usd),
+            usd(left) if left >= 0 else f"[red]{usd(left)}[/]",
+            "0" if off == 0 else f"[red]{usd(off)}[/]",
+            state.limit_set_by or "declared",
+        )
+    out.print(table)
+
+
+@budgets_cli.command("set-limit")
+def set_limit(
+    limit: Annotated[str, typer.Option("--limit", help="The period's new limit in USD.")],
+    scope: Annotated[
+        str, typer.Option("--scope", help="`app`, or `workflow:<name>` for a workflow's budget.")
+    ] = "app",
+    period: Annotated[
+        str | None,
+        typer.Option(
+            "--period",
+            help="The period: 2026-11, 2026-W48 or 2026-11-29 (default: the current one).",
+        ),
+    ] = None,
+    as_: Annotated[
+        str | None, typer.Option("--as", help="Who sets it (default: REMIT_ACTOR).")
+    ] = None,
+    app_dir: AppDir = None,
+) -> None:
+    """Set one budget period's limit (raise it, or lower it), recorded in the audit log. Later
+    periods start at the app's declared limit again."""
+    app, settings = load(app_dir)
+    by = check_actor(as_ or settings.actor)
+    db = open_database(settings)
+    try:
+        state = Budgets(db, app.name, app.budgets).raise_limit(scope, period, limit, by=by)
+    finally:
+        db.dispose()
+    out.print(
+        f"budget {state.scope} {state.period}: limit {usd(state.limit_usd)}, set by {by} "
+        f"({usd(state.spent_usd)} spent, {usd(state.reserved_usd)} reserved)"
+    )

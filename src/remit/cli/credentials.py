@@ -1,0 +1,112 @@
+"""`remit secrets`: the credentials an app stores, encrypted, in its database.
+
+A value is read from stdin (typed with no echo at a terminal) and never printed: `list` shows
+names, when each was set and by whom, and whether an environment variable overrides it here.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import sys
+from datetime import UTC
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from remit.app import App
+from remit.cli.base import AppDir, cli, connected, out
+from remit.connectors.credentials import SecretKey, Secrets, check_name
+from remit.core.database import Database
+from remit.core.errors import RemitError
+from remit.core.settings import Settings
+
+secrets_cli = typer.Typer(
+    no_args_is_help=True,
+    help="Credentials stored encrypted in the app's database, which drivers read as "
+    "environment variables.",
+)
+cli.add_typer(secrets_cli, name="secrets")
+
+
+def _secrets(app: App, settings: Settings, db: Database) -> Secrets:
+    return Secrets(db, app.name, SecretKey.from_settings(settings))
+
+
+def _read_value(name: str) -> str:
+    """The value from stdin: typed with no echo at a terminal, else all of stdin less one
+    trailing newline."""
+    if sys.stdin.isatty():
+        value = getpass.getpass(f"value of {name} (not shown): ")
+    else:
+        raw = sys.stdin.buffer.read()
+        try:
+            value = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise RemitError(
+                f"the value piped in for {name} is not UTF-8 text: store binary values encoded "
+                "(base64, say) and decode them in the driver"
+            ) from None
+        if value.endswith("\r\n"):
+            value = value[:-2]
+        elif value.endswith("\n"):
+            value = value[:-1]
+    if not value:
+        raise RemitError(
+            f"no value for {name}: type it at the prompt, or pipe it in, e.g. "
+            f"`remit secrets set {name} < token.txt`"
+        )
+    return value
+
+
+@secrets_cli.command("set")
+def set_secret(
+    name: Annotated[str, typer.Argument(help="The secret's name, e.g. SHOP_TOKEN.")],
+    as_: Annotated[
+        str | None, typer.Option("--as", help="Who sets it (default: REMIT_ACTOR).")
+    ] = None,
+    app_dir: AppDir = None,
+) -> None:
+    """Store a secret, reading its value from stdin (no echo at a terminal)."""
+    check_name(name)
+    value = _read_value(name)
+    with connected(app_dir) as (app, settings, db, _client):
+        _secrets(app, settings, db).set(name, value, by=as_ or settings.actor)
+    note = (
+        " (the environment variable of that name overrides it here)" if os.environ.get(name) else ""
+    )
+    out.print(f"secret {name} set for {app.name}{note}")
+
+
+@secrets_cli.command("list")
+def list_secrets(app_dir: AppDir = None) -> None:
+    """List the app's secrets: names, when and by whom each was set. Never values."""
+    with connected(app_dir) as (app, settings, db, _client):
+        stored = _secrets(app, settings, db).list()
+    if not stored:
+        out.print(f"no secrets stored for {app.name}")
+        return
+    table = Table("name", "set at (UTC)", "set by", "environment", box=None)
+    for each in stored:
+        env = "overrides it" if os.environ.get(each.name) else "-"
+        table.add_row(
+            each.name, each.set_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"), each.set_by, env
+        )
+    out.print(table)
+
+
+@secrets_cli.command("delete")
+def delete_secret(
+    name: Annotated[str, typer.Argument(help="The secret's name.")],
+    app_dir: AppDir = None,
+) -> None:
+    """Delete a secret."""
+    check_name(name)
+    with connected(app_dir) as (app, settings, db, _client):
+        deleted = _secrets(app, settings, db).delete(name)
+    if not deleted:
+        raise RemitError(
+            f"no secret named {name} is stored for {app.name}: `remit secrets list` shows them"
+        )
+    out.print(f"secret {name} deleted from {app.name}")

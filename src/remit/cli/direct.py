@@ -1,0 +1,214 @@
+"""Direct calls and the policies over them: `remit call`, `remit data`, `remit policies` and
+`remit denials`."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from dbos import DBOSClient
+from rich.markup import escape
+from rich.table import Table
+
+from remit.app import App
+from remit.cli.base import AppDir, cli, connected, err, load, out, parse_json
+from remit.core.database import Database
+from remit.core.errors import RemitError
+from remit.core.settings import Settings
+from remit.execution.direct import CallResult, DirectCalls
+from remit.policy.cedar import ACTIONS
+from remit.policy.guard import Guard, check_actor
+
+AsWho = Annotated[
+    str | None,
+    typer.Option("--as", help="Who acts, user:<name> or agent:<name> (default REMIT_ACTOR)."),
+]
+
+
+def direct_calls(app: App, settings: Settings, db: Database, client: DBOSClient) -> DirectCalls:
+    """Direct calls for the app, on its fakes or drivers as the settings say."""
+    from remit.ops.worker import implementations_for
+
+    implementations, credentials = implementations_for(app, db, settings)
+    return DirectCalls(
+        app,
+        db,
+        client,
+        implementations=implementations,
+        environ=credentials,
+        guard=Guard.of(app, db),
+    )
+
+
+def print_call(result: CallResult) -> None:
+    """What a direct call came to; exits 1 unless it was made, or held for an approval."""
+    again = " (replayed: this key was called before)" if result.replayed else ""
+    if result.status == "held":
+        why = f" ({result.note})" if result.note else ""
+        out.print(f"{result.op} held for approval{why}{again}: run {result.run_id} waits")
+        out.print(f"  decide it: remit approvals --run {result.run_id}, then remit approve ID")
+        return
+    if result.status == "failed":
+        err.print(escape(f"{result.op} failed (key {result.idempotency_key}): {result.error}"))
+        raise typer.Exit(1)
+    out.print(json.dumps(result.output, indent=2, sort_keys=True))
+    err.print(f"{result.op} ok (key {result.idempotency_key}){again}")
+
+
+@cli.command("call")
+def call_op(
+    op: Annotated[str, typer.Argument(help="The op's id, <vendor>.<resource>.<op>.")],
+    input: Annotated[str, typer.Option("--input", help="The op's input as JSON.")] = "{}",
+    as_: AsWho = None,
+    key: Annotated[
+        str | None,
+        typer.Option(help="Makes the call idempotent: the same key again calls nothing again."),
+    ] = None,
+    app_dir: AppDir = None,
+) -> None:
+    """Call an op directly, outside any workflow, as the app's policies allow.
+
+    The call is recorded in the ledger. A policy may hold it for an approval: it then becomes
+    a run of the built-in `call` workflow, which makes the call once someone approves it.
+    """
+    payload = parse_json(input, "--input")
+    if not isinstance(payload, dict):
+        raise RemitError(f"--input must be a JSON object of the op's fields, not {input!r}")
+    with connected(app_dir) as (app, settings, db, client):
+        by = check_actor(as_ or settings.actor)
+        result = direct_calls(app, settings, db, client).call(op, payload, by=by, key=key)
+    print_call(result)
+
+
+VERBS = ("get", "put", "list", "delete")
+
+
+@cli.command()
+def data(
+    collection: Annotated[str, typer.Argument(help="The collection's name.")],
+    verb: Annotated[str, typer.Argument(help="get, put, list or delete.")],
+    key: Annotated[str | None, typer.Argument(help="The record's key (get, delete).")] = None,
+    input: Annotated[
+        str | None, typer.Option("--input", help="The record to put, as JSON.")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="list: how many records.")] = 100,
+    after: Annotated[
+        str | None, typer.Option(help="list: start after this key (the last page's next).")
+    ] = None,
+    as_: AsWho = None,
+    call_key: Annotated[
+        str | None,
+        typer.Option("--key", help="Makes a put or delete idempotent, as for `remit call`."),
+    ] = None,
+    app_dir: AppDir = None,
+) -> None:
+    """Get, put, list or delete a collection's records: the op data.<collection>.<verb>,
+    called directly as the app's policies allow."""
+    if verb not in VERBS:
+        raise RemitError(f"{verb!r} is not one of {', '.join(VERBS)}: remit data NAME get KEY")
+    with connected(app_dir) as (app, settings, db, client):
+        declared = app.collections.get(collection)
+        if declared is None:
+            known = ", ".join(sorted(app.collections)) or "none"
+            raise RemitError(f"app `{app.name}` has no collection `{collection}` (it has: {known})")
+        payload: dict[str, Any]
+        if verb in ("get", "delete"):
+            if key is None:
+                raise RemitError(f"remit data {collection} {verb} needs the record's key")
+            payload = {declared.key: key}
+        elif verb == "put":
+            record = parse_json(input, "--input") if input else None
+            if not isinstance(record, dict):
+                raise RemitError(f"remit data {collection} put needs --input with a JSON object")
+            payload = record
+        else:
+            payload = {"limit": limit, "after": after}
+        by = check_actor(as_ or settings.actor)
+        calls = direct_calls(app, settings, db, client)
+        result = calls.call(f"data.{collection}.{verb}", payload, by=by, key=call_key)
+    print_call(result)
+
+
+policies_cli = typer.Typer(help="Show and check the app's Cedar policies.", no_args_is_help=False)
+cli.add_typer(policies_cli, name="policies")
+
+
+@policies_cli.callback(invoke_without_command=True)
+def policies(ctx: typer.Context, app_dir: AppDir = None) -> None:
+    """Show the policy files and whether they load; exits 1 when they refuse everything."""
+    if ctx.invoked_subcommand is not None:
+        return
+    app, _ = load(app_dir)
+    policy = app.policy
+    if not policy.enabled:
+        out.print(f"app {app.name} has no policies/ folder: every action is allowed, none checked")
+        return
+    out.print(f"policies of {app.name} in {policy.folder}:")
+    for name in policy.files:
+        out.print(f"  {name}")
+    if policy.left_out:
+        out.print(f"  not in any context (typed two ways): {', '.join(policy.left_out)}")
+    if policy.problem is not None:
+        err.print(escape(f"broken, so every action is refused: {policy.problem}"))
+        raise typer.Exit(1)
+    out.print("  they parse and validate against the app's schema (`remit policies schema`)")
+
+
+@policies_cli.command("schema")
+def schema(app_dir: AppDir = None) -> None:
+    """Print the Cedar schema (JSON) remit derives from the app, which policies validate
+    against."""
+    app, _ = load(app_dir)
+    if not app.policy.enabled:
+        raise RemitError(f"app {app.name} has no policies/ folder: add one to use policies")
+    out.print_json(json.dumps(app.policy.schema))
+
+
+@policies_cli.command("explain")
+def explain(
+    action: Annotated[str, typer.Argument(help="start, call or decide.")],
+    resource: Annotated[str, typer.Argument(help="A workflow, op or approval type's name.")],
+    context: Annotated[
+        str, typer.Option(help="The context as JSON, e.g. '{\"input\": {}}'.")
+    ] = "{}",
+    as_: AsWho = None,
+    app_dir: AppDir = None,
+) -> None:
+    """Ask the policies whether someone may take an action, without taking it or recording
+    anything; exits 1 when refused."""
+    app, settings = load(app_dir)
+    if action not in ACTIONS:
+        raise RemitError(f"action {action!r} is not one of {', '.join(ACTIONS)}")
+    values = parse_json(context, "--context")
+    if not isinstance(values, dict):
+        raise RemitError("--context must be a JSON object")
+    verdict = app.policy.check(as_ or settings.actor, action, resource, values)
+    held = " (held for an approval)" if verdict.held else ""
+    line = f"{'allowed' if verdict.allowed else 'denied'}{held}: {verdict.reason}"
+    if not verdict.allowed:
+        err.print(escape(line))
+        raise typer.Exit(1)
+    out.print(escape(line))
+
+
+@cli.command()
+def denials(
+    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 50,
+    app_dir: AppDir = None,
+) -> None:
+    """List the actions the app's policies refused, newest first."""
+    with connected(app_dir) as (app, _, db, _client):
+        rows = Guard.of(app, db).denials(limit=limit)
+    table = Table(show_edge=False, pad_edge=False)
+    for column in ("at", "who", "action", "resource", "why"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            row.at.strftime("%Y-%m-%d %H:%M:%S"),
+            row.principal,
+            row.action,
+            row.resource,
+            row.reason,
+        )
+    out.print(table if rows else "no denials")

@@ -1,0 +1,705 @@
+"""`remit`: the command line. Every command takes `--app PATH` (default: the current folder)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from remit.app import App
+from remit.budgets.model import usd
+
+# Imported for what they do on import: register their commands on `cli`.
+from remit.cli import budgets, credentials, deploy, direct  # noqa: F401
+from remit.cli import tasks as task_commands
+from remit.cli.base import (
+    AppDir,
+    cli,
+    client_of,
+    connected,
+    err,
+    load,
+    open_database,
+    out,
+    parse_json,
+    whole_ids,
+)
+from remit.core.database import Database
+from remit.core.errors import RemitError
+from remit.core.ids import full_id
+from remit.core.ledger import LedgerRow, LedgerStore
+from remit.core.runs import STATUSES, Run, RunStore, attempt_workflow_id
+from remit.core.schema import approvals as approvals_table
+from remit.core.schema import runs as runs_table
+from remit.core.settings import Settings
+from remit.ops.registry import WorkerRegistry, state
+from remit.people.approvals import Approval, Approvals, DecideResult
+from remit.policy.guard import Guard, check_actor
+
+
+@cli.command()
+def worker(
+    executor_id: Annotated[
+        str | None, typer.Option(help="Executor id (default: a free slot on this host).")
+    ] = None,
+    app_dir: AppDir = None,
+) -> None:
+    """Serve the app's queues until SIGTERM or Ctrl-C, then drain running work."""
+    from remit.ops.worker import Worker
+
+    app, settings = load(app_dir)
+    if executor_id:
+        settings = _replace(settings, executor_id=executor_id)
+    running = Worker(app, settings)
+    running.start()
+    err.print(
+        f"worker [bold]{running.executor_id}[/] serving [bold]{app.name}[/] "
+        f"(version {running.runtime.version}, {len(app.workflows)} workflows, "
+        f"queues: {', '.join(sorted(app.queues))})"
+    )
+    running.serve()
+    err.print(f"worker {running.executor_id} stopped")
+    _exit_now(0)
+
+
+@cli.command()
+def start(
+    name: Annotated[str, typer.Argument(help="The workflow's name.")],
+    input: Annotated[str, typer.Option("--input", help="The run's input as JSON.")] = "{}",
+    as_: Annotated[
+        str | None,
+        typer.Option("--as", help="Who starts it (default REMIT_ACTOR or user:<login>)."),
+    ] = None,
+    app_dir: AppDir = None,
+) -> None:
+    """Start a run and print its id. No worker needs to run in this process."""
+    payload = parse_json(input, "--input")
+    with client_of(app_dir) as remit:
+        by = check_actor(as_ or remit.settings.actor)
+        run = remit.start_row(name, payload, by=by)
+    out.print(run.run_id)
+
+
+@cli.command()
+def run(
+    name: Annotated[str, typer.Argument(help="The workflow's name.")],
+    input: Annotated[str, typer.Option("--input", help="The run's input as JSON.")] = "{}",
+    as_: Annotated[str | None, typer.Option("--as", help="Who starts it.")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the run to finish.")] = 300.0,
+    app_dir: AppDir = None,
+) -> None:
+    """Start a run and serve it in this process until it finishes, then show it.
+
+    This process is a worker while it waits: it serves the app's queues, so it may also take
+    other queued runs, which it lets finish (up to REMIT_DRAIN_TIMEOUT) before it exits. When
+    the run waits at an approval, it says how to decide it and goes on serving: decide it from
+    another terminal (`remit approve ID`) and the run carries on here.
+    """
+    from remit.ops.worker import Worker
+
+    app, settings = load(app_dir)
+    payload = parse_json(input, "--input")
+    wf = app.workflow(name)
+    running = Worker(app, settings)
+    running.start()
+    try:
+        runs = running.runtime.runs
+        started = Guard.of(app, running.db).start(
+            runs, running.client, wf, payload, by=check_actor(as_ or settings.actor)
+        )
+        err.print(
+            f"started {started.run_id} ({wf.name}) on {'fakes' if settings.fakes else 'drivers'}"
+        )
+        deadline = time.monotonic() + timeout
+        current = runs.get(started.run_id)
+        told: set[str] = set()
+        while not current.finished and time.monotonic() < deadline:
+            time.sleep(0.05)
+            current = runs.get(started.run_id)
+            if current.status == "waiting":
+                _tell_waiting(running.approvals.list(run_id=current.run_id, status="pending"), told)
+                task_commands.tell_waiting(
+                    running.tasks.list(run_id=current.run_id, status="open"), told
+                )
+        _show(current, running.client, running.runtime.ledger)
+    finally:
+        running.stop(keep_slot=True)
+    _exit_now(0 if current.status == "done" else 1)
+
+
+@cli.command()
+def reconcile(
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what a pass would do, and do nothing.")
+    ] = False,
+    app_dir: AppDir = None,
+) -> None:
+    """Run one reconciler pass now and print what it did (workers run one every minute)."""
+    from remit.client import Client
+
+    app, settings = load(app_dir)
+    with Client(app, settings) as remit:
+        report = remit.reconcile(dry_run=dry_run)
+    verb = "would do" if dry_run else "did"
+    if not report.actions:
+        out.print(f"nothing to do{' (dry run)' if dry_run else ''}")
+    else:
+        table = Table("step", "run", "attempt", "status", "why", box=None)
+        for action in report.actions:
+            table.add_row(
+                action.kind,
+                action.run_id,
+                action.workflow_id,
+                _status(action.status),
+                action.reason,
+            )
+        count = len(report.actions)
+        out.print(f"the pass {verb} {count} {'action' if count == 1 else 'actions'}:")
+        out.print(table)
+    for found in report.drift:
+        out.print(
+            f"[yellow]drift:[/] budget {found.scope} {found.period}: the counter says "
+            f"{usd(found.spent_usd)} spent, the ledger {usd(found.ledger_usd)} (off by "
+            f"{usd(found.drift_usd)}). Not corrected: find out why before trusting either"
+        )
+    for problem in report.errors:
+        err.print(f"[red]failed:[/] {problem}")
+    if report.errors:
+        _exit_now(1)
+
+
+@cli.command()
+def pause(
+    by: Annotated[
+        str | None, typer.Option("--as", help="Who pauses (default: REMIT_ACTOR).")
+    ] = None,
+    app_dir: AppDir = None,
+) -> None:
+    """Pause the app: its queues stop dequeuing; running runs park at their next step."""
+    with client_of(app_dir) as remit:
+        remit.pause(by=by)
+        count = len(remit.app.queues)
+        settings = remit.settings
+    out.print(
+        f"paused: {count} {'queue' if count == 1 else 'queues'} stopped; running runs park at "
+        f"their next step (within REMIT_SWEEP_INTERVAL, {settings.sweep_interval:g}s)"
+    )
+
+
+@cli.command()
+def resume(
+    by: Annotated[
+        str | None, typer.Option("--as", help="Who resumes (default: REMIT_ACTOR).")
+    ] = None,
+    app_dir: AppDir = None,
+) -> None:
+    """Resume a paused app: its queues dequeue again and its parked runs carry on."""
+    with client_of(app_dir) as remit:
+        _, resumed = remit.resume(by=by)
+    count = len(resumed)
+    out.print(f"resumed: {count} parked {'run carries' if count == 1 else 'runs carry'} on")
+    for run_id in resumed:
+        out.print(f"  {run_id}")
+
+
+@cli.command()
+def deadlines(
+    limit: Annotated[int, typer.Option(help="How many, earliest first.")] = 20,
+    app_dir: AppDir = None,
+) -> None:
+    """List what is due without anyone asking: sleeping runs' wake-ups, approvals' expiries."""
+    from remit.ops.deadlines import upcoming_deadlines
+
+    _, settings = load(app_dir)
+    db = open_database(settings)
+    try:
+        found = upcoming_deadlines(db, limit=limit)
+    finally:
+        db.dispose()
+    if not found:
+        out.print("no deadlines")
+        return
+    table = Table("at", "in", "kind", "run", "what", box=None)
+    now = datetime.now(UTC)
+    for each in found:
+        table.add_row(_time(each.at), _until(each.at - now), each.kind, each.run_id, each.target)
+    out.print(table)
+
+
+def _until(left: timedelta) -> str:
+    seconds = int(left.total_seconds())
+    if seconds <= 0:
+        return "due"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _tell_waiting(pending: list[Approval], told: set[str]) -> None:
+    for approval in pending:
+        if approval.id in told:
+            continue
+        told.add(approval.id)
+        err.print(
+            f"{approval.run_id} waits at approval [bold]{approval.id}[/] ({approval.title}): "
+            f"decide it with `remit approve {approval.id}` or `remit reject {approval.id}`"
+        )
+
+
+@cli.command()
+def runs(
+    status: Annotated[str | None, typer.Option(help="Only runs with this status.")] = None,
+    workflow: Annotated[str | None, typer.Option(help="Only runs of this workflow.")] = None,
+    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 50,
+    app_dir: AppDir = None,
+) -> None:
+    """List runs, newest first."""
+    _, settings = load(app_dir)
+    if status is not None and status not in STATUSES:
+        raise RemitError(
+            f"--status {status!r} is not a run status: use one of {', '.join(STATUSES)}"
+        )
+    db = open_database(settings)
+    try:
+        found = RunStore(db).list(status=status, workflow=workflow, limit=limit)
+    finally:
+        db.dispose()
+    table = Table(
+        "run", "workflow", "status", "attempt", "started by", "created", "finished", box=None
+    )
+    for each in found:
+        table.add_row(
+            each.run_id,
+            each.workflow,
+            _status(each.status),
+            str(each.attempt),
+            each.started_by,
+            _time(each.created_at),
+            _time(each.finished_at),
+        )
+    out.print(whole_ids(table, 0) if found else "no runs")
+
+
+@cli.command()
+def show(
+    run_id: Annotated[str, typer.Argument(help="The run's id.")],
+    app_dir: AppDir = None,
+) -> None:
+    """Show a run: status, attempts, each step with its timing and output, and its ledger."""
+    with connected(app_dir) as (app, _, db, client):
+        run_id = full_id(db, runs_table.c.run_id, run_id, what="run")
+        _show(RunStore(db).get(run_id), client, LedgerStore(db))
+        task_commands.show_open(app, db, client, run_id)
+
+
+@cli.command()
+def cancel(
+    run_id: Annotated[str, typer.Argument(help="The run's id.")],
+    app_dir: AppDir = None,
+) -> None:
+    """Cancel a run that has not finished."""
+    with client_of(app_dir) as remit:
+        run_id = full_id(remit.db, runs_table.c.run_id, run_id, what="run")
+        before = remit.get_run(run_id)
+        after = remit.cancel(run_id)
+    if before.finished:
+        out.print(f"{run_id} had already finished: {before.status}")
+    else:
+        out.print(f"{run_id} {after.status}")
+
+
+@cli.command()
+def ledger(
+    run: Annotated[str | None, typer.Option("--run", help="Only this run's calls.")] = None,
+    limit: Annotated[int, typer.Option(help="How many, newest first (without --run).")] = 200,
+    app_dir: AppDir = None,
+) -> None:
+    """List op calls from the ledger."""
+    _, settings = load(app_dir)
+    db = open_database(settings)
+    try:
+        if run is not None:
+            run = full_id(db, runs_table.c.run_id, run, what="run")
+            RunStore(db).get(run)  # an unknown run is an error, not an empty ledger
+        rows = LedgerStore(db).list(run_id=run, limit=limit)
+    finally:
+        db.dispose()
+    out.print(_ledger_table(rows, with_run=run is None) if rows else "no calls")
+
+
+@cli.command()
+def workers(app_dir: AppDir = None) -> None:
+    """List the app's workers: live, dead, stopped, or taken over by another."""
+    app, settings = load(app_dir)
+    db = open_database(settings)
+    try:
+        rows = WorkerRegistry(db).list(app=app.name)
+    finally:
+        db.dispose()
+    if not rows:
+        out.print("no workers")
+        return
+    now = datetime.now(UTC)
+    dead_after = timedelta(seconds=settings.dead_after)
+    table = Table("worker", "state", "host", "pid", "version", "started", "heartbeat", box=None)
+    for row in rows:
+        shown = state(row, now=now, dead_after=dead_after)
+        label = f"taken over by {row.taken_over_by}" if shown == "taken over" else shown
+        age = int((now - row.heartbeat_at).total_seconds())
+        table.add_row(
+            row.executor_id,
+            _status(label),
+            row.host,
+            str(row.pid),
+            row.version,
+            _time(row.started_at),
+            f"{age}s ago",
+        )
+    out.print(table)
+
+
+@cli.command()
+def approvals(
+    pending: Annotated[
+        bool, typer.Option("--pending", help="Only approvals still pending.")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only their ids.")] = False,
+    run: Annotated[str | None, typer.Option("--run", help="Only this run's approvals.")] = None,
+    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 100,
+    app_dir: AppDir = None,
+) -> None:
+    """List approvals, newest first."""
+    _, settings = load(app_dir)
+    db = open_database(settings)
+    try:
+        if run is not None:
+            run = full_id(db, runs_table.c.run_id, run, what="run")
+        found = _approvals(db, None, None, settings).list(
+            status="pending" if pending else None, run_id=run, limit=limit
+        )
+    finally:
+        db.dispose()
+    if quiet:
+        for each in found:
+            out.print(each.id)
+        return
+    if not found:
+        out.print("no pending approvals" if pending else "no approvals")
+        return
+    table = Table(
+        "approval",
+        "run",
+        "type",
+        "title",
+        "status",
+        "assignee",
+        "created",
+        "expires",
+        "decided by",
+        box=None,
+    )
+    for each in found:
+        table.add_row(
+            each.id,
+            each.run_id,
+            each.type,
+            each.title,
+            _status(each.status),
+            each.assignee or "-",
+            _time(each.created_at),
+            _time(each.expires_at),
+            f"{each.decided_by} via {each.decided_via}" if each.decided_by else "-",
+        )
+    out.print(whole_ids(table, 0, 1))
+
+
+DecisionKey = Annotated[
+    str | None,
+    typer.Option(
+        "--key",
+        help="The decision key: the same key again replays the first decision (default: new).",
+    ),
+]
+Reason = Annotated[str | None, typer.Option("--reason", help="Why, kept with the decision.")]
+As = Annotated[str | None, typer.Option("--as", help="Who decides (default REMIT_ACTOR).")]
+
+
+@cli.command()
+def approve(
+    approval_id: Annotated[str, typer.Argument(help="The approval's id.")],
+    edit: Annotated[
+        str | None,
+        typer.Option("--edit", help="Fields to change in the draft, as JSON: '{\"amount\": 120}'."),
+    ] = None,
+    reason: Reason = None,
+    key: DecisionKey = None,
+    as_: As = None,
+    app_dir: AppDir = None,
+) -> None:
+    """Approve a pending approval (with edits to its draft) and resume its run."""
+    edits = None
+    if edit is not None:
+        fields = parse_json(edit, "--edit")
+        if not isinstance(fields, dict):
+            raise RemitError(
+                f"--edit must be a JSON object of fields, e.g. '{{\"amount\": 120}}', not {edit}"
+            )
+        edits = fields
+    _decide(approval_id, "approved", edits=edits, reason=reason, key=key, as_=as_, app_dir=app_dir)
+
+
+@cli.command()
+def reject(
+    approval_id: Annotated[str, typer.Argument(help="The approval's id.")],
+    reason: Reason = None,
+    key: DecisionKey = None,
+    as_: As = None,
+    app_dir: AppDir = None,
+) -> None:
+    """Reject a pending approval and resume its run."""
+    _decide(approval_id, "rejected", edits=None, reason=reason, key=key, as_=as_, app_dir=app_dir)
+
+
+@cli.command()
+def serve(
+    host: Annotated[
+        str | None,
+        typer.Option(help="The address to listen on (default REMIT_HTTP_HOST, 127.0.0.1)."),
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            min=0, max=65535, help="The port (default REMIT_HTTP_PORT, 8700; 0: a free one)."
+        ),
+    ] = None,
+    app_dir: AppDir = None,
+) -> None:
+    """Serve the HTTP API for approvals until SIGTERM or Ctrl-C.
+
+    It runs no worker: a decision's run resumes on a worker that serves its queue.
+    """
+    from remit.serve.api import create_api
+    from remit.serve.api import serve as serve_http
+
+    app, settings = load(app_dir)
+    db = Database(settings.database_url)
+    db.prepare()
+    client = db.client(app.name)
+    try:
+        api = create_api(_approvals(db, client, app, settings), title=f"remit: {app.name}")
+        serve_http(
+            api,
+            host=host or settings.http_host,
+            port=settings.http_port if port is None else port,
+            drain_timeout=settings.drain_timeout,
+            listening=lambda url: err.print(
+                f"serving approvals of [bold]{app.name}[/] on {url} (routes at {url}/docs)"
+            ),
+        )
+    finally:
+        client.destroy()
+        db.dispose()
+    err.print("serve stopped")
+
+
+def _decide(
+    approval_id: str,
+    decision: str,
+    *,
+    edits: dict[str, Any] | None,
+    reason: str | None,
+    key: str | None,
+    as_: str | None,
+    app_dir: Path | None,
+) -> None:
+    with client_of(app_dir) as remit:
+        approval_id = full_id(remit.db, approvals_table.c.id, approval_id, what="approval")
+        result = remit.decide(
+            [approval_id],
+            decision,
+            key=key or f"cli:{uuid.uuid4().hex}",
+            edits=None if edits is None else {approval_id: edits},
+            reason=reason,
+            by=check_actor(as_ or remit.settings.actor),
+            via="cli",
+        )
+        approval = remit.approvals.get(approval_id)
+    _print_decision(result, approval)
+
+
+def _print_decision(result: DecideResult, approval: Approval) -> None:
+    decided = result.decided[0]
+    again = " (replayed: this key had already decided it)" if result.replayed else ""
+    out.print(f"{approval.id} {_status(decided.status)} by {approval.decided_by}{again}")
+    if approval.edited_draft is not None:
+        out.print(f"  draft  {json.dumps(approval.edited_draft)}")
+    if decided.resumed_workflow_id:
+        out.print(f"  run {decided.run_id} resumes on attempt {decided.resumed_workflow_id}")
+
+
+def _approvals(db: Database, client: Any, app: App | None, settings: Settings) -> Approvals:
+    types = {} if app is None else app.approval_types
+    guard = None if app is None else Guard.of(app, db)
+    return Approvals(db, client, types, admins=settings.admins, guard=guard)
+
+
+def _show(run: Run, client: Any, ledger: LedgerStore) -> None:
+    out.print(f"[bold]{run.run_id}[/]  {run.workflow}  {_status(run.status)}")
+    out.print(
+        f"  attempt {run.attempt} · version {run.version or '-'} · started by {run.started_by} · "
+        f"created {_time(run.created_at)} · finished {_time(run.finished_at)}"
+    )
+    out.print(f"  input  {json.dumps(run.input)}")
+    if run.output is not None:
+        out.print(f"  output {json.dumps(run.output)}")
+    if run.error:
+        out.print(f"  [red]error  {run.error}[/]")
+    steps = Table(
+        "attempt", "#", "step", "ms", "output", box=None, title="steps", title_justify="left"
+    )
+    earlier: dict[int, Any] = {}
+    for attempt in range(1, run.attempt + 1):
+        for step in client.list_workflow_steps(attempt_workflow_id(run.run_id, attempt)):
+            started, finished = step["started_at_epoch_ms"], step["completed_at_epoch_ms"]
+            took = "-" if started is None or finished is None else str(finished - started)
+            before = earlier.get(step["function_id"])
+            if before is not None and (before["started_at_epoch_ms"], before["output"]) == (
+                started,
+                step["output"],
+            ):
+                took = "copied"  # a resumed attempt's fork copied it: it did not run again
+            earlier[step["function_id"]] = step
+            result = _outcome(step["output"], step["error"])
+            if step["function_name"].startswith("approval:") and isinstance(step["output"], dict):
+                result = _gate(step["output"])
+            steps.add_row(
+                str(attempt), str(step["function_id"]), step["function_name"], took, result
+            )
+    out.print(steps)
+    rows = ledger.list(run_id=run.run_id)
+    out.print(_ledger_table(rows, with_run=False) if rows else "  no op calls")
+
+
+def _ledger_table(rows: list[LedgerRow], *, with_run: bool) -> Table:
+    table = Table(box=None, title="ledger", title_justify="left")
+    columns = ["run"] if with_run else []
+    for column in [
+        *columns,
+        "attempt",
+        "op",
+        "effect",
+        "key",
+        "status",
+        "tries",
+        "ms",
+        "cost",
+        "actor",
+        "error",
+    ]:
+        table.add_column(column)
+    for row in rows:
+        took = "-"
+        if row.finished_at is not None:
+            took = str(int((row.finished_at - row.started_at).total_seconds() * 1000))
+        cells = [row.run_id] if with_run else []
+        effect = row.effect + (" (idempotent)" if row.effect == "write" and row.idempotent else "")
+        cells += [
+            str(row.attempt),
+            row.op_id,
+            effect,
+            row.idempotency_key,
+            _status(row.status),
+            str(row.tries),
+            took,
+            "-" if row.cost is None else usd(row.cost),
+            row.actor,
+            row.error or "",
+        ]
+        table.add_row(*cells)
+    return table
+
+
+_COLOURS = {
+    "done": "green",
+    "approved": "green",
+    "rejected": "red",
+    "expired": "yellow",
+    "waiting": "cyan",
+    "pending": "cyan",
+    "ok": "green",
+    "live": "green",
+    "failed": "red",
+    "dead": "red",
+    "uncertain": "magenta",
+    "cancelled": "yellow",
+}
+
+
+def _status(status: str) -> str:
+    colour = _COLOURS.get(status)
+    return f"[{colour}]{status}[/]" if colour else status
+
+
+def _time(value: datetime | None) -> str:
+    return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _outcome(output: Any, error: Any) -> str:
+    """A step's result as a person reads it: its value, or its error's message."""
+    if error is not None:
+        return f"[red]{_short(str(error))}[/]"
+    if isinstance(output, dict) and "error" in output:
+        return f"[red]{_short(output['error'].get('message', output['error']))}[/]"
+    if isinstance(output, dict) and "ok" in output:
+        return _short(output["ok"])
+    return _short(output)
+
+
+def _gate(row: dict[str, Any]) -> str:
+    """An approval step as a person reads it: which approval, and what it read."""
+    text = f"{row.get('id')} {row.get('status')}"
+    if row.get("decided_by"):
+        text += f" by {row['decided_by']} via {row.get('decided_via')}"
+    if row.get("edited_draft") is not None:
+        text += " (edited)"
+    return _status(text) if row.get("status") != "pending" else text
+
+
+def _short(value: Any, width: int = 80) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else value
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _exit_now(code: int) -> None:
+    """End the process now. Attempts that outlived the drain stay with DBOS for the next worker
+    with this executor id; their threads must not run on past the bound."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
+
+
+def _replace(settings: Settings, **changes: Any) -> Settings:
+    from dataclasses import replace
+
+    return replace(settings, **changes)
+
+
+def main() -> None:
+    """The `remit` command."""
+    try:
+        cli()
+    except RemitError as error:
+        err.print(f"[red]error:[/] {escape(str(error))}")
+        sys.exit(1)

@@ -1,0 +1,176 @@
+"""`remit tasks` and `remit task resolve`: writes whose outcome a person confirms.
+
+A write whose outcome is unknown (the process making it died mid-call, or the vendor's answer
+was lost) opens a task, and its run waits. `remit task resolve ID --done [--output JSON]` says
+it happened, with what it returned: the run carries on with that output. `--not-done` says it
+did not: the op is called again with the same key, or the run fails, as the op declares.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+from dbos import DBOSClient
+from rich.table import Table
+
+from remit.app import App
+from remit.cli.base import AppDir, cli, client_of, connected, err, out, parse_json, whole_ids
+from remit.core.database import Database
+from remit.core.errors import RemitError
+from remit.core.ids import full_id
+from remit.core.runs import RunStore
+from remit.core.schema import runs as runs_table
+from remit.core.schema import tasks as tasks_table
+from remit.people.tasks import Resolved, Task, Tasks
+from remit.policy.guard import Guard, check_actor
+
+task_cli = typer.Typer(
+    no_args_is_help=True,
+    help="Answer a task: say whether a write whose outcome is unknown happened.",
+)
+cli.add_typer(task_cli, name="task")
+
+_COLOURS = {"open": "cyan", "done": "green", "not_done": "yellow"}
+
+
+def _tasks(app: App, db: Database, client: DBOSClient) -> Tasks:
+    return Tasks(db, client, app.name, app.ops, guard=Guard.of(app, db))
+
+
+@cli.command("tasks")
+def list_tasks(
+    open_only: Annotated[bool, typer.Option("--open", help="Only tasks still open.")] = False,
+    run: Annotated[str | None, typer.Option("--run", help="Only this run's tasks.")] = None,
+    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 100,
+    app_dir: AppDir = None,
+) -> None:
+    """List tasks, newest first: writes whose outcome a person must confirm."""
+    with connected(app_dir) as (app, _settings, db, client):
+        if run is not None:
+            run = full_id(db, runs_table.c.run_id, run, what="run")
+            RunStore(db).get(run)  # an unknown run is an error, not an empty list
+        found = _tasks(app, db, client).list(
+            status="open" if open_only else None, run_id=run, limit=limit
+        )
+    if not found:
+        out.print("no open tasks" if open_only else "no tasks")
+        return
+    table = Table("task", "run", "op", "key", "status", "title", "created", box=None)
+    for each in found:
+        table.add_row(
+            each.id,
+            each.run_id,
+            each.op_id,
+            each.idempotency_key,
+            _status(each.status),
+            each.title,
+            _time(each.created_at),
+        )
+    out.print(whole_ids(table, 0, 1, 3))
+
+
+@task_cli.command("resolve")
+def resolve(
+    task_id: Annotated[str, typer.Argument(help="The task's id.")],
+    done: Annotated[
+        bool, typer.Option("--done", help="The call happened: the run carries on.")
+    ] = False,
+    not_done: Annotated[
+        bool,
+        typer.Option(
+            "--not-done", help="The call did not happen: it is called again, or the run fails."
+        ),
+    ] = False,
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output",
+            help='With --done: what the call returned, as JSON, e.g. \'{"message_id": "m1"}\'.',
+        ),
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option("--key", help="The same key again replays the first answer."),
+    ] = None,
+    as_: Annotated[
+        str | None, typer.Option("--as", help="Who answers (default REMIT_ACTOR).")
+    ] = None,
+    app_dir: AppDir = None,
+) -> None:
+    """Say whether a task's call happened, and carry its run on."""
+    if done == not_done:
+        raise RemitError(
+            f"task {task_id}: say what happened with --done (it happened; give what it returned "
+            "with --output JSON) or --not-done (it did not), one of the two"
+        )
+    payload: dict[str, Any] | None = None
+    if output is not None:
+        parsed = parse_json(output, "--output")
+        if not isinstance(parsed, dict):
+            raise RemitError(
+                f"--output must be a JSON object of the op's output fields, e.g. "
+                f'\'{{"message_id": "m1"}}\', not {output}'
+            )
+        payload = parsed
+    with client_of(app_dir) as remit:
+        by = check_actor(as_ or remit.settings.actor)
+        task_id = full_id(remit.db, tasks_table.c.id, task_id, what="task")
+        result = remit.resolve(task_id, done=done, output=payload, key=key, by=by)
+        task = remit.tasks.get(task_id)
+        run = remit.runs_store.find(task.run_id)
+    _print_resolved(result, task, None if run is None else run.status)
+
+
+def _print_resolved(result: Resolved, task: Task, run_status: str | None) -> None:
+    again = " (replayed: this key had already resolved it)" if result.replayed else ""
+    out.print(f"{task.id} {_status(result.status)} by {task.resolved_by}{again}")
+    then = {
+        "continue": "the run carries on as if the call had returned this output",
+        "retry": f"`{task.op_id}` is called again with the same key ({task.idempotency_key})",
+        "fail": f'the run fails: `{task.op_id}` declares on_not_done="fail"',
+    }[result.then]
+    if result.then == "continue" and task.output is not None:
+        out.print(f"  output {json.dumps(task.output)}")
+    if result.resumed_workflow_id:
+        out.print(f"  run {result.run_id} resumes on attempt {result.resumed_workflow_id}: {then}")
+    elif run_status is None:
+        out.print("  a direct call, not a run: the answer is recorded in the ledger")
+    else:
+        out.print(
+            f"  run {result.run_id} is {run_status} and waits on no attempt at this call: "
+            "the answer is recorded in the ledger only"
+        )
+
+
+def tell_waiting(waiting: list[Task], told: set[str]) -> None:
+    """Say once, on stderr, how to answer each task a run waits at (`remit run`)."""
+    for task in waiting:
+        if task.id not in told:
+            told.add(task.id)
+            err.print(_waits_at(task))
+
+
+def show_open(app: App, db: Database, client: DBOSClient, run_id: str) -> None:
+    """Under `remit show`: the run's open tasks and how to answer each."""
+    for task in _tasks(app, db, client).list(run_id=run_id, status="open"):
+        out.print(_waits_at(task))
+
+
+def _waits_at(task: Task) -> str:
+    return (
+        f"{task.run_id} waits at task [bold]{task.id}[/]: {task.title} (`{task.op_id}`, key "
+        f"{task.idempotency_key}). Answer it with `remit task resolve {task.id} --done "
+        "--output JSON` or `--not-done`"
+    )
+
+
+def _status(status: str) -> str:
+    colour = _COLOURS.get(status)
+    return f"[{colour}]{status}[/]" if colour else status
+
+
+def _time(value: datetime | None) -> str:
+    return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")

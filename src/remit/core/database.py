@@ -1,0 +1,249 @@
+"""The database seam: one URL, SQLite or Postgres, holding DBOS's tables and remit's."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.metadata
+import logging
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from dbos import DBOS, DBOSClient, DBOSPortableJSONSerializer
+
+from remit.core.errors import DatabaseError
+from remit.core.schema import SCHEMA_VERSION, meta, metadata
+
+log = logging.getLogger("remit.store")
+
+T = TypeVar("T")
+
+# Any fixed 64-bit number: the Postgres advisory lock that serialises `prepare()`.
+_PREPARE_LOCK = 0x72656D6974  # "remit"
+
+
+def portable_serializer() -> DBOSPortableJSONSerializer:
+    """JSON for every value DBOS stores, never its default binary Python format."""
+    return DBOSPortableJSONSerializer()
+
+
+def normalize_url(raw: str) -> sa.URL:
+    """Parse a database URL, selecting psycopg 3 for Postgres. Raises `DatabaseError`."""
+    try:
+        url = sa.make_url(raw)
+    except sa.exc.ArgumentError:
+        raise DatabaseError(
+            f"database URL {raw!r} cannot be parsed: use postgresql://user@host:5432/db "
+            "or sqlite:////absolute/path.sqlite"
+        ) from None
+    backend = url.get_backend_name()
+    if backend in ("postgresql", "postgres"):
+        return url.set(drivername="postgresql+psycopg")
+    if backend == "sqlite":
+        if not url.database or url.database == ":memory:":
+            raise DatabaseError(
+                f"database URL {raw!r}: remit needs a SQLite file that several processes can "
+                "open, not an in-memory database: use sqlite:////path/to/remit.sqlite"
+            )
+        # Every process must open the same file, whatever its working directory.
+        return url.set(database=str(Path(url.database).resolve()))
+    raise DatabaseError(
+        f"database URL {raw!r} names `{backend}`: remit runs on postgresql:// or sqlite://"
+    )
+
+
+class Database:
+    """An engine on remit's database, and the one-time preparation of its tables."""
+
+    def __init__(self, raw_url: str, *, pool_size: int = 8) -> None:
+        self.url = normalize_url(raw_url)
+        self.is_sqlite = self.url.get_backend_name() == "sqlite"
+        if self.is_sqlite:
+            assert self.url.database is not None
+            Path(self.url.database).parent.mkdir(parents=True, exist_ok=True)
+            self.engine = sa.create_engine(self.url, connect_args={"timeout": 30})
+            sa.event.listen(self.engine, "connect", _sqlite_connect)
+        else:
+            self.engine = sa.create_engine(
+                self.url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+            )
+
+    @property
+    def dbos_url(self) -> str:
+        """The same database as DBOS's system database URL."""
+        return self.url.render_as_string(hide_password=False)
+
+    @contextlib.contextmanager
+    def begin(self) -> Iterator[sa.Connection]:
+        """A connection in a transaction that commits on leaving (rolls back on an error).
+
+        On SQLite the transaction takes the write lock when it begins (`BEGIN IMMEDIATE`), so
+        a read-then-write inside it cannot interleave with another writer: SQLite has no
+        `SELECT ... FOR UPDATE`, and the driver would otherwise begin only at the first write.
+        """
+        with self.engine.connect() as conn, conn.begin():
+            if self.is_sqlite:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+            yield conn
+
+    def execute_one(self, statement: sa.Executable) -> int:
+        """Run one statement as a transaction of its own and return the rows it touched.
+
+        One round trip on Postgres (no BEGIN and COMMIT around it); on SQLite the statement
+        takes the write lock itself.
+        """
+        with self.engine.connect() as conn:
+            if not self.is_sqlite:
+                conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            rows = conn.execute(statement).rowcount
+            conn.commit()
+            return int(rows)
+
+    def retrying(self, what: str, fn: Callable[[], T], *, within: float = 90.0) -> T:
+        """Call `fn` (one short transaction), again on a lost connection or a busy database.
+
+        For writes that are safe to repeat. Gives up after `within` seconds (longer than
+        SQLite's 30-second busy timeout) with the last error, so a database that stays down
+        fails the caller rather than hanging it. Other errors are raised at once.
+        """
+        deadline = time.monotonic() + within
+        delay = 0.05
+        while True:
+            try:
+                return fn()
+            except (sa.exc.OperationalError, sa.exc.InterfaceError) as error:
+                if not self._transient(error) or time.monotonic() + delay > deadline:
+                    raise
+                log.warning("%s: %s; trying again in %.2fs", what, error.orig or error, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def dbos_engine(self, *, pool_size: int) -> sa.Engine | None:
+        """The engine a worker's DBOS runs on: None (DBOS makes its own) on Postgres.
+
+        On SQLite, DBOS's engine begins a transaction only at its first write, so a worker's
+        dequeue reads the queue's running count before it holds the lock, and workers in
+        several processes can together pass a global concurrency limit. This engine takes the
+        write lock when each transaction begins, so the count and the claim are one step.
+        """
+        if not self.is_sqlite:
+            return None
+        engine = sa.create_engine(
+            self.url, connect_args={"timeout": 30}, pool_size=pool_size, max_overflow=pool_size
+        )
+        sa.event.listen(engine, "connect", _sqlite_connect)
+        sa.event.listen(engine, "begin", _sqlite_begin)
+        return engine
+
+    def client(self, app_name: str, *, pool_size: int = 2) -> DBOSClient:
+        """A DBOS client on this database: enqueues and manages runs without a worker."""
+        return DBOSClient(
+            system_database_url=self.dbos_url,
+            serializer=portable_serializer(),
+            application_name=app_name,
+            system_database_pool_size=pool_size,
+        )
+
+    def prepare(self) -> None:
+        """Create or migrate DBOS's tables and remit's. Safe to call from many processes at once:
+        one prepares while the others wait, then find the work done."""
+        if self._prepared():
+            return
+        with self._prepare_lock():
+            if self._prepared():
+                return
+            try:
+                DBOS.migrate(self.dbos_url)
+                metadata.create_all(self.engine, checkfirst=True)
+                # A table made by an earlier version lacks the indexes added to it since.
+                for table in metadata.sorted_tables:
+                    for index in table.indexes:
+                        index.create(self.engine, checkfirst=True)
+                with self.begin() as conn:
+                    conn.execute(meta.delete())
+                    conn.execute(
+                        meta.insert(), [{"key": k, "value": v} for k, v in _stamp().items()]
+                    )
+            except sa.exc.OperationalError as error:
+                raise DatabaseError(
+                    f"cannot prepare the database at {self.url.render_as_string()}: "
+                    f"{error.orig or error}"
+                ) from error
+
+    def _prepared(self) -> bool:
+        try:
+            with self.engine.connect() as conn:
+                stored = {
+                    row.key: row.value for row in conn.execute(sa.select(meta.c.key, meta.c.value))
+                }
+        except sa.exc.ProgrammingError:
+            return False
+        except sa.exc.OperationalError as error:
+            if self.is_sqlite and "no such table" in str(error):
+                return False
+            raise DatabaseError(
+                f"cannot reach the database at {self.url.render_as_string()}: "
+                f"{error.orig or error}. Check REMIT_DATABASE_URL and that the server is up"
+            ) from error
+        return stored == _stamp()
+
+    @contextlib.contextmanager
+    def _prepare_lock(self) -> Iterator[None]:
+        if self.is_sqlite:
+            assert self.url.database is not None
+            with open(f"{self.url.database}.prepare-lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+            return
+        # Wait by polling outside any transaction: DBOS's migrations build indexes
+        # CONCURRENTLY, which wait for every open transaction, including a waiting locker's.
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            deadline = time.monotonic() + 300
+            while not conn.execute(
+                sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": _PREPARE_LOCK}
+            ).scalar():
+                if time.monotonic() > deadline:
+                    raise DatabaseError(
+                        "another process has been preparing the database for 5 minutes"
+                    )
+                time.sleep(0.1)
+            try:
+                yield
+            finally:
+                conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": _PREPARE_LOCK})
+
+    def _transient(self, error: sa.exc.DBAPIError) -> bool:
+        """Whether trying again can help: on SQLite a busy or locked database (not, say, a
+        missing table); on Postgres any operational error (a lost connection, a restart, a
+        serialization failure)."""
+        if not self.is_sqlite:
+            return True
+        text = str(error.orig or error).lower()
+        return "locked" in text or "busy" in text
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def _sqlite_begin(conn: sa.Connection) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _stamp() -> dict[str, str]:
+    """What a prepared database records: remit's schema and the DBOS whose migrations ran."""
+    return {"schema": SCHEMA_VERSION, "dbos": importlib.metadata.version("dbos")}
+
+
+def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
+    # The driver begins no transactions of its own: `Database.begin` issues BEGIN IMMEDIATE,
+    # and a plain read runs on its own. A writer waits on the busy timeout for the lock.
+    dbapi_conn.isolation_level = None
+    dbapi_conn.execute("PRAGMA busy_timeout=30000")
+    dbapi_conn.execute("PRAGMA foreign_keys=ON")
+    dbapi_conn.execute("PRAGMA journal_mode=WAL")

@@ -1,0 +1,306 @@
+"""The ledger: one row per op call, and what a re-entered call may do.
+
+A write's row is `started` (durable) before its driver is called, and gets its outcome after.
+A call that finds its own row already there is a re-entry (a step retried after a crash, or a
+later attempt reaching the same step): `on_reentry` decides what it may do. A write whose
+outcome is unknown is `uncertain` and waits for a person (`tasks.py`); their answer makes the
+row `ok` (it happened), `not_done` (it did not, and the op is called again) or `failed`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from remit.core.clock import Clock, SystemClock
+from remit.core.database import Database
+from remit.core.schema import ledger, runs
+
+LedgerStatus = Literal["started", "ok", "failed", "uncertain", "not_done"]
+Reentry = Literal["replay", "call", "uncertain"]
+
+
+def on_reentry(status: str, *, safe_to_repeat: bool) -> Reentry:
+    """What a call that finds its ledger row may do.
+
+    - `replay`: the outcome is recorded (ok, failed or uncertain); return it, call nothing.
+    - `call`: the earlier call may or may not have happened, and calling again with the same
+      idempotency key cannot double its effect; or a person confirmed it did not happen
+      (`not_done`).
+    - `uncertain`: the earlier call may have happened and repeating it could double it.
+    """
+    if status == "not_done":
+        return "call"
+    if status != "started":
+        return "replay"
+    return "call" if safe_to_repeat else "uncertain"
+
+
+def input_hash(payload: Any) -> str:
+    """A stable hash of an op's JSON input (keys sorted)."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    id: int
+    run_id: str
+    attempt: int
+    step_id: int
+    op_id: str
+    effect: str
+    idempotent: bool
+    idempotency_key: str
+    input_hash: str
+    status: str
+    tries: int
+    actor: str
+    started_at: datetime
+    finished_at: datetime | None
+    output: Any
+    error: str | None
+    error_info: dict[str, Any] | None
+    cost: Decimal | None
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """Who makes which call: the fields of a new ledger row."""
+
+    run_id: str
+    attempt: int
+    step_id: int
+    op_id: str
+    effect: str
+    idempotent: bool
+    idempotency_key: str
+    input_hash: str
+    actor: str
+
+
+@dataclass(frozen=True)
+class Begun:
+    """What `LedgerStore.begin` found: a new `started` row, the row already under the key, or
+    a run that has moved on from the calling attempt (nothing written)."""
+
+    existing: LedgerRow | None = None
+    moved_on: bool = False
+
+
+class LedgerStore:
+    """Reads and writes of the ledger table."""
+
+    def __init__(self, db: Database, *, clock: Clock | None = None) -> None:
+        self.db = db
+        self.clock = clock or SystemClock()
+
+    def begin(self, record: CallRecord, workflow_id: str | None) -> Begun:
+        """Write a write's `started` row, durable when this returns, if its attempt is current.
+
+        In the same transaction it checks that the run is still running on `workflow_id`: an
+        attempt that was superseded or cancelled starts no new write. A direct call (no
+        `workflow_id`) belongs to no run and is not fenced.
+        """
+
+        started_at = self.clock.now()
+
+        def write() -> Begun:
+            with self.db.begin() as conn:
+                if workflow_id is not None and not _current(conn, record.run_id, workflow_id):
+                    return Begun(moved_on=True)
+                existing = self._by_key(conn, record.idempotency_key)
+                if existing is not None and not _ours(existing, record, started_at):
+                    return Begun(existing=existing)
+                if existing is None:
+                    conn.execute(
+                        ledger.insert().values(
+                            **record.__dict__, status="started", tries=0, started_at=started_at
+                        )
+                    )
+                return Begun()
+
+        try:
+            return self.db.retrying(f"ledger {record.idempotency_key}: started", write)
+        except sa.exc.IntegrityError:
+            # Another process inserted the same key between our read and our insert.
+            return Begun(existing=self.get(record.idempotency_key))
+
+    def retake(self, key: str, attempt: int) -> None:
+        """A re-entered call goes ahead: note the attempt that makes it, and make the row
+        `started` again (a `not_done` row is called again)."""
+        self._update(
+            key,
+            {
+                "attempt": attempt,
+                "status": "started",
+                "finished_at": None,
+                "error": None,
+                "error_info": None,
+            },
+        )
+
+    def tried(self, key: str, tries: int) -> None:
+        self._update(key, {"tries": tries})
+
+    def finish(
+        self,
+        record: CallRecord,
+        status: LedgerStatus,
+        *,
+        tries: int,
+        output: Any = None,
+        error: str | None = None,
+        error_info: dict[str, Any] | None = None,
+        started_at: datetime | None = None,
+        cost: Decimal | None = None,
+    ) -> bool:
+        """Record a call's outcome; a read, which has no `started` row, gets its row now.
+        `cost` is what the call cost in USD, for an op with a cost.
+
+        False when the idempotency key already belongs to another call (another op, or the
+        same op with other input): nothing is written.
+        """
+        values, new_row = self._outcome(
+            record, status, tries, output, error, error_info, started_at, cost
+        )
+
+        def write() -> bool:
+            # One statement each, most often only the first: a read's first and only row, or
+            # a write's outcome on its `started` row. Each is checked, so none needs the others
+            # in its transaction.
+            return self._write_outcome(self.db.execute_one, record, values, new_row)
+
+        return self.db.retrying(f"ledger {record.idempotency_key}: {status}", write)
+
+    def finish_in(
+        self,
+        conn: sa.Connection,
+        record: CallRecord,
+        status: LedgerStatus,
+        *,
+        tries: int,
+        output: Any = None,
+        error: str | None = None,
+        error_info: dict[str, Any] | None = None,
+        started_at: datetime | None = None,
+        cost: Decimal | None = None,
+    ) -> bool:
+        """`finish`, inside the caller's transaction on `conn`: a call's cost settles its budget
+        reservation in the transaction that records it (see `budgets.py`)."""
+        values, new_row = self._outcome(
+            record, status, tries, output, error, error_info, started_at, cost
+        )
+        return self._write_outcome(
+            lambda statement: int(conn.execute(statement).rowcount), record, values, new_row
+        )
+
+    def _outcome(
+        self,
+        record: CallRecord,
+        status: LedgerStatus,
+        tries: int,
+        output: Any,
+        error: str | None,
+        error_info: dict[str, Any] | None,
+        started_at: datetime | None,
+        cost: Decimal | None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The values of a call's outcome, and the whole row when it has none yet."""
+        now = self.clock.now()
+        values = {
+            "status": status,
+            "tries": tries,
+            "finished_at": now,
+            "output": output,
+            "error": error,
+            "error_info": error_info,
+            "cost": cost,
+        }
+        return values, {**record.__dict__, **values, "started_at": started_at or now}
+
+    def _write_outcome(
+        self,
+        execute: Callable[[sa.Executable], int],
+        record: CallRecord,
+        values: dict[str, Any],
+        new_row: dict[str, Any],
+    ) -> bool:
+        same_call = (
+            ledger.c.idempotency_key == record.idempotency_key,
+            ledger.c.op_id == record.op_id,
+            ledger.c.input_hash == record.input_hash,
+        )
+        if record.effect == "read" and execute(self._insert_new(new_row)) == 1:
+            return True
+        if execute(ledger.update().where(*same_call).values(**values)) == 1:
+            return True
+        return execute(self._insert_new(new_row)) == 1
+
+    def _insert_new(self, row: dict[str, Any]) -> sa.Insert:
+        """An insert that does nothing when the key is taken."""
+        insert = postgresql.insert if not self.db.is_sqlite else sqlite.insert
+        return (
+            insert(ledger).values(**row).on_conflict_do_nothing(index_elements=["idempotency_key"])
+        )
+
+    def _update(self, key: str, values: dict[str, Any]) -> None:
+        statement = ledger.update().where(ledger.c.idempotency_key == key).values(**values)
+        self.db.retrying(f"ledger {key}", lambda: self.db.execute_one(statement))
+
+    def get(self, key: str) -> LedgerRow | None:
+        with self.db.engine.connect() as conn:
+            return self._by_key(conn, key)
+
+    def list(self, *, run_id: str | None = None, limit: int = 200) -> list[LedgerRow]:
+        query = sa.select(ledger).order_by(ledger.c.id.desc()).limit(limit)
+        if run_id is not None:
+            query = sa.select(ledger).where(ledger.c.run_id == run_id).order_by(ledger.c.id)
+        with self.db.engine.connect() as conn:
+            return [_row(row) for row in conn.execute(query)]
+
+    def _by_key(self, conn: sa.Connection, key: str) -> LedgerRow | None:
+        return read_row(conn, key)
+
+
+def read_row(conn: sa.Connection, key: str, *, for_update: bool = False) -> LedgerRow | None:
+    """The row under `key` inside the caller's transaction, locked till commit if asked."""
+    query = sa.select(ledger).where(ledger.c.idempotency_key == key)
+    row = conn.execute(query.with_for_update() if for_update else query).one_or_none()
+    return None if row is None else _row(row)
+
+
+def _current(conn: sa.Connection, run_id: str, workflow_id: str) -> bool:
+    """Whether the run is still running on attempt `workflow_id` (its row locked till commit)."""
+    current = conn.execute(
+        sa.select(runs.c.workflow_id, runs.c.status)
+        .where(runs.c.run_id == run_id)
+        .with_for_update()
+    ).one_or_none()
+    return current is not None and (current.workflow_id, current.status) == (
+        workflow_id,
+        "running",
+    )
+
+
+def _ours(existing: LedgerRow, record: CallRecord, started_at: datetime) -> bool:
+    """True when `existing` is the row this very `begin` wrote on an earlier try whose commit
+    went through but whose answer was lost: the call has not been made yet."""
+    return (existing.status, existing.attempt, existing.tries, existing.started_at) == (
+        "started",
+        record.attempt,
+        0,
+        started_at,
+    )
+
+
+def _row(row: sa.Row[Any]) -> LedgerRow:
+    return LedgerRow(**{column.name: row._mapping[column.name] for column in ledger.columns})

@@ -1,0 +1,402 @@
+"""Runs: the user-visible unit of work, one row each, with fenced status writes.
+
+A run's attempt N is the DBOS workflow `<run_id>:<N>`. The row's `workflow_id` names the current
+attempt, and every status write an attempt makes is fenced on it: once a run has moved to a later
+attempt, a write from an earlier one matches no row and changes nothing.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import math
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+import sqlalchemy as sa
+from dbos import DBOSClient
+from pydantic import BaseModel, ValidationError
+
+from remit.core.clock import Clock, SystemClock
+from remit.core.database import Database
+from remit.core.errors import InputInvalid, RemitError, RunMovedOn, RunNotFound
+from remit.core.schema import runs
+
+if TYPE_CHECKING:
+    # Only for annotations: runs are below the declarations that start them.
+    from remit.declare.workflows import Workflow
+
+log = logging.getLogger("remit.runs")
+
+RunStatus = Literal[
+    "queued", "running", "waiting", "sleeping", "paused", "done", "failed", "cancelled"
+]
+STATUSES: tuple[str, ...] = (
+    "queued",
+    "running",
+    "waiting",
+    "sleeping",
+    "paused",
+    "done",
+    "failed",
+    "cancelled",
+)
+FINISHED: frozenset[str] = frozenset({"done", "failed", "cancelled"})
+# The statuses an attempt may move on from: a finished or cancelled run stays as it is.
+ACTIVE = ("queued", "running", "waiting", "sleeping", "paused")
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """The attempt a call belongs to."""
+
+    run_id: str
+    attempt: int
+    workflow_id: str
+    actor: str
+    # A direct call (`remit call`) belongs to no run: its writes are not fenced on one.
+    direct: bool = False
+    # The run's workflow, whose own budgets its calls count against (None: a direct call).
+    workflow: str | None = None
+    # The attempt began before, and DBOS is running it again after its worker stopped.
+    again: bool = False
+
+
+def attempt_workflow_id(run_id: str, attempt: int) -> str:
+    """The DBOS workflow id of attempt `attempt` of run `run_id`."""
+    return f"{run_id}:{attempt}"
+
+
+def new_run_id() -> str:
+    return f"run_{uuid.uuid4().hex[:16]}"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run as its row holds it."""
+
+    run_id: str
+    workflow: str
+    queue: str
+    input: dict[str, Any]
+    status: str
+    attempt: int
+    workflow_id: str
+    version: str | None
+    started_by: str
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    output: Any
+    error: str | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+
+class RunStore:
+    """Reads and writes of the runs table. Every status write an attempt makes is fenced."""
+
+    def __init__(self, db: Database, *, clock: Clock | None = None) -> None:
+        self.db = db
+        self.clock = clock or SystemClock()
+
+    def start(
+        self,
+        client: DBOSClient,
+        workflow: Workflow,
+        input: Mapping[str, Any] | BaseModel,
+        *,
+        started_by: str,
+        run_id: str | None = None,
+    ) -> Run:
+        """Write the run's row and enqueue its first attempt, in one transaction.
+
+        The input is parsed first: one that does not parse raises `InputInvalid` and nothing
+        is written. Works from any process; no worker needs to run here.
+        """
+        payload = parse_input(workflow, input)
+        run_id = run_id or new_run_id()
+        workflow_id = attempt_workflow_id(run_id, 1)
+        now = self.clock.now()
+        run = Run(
+            run_id=run_id,
+            workflow=workflow.name,
+            queue=workflow.queue,
+            input=payload,
+            status="queued",
+            attempt=1,
+            workflow_id=workflow_id,
+            version=None,
+            started_by=started_by,
+            created_at=now,
+            updated_at=now,
+            finished_at=None,
+            output=None,
+            error=None,
+        )
+        with self.db.begin() as conn:
+            conn.execute(
+                runs.insert().values({k: v for k, v in run.__dict__.items() if v is not None})
+            )
+            enqueue_first(conn, client, run)
+        return run
+
+    def get(self, run_id: str) -> Run:
+        found = self.find(run_id)
+        if found is None:
+            raise _not_found(run_id)
+        return found
+
+    def find(self, run_id: str) -> Run | None:
+        """The run, or None when there is no run with that id."""
+        with self.db.engine.connect() as conn:
+            row = conn.execute(sa.select(runs).where(runs.c.run_id == run_id)).one_or_none()
+        return None if row is None else _run(row)
+
+    def list(
+        self, *, status: str | None = None, workflow: str | None = None, limit: int = 50
+    ) -> list[Run]:
+        query = sa.select(runs).order_by(runs.c.created_at.desc(), runs.c.run_id).limit(limit)
+        if status is not None:
+            query = query.where(runs.c.status == status)
+        if workflow is not None:
+            query = query.where(runs.c.workflow == workflow)
+        with self.db.engine.connect() as conn:
+            return [_run(row) for row in conn.execute(query)]
+
+    def in_flight(self) -> builtins.list[tuple[str, str]]:
+        """(run id, current attempt's workflow id) of every run queued or running."""
+        with self.db.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(runs.c.run_id, runs.c.workflow_id).where(
+                    runs.c.status.in_(("queued", "running"))
+                )
+            )
+            return [(row.run_id, row.workflow_id) for row in rows]
+
+    def claim(self, run_id: str, workflow_id: str, version: str) -> bool:
+        """An attempt's first write: mark the run running under `version`.
+
+        False when the run has moved to another attempt, or finished, or was cancelled: the
+        attempt must then stop without running anything.
+        """
+        return self.begin_attempt(run_id, workflow_id, version) is not None
+
+    def begin_attempt(
+        self, run_id: str, workflow_id: str, version: str
+    ) -> Literal["first", "again"] | None:
+        """`claim`, saying whether the attempt begins for the `first` time (the run was
+        queued) or `again` (it was running: DBOS is recovering the attempt after its worker
+        stopped); None when the attempt must stop without running anything."""
+        values = {"status": "running", "version": version}
+        if self._fenced(run_id, workflow_id, values, from_statuses=("queued",)):
+            return "first"
+        if self._fenced(run_id, workflow_id, values, from_statuses=("running",)):
+            return "again"
+        return None
+
+    def conclude(
+        self,
+        run_id: str,
+        workflow_id: str,
+        status: RunStatus,
+        *,
+        output: Any = None,
+        error: str | None = None,
+    ) -> bool:
+        """Write the outcome of the attempt `workflow_id`. False when the fence refused it."""
+        values: dict[str, Any] = {"status": status, "output": output, "error": error}
+        if status in FINISHED:
+            values["finished_at"] = self.clock.now()
+        written = self._fenced(run_id, workflow_id, values, from_statuses=("queued", "running"))
+        if not written:
+            log.info(
+                "status write refused: run %s has moved on from attempt %s (wanted %s)",
+                run_id,
+                workflow_id,
+                status,
+            )
+        return written
+
+    def suspend(self, run_id: str, workflow_id: str, status: RunStatus) -> bool:
+        """The attempt `workflow_id` ends with the run `waiting` (or `sleeping`, or `paused`).
+
+        False when the fence refused it: a decision already moved the run to its next attempt.
+        """
+        return self._fenced(run_id, workflow_id, {"status": status}, from_statuses=("running",))
+
+    def _fenced(
+        self,
+        run_id: str,
+        workflow_id: str,
+        values: dict[str, Any],
+        *,
+        from_statuses: tuple[str, ...],
+    ) -> bool:
+        values = {**values, "updated_at": self.clock.now()}
+        statement = (
+            runs.update()
+            .where(
+                runs.c.run_id == run_id,
+                runs.c.workflow_id == workflow_id,
+                runs.c.status.in_(from_statuses),
+            )
+            .values(**values)
+        )
+
+        def write() -> bool:
+            return self.db.execute_one(statement) == 1
+
+        # Repeating the write is harmless: the fence and the status guard make it idempotent.
+        return self.db.retrying(f"run {run_id}: status write", write)
+
+    def bump(self, conn: sa.Connection, run_id: str, *, reopen: bool = False) -> tuple[int, str]:
+        """Move the run to its next attempt inside the caller's transaction.
+
+        Returns the new attempt number and its DBOS workflow id; from the commit on, every
+        write of the earlier attempt is refused by the fence. The caller enqueues or forks
+        the new attempt in the same transaction (or through an outbox). Only a retry
+        (`reopen`) moves a failed or cancelled run on; it clears the run's end.
+        """
+        row = conn.execute(
+            sa.select(runs.c.attempt, runs.c.status)
+            .where(runs.c.run_id == run_id)
+            .with_for_update()
+        ).one_or_none()
+        if row is None:
+            raise _not_found(run_id)
+        if row.status in FINISHED and not (reopen and row.status != "done"):
+            raise RemitError(f"run `{run_id}` is {row.status}: a finished run has no next attempt")
+        attempt = int(row.attempt) + 1
+        workflow_id = attempt_workflow_id(run_id, attempt)
+        ended = {"finished_at": None, "error": None, "output": None} if reopen else {}
+        conn.execute(
+            runs.update()
+            .where(runs.c.run_id == run_id)
+            .values(
+                attempt=attempt,
+                workflow_id=workflow_id,
+                status="queued",
+                updated_at=self.clock.now(),
+                **ended,
+            )
+        )
+        return attempt, workflow_id
+
+
+def enqueue_first(conn: sa.Connection, client: DBOSClient, run: Run) -> None:
+    """Enqueue the run's first attempt inside the caller's transaction, which wrote the run's
+    row or holds its lock. Raises if DBOS already holds an attempt of that id."""
+    client.enqueue_in_transaction(
+        conn,
+        {
+            "workflow_name": run.workflow,
+            "queue_name": run.queue,
+            "workflow_id": attempt_workflow_id(run.run_id, 1),
+            # The default silently returns an existing workflow of the same id.
+            "workflow_id_reuse_policy": "reject",
+        },
+        run.run_id,
+        1,
+        run.input,
+        run.started_by,
+    )
+
+
+def lock_run(conn: sa.Connection, run_id: str) -> Any:
+    """Lock the run's row for update inside the caller's transaction and return its status,
+    current attempt's workflow id and queue (None if there is no such run)."""
+    return conn.execute(
+        sa.select(runs.c.status, runs.c.workflow_id, runs.c.queue)
+        .where(runs.c.run_id == run_id)
+        .with_for_update()
+    ).one_or_none()
+
+
+def hold_attempt(conn: sa.Connection, run_id: str, workflow_id: str) -> None:
+    """Lock the run's row (shared) inside the caller's transaction, and raise `RunMovedOn`
+    unless the run is still on the attempt `workflow_id` and has not finished.
+
+    What a gate or a sleep step does before writing its row: the row lock orders it before or
+    after a decision or a wake, which lock the run before anything else too.
+    """
+    current = conn.execute(
+        sa.select(runs.c.workflow_id, runs.c.status)
+        .where(runs.c.run_id == run_id)
+        .with_for_update(read=True)
+    ).one_or_none()
+    if current is None or current.workflow_id != workflow_id:
+        raise RunMovedOn(f"run {run_id} is no longer on {workflow_id}")
+    if current.status in FINISHED:
+        raise RunMovedOn(f"run {run_id} is {current.status}")
+
+
+def _not_found(run_id: str) -> RunNotFound:
+    return RunNotFound(f"no run `{run_id}`: `remit runs` lists the runs")
+
+
+def parse_input(workflow: Workflow, input: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
+    """The run's input as JSON, parsed against the workflow's model. Raises `InputInvalid`."""
+    try:
+        if isinstance(input, BaseModel):
+            input = input.model_dump(mode="json")
+        model = workflow.input.model_validate(input)
+    except ValidationError as error:
+        raise InputInvalid.of(
+            error,
+            what=f"input to workflow `{workflow.name}`",
+            target=workflow.name,
+            after="Fix the input and start the run again; nothing was written",
+        ) from None
+    return json_input(model, what=f"input to workflow `{workflow.name}`", target=workflow.name)
+
+
+def json_input(model: BaseModel, *, what: str, target: str) -> dict[str, Any]:
+    """A parsed input as JSON, refusing a number JSON cannot hold (infinity, NaN), which the
+    dump would otherwise store as null: a policy, or the run, would read another value."""
+    for path, value in _leaves(model.model_dump(), ()):
+        if isinstance(value, float) and not math.isfinite(value):
+            where = ".".join(str(part) for part in path)
+            raise InputInvalid(
+                f"{what} does not parse: {where}: {value} is not a number JSON can hold. "
+                "Nothing was written",
+                target=target,
+                errors=[{"loc": list(path), "msg": "not a finite number", "type": "finite"}],
+            )
+    dumped: dict[str, Any] = model.model_dump(mode="json")
+    return dumped
+
+
+def _leaves(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], Any]]:
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _leaves(item, (*path, key))
+    elif isinstance(value, list | tuple | set | frozenset):
+        for index, item in enumerate(value):
+            yield from _leaves(item, (*path, index))
+    else:
+        yield path, value
+
+
+def _run(row: sa.Row[Any]) -> Run:
+    return Run(
+        run_id=row.run_id,
+        workflow=row.workflow,
+        queue=row.queue,
+        input=row.input,
+        status=row.status,
+        attempt=row.attempt,
+        workflow_id=row.workflow_id,
+        version=row.version,
+        started_by=row.started_by,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        finished_at=row.finished_at,
+        output=row.output,
+        error=row.error,
+    )

@@ -1,0 +1,233 @@
+"""Settings from the environment, with the defaults a user gets when they set nothing."""
+
+from __future__ import annotations
+
+import getpass
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+from urllib.parse import SplitResult, urlsplit
+
+from remit.core.errors import SettingsError
+
+N = TypeVar("N", int, float)
+
+DATA_DIR = ".remit"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a remit process reaches its database and runs its work.
+
+    - `database_url`: `REMIT_DATABASE_URL`; default a SQLite file `.remit/remit.sqlite` in the
+      app's folder. `postgresql://user@host/db` selects Postgres.
+    - `fakes`: `REMIT_FAKES=1` runs every connector on its fake instead of its driver.
+    - `executor_id`: `REMIT_EXECUTOR_ID`; default a per-host slot (see `worker.py`).
+    - `threads`: `REMIT_WORKER_THREADS`, the bound on a worker's executor threads (default 64).
+    - `poll_interval`: `REMIT_POLL_INTERVAL`, seconds between queue polls (default 0.1).
+    - `drain_timeout`: `REMIT_DRAIN_TIMEOUT`, seconds a worker waits on SIGTERM (default 30).
+    - `actor`: `REMIT_ACTOR`, who the CLI acts as (default `user:<login name>`).
+    - `reconcile_interval`: `REMIT_RECONCILE_INTERVAL`, seconds between reconciler passes (60).
+    - `heartbeat_interval`: `REMIT_HEARTBEAT_INTERVAL`, seconds between heartbeats (5).
+    - `dead_after`: `REMIT_DEAD_AFTER`, seconds without a heartbeat before a worker is dead (30).
+    - `sweep_interval`: `REMIT_SWEEP_INTERVAL`, seconds between a worker's sweeps: approvals
+      past their expiry, notifications to retry, resumes left in the outbox (default 5).
+    - `suspend_after`: `REMIT_SUSPEND_AFTER`, seconds: a longer `ctx.sleep` suspends the run
+      (default 60).
+    - `admins`: `REMIT_ADMINS`, comma-separated actors who may decide a gate assigned to
+      someone else.
+    - `webhook_url`, `webhook_secret`: `REMIT_WEBHOOK_URL` (a waiting gate is POSTed there) and
+      `REMIT_WEBHOOK_SECRET` (signs the body).
+    - `http_host`, `http_port`: `REMIT_HTTP_HOST` (127.0.0.1) and `REMIT_HTTP_PORT` (8700), where
+      `remit serve` listens.
+    - `secret_key`: `REMIT_SECRET_KEY`, the key that encrypts the app's stored credentials (see
+      `secrets.py`); kept out of the settings' repr.
+    - `secret_key_file`: `REMIT_SECRET_KEY_FILE`, where the key is kept when `REMIT_SECRET_KEY` is
+      not set (default `.remit/secret.key` in the app's folder, made by the first
+      `remit secrets set`).
+    - `otlp_endpoint`: the OTLP/HTTP URL a worker exports traces to (see `telemetry.py`):
+      `REMIT_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT`, a collector's address to which
+      `/v1/traces` is added, or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, used as given. Default none:
+      nothing is exported.
+    - `log_format`: `REMIT_LOG_FORMAT`, `text` (default) or `json` (one JSON object a line).
+    - `version`: `REMIT_VERSION`, the application version workers run under (a build's SHA, say)
+      in place of the hash of the workflows' code (default).
+    """
+
+    database_url: str
+    fakes: bool = False
+    executor_id: str | None = None
+    threads: int = 64
+    poll_interval: float = 0.1
+    drain_timeout: float = 30.0
+    actor: str = "user:unknown"
+    log_level: str = "WARNING"
+    reconcile_interval: float = 60.0
+    heartbeat_interval: float = 5.0
+    dead_after: float = 30.0
+    sweep_interval: float = 5.0
+    suspend_after: float = 60.0
+    admins: frozenset[str] = frozenset()
+    webhook_url: str | None = None
+    webhook_secret: str | None = None
+    http_host: str = "127.0.0.1"
+    http_port: int = 8700
+    secret_key: str | None = field(default=None, repr=False)
+    secret_key_file: Path = Path(DATA_DIR, "secret.key")
+    otlp_endpoint: str | None = None
+    log_format: str = "text"
+    version: str | None = None
+
+    @classmethod
+    def from_env(cls, app_dir: Path | str, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        url = env.get("REMIT_DATABASE_URL") or default_database_url(Path(app_dir))
+        heartbeat = _number(env, "REMIT_HEARTBEAT_INTERVAL", 5.0, float)
+        dead_after = _number(env, "REMIT_DEAD_AFTER", 30.0, float)
+        if heartbeat * 2 > dead_after:
+            raise SettingsError(
+                f"REMIT_HEARTBEAT_INTERVAL={heartbeat:g} must be at most half of "
+                f"REMIT_DEAD_AFTER={dead_after:g}, or live workers would look dead"
+            )
+        return cls(
+            database_url=url,
+            fakes=env.get("REMIT_FAKES", "").lower() in ("1", "true", "yes"),
+            executor_id=env.get("REMIT_EXECUTOR_ID") or None,
+            threads=_number(env, "REMIT_WORKER_THREADS", 64, int),
+            poll_interval=_number(env, "REMIT_POLL_INTERVAL", 0.1, float),
+            drain_timeout=_number(env, "REMIT_DRAIN_TIMEOUT", 30.0, float, zero=True),
+            actor=env.get("REMIT_ACTOR")
+            or f"user:{env.get('USER') or env.get('LOGNAME') or _login()}",
+            log_level=_log_level(env),
+            reconcile_interval=_number(env, "REMIT_RECONCILE_INTERVAL", 60.0, float),
+            heartbeat_interval=heartbeat,
+            dead_after=dead_after,
+            sweep_interval=_number(env, "REMIT_SWEEP_INTERVAL", 5.0, float),
+            suspend_after=_number(env, "REMIT_SUSPEND_AFTER", 60.0, float, zero=True),
+            admins=frozenset(
+                actor.strip() for actor in env.get("REMIT_ADMINS", "").split(",") if actor.strip()
+            ),
+            webhook_url=_url(env, "REMIT_WEBHOOK_URL"),
+            webhook_secret=env.get("REMIT_WEBHOOK_SECRET") or None,
+            http_host=env.get("REMIT_HTTP_HOST") or "127.0.0.1",
+            http_port=_number(env, "REMIT_HTTP_PORT", 8700, int),
+            secret_key=env.get("REMIT_SECRET_KEY") or None,
+            secret_key_file=Path(
+                env.get("REMIT_SECRET_KEY_FILE") or Path(app_dir) / DATA_DIR / "secret.key"
+            ).resolve(),
+            otlp_endpoint=_otlp_endpoint(env),
+            log_format=_log_format(env),
+            version=_version(env),
+        )
+
+
+def _version(env: Mapping[str, str]) -> str | None:
+    raw = env.get("REMIT_VERSION")
+    if not raw:
+        return None
+    if not _VERSION.fullmatch(raw):
+        raise SettingsError(
+            f"REMIT_VERSION={raw!r} must be 1 to 64 letters, digits, dots, dashes or underscores, "
+            "e.g. a build's git SHA"
+        )
+    return raw
+
+
+_VERSION = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def default_database_url(app_dir: Path) -> str:
+    return f"sqlite:///{(app_dir.resolve() / DATA_DIR / 'remit.sqlite')}"
+
+
+def _number(
+    env: Mapping[str, str], name: str, default: N, kind: type[N], *, zero: bool = False
+) -> N:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    what = "a whole number" if kind is int else "a number"
+    bound = "0 or more" if zero else "greater than 0"
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} must be {what} {bound}, e.g. {default}") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        raise SettingsError(f"{name}={raw!r} must be {what} {bound}, e.g. {default}")
+    return value
+
+
+def _url(env: Mapping[str, str], name: str) -> str | None:
+    raw = env.get(name) or None
+    if raw is not None and not raw.startswith(("http://", "https://")):
+        raise SettingsError(f"{name}={raw!r} must be an http:// or https:// URL")
+    return raw
+
+
+# Where traces go, by the first of these set: each with whether it is a collector's address, to
+# which the traces path is added (as OpenTelemetry's own variables are read), or the traces URL.
+_OTLP_VARIABLES = (
+    ("REMIT_OTLP_ENDPOINT", True),
+    ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", False),
+    ("OTEL_EXPORTER_OTLP_ENDPOINT", True),
+)
+
+
+def _otlp_endpoint(env: Mapping[str, str]) -> str | None:
+    given = [(name, address) for name, address in _OTLP_VARIABLES if env.get(name, "").strip()]
+    if not given:
+        return None
+    name, address = given[0]
+    raw = env[name].strip()
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname or not _port_ok(parts):
+        raise SettingsError(
+            f"{name}={raw!r} is not the URL of an OTLP/HTTP collector: give http:// or https://, "
+            "a host and a port, e.g. http://localhost:4318 (traces go to its /v1/traces)"
+        )
+    if address and not parts.path.rstrip("/").endswith("/v1/traces"):
+        return raw.rstrip("/") + "/v1/traces"
+    return raw
+
+
+def _port_ok(parts: SplitResult) -> bool:
+    try:
+        return parts.port is None or parts.port > 0
+    except ValueError:  # not a number, or out of range
+        return False
+
+
+_LOG_FORMATS = ("text", "json")
+
+
+def _log_format(env: Mapping[str, str]) -> str:
+    raw = env.get("REMIT_LOG_FORMAT", "")
+    chosen = raw.strip().lower() or "text"
+    if chosen not in _LOG_FORMATS:
+        raise SettingsError(
+            f"REMIT_LOG_FORMAT={raw!r} is not a log format: use text (the default) or json"
+        )
+    return chosen
+
+
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(env: Mapping[str, str]) -> str:
+    level = env.get("REMIT_LOG_LEVEL", "WARNING").upper()
+    if level not in _LEVELS:
+        raise SettingsError(
+            f"REMIT_LOG_LEVEL={env['REMIT_LOG_LEVEL']!r} is not a log level: use one of {', '.join(_LEVELS)}"
+        )
+    return level
+
+
+def _login() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"

@@ -1,0 +1,1 @@
+"""What an app declares: workflows, their schedules, and the ops its connectors offer."""

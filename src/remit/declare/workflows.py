@@ -1,0 +1,140 @@
+"""Workflows: a named Python function with a typed input, the ops it uses and a queue."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+import textwrap
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from remit.core.errors import AppError
+from remit.declare.ops import Op
+from remit.declare.schedules import Schedule, check_scheduled_input
+
+_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
+DEFAULT_QUEUE = "default"
+
+
+def check_name(kind: str, name: str) -> None:
+    """Refuse a name that is not lowercase letters, digits and dashes starting with a letter."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        suggestion = re.sub(r"[^a-z0-9-]+", "-", str(name).lower()).strip("-") or "my-name"
+        if not suggestion[0].isalpha():
+            suggestion = f"w-{suggestion}"
+        raise AppError(
+            f"{kind} name `{name}` must be lowercase letters, digits and dashes, starting with "
+            f"a letter: for example `{suggestion}`"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Workflow:
+    """A workflow as the app declares it. Made by the `@workflow(...)` decorator."""
+
+    name: str
+    fn: Callable[..., Any]
+    input: type[BaseModel]
+    uses: tuple[Op[Any, Any], ...]
+    queue: str
+    is_async: bool
+    # When runs start on their own, if they do (`@workflow(..., trigger=schedule(...))`).
+    trigger: Schedule | None = None
+
+    @property
+    def op_ids(self) -> frozenset[str]:
+        return frozenset(used.id for used in self.uses)
+
+    def source(self) -> str:
+        """The function's source, which the app's version is derived from.
+
+        For a scheduled workflow, its decorator is left out (the input model is named instead;
+        the app hashes the name, queue and ops itself): when runs start is not what an attempt
+        replays, and a new version would strand the attempts in flight under the old one (they
+        are handed over only within a version). Editing a schedule keeps the version; giving a
+        workflow one, or taking it away, changes it.
+        """
+        try:
+            text = inspect.getsource(self.fn)
+        except (OSError, TypeError):
+            return self.fn.__qualname__
+        if self.trigger is None:
+            return text
+        model = f"{self.input.__module__}.{self.input.__qualname__}"
+        return f"# scheduled, input {model}\n{_undecorated(text)}"
+
+    def __repr__(self) -> str:
+        return f"Workflow({self.name!r}, queue={self.queue!r})"
+
+
+def workflow(
+    *,
+    name: str,
+    input: type[BaseModel],
+    uses: Iterable[Op[Any, Any]] = (),
+    queue: str = DEFAULT_QUEUE,
+    trigger: Schedule | None = None,
+) -> Callable[[Callable[..., Any]], Workflow]:
+    """Declare a workflow. The function receives `(ctx, input)`; it may be sync or async.
+
+    `uses` lists every op the workflow may call; calling any other fails the run. With
+    `trigger=schedule(...)` a worker starts a run at every instant of the schedule; its input
+    is built from nothing, or from `scheduled_at` (the instant) when the model has that field.
+    """
+    check_name("workflow", name)
+    if not (isinstance(input, type) and issubclass(input, BaseModel)):
+        raise AppError(f"workflow `{name}`: `input` must be a pydantic model class, got {input!r}")
+    used = tuple(uses)
+    for each in used:
+        if not isinstance(each, Op):
+            raise AppError(
+                f"workflow `{name}` lists {each!r} in `uses`: list ops (made with `remit.op`)"
+            )
+    check_name("queue", queue)
+    if trigger is not None:
+        if not isinstance(trigger, Schedule):
+            raise AppError(
+                f"workflow `{name}`: trigger={trigger!r} is not a schedule: use "
+                "trigger=remit.schedule('0 9 * * MON-FRI', tz='Europe/Helsinki')"
+            )
+        check_scheduled_input(name, input)
+
+    def declare(fn: Callable[..., Any]) -> Workflow:
+        if not callable(fn):
+            raise AppError(f"@workflow(name={name!r}) must decorate a function")
+        try:
+            inspect.signature(fn).bind(None, None)
+        except TypeError:
+            raise AppError(
+                f"workflow `{name}`: {fn.__qualname__} must take two arguments, `(ctx, input)`"
+            ) from None
+        except ValueError:
+            pass  # no signature to read (a builtin): the run will tell
+        return Workflow(
+            name=name,
+            fn=fn,
+            input=input,
+            uses=used,
+            queue=queue,
+            is_async=inspect.iscoroutinefunction(fn),
+            trigger=trigger,
+        )
+
+    return declare
+
+
+def _undecorated(source: str) -> str:
+    """A decorated function's source from its `def` line on, dedented."""
+    text = textwrap.dedent(source)
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return source
+    node = tree.body[0] if tree.body else None
+    if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        return text
+    return "".join(text.splitlines(keepends=True)[node.lineno - 1 :])

@@ -1,0 +1,639 @@
+"""`ctx`: what a workflow function uses to checkpoint work and call ops.
+
+A sync workflow gets a `Context`; an async one an `AsyncContext`, whose methods are awaited.
+Every `ctx.step` and op call is a DBOS step: once it has finished it is never executed again,
+not on recovery, not on a later attempt. Its value comes back as JSON, so the first run and a
+replay see the same value. While the app is paused, a step about to start ends the attempt
+instead, with the run `paused` (see `pause.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any, Protocol, TypeVar, cast, overload
+
+import sqlalchemy as sa
+from dbos import DBOS, StepOptions, StepReservation
+from dbos._context import get_local_dbos_context
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic_core import to_jsonable_python
+
+from remit.connectors.llm import ChatMessage, ChatReply, chat_complete
+from remit.core import telemetry
+from remit.core.errors import InputInvalid, OpNotDeclared, RemitError, StepFailed, Suspended
+from remit.core.keys import key_problem
+from remit.core.runs import RunInfo
+from remit.declare.ops import Op
+from remit.declare.workflows import Workflow
+from remit.execution.calls import OpCaller, Outcome, failure, ok, raise_failure
+from remit.execution.journal import Journal, Mark, gate_mark, op_mark, sleep_mark, step_mark
+from remit.execution.timers import Timers
+from remit.people.approvals import Decision, Gates
+
+Out = TypeVar("Out", bound=BaseModel)
+Draft = TypeVar("Draft", bound=BaseModel)
+T = TypeVar("T")
+
+
+class Slot(Protocol):
+    """One position of the run, taken by the operation about to run there."""
+
+    @property
+    def position(self) -> int: ...
+
+    def run(self, mark: Mark, options: StepOptions, body: Callable[[], Any]) -> Any:
+        """Run `body` as the step at this position, once `mark` is checked against it."""
+        ...
+
+    async def run_async(self, mark: Mark, options: StepOptions, body: Callable[[], Any]) -> Any:
+        """`run`, awaited."""
+        ...
+
+
+class Steps(Protocol):
+    """Where a `ctx` takes its positions: DBOS in a live attempt, the record in a replay."""
+
+    def reserve(self) -> Slot: ...
+
+    def patch(self, name: str) -> bool: ...
+
+    async def patch_async(self, name: str) -> bool: ...
+
+    def short_sleep(self, seconds: float) -> None: ...
+
+    async def short_sleep_async(self, seconds: float) -> None: ...
+
+
+class _LiveSlot:
+    def __init__(self, reservation: StepReservation, journal: Journal) -> None:
+        self._reservation = reservation
+        self._journal = journal
+
+    @property
+    def position(self) -> int:
+        return self._reservation.step_id
+
+    def run(self, mark: Mark, options: StepOptions, body: Callable[[], Any]) -> Any:
+        self._journal.check(self.position, mark)
+        return self._reservation.run(options, body)
+
+    async def run_async(self, mark: Mark, options: StepOptions, body: Callable[[], Any]) -> Any:
+        self._journal.check(self.position, mark)
+        return await self._reservation.run_async(options, body)
+
+
+class LiveSteps:
+    """A live attempt's positions: DBOS's step ids, each checked against the run's journal
+    before its step runs. The position is reserved on the calling thread (or the event loop,
+    before any await), so concurrent operations of an async run take theirs in program order."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+
+    def reserve(self) -> Slot:
+        return _LiveSlot(DBOS.reserve_step(), self.journal)
+
+    def patch(self, name: str) -> bool:
+        position = _next_position()
+        if self.journal.patch_taken(position, name) is False:
+            return False
+        taken = DBOS.patch(name)
+        if taken:
+            self.journal.passed(position)
+        return taken
+
+    async def patch_async(self, name: str) -> bool:
+        position = _next_position()
+        if self.journal.patch_taken(position, name) is False:
+            return False
+        taken = await DBOS.patch_async(name)
+        if taken:
+            self.journal.passed(position)
+        return taken
+
+    def short_sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self.journal.check(_next_position(), sleep_mark(short=True))
+        DBOS.sleep(seconds)
+
+    async def short_sleep_async(self, seconds: float) -> None:
+        if seconds > 0:
+            self.journal.check(_next_position(), sleep_mark(short=True))
+        await DBOS.sleep_async(seconds)
+
+
+def _next_position() -> int:
+    """The position the next operation of this workflow takes. DBOS has no call that tells it
+    without taking it (a reservation does), and `ctx.patch` must look before it takes: this
+    reads DBOS's workflow context, as `DBOS.patch` does."""
+    context = get_local_dbos_context()
+    if context is None or not context.is_workflow():
+        raise RemitError("ctx is used only inside the workflow it was given to")
+    return context.function_id + 1
+
+
+class _Base:
+    def __init__(
+        self,
+        run: RunInfo,
+        workflow: Workflow,
+        ops: Mapping[str, Op[Any, Any]],
+        caller: OpCaller,
+        gates: Gates,
+        timers: Timers,
+        paused: Callable[[], bool] = lambda: False,
+        steps: Steps | None = None,
+    ) -> None:
+        self._run = run
+        self._workflow = workflow
+        self._ops = ops
+        self._caller = caller
+        self._gates = gates
+        self._timers = timers
+        self._paused = paused
+        # Where each operation takes its position: DBOS, checked against the run's journal.
+        self._steps = steps or LiveSteps(Journal.empty(run.run_id))
+
+    def _park_if_paused(self) -> None:
+        """Before a step starts: while the app is paused, end the attempt with the run
+        `paused`. Its finished steps stay; a resume carries it on from here."""
+        if self._paused():
+            raise Suspended("paused", "the app is paused")
+
+    def _sleep_step(
+        self, duration: timedelta | float
+    ) -> tuple[float, Callable[[], dict[str, Any]] | None]:
+        """The seconds to sleep, and the body of its step when the sleep suspends the run."""
+        seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
+        if not isinstance(seconds, int | float) or seconds < 0:
+            raise InputInvalid(
+                f"ctx.sleep({duration!r}): give a timedelta or seconds, 0 or more",
+                target="ctx.sleep",
+                errors=[],
+            )
+        if seconds <= self._timers.suspend_after:
+            return float(seconds), None
+
+        @telemetry.traced_step("sleep", "sleep", seconds=float(seconds))
+        def body() -> dict[str, Any]:
+            step_id = DBOS.step_id
+            assert step_id is not None, "a sleep runs as a DBOS step"
+            return self._timers.open(self._run, step_id, float(seconds))
+
+        return float(seconds), body
+
+    @property
+    def run_id(self) -> str:
+        return self._run.run_id
+
+    @property
+    def attempt(self) -> int:
+        return self._run.attempt
+
+    @property
+    def actor(self) -> str:
+        """Who started the run."""
+        return self._run.actor
+
+    def _prepare(
+        self, op: Op[Any, Any] | str, input: Any, fields: Mapping[str, Any], key: str | None
+    ) -> tuple[Op[Any, Any], dict[str, Any]]:
+        op_id = op if isinstance(op, str) else op.id
+        problem = (
+            None
+            if key is None
+            else key_problem(key, what=f"key for `{op_id}`", longest=100, example="reminder-1")
+        )
+        if problem is not None:
+            raise InputInvalid(problem, target=op_id, errors=[])
+        if op_id not in self._workflow.op_ids:
+            raise OpNotDeclared(
+                f"workflow `{self._workflow.name}` called `{op_id}`, which its `uses` does not "
+                f"list: add it to @workflow(uses=[...])",
+                op=op_id,
+            )
+        declared = self._ops[op_id]
+        if input is None:
+            input = dict(fields)
+        elif fields:
+            raise TypeError(
+                f"`{op_id}`: pass the input as one model or dict, or as keywords, not both"
+            )
+        try:
+            model = (
+                input
+                if isinstance(input, declared.input)
+                else declared.input.model_validate(
+                    input.model_dump() if isinstance(input, BaseModel) else input
+                )
+            )
+        except ValidationError as error:
+            raise InputInvalid(
+                f"input to op `{op_id}` does not parse: {error}",
+                target=op_id,
+                errors=[dict(e) for e in error.errors(include_url=False)],
+            ) from None
+        return declared, model.model_dump(mode="json")
+
+    def _gate_step(
+        self,
+        key: str,
+        type: str,
+        title: str,
+        draft: BaseModel | Mapping[str, Any],
+        assignee: str | None,
+        expires_in: timedelta | float | None,
+    ) -> tuple[StepOptions, Callable[[], dict[str, Any]], Callable[[dict[str, Any]], Any]]:
+        """The gate's DBOS step, and what turns its row into a decision (or a suspension)."""
+        declared, payload, seconds = self._gates.prepare(key, type, draft, expires_in)
+
+        @telemetry.traced_step("approval", key)
+        def body() -> dict[str, Any]:
+            step_id = DBOS.step_id
+            assert step_id is not None, "an approval gate runs as a DBOS step"
+            return self._gates.open(
+                self._run,
+                step_id,
+                key=key,
+                type=declared.name,
+                title=title,
+                draft=payload,
+                assignee=assignee,
+                expires_in=seconds,
+            )
+
+        def outcome(row: dict[str, Any]) -> Any:
+            return self._gates.outcome(row, declared)
+
+        return _gate_options(key), body, outcome
+
+    def __getattr__(self, vendor: str) -> Any:
+        """`ctx.<vendor>.<resource>.<op>(...)`: the same call as `ctx.call(op, ...)`."""
+        if vendor.startswith("_"):
+            raise AttributeError(vendor)
+        return _Path(cast(Any, self).call, self._ops, vendor)
+
+    def _op_step(
+        self, op: Op[Any, Any], payload: dict[str, Any], key: str | None
+    ) -> tuple[Slot, Mark, Callable[[], Outcome]]:
+        """The position an op call takes, what it is there, and the body of its step."""
+        slot = self._steps.reserve()
+        # A call's position names it unless the workflow names it: `<run>:<step>` or
+        # `<run>:key:<key>`, two spaces that cannot collide. A resumed run's positions up to
+        # where it resumes are checked against its record before anything runs (`journal.py`),
+        # so a deploy cannot move a key from under a call it started.
+        name = str(slot.position) if key is None else f"key:{key}"
+        idempotency_key = f"{self._run.run_id}:{name}"
+        memo: dict[str, Any] = {}  # outlives a DBOS retry of this step (see OpCaller.call)
+
+        def body() -> Outcome:
+            return self._caller.call(
+                self._run, op, payload, step_id=slot.position, key=idempotency_key, memo=memo
+            )
+
+        return slot, op_mark(op.id, idempotency_key), body
+
+
+def _db_step_options(name: str) -> StepOptions:
+    """A step retried by DBOS only when the database failed under it: an op call then re-enters
+    through the ledger, which decides whether calling the vendor again is safe; a gate or a
+    sleep only reads and writes remit's rows."""
+    return {
+        "name": name,
+        "retries_allowed": True,
+        "max_attempts": 4,
+        "interval_seconds": 1.0,
+        "backoff_rate": 2.0,
+        "should_retry": lambda error: isinstance(
+            error, sa.exc.OperationalError | sa.exc.InterfaceError
+        ),
+    }
+
+
+def _op_options(op: Op[Any, Any]) -> StepOptions:
+    return _db_step_options(op.id)
+
+
+def _gate_options(key: str) -> StepOptions:
+    return _db_step_options(f"approval:{key}")
+
+
+def _sleep_options() -> StepOptions:
+    return _db_step_options("sleep")
+
+
+def _chat(
+    prompt: str | Iterable[ChatMessage | Mapping[str, str]],
+    model: str,
+    max_tokens: int,
+    temperature: float | None,
+    system: str | None,
+) -> dict[str, Any]:
+    """The input of `llm.chat.complete` for `ctx.llm`, parsed (and refused) as any op's is."""
+    given: list[Any] = (
+        [{"role": "user", "content": prompt}]
+        if isinstance(prompt, str)
+        else [m.model_dump() if isinstance(m, BaseModel) else dict(m) for m in prompt]
+    )
+    if system is not None:
+        given.insert(0, {"role": "system", "content": system})
+    return {
+        "model": model,
+        "messages": given,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+    }
+
+
+def _finish_op(op: Op[Any, Out], outcome: Outcome) -> Out:
+    raise_failure(op.id, outcome)
+    return op.output.model_validate(outcome["ok"])
+
+
+def _step_outcome(name: str, value: Any) -> Outcome:
+    try:
+        return ok(to_jsonable_python(value))
+    except Exception as error:
+        return failure(
+            "step",
+            f"step `{name}` returned a value that is not JSON ({type(error).__name__}: {error}): "
+            "return plain data or a pydantic model",
+            error_type=type(error).__name__,
+        )
+
+
+def _step_error(name: str, error: Exception) -> Outcome:
+    return failure(
+        "step",
+        f"step `{name}` failed: {type(error).__name__}: {error}",
+        error_type=type(error).__name__,
+    )
+
+
+def _step_value(name: str, outcome: Outcome, output: Any, cause: BaseException | None) -> Any:
+    error = outcome.get("error")
+    if error is not None:
+        raise StepFailed(
+            error["message"], step=name, error_type=error.get("error_type", "")
+        ) from cause
+    value = outcome["ok"]
+    if output is None:
+        return value
+    return TypeAdapter(output).validate_python(value)
+
+
+class _Path:
+    """`ctx.<vendor>.<resource>.<op>(...)`: the attribute path to an op id."""
+
+    def __init__(
+        self, invoke: Callable[..., Any], ops: Mapping[str, Op[Any, Any]], path: str
+    ) -> None:
+        self._invoke = invoke
+        self._ops = ops
+        self._path = path
+
+    def __getattr__(self, part: str) -> Any:
+        if part.startswith("_"):
+            raise AttributeError(part)
+        return _Path(self._invoke, self._ops, f"{self._path}.{part}")
+
+    def __call__(self, input: Any = None, /, *, key: str | None = None, **fields: Any) -> Any:
+        if self._path not in self._ops:
+            raise OpNotDeclared(
+                f"`ctx.{self._path}(...)` names no op any connector in the app declares",
+                op=self._path,
+            )
+        return self._invoke(self._path, input, key=key, **fields)
+
+
+class Context(_Base):
+    """The `ctx` of a sync workflow."""
+
+    @overload
+    def step(self, name: str, fn: Callable[[], Any]) -> Any: ...
+    @overload
+    def step(self, name: str, fn: Callable[[], Any], *, output: type[T]) -> T: ...
+    def step(self, name: str, fn: Callable[[], Any], *, output: Any = None) -> Any:
+        """Run `fn` once as a checkpointed step named `name` and return its value as JSON.
+
+        With `output=SomeType` the JSON is parsed back into that type. If `fn` raises, the run
+        sees `StepFailed` (now and on replay).
+        """
+        self._park_if_paused()
+        cause: list[BaseException] = []
+
+        @telemetry.traced_step("step", name)
+        def body() -> Outcome:
+            try:
+                return _step_outcome(name, fn())
+            except Exception as error:
+                cause.append(error)
+                return _step_error(name, error)
+
+        outcome = self._steps.reserve().run(step_mark(name), {"name": name}, body)
+        return _step_value(name, outcome, output, cause[0] if cause else None)
+
+    def call(
+        self, op: Op[Any, Out], input: Any = None, /, *, key: str | None = None, **fields: Any
+    ) -> Out:
+        """Call `op` as a checkpointed step and return its output model.
+
+        `key` names the call for its idempotency key (default: the step's position in the run).
+        """
+        self._park_if_paused()
+        declared, payload = self._prepare(op, input, fields, key)
+        slot, mark, body = self._op_step(declared, payload, key)
+        outcome = slot.run(mark, _op_options(declared), body)
+        return _finish_op(cast(Op[Any, Out], declared), outcome)
+
+    def llm(
+        self,
+        prompt: str | Iterable[ChatMessage | Mapping[str, str]],
+        *,
+        model: str,
+        max_tokens: int = 1024,
+        temperature: float | None = None,
+        system: str | None = None,
+        key: str | None = None,
+    ) -> ChatReply:
+        """Ask a model and return its reply: the op `llm.chat.complete` (the `llm` connector),
+        which the workflow's `uses` must list, called as `ctx.call` calls it.
+
+        `prompt` is one user message, or a list of messages (`{"role": ..., "content": ...}`);
+        `system` goes before them. Before it is made, the call reserves the most it can cost
+        (`max_tokens` and the prompt, at the model's price) in the budgets that apply, and is
+        refused with `BudgetExceeded` when that would pass one.
+        """
+        chat = _chat(prompt, model, max_tokens, temperature, system)
+        return self.call(chat_complete, chat, key=key)
+
+    def raise_budget(
+        self, *, scope: str, period: str, limit: Decimal | int | str, by: str
+    ) -> Decimal:
+        """Set the limit of a budget period (`BudgetExceeded.scope` and `.period`) to `limit`
+        USD, as a checkpointed step, recording `by` (who approved it) in the audit log; return
+        the new limit. For a workflow that waits at an approval after `BudgetExceeded`."""
+        budgets = self._caller.budgets
+        if budgets is None:
+            raise RemitError("this worker keeps no budgets: ctx.raise_budget has nothing to raise")
+        return Decimal(
+            self.step(
+                "raise-budget",
+                lambda: str(budgets.raise_limit(scope, period, limit, by=by).limit_usd),
+            )
+        )
+
+    def approval(
+        self,
+        key: str,
+        *,
+        type: str,
+        title: str,
+        draft: Draft,
+        assignee: str | None = None,
+        expires_in: timedelta | float | None = None,
+    ) -> Decision[Draft]:
+        """Wait for a person to decide the approval `key` of this run, and return the decision.
+
+        `type` names an `ApprovalType` the app declares, whose model `draft` must parse as.
+        While the gate is pending the run is `waiting` and holds nothing in any worker; once it
+        is decided the run carries on from here, the steps before the gate not run again.
+        `assignee` limits who may decide it (an admin may too); `expires_in` (seconds or a
+        timedelta) decides it `expired` if no one has by then. The decision's `status` is
+        approved, rejected, expired or cancelled; its `draft` is the edited one, if edited.
+        """
+        self._park_if_paused()
+        options, body, outcome = self._gate_step(key, type, title, draft, assignee, expires_in)
+        row = self._steps.reserve().run(gate_mark(key), options, body)
+        return cast(Decision[Draft], outcome(row))
+
+    def patch(self, name: str) -> bool:
+        """True where the run takes the code added under `name`; False for a run that had
+        already passed this point before the change, which must keep its old path:
+
+            if ctx.patch("check-credit"):
+                ctx.call(check_credit, ...)
+        """
+        return self._steps.patch(name)
+
+    def sleep(self, duration: timedelta | float) -> None:
+        """Wait `duration` (a timedelta or seconds), durably: a crash does not restart it.
+
+        Up to REMIT_SUSPEND_AFTER seconds (default 60) the attempt waits in its thread.
+        Longer, the run is `sleeping` and holds nothing in any worker until its deadline,
+        when a worker resumes it here without running a finished step again.
+        """
+        self._park_if_paused()
+        seconds, body = self._sleep_step(duration)
+        if body is None:
+            with telemetry.step_span("sleep", "sleep", seconds=seconds):
+                self._steps.short_sleep(seconds)
+            return
+        Timers.outcome(self._steps.reserve().run(sleep_mark(), _sleep_options(), body))
+
+
+class AsyncContext(_Base):
+    """The `ctx` of an async workflow: the same methods as `Context`, awaited."""
+
+    async def step(self, name: str, fn: Callable[[], Any], *, output: Any = None) -> Any:
+        """Run `fn` (sync or async) once as a checkpointed step; see `Context.step`."""
+        self._park_if_paused()
+        cause: list[BaseException] = []
+
+        @telemetry.traced_step("step", name)
+        async def body() -> Outcome:
+            try:
+                # A sync function runs in a thread, so it cannot block other async workflows.
+                value = fn() if inspect.iscoroutinefunction(fn) else await asyncio.to_thread(fn)
+                if inspect.isawaitable(value):
+                    value = await value
+                return _step_outcome(name, value)
+            except Exception as error:
+                cause.append(error)
+                return _step_error(name, error)
+
+        outcome = await self._steps.reserve().run_async(step_mark(name), {"name": name}, body)
+        return _step_value(name, outcome, output, cause[0] if cause else None)
+
+    async def call(
+        self, op: Op[Any, Out], input: Any = None, /, *, key: str | None = None, **fields: Any
+    ) -> Out:
+        """Call `op` as a checkpointed step; see `Context.call`."""
+        self._park_if_paused()
+        declared, payload = self._prepare(op, input, fields, key)
+        slot, mark, body = self._op_step(declared, payload, key)
+        outcome = await slot.run_async(mark, _op_options(declared), body)
+        return _finish_op(cast(Op[Any, Out], declared), outcome)
+
+    async def llm(
+        self,
+        prompt: str | Iterable[ChatMessage | Mapping[str, str]],
+        *,
+        model: str,
+        max_tokens: int = 1024,
+        temperature: float | None = None,
+        system: str | None = None,
+        key: str | None = None,
+    ) -> ChatReply:
+        """Ask a model and return its reply; see `Context.llm`."""
+        chat = _chat(prompt, model, max_tokens, temperature, system)
+        return await self.call(chat_complete, chat, key=key)
+
+    async def raise_budget(
+        self, *, scope: str, period: str, limit: Decimal | int | str, by: str
+    ) -> Decimal:
+        """Set a budget period's limit as a checkpointed step; see `Context.raise_budget`."""
+        budgets = self._caller.budgets
+        if budgets is None:
+            raise RemitError("this worker keeps no budgets: ctx.raise_budget has nothing to raise")
+        return Decimal(
+            await self.step(
+                "raise-budget",
+                lambda: str(budgets.raise_limit(scope, period, limit, by=by).limit_usd),
+            )
+        )
+
+    async def approval(
+        self,
+        key: str,
+        *,
+        type: str,
+        title: str,
+        draft: Draft,
+        assignee: str | None = None,
+        expires_in: timedelta | float | None = None,
+    ) -> Decision[Draft]:
+        """Wait for a decision on the approval `key`; see `Context.approval`."""
+        self._park_if_paused()
+        options, body, outcome = self._gate_step(key, type, title, draft, assignee, expires_in)
+
+        async def in_thread() -> dict[str, Any]:
+            return await asyncio.to_thread(body)
+
+        row = await self._steps.reserve().run_async(gate_mark(key), options, in_thread)
+        return cast(Decision[Draft], outcome(row))
+
+    async def patch(self, name: str) -> bool:
+        """See `Context.patch`."""
+        return await self._steps.patch_async(name)
+
+    async def sleep(self, duration: timedelta | float) -> None:
+        """Wait `duration` durably; see `Context.sleep`."""
+        self._park_if_paused()
+        seconds, body = self._sleep_step(duration)
+        if body is None:
+            with telemetry.step_span("sleep", "sleep", seconds=seconds):
+                await self._steps.short_sleep_async(seconds)
+            return
+
+        async def in_thread() -> dict[str, Any]:
+            assert body is not None
+            return await asyncio.to_thread(body)
+
+        Timers.outcome(
+            await self._steps.reserve().run_async(sleep_mark(), _sleep_options(), in_thread)
+        )

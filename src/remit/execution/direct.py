@@ -1,0 +1,279 @@
+"""Direct calls: one op called outside any workflow (`remit call`, `remit data`), by a person or
+an agent, through the same ledger as a run's calls, and only as the app's policies allow.
+
+A permit marked `@hold` lets the call happen only once someone approves it: the call becomes a
+run of the built-in workflow `call`, which waits at an approval of the built-in type `call` and
+makes the call, once, when it is approved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+import sqlalchemy as sa
+from dbos import DBOSClient
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from remit.budgets.store import Budgets
+from remit.connectors.base import Implementation
+from remit.core.clock import Clock, SystemClock
+from remit.core.database import Database
+from remit.core.errors import InputInvalid, RemitError
+from remit.core.keys import key_problem
+from remit.core.ledger import LedgerStore, input_hash
+from remit.core.runs import RunInfo, RunStore, json_input
+from remit.declare.ops import Op
+from remit.declare.workflows import Workflow, workflow
+from remit.execution.calls import DIRECT_CALL_PREFIX, OpCaller
+from remit.execution.context import Context
+from remit.people.approvals import ApprovalType
+from remit.people.tasks import TaskOpener
+from remit.policy.cedar import HELD
+from remit.policy.guard import Guard, check_actor
+
+if TYPE_CHECKING:
+    from remit.app import App
+
+
+class HeldCall(BaseModel):
+    """The draft a held call's approver sees: which op, with what input, and why it waits."""
+
+    op: str
+    input: dict[str, Any]
+    note: str = ""
+
+
+class HeldCallInput(BaseModel):
+    """The input of a `call` run."""
+
+    op: str
+    input: dict[str, Any]
+    note: str = ""
+    key: str = Field(default="", description="the caller's key, if the call was given one")
+
+
+def held_call_type(ops: Mapping[str, Op[Any, Any]]) -> ApprovalType:
+    """The built-in approval type `call`: its draft's input must parse against its op's input
+    model, so an approver's edit is checked (and seen by the policies) as the call will be."""
+
+    class HeldCallDraft(HeldCall):
+        @model_validator(mode="after")
+        def _input_parses(self) -> HeldCallDraft:
+            op = ops.get(self.op)
+            if op is None:
+                raise ValueError(f"the app has no op `{self.op}`")
+            unknown = sorted(set(self.input) - set(op.input.model_fields))
+            if unknown:
+                raise ValueError(
+                    f"the input of `{op.id}` has no field {', '.join(unknown)} (its fields: "
+                    f"{', '.join(op.input.model_fields)})"
+                )
+            try:
+                self.input = parse_op_input(op, self.input)
+            except InputInvalid as invalid:
+                problems = "; ".join(
+                    f"input.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                    for e in invalid.errors
+                )
+                raise ValueError(f"the input of `{op.id}` does not parse: {problems}") from None
+            return self
+
+    return ApprovalType(HELD, draft=HeldCallDraft, description="a direct call held by policy")
+
+
+def held_call_workflow(ops: Mapping[str, Op[Any, Any]]) -> Workflow:
+    """The built-in workflow `call`: wait for an approval, then make the held call once."""
+
+    @workflow(name=HELD, input=HeldCallInput, uses=list(ops.values()))
+    def held_call(ctx: Context, input: HeldCallInput) -> dict[str, Any]:
+        decision = ctx.approval(
+            "call",
+            type=HELD,
+            title=f"{ctx.actor} asks to call {input.op}"
+            + (f": {input.note}" if input.note else ""),
+            draft=HeldCall(op=input.op, input=input.input, note=input.note),
+        )
+        if not decision.approved:
+            return {"outcome": decision.status}
+        if decision.draft.op != input.op:
+            raise RemitError(
+                f"the approval of a held call changed its op from {input.op} to "
+                f"{decision.draft.op}: only its input may be edited"
+            )
+        output = ctx.call(ops[input.op], decision.draft.input, key="call")
+        return {"outcome": "called", "output": output.model_dump(mode="json")}
+
+    return held_call
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """What a direct call came to: `ok` or `failed` (made now), or `held` (a run waits)."""
+
+    status: Literal["ok", "failed", "held"]
+    op: str
+    idempotency_key: str | None = None
+    output: Any = None
+    error: str | None = None
+    run_id: str | None = None
+    note: str = ""
+    replayed: bool = False
+
+
+class DirectCalls:
+    """Makes direct calls for one app: policy first, then the call (or a held run)."""
+
+    def __init__(
+        self,
+        app: App,
+        db: Database,
+        client: DBOSClient,
+        *,
+        implementations: Mapping[str, Implementation],
+        environ: Mapping[str, str],
+        guard: Guard,
+        clock: Clock | None = None,
+    ) -> None:
+        self.app = app
+        self.db = db
+        self.client = client
+        self.guard = guard
+        self.clock = clock or SystemClock()
+        self.ledger = LedgerStore(db, clock=self.clock)
+        self.caller = OpCaller(
+            implementations=implementations,
+            ledger=self.ledger,
+            clock=self.clock,
+            environ=environ,
+            tasks=TaskOpener(db, app.name, clock=self.clock),
+            budgets=Budgets(db, app.name, app.budgets, clock=self.clock),
+            prices=app.llm_prices,
+        )
+
+    def call(
+        self, op_id: str, payload: Mapping[str, Any], *, by: str, key: str | None = None
+    ) -> CallResult:
+        """Call `op_id` as `by`. `key` makes it idempotent: the same key again returns the
+        first outcome (or the same held run) and calls nothing again.
+
+        Raises `PolicyDenied` (recorded) when no policy permits it, `InputInvalid` when the
+        input does not parse, and nothing is called or written in either case.
+        """
+        check_actor(by)
+        op = self._op(op_id)
+        problem = None if key is None else key_problem(key, what="key", longest=100, example="c-1")
+        if problem is not None:
+            raise RemitError(problem)
+        parsed = parse_op_input(op, payload)
+        verdict = self.guard.require(by, "call", op.id, {"input": parsed})
+        if verdict.held:
+            return self._hold(op, parsed, by=by, key=key, note=verdict.hold_note)
+        call_id = f"{DIRECT_CALL_PREFIX}{uuid.uuid4().hex[:16]}"
+        ledger_key = f"direct:{key}" if key else f"{call_id}:0"
+        if key:
+            answered = self._keyed(op, parsed, key, ledger_key)
+            if answered is not None:
+                return answered
+        run = RunInfo(run_id=call_id, attempt=1, workflow_id=call_id, actor=by, direct=True)
+        outcome = self.caller.call(run, op, parsed, step_id=0, key=ledger_key)
+        error = outcome.get("error")
+        return CallResult(
+            status="failed" if error else "ok",
+            op=op.id,
+            idempotency_key=ledger_key,
+            output=outcome.get("ok"),
+            error=error["message"] if error else None,
+        )
+
+    def _keyed(
+        self, op: Op[Any, Any], parsed: dict[str, Any], key: str, ledger_key: str
+    ) -> CallResult | None:
+        """What the ledger already holds under the call's key: its outcome to replay, a
+        refusal, or None when the call is to be made (or made again, when that is safe)."""
+        existing = self.ledger.get(ledger_key)
+        if existing is None:
+            return None
+        if (existing.op_id, existing.input_hash) != (op.id, input_hash(parsed)):
+            other = "other input" if existing.op_id == op.id else f"`{existing.op_id}`"
+            raise RemitError(
+                f"--key {key} was used for a call of {other} ({_when(existing.started_at)}): "
+                "give each call its own key. Nothing was called"
+            )
+        if existing.status in ("ok", "failed"):
+            return CallResult(
+                status=existing.status,  # type: ignore[arg-type]
+                op=op.id,
+                idempotency_key=ledger_key,
+                output=existing.output,
+                error=existing.error,
+                replayed=True,
+            )
+        if existing.status == "not_done":
+            return None  # a person confirmed it did not happen: the op says what follows
+        if existing.status == "uncertain" or not op.safe_to_repeat:
+            raise RemitError(
+                f"the call of `{op.id}` keyed {key} started {_when(existing.started_at)} and its "
+                f"outcome is not recorded ({existing.status}): it may still be in progress, or "
+                "the process making it stopped. It is not safe to repeat, so nothing was called: "
+                "check with the vendor, and answer its task (`remit tasks`) if it has one"
+            )
+        return None  # an idempotent write that never finished: calling again is safe
+
+    def _op(self, op_id: str) -> Op[Any, Any]:
+        op = self.app.ops.get(op_id)
+        if op is None:
+            known = sorted(self.app.ops)
+            shown = ", ".join(known[:30]) + (", …" if len(known) > 30 else "")
+            raise RemitError(f"app `{self.app.name}` has no op `{op_id}` (it has: {shown})")
+        return op
+
+    def _hold(
+        self, op: Op[Any, Any], parsed: dict[str, Any], *, by: str, key: str | None, note: str
+    ) -> CallResult:
+        """Start the `call` run that waits for an approval; a repeated key finds the first."""
+        held = self.app.workflows.get(HELD)
+        if held is None:
+            raise RemitError(
+                f"a policy holds {op.id} for an approval, but app `{self.app.name}` has no "
+                "`call` workflow: held calls need the app's policies folder"
+            )
+        runs = RunStore(self.db, clock=self.clock)
+        wanted = {"op": op.id, "input": parsed, "note": note, "key": key or ""}
+        if not key:
+            run = runs.start(self.client, held, wanted, started_by=by)
+            return CallResult(status="held", op=op.id, run_id=run.run_id, note=note)
+        run_id = "held_" + hashlib.sha256(f"{by}\n{key}".encode()).hexdigest()[:16]
+        found = runs.find(run_id)
+        if found is None:
+            try:
+                run = runs.start(self.client, held, wanted, started_by=by, run_id=run_id)
+                return CallResult(status="held", op=op.id, run_id=run.run_id, note=note)
+            except sa.exc.IntegrityError:
+                found = runs.get(run_id)  # the same key, held at the same moment elsewhere
+        if (found.input.get("op"), found.input.get("input")) != (op.id, parsed):
+            raise RemitError(
+                f"--key {key} was used for a held call of `{found.input.get('op')}` with other "
+                f"input (run {run_id}): give each call its own key. Nothing was held"
+            )
+        return CallResult(status="held", op=op.id, run_id=run_id, note=note, replayed=True)
+
+
+def _when(at: datetime) -> str:
+    return f"at {at:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def parse_op_input(op: Op[Any, Any], payload: Mapping[str, Any]) -> dict[str, Any]:
+    """`payload` parsed against the op's input model, as JSON. Raises `InputInvalid` naming
+    each field that does not parse."""
+    try:
+        model = op.input.model_validate(dict(payload))
+    except ValidationError as error:
+        raise InputInvalid.of(
+            error, what=f"input to `{op.id}`", target=op.id, after="Nothing was called"
+        ) from None
+    return json_input(model, what=f"input to `{op.id}`", target=op.id)

@@ -1,0 +1,270 @@
+"""What a run recorded at each position, and the check that new code still matches it.
+
+Each `ctx` operation of a run takes the next *position* (DBOS's step id): `ctx.step`, an op
+call, a gate, a sleep, a taken `ctx.patch`. A run that resumes on a new attempt (a decision, a
+wake, a task's answer, a resume after pause, a redeploy, a retry) runs its workflow function
+again from the top on whatever code workers run now: the positions before its *resume point*
+are copied from the attempt before and answer from that record, and the resume point itself is
+where it carries on.
+
+Before an operation runs at a position the run has passed or stands at, it is compared with
+what the run recorded there:
+
+- DBOS's record of the step (its name), for every copied position;
+- remit's own rows, which outlive a step cut off mid-call: the ledger (op and idempotency key),
+  the approvals (the gate's key) and the timers (a long sleep).
+
+remit's rows are compared at every position the run reached, and so are the steps the attempt
+before finished past the resume point (a retry from an earlier step runs them again). A
+difference raises `CodeChanged` before anything runs at that position, and the run fails
+naming the position, what it recorded there and what the code does now. `ctx.patch` is False
+at a position that holds any record but that patch's marker, so a run keeps its old path past
+the change. Positions the run never reached are its future: new code runs there freely.
+
+The same check serves the live attempt (`Journal`, loaded when an attempt begins) and the
+replay of `remit deploy check` (`deploy.py`), so the check predicts what a resume will do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import sqlalchemy as sa
+
+from remit.core.errors import CodeChanged
+from remit.core.schema import approvals, ledger, timers
+
+Kind = Literal["step", "op", "approval", "sleep", "patch"]
+
+PATCH_PREFIX = "DBOS.patch-"  # how DBOS names the marker of a taken `ctx.patch`
+SHORT_SLEEP = "DBOS.sleep"  # how DBOS names a sleep that holds its thread
+
+
+@dataclass(frozen=True)
+class Mark:
+    """What one operation is at its position: its kind, the name DBOS records it under, and
+    the key that must not move (an op's idempotency key, a gate's approval key)."""
+
+    kind: Kind
+    name: str
+    key: str | None = None
+
+    def describe(self) -> str:
+        if self.kind == "op":
+            return f"`{self.name}` (an op call, key {self.key})"
+        if self.kind == "approval":
+            return f"the approval gate `{self.key}`"
+        if self.kind == "sleep":
+            return _recorded_name(self.name)
+        if self.kind == "patch":
+            return f"`ctx.patch({self.name.removeprefix(PATCH_PREFIX)!r})`"
+        return f"`{self.name}` (a step)"
+
+
+def step_mark(name: str) -> Mark:
+    return Mark("step", name)
+
+
+def op_mark(op_id: str, key: str) -> Mark:
+    return Mark("op", op_id, key)
+
+
+def gate_mark(key: str) -> Mark:
+    return Mark("approval", f"approval:{key}", key)
+
+
+def sleep_mark(*, short: bool = False) -> Mark:
+    return Mark("sleep", SHORT_SLEEP if short else "sleep")
+
+
+def _recorded_name(name: str) -> str:
+    """A DBOS step name as a person reads it."""
+    if name.startswith(PATCH_PREFIX):
+        return f"`ctx.patch({name.removeprefix(PATCH_PREFIX)!r})`"
+    if name.startswith("approval:"):
+        return f"the approval gate `{name.removeprefix('approval:')}`"
+    if name == "sleep":
+        return "a sleep that suspends the run (longer than REMIT_SUSPEND_AFTER)"
+    if name == SHORT_SLEEP:
+        return "a sleep in its thread (up to REMIT_SUSPEND_AFTER)"
+    return f"`{name}`"
+
+
+@dataclass
+class Journal:
+    """A run's record, position by position, and what the code has done against it so far.
+
+    `steps` are DBOS's step names: the attempt's copied (or own) checkpoints, before
+    `resume_at`, and the steps the attempt before it finished past that point (a retry from an
+    earlier step runs those again: they stay what they were). `marks` are remit's rows that
+    carry a position, at every position the run reached. Where DBOS holds a step, its record is
+    the run's word for that position; remit's row there is compared too when it is of the same
+    step (it adds the key). A position with no record is the run's future.
+    """
+
+    run_id: str
+    steps: Mapping[int, str] = field(default_factory=dict)
+    marks: Mapping[int, Mark] = field(default_factory=dict)
+    resume_at: int = 1
+    reached: int = 0
+    # The mismatch raised, kept: code that caught it (`gather(..., return_exceptions=True)`)
+    # still fails when it ends.
+    changed: CodeChanged | None = None
+
+    @classmethod
+    def empty(cls, run_id: str) -> Journal:
+        """A first attempt's journal: nothing is recorded before it, so nothing is checked."""
+        return cls(run_id, resume_at=0)
+
+    @classmethod
+    def of(
+        cls,
+        run_id: str,
+        steps: Mapping[int, str],
+        marks: Mapping[int, Mark],
+        resume_at: int | None = None,
+        *,
+        passed: Mapping[int, str] | None = None,
+    ) -> Journal:
+        """The journal of an attempt whose DBOS record is `steps`: it resumes after the last
+        of them unless `resume_at` says where. `passed` are the steps the attempt before it
+        finished; those past the resume point are kept."""
+        at = 1 + max(steps, default=0) if resume_at is None else resume_at
+        known = {p: n for p, n in steps.items() if p < at}
+        known.update({p: n for p, n in (passed or {}).items() if p >= at})
+        return cls(run_id, steps=known, marks=dict(marks), resume_at=at)
+
+    def check(self, position: int, mark: Mark) -> None:
+        """Raise `CodeChanged` if `mark` is not what the run recorded at `position`."""
+        self.reached = max(self.reached, position)
+        name = self.steps.get(position)
+        recorded = self.marks.get(position)
+        if name is not None:
+            # remit's row there, if it is of DBOS's step, says more of it (its key).
+            same = recorded if recorded is not None and recorded.name == name else None
+            if name != mark.name:
+                raise self._changed(
+                    position, mark, same.describe() if same else _recorded_name(name)
+                )
+            if same is not None and same != mark:
+                raise self._changed(position, mark, same.describe())
+            return
+        if recorded is not None and recorded != mark:
+            raise self._changed(position, mark, recorded.describe())
+
+    def passed(self, position: int) -> None:
+        """Note that the code took `position` (a taken `ctx.patch`)."""
+        self.reached = max(self.reached, position)
+
+    def patch_taken(self, position: int, name: str) -> bool | None:
+        """Whether `ctx.patch(name)` at `position` is taken: True where the run recorded that
+        patch's marker there, False where it recorded anything else (it had passed that point,
+        or stands at it), None where it recorded nothing (DBOS's own record decides)."""
+        recorded = self.steps.get(position)
+        if recorded is not None:
+            return recorded == PATCH_PREFIX + name
+        if position in self.marks:
+            return False
+        return None
+
+    def finish(self) -> None:
+        """At the end of the workflow: raise the mismatch found, if the code caught it, and
+        `CodeChanged` if the code ended before a position the run had passed."""
+        if self.changed is not None:
+            raise self.changed
+        left = [p for p in sorted({*self.steps, *self.marks}) if self.reached < p <= self.resume_at]
+        if not left:
+            return
+        position = left[0]
+        name = self.steps.get(position)
+        recorded = self.marks.get(position)
+        what = _recorded_name(name) if name is not None else recorded.describe() if recorded else ""
+        self.changed = CodeChanged(
+            f"the workflow's code changed under run {self.run_id}: it now ends before its step "
+            f"{position}, where the run recorded {what}. Nothing more ran. Keep the steps a "
+            "run has passed, and guard changes with `if ctx.patch('name'):`, which is False "
+            "for runs that had passed that point",
+            run_id=self.run_id,
+            step=position,
+            recorded=what,
+            now="the end of the workflow",
+        )
+        raise self.changed
+
+    def _changed(self, position: int, mark: Mark, recorded: str) -> CodeChanged:
+        self.changed = CodeChanged(
+            f"the workflow's code changed under run {self.run_id}: its step {position} ran "
+            f"{recorded}, and the code now runs {mark.describe()} there. Nothing ran at that "
+            "step. Keep the steps a run has passed in their order, and guard a new one with "
+            "`if ctx.patch('name'):`, which is False for runs that had passed that point",
+            run_id=self.run_id,
+            step=position,
+            recorded=recorded,
+            now=mark.describe(),
+        )
+        return self.changed
+
+
+def load_marks(conn: sa.Connection, run_id: str) -> dict[int, Mark]:
+    """remit's rows of `run_id` that carry a position: its op calls (ledger), gates and long
+    sleeps."""
+    return load_marks_of(conn, [run_id]).get(run_id, {})
+
+
+def load_marks_of(conn: sa.Connection, run_ids: list[str]) -> dict[str, dict[int, Mark]]:
+    """`load_marks` for many runs at once, three queries for each 500 of them. A position with
+    rows of two kinds keeps the ledger's (it cannot happen: one position is one operation)."""
+    found: dict[str, dict[int, Mark]] = {}
+    for at in range(0, len(run_ids), 500):
+        chunk = run_ids[at : at + 500]
+        for timer in conn.execute(
+            sa.select(timers.c.run_id, timers.c.step_id).where(timers.c.run_id.in_(chunk))
+        ):
+            found.setdefault(timer.run_id, {})[timer.step_id] = sleep_mark()
+        for gate in conn.execute(
+            sa.select(approvals.c.run_id, approvals.c.step_id, approvals.c.key).where(
+                approvals.c.run_id.in_(chunk)
+            )
+        ):
+            found.setdefault(gate.run_id, {})[gate.step_id] = gate_mark(gate.key)
+        for row in conn.execute(
+            sa.select(
+                ledger.c.run_id, ledger.c.step_id, ledger.c.op_id, ledger.c.idempotency_key
+            ).where(ledger.c.run_id.in_(chunk))
+        ):
+            found.setdefault(row.run_id, {})[row.step_id] = op_mark(row.op_id, row.idempotency_key)
+    return found
+
+
+def finished(name: str, output: Any, error: Any) -> bool:
+    """Whether a recorded step was passed: it did not fail, and it is not a gate still pending,
+    a sleep not yet over, or a call waiting at its task (each of those the run stands at)."""
+    if error is not None:
+        return False
+    if not isinstance(output, dict):
+        return True
+    if name.startswith("approval:"):
+        return output.get("status") != "pending"
+    if name == "sleep":
+        return bool(output.get("over"))
+    return "error" not in output
+
+
+def passed_steps(steps: Iterable[Mapping[str, Any]]) -> dict[int, str]:
+    """Of an attempt's DBOS steps (`list_workflow_steps`), the ones it finished, by position:
+    what a later attempt of its run must not change."""
+    return {
+        step["function_id"]: step["function_name"]
+        for step in steps
+        if finished(step["function_name"], step["output"], step["error"])
+    }
+
+
+def after_last_finished(steps: Iterable[tuple[int, str, Any, Any]]) -> int:
+    """The position after a run's last finished step: where a retry carries it on."""
+    return 1 + max(
+        (position for position, name, output, error in steps if finished(name, output, error)),
+        default=0,
+    )

@@ -1,0 +1,543 @@
+"""The reconciler: passes that close the windows a crash or a deploy leaves between remit's rows
+and DBOS. Every worker runs one at start and then every `REMIT_RECONCILE_INTERVAL` seconds;
+`remit reconcile [--dry-run]` runs one by hand and prints what it did (or would do).
+
+A pass, in order:
+1. `conclude`: a run whose current attempt has ended in DBOS while the run's row still says
+   `queued` or `running` (the worker died between the two) is concluded from DBOS's record.
+2. `reattempt`: a run whose current attempt belongs to a version no live worker runs (a
+   redeploy stopped it mid-run) moves to its next attempt, forked after the attempt's last
+   finished step onto the current code. The move forks the new attempt (through the outbox)
+   before it cancels the old one, so a crash between leaves a resume to complete, never a
+   cancelled current attempt; an attempt cancelled in DBOS alone cancels its run (pass 1).
+3. `enqueue`: a run whose current attempt DBOS has never heard of, and no resume is pending for,
+   gets it, forked from the attempt before; a first attempt (enqueued in the transaction that
+   writes its run, so missing only if DBOS lost it) is enqueued again under the run's lock.
+4. `uncertain`: a write op whose `started` ledger row outlived its attempt, in a run that has
+   finished or moved on from that attempt (or waits, sleeps or parks), may or may not have
+   happened at the vendor: it is marked `uncertain` and its task is opened for a person, in one
+   transaction, never called again blindly. A row already `uncertain` is left as it is, so a
+   row opens one task however many passes find it.
+5. `expire`: approvals past their expiry are decided `expired` through `decide()`.
+6. `queues`: every queue of the app gets the bounds the pause flag says (0 while paused, its
+   declared ones otherwise), healing a pause or resume that died half way or raced a worker
+   registering its queues as it booted.
+7. `resume`: while the app is not paused, a run still parked `paused` moves to its next attempt,
+   forked after its last finished step (a resume that died before it, or a run that parked on
+   a worker's stale copy of the flag after the resume).
+8. `reservations`: a budget reservation still `reserved` whose call can no longer settle it (its
+   attempt has ended, its run moved on, or a direct call's process is long gone) is released,
+   never settled: what the call cost, if it was made, is unknown (see `budgets.orphaned`).
+9. `drift`: each live budget period's `spent` counter is compared with the sum of its settled
+   calls' ledger costs; a difference is reported (`Report.drift`, and the log), never corrected.
+
+Each pass reads only what may need moving (runs in flight, ledger rows still `started`, gates
+past due, reservations still open, the periods still counting), so its cost grows with what
+moves, not with what exists. One run's failure is logged
+and the pass goes on with the others; every action is logged with its run id.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from dbos import DBOSClient, WorkflowStatus
+
+from remit.budgets.model import DIRECT_LEASE, Drift, orphaned, usd
+from remit.budgets.store import Budgets
+from remit.core.ledger import LedgerStore
+from remit.core.outbox import Resume, Resumer
+from remit.core.periodic import Periodic
+from remit.core.runs import (
+    FINISHED,
+    Run,
+    RunStatus,
+    RunStore,
+    attempt_workflow_id,
+    enqueue_first,
+    lock_run,
+)
+from remit.core.schema import ledger, resumes, runs
+from remit.execution.calls import DIRECT_CALL_PREFIX
+from remit.ops.pause import AppState
+from remit.ops.runtime import SUSPENDED
+from remit.people.approvals import Approvals
+from remit.people.tasks import Held, TaskOpener
+
+log = logging.getLogger("remit.reconciler")
+
+DEFAULT_INTERVAL = 60.0
+
+# How an ended DBOS workflow concludes its run.
+_ENDED: dict[str, RunStatus] = {
+    "SUCCESS": "done",
+    "ERROR": "failed",
+    "CANCELLED": "cancelled",
+    "MAX_RECOVERY_ATTEMPTS_EXCEEDED": "failed",
+}
+_GOING = ("PENDING", "ENQUEUED")
+
+
+@dataclass(frozen=True)
+class Action:
+    """One thing a pass did (or, in a dry run, would do) to one run, and why."""
+
+    run_id: str
+    workflow_id: str
+    status: str
+    reason: str
+    kind: str = "conclude"
+
+
+@dataclass
+class Report:
+    """What one pass did, pass by pass, and what it could not do."""
+
+    dry_run: bool = False
+    actions: list[Action] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    # Budget periods whose counter is not their ledger's sum: reported, never corrected.
+    drift: list[Drift] = field(default_factory=list)
+
+
+def conclusion(dbos_status: WorkflowStatus) -> tuple[RunStatus, Any, str | None] | None:
+    """The status, output and error an ended attempt gives its run; None while it runs."""
+    status = _ENDED.get(dbos_status.status)
+    if status is None:
+        return None
+    if dbos_status.status == "SUCCESS":
+        output = dbos_status.output
+        if isinstance(output, dict) and output.get(SUSPENDED) in ("waiting", "sleeping", "paused"):
+            # The attempt stopped at a gate, a long sleep or a pause; its status write did not
+            # land.
+            return output[SUSPENDED], None, None
+        return status, output, None
+    if dbos_status.status == "MAX_RECOVERY_ATTEMPTS_EXCEEDED":
+        return status, None, "DBOS stopped recovering the attempt after too many recoveries"
+    if dbos_status.status == "CANCELLED":
+        return status, None, None
+    error = dbos_status.error
+    return status, None, f"{type(error).__name__}: {error}" if error is not None else "failed"
+
+
+def conclude_ended(runs_store: RunStore, client: DBOSClient) -> list[Action]:
+    """Pass 1 alone: conclude every run in flight whose current attempt has ended in DBOS."""
+    in_flight = runs_store.in_flight()
+    found = _attempts(client, [workflow_id for _, workflow_id in in_flight])
+    report = Report()
+    _conclude(runs_store, in_flight, found, report, apply=True)
+    return report.actions
+
+
+class Reconciler:
+    """Runs the passes. `version` is the code this process runs; `live_versions` says which
+    versions live workers run (an attempt of any other version is orphaned)."""
+
+    def __init__(
+        self,
+        runs_store: RunStore,
+        client: DBOSClient,
+        *,
+        version: str,
+        live_versions: Callable[[], Collection[str]],
+        approvals: Approvals | None = None,
+        app_state: AppState | None = None,
+        tasks: TaskOpener | None = None,
+        budgets: Budgets | None = None,
+        interval: float = DEFAULT_INTERVAL,
+    ) -> None:
+        self.runs = runs_store
+        self.db = runs_store.db
+        self.client = client
+        self.version = version
+        self.live_versions = live_versions
+        self.approvals = approvals
+        self.app_state = app_state
+        # Where an uncertain write's task is opened (None: the `uncertain` step does not run).
+        self.tasks = tasks
+        # The app's budgets (None: the `reservations` and `drift` steps do not run).
+        self.budgets = budgets
+        self.resumer = Resumer(self.db, client, clock=runs_store.clock)
+        self.ledger = LedgerStore(self.db, clock=runs_store.clock)
+        self.interval = interval
+        self._periodic: Periodic | None = None
+
+    def run_pass(self, *, dry_run: bool = False) -> Report:
+        """One pass, every step in order. A step that fails is reported; the next one runs."""
+        report = Report(dry_run=dry_run)
+        apply = not dry_run
+        steps: list[tuple[str, Callable[[], None]]] = [
+            ("runs in flight", lambda: self._in_flight(report, apply)),
+        ]
+        if self.tasks is not None:
+            steps.append(("uncertain", lambda: self._uncertain(report, apply)))
+        if self.approvals is not None and apply:
+            steps.append(("expire", lambda: self._expire(report)))
+        if self.app_state is not None:
+            steps.append(("queues", lambda: self._queues(report, apply)))
+            steps.append(("resume", lambda: self._resume_parked(report, apply)))
+        if self.budgets is not None:
+            steps.append(("reservations", lambda: self._release_orphans(report, apply)))
+            steps.append(("drift", lambda: self._drift(report)))
+        for name, step in steps:
+            try:
+                step()
+            except Exception as error:
+                log.exception("reconciler: the %s step failed; the pass goes on", name)
+                report.errors.append(f"{name}: {type(error).__name__}: {error}")
+        return report
+
+    def _in_flight(self, report: Report, apply: bool) -> None:
+        """Passes 1 to 3, over the runs in flight and their current attempts in DBOS."""
+        in_flight = self.runs.in_flight()
+        if not in_flight:
+            return
+        found = _attempts(self.client, [workflow_id for _, workflow_id in in_flight])
+        _conclude(self.runs, in_flight, found, report, apply=apply)
+        live = set(self.live_versions()) | {self.version}
+        with self.db.engine.connect() as conn:
+            outboxed = set(
+                conn.execute(
+                    sa.select(resumes.c.workflow_id).where(
+                        resumes.c.workflow_id.in_([wf for _, wf in in_flight])
+                    )
+                ).scalars()
+            )
+        for run_id, workflow_id in in_flight:
+            attempt = found.get(workflow_id)
+            if attempt is None:
+                if workflow_id not in outboxed:
+                    self._act(report, apply, run_id, workflow_id, "enqueue", self._enqueue)
+                continue
+            # An attempt with no version is one any version may take (a start, a resume).
+            if attempt.status in _GOING and attempt.app_version not in (None, *live):
+                why = f"its version {attempt.app_version} has no live worker"
+                self._act(report, apply, run_id, workflow_id, "reattempt", self._reattempt, why)
+
+    def _act(
+        self,
+        report: Report,
+        apply: bool,
+        run_id: str,
+        workflow_id: str,
+        kind: str,
+        do: Callable[[str, str], str | None],
+        why: str = "",
+    ) -> None:
+        reason = why or "DBOS holds no attempt for it"
+        if not apply:
+            report.actions.append(Action(run_id, workflow_id, "-", reason, kind))
+            return
+        try:
+            moved_to = do(run_id, workflow_id)
+        except Exception as error:
+            log.exception("reconciler: run %s: %s failed; the pass goes on", run_id, kind)
+            report.errors.append(f"run {run_id}: {kind}: {type(error).__name__}: {error}")
+            return
+        if moved_to is not None:
+            log.warning("reconciler: run %s: %s to %s (%s)", run_id, kind, moved_to, reason)
+            report.actions.append(Action(run_id, moved_to, "queued", reason, kind))
+
+    def _reattempt(self, run_id: str, workflow_id: str) -> str | None:
+        """Move the run past its orphaned attempt: the next attempt is forked after the
+        attempt's last finished step, so none runs again, onto the code workers run now."""
+        start = 1 + max(
+            (step["function_id"] for step in self.client.list_workflow_steps(workflow_id)),
+            default=0,
+        )
+        resume = self._moved(run_id, workflow_id, start)
+        if resume is None:
+            return None
+        self.resumer.fork_all([resume])
+        # The old attempt must not run on if a worker of its version comes back (its writes
+        # would be refused by the fence anyway).
+        self.client.cancel_workflow(workflow_id)
+        return resume.workflow_id
+
+    def _enqueue(self, run_id: str, workflow_id: str) -> str | None:
+        """Give the run the attempt DBOS never got: forked from the attempt before, re-running
+        its last step (a gate reads its decision again; a finished op replays its outcome)."""
+        run = self.runs.get(run_id)
+        if run.attempt == 1:
+            return self._enqueue_first(run)
+        before = attempt_workflow_id(run_id, run.attempt - 1)
+        last = max(
+            (step["function_id"] for step in self.client.list_workflow_steps(before)), default=1
+        )
+        resume = Resume(workflow_id, run_id, before, last, run.queue)
+        self.resumer.fork(resume)
+        return workflow_id
+
+    def _enqueue_first(self, run: Run) -> str | None:
+        """Enqueue a first attempt DBOS never received, under the run's lock, so a start
+        finishing meanwhile or another pass cannot enqueue it twice (DBOS refuses the id)."""
+        with self.db.begin() as conn:
+            current = lock_run(conn, run.run_id)
+            if current is None or current.workflow_id != run.workflow_id:
+                return None  # moved on meanwhile
+            if current.status != "queued":
+                return None
+            enqueue_first(conn, self.client, run)
+        return run.workflow_id
+
+    def _moved(self, run_id: str, workflow_id: str, start: int) -> Resume | None:
+        with self.db.begin() as conn:
+            current = lock_run(conn, run_id)
+            if current is None or current.workflow_id != workflow_id:
+                return None  # moved on meanwhile
+            if current.status not in ("queued", "running"):
+                return None
+            return self.resumer.next_attempt(conn, run_id, workflow_id, start, current.queue)
+
+    def _uncertain(self, report: Report, apply: bool) -> None:
+        """Pass 4: a write `started` in an attempt that has ended never recorded its outcome.
+
+        Its run has finished, or is no longer on that attempt, or waits, sleeps or parks: no
+        attempt is making the call. The row becomes `uncertain` and its task opens. A run that
+        is still going may reach the call again on a later attempt: an idempotent write is then
+        called again with its key, so only a non-idempotent one is marked here; the attempt
+        that reaches it waits at its task. An attempt still running in DBOS is left alone: it
+        may be making the call right now, or DBOS recovery re-enters it.
+        """
+        assert self.tasks is not None
+        with self.db.engine.connect() as conn:
+            started = list(
+                conn.execute(
+                    sa.select(
+                        ledger.c.run_id,
+                        ledger.c.attempt,
+                        ledger.c.step_id,
+                        ledger.c.idempotency_key,
+                        ledger.c.op_id,
+                    )
+                    .join(runs, runs.c.run_id == ledger.c.run_id)
+                    .where(
+                        ledger.c.status == "started",
+                        ledger.c.effect == "write",
+                        sa.or_(
+                            runs.c.status.in_(tuple(FINISHED)),
+                            sa.and_(
+                                ledger.c.idempotent.is_(False),
+                                sa.or_(
+                                    runs.c.attempt != ledger.c.attempt,
+                                    runs.c.status.not_in(("queued", "running")),
+                                ),
+                            ),
+                        ),
+                    )
+                )
+            )
+        ids = {attempt_workflow_id(row.run_id, row.attempt) for row in started}
+        found = _attempts(self.client, sorted(ids)) if ids else {}
+        ended: list[tuple[Any, str, str]] = []
+        for row in started:
+            workflow_id = attempt_workflow_id(row.run_id, row.attempt)
+            attempt = found.get(workflow_id)
+            if attempt is not None and attempt.status not in _GOING:
+                reason = f"{row.op_id} started in {workflow_id}, which ended {attempt.status}"
+                ended.append((row, workflow_id, reason))
+        for row in self._stale_direct_writes():
+            reason = (
+                f"{row.op_id}, called directly by {row.actor}, started at "
+                f"{row.started_at:%Y-%m-%d %H:%M:%S} UTC and recorded no outcome within "
+                f"{DIRECT_LEASE}"
+            )
+            ended.append((row, row.run_id, reason))
+        for row, workflow_id, reason in ended:
+            if apply:
+                try:
+                    held = self.tasks.hold(
+                        run_id=row.run_id,
+                        attempt=row.attempt,
+                        step_id=row.step_id,
+                        op_id=row.op_id,
+                        idempotency_key=row.idempotency_key,
+                        reason=f"the outcome of {row.idempotency_key} was never recorded: {reason}",
+                    )
+                except Exception as error:
+                    log.exception(
+                        "reconciler: run %s: uncertain failed; the pass goes on", row.run_id
+                    )
+                    report.errors.append(
+                        f"run {row.run_id}: uncertain: {type(error).__name__}: {error}"
+                    )
+                    continue
+                if not (isinstance(held, Held) and held.opened):
+                    continue  # marked by another pass, or re-entered by its run, meanwhile
+                reason += f"; task {held.task_id} asks a person whether it happened"
+            log.warning("reconciler: run %s: %s is uncertain (%s)", row.run_id, row.op_id, reason)
+            report.actions.append(Action(row.run_id, workflow_id, "uncertain", reason, "uncertain"))
+
+    def _stale_direct_writes(self) -> list[Any]:
+        """Writes called directly (`remit call`, `remit data`) that started longer ago than any
+        call takes and recorded no outcome: the process making them stopped. A direct call
+        has no run or attempt to ask, so its age is all there is to go on."""
+        cutoff = self.runs.clock.now() - DIRECT_LEASE
+        with self.db.engine.connect() as conn:
+            return list(
+                conn.execute(
+                    sa.select(
+                        ledger.c.run_id,
+                        ledger.c.attempt,
+                        ledger.c.step_id,
+                        ledger.c.idempotency_key,
+                        ledger.c.op_id,
+                        ledger.c.actor,
+                        ledger.c.started_at,
+                    ).where(
+                        ledger.c.status == "started",
+                        ledger.c.effect == "write",
+                        ledger.c.run_id.startswith(DIRECT_CALL_PREFIX, autoescape=True),
+                        ledger.c.started_at < cutoff,
+                    )
+                )
+            )
+
+    def _queues(self, report: Report, apply: bool) -> None:
+        """Pass 6: every queue's bounds as the pause flag says."""
+        assert self.app_state is not None
+        paused = self.app_state.paused()
+        off = self.app_state.align_queues() if apply else self.app_state.queues_off()
+        for name in off:
+            reason = (
+                f"queue {name} dequeues while the app is paused: stop it"
+                if paused
+                else f"queue {name} lacks its declared bounds while the app runs: restore them"
+            )
+            log.warning("reconciler: %s", reason)
+            report.actions.append(Action("-", "-", "paused" if paused else "-", reason, "queues"))
+
+    def _resume_parked(self, report: Report, apply: bool) -> None:
+        """Pass 7: while the app is not paused, carry on the runs a pause parked."""
+        assert self.app_state is not None
+        if self.app_state.paused():
+            return
+        for parked in self.app_state.parked():
+            self._act(
+                report,
+                apply,
+                parked.run_id,
+                parked.workflow_id,
+                "resume",
+                self.app_state.resume_parked,
+                "the run is parked and the app is not paused",
+            )
+
+    def _expire(self, report: Report) -> None:
+        assert self.approvals is not None
+        for decided in self.approvals.expire_due():
+            report.actions.append(
+                Action(
+                    decided.run_id,
+                    decided.resumed_workflow_id or "-",
+                    "expired",
+                    f"approval {decided.approval_id} expired",
+                    "expire",
+                )
+            )
+
+    def _release_orphans(self, report: Report, apply: bool) -> None:
+        """Pass 8: release the reservations no call will settle."""
+        assert self.budgets is not None
+        open_ = self.budgets.open_reservations()
+        if not open_:
+            return
+        # Only the attempts still current need DBOS's word: the rest have ended for remit.
+        asked = sorted(
+            {r.workflow_id for r, run in open_ if run is not None and run[0] == r.workflow_id}
+        )
+        found = _attempts(self.client, asked) if asked else {}
+        now = self.runs.clock.now()
+        for reservation, run in open_:
+            attempt = found.get(reservation.workflow_id)
+            why = orphaned(
+                reservation,
+                run=run,
+                attempt_status=None if attempt is None else attempt.status,
+                now=now,
+            )
+            if why is None:
+                continue
+            if apply and not self.budgets.release_orphan(reservation):
+                continue  # settled, or taken over by its call's step running again, meanwhile
+            reason = (
+                f"{reservation.op_id} (key {reservation.idempotency_key}) reserved "
+                f"{usd(reservation.reserved_usd)} and will not settle: {why}"
+            )
+            log.warning("reconciler: run %s: released: %s", reservation.run_id, reason)
+            report.actions.append(
+                Action(reservation.run_id, reservation.workflow_id, "released", reason, "release")
+            )
+
+    def _drift(self, report: Report) -> None:
+        """Pass 9: report every live period whose counter is not its ledger's sum."""
+        assert self.budgets is not None
+        for found in self.budgets.drift():
+            if found.drift_usd == 0:
+                continue
+            log.error(
+                "reconciler: budget %s %s: the counter says %s spent, the ledger %s (off by %s); "
+                "not corrected",
+                found.scope,
+                found.period,
+                usd(found.spent_usd),
+                usd(found.ledger_usd),
+                usd(found.drift_usd),
+            )
+            report.drift.append(found)
+
+    def start(self) -> None:
+        """A pass now, then one every `interval` seconds on a daemon thread."""
+        self.run_pass()
+        self._periodic = Periodic("remit-reconciler", self.interval, self.run_pass)
+        self._periodic.start()
+
+    def stop(self) -> None:
+        if self._periodic is not None:
+            self._periodic.stop(timeout=5)
+            self._periodic = None
+
+
+# Ids asked of DBOS at once: past a few hundred, Postgres reads DBOS's tables whole instead of
+# through their index.
+_CHUNK = 250
+
+
+def _attempts(client: DBOSClient, workflow_ids: list[str]) -> dict[str, WorkflowStatus]:
+    found: dict[str, WorkflowStatus] = {}
+    for start in range(0, len(workflow_ids), _CHUNK):
+        chunk = workflow_ids[start : start + _CHUNK]
+        for status in client.list_workflows(workflow_ids=chunk, load_input=False):
+            found[status.workflow_id] = status
+    return found
+
+
+def _conclude(
+    runs_store: RunStore,
+    in_flight: list[tuple[str, str]],
+    found: dict[str, WorkflowStatus],
+    report: Report,
+    *,
+    apply: bool,
+) -> None:
+    for run_id, workflow_id in in_flight:
+        attempt = found.get(workflow_id)
+        decided = None if attempt is None else conclusion(attempt)
+        if attempt is None or decided is None:
+            continue
+        status, output, error = decided
+        reason = f"attempt ended {attempt.status}"
+        if not apply:
+            report.actions.append(Action(run_id, workflow_id, status, reason))
+            continue
+        try:
+            if runs_store.conclude(run_id, workflow_id, status, output=output, error=error):
+                log.warning("reconciler: run %s concluded %s (%s)", run_id, status, reason)
+                report.actions.append(Action(run_id, workflow_id, status, reason))
+        except Exception as error:
+            log.exception("reconciler: run %s could not be concluded; the pass goes on", run_id)
+            report.errors.append(f"run {run_id}: conclude: {type(error).__name__}: {error}")

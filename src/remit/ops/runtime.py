@@ -1,0 +1,298 @@
+"""The attempt: how one DBOS workflow runs one attempt of a run, fenced on the run's row.
+
+Each app workflow is registered with DBOS under its own name. The DBOS workflow receives
+`(run_id, attempt, input, actor)` and owns every status write of its attempt: it claims the run
+(or stops at once if the run has moved on), runs the user's function with a `ctx`, and concludes
+the run, each write fenced on its own workflow id. An attempt that stops at a pending gate ends
+with the run `waiting`; the run's next attempt is a DBOS fork of this one (see `approvals.py`),
+which receives the same arguments, so the attempt's number is read from its workflow id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import sqlalchemy as sa
+from dbos import DBOS, StepInfo
+from dbos import error as dbos_error
+from pydantic_core import to_jsonable_python
+
+from remit.app import App
+from remit.budgets.store import Budgets
+from remit.connectors.base import Implementation
+from remit.core import telemetry
+from remit.core.clock import Clock
+from remit.core.database import Database
+from remit.core.errors import CodeChanged, RemitError, RunMovedOn, Suspended
+from remit.core.ledger import LedgerStore
+from remit.core.runs import RunInfo, RunStore, attempt_workflow_id
+from remit.declare.ops import Op
+from remit.declare.workflows import Workflow
+from remit.execution.calls import OpCaller
+from remit.execution.context import AsyncContext, Context, LiveSteps
+from remit.execution.journal import Journal, load_marks, passed_steps
+from remit.execution.timers import DEFAULT_SUSPEND_AFTER, Timers
+from remit.people.approvals import Gates
+from remit.people.notify import Notifications, Notifier
+from remit.people.tasks import TaskOpener
+
+log = logging.getLogger("remit.runtime")
+
+# What an attempt that stopped at a gate returns to DBOS: it ended, and the run waits.
+SUSPENDED = "remit:suspended"
+
+
+def suspended_output(status: str) -> dict[str, str]:
+    return {SUSPENDED: status}
+
+
+def attempt_outcome(result: Any) -> str:
+    """How an attempt that returned `result` ended, as its trace says: `done`, or the status
+    its run waits in (`waiting`, `sleeping`, `paused`), or `moved-on`."""
+    if isinstance(result, dict) and SUSPENDED in result:
+        return "moved-on" if result[SUSPENDED] == "moved on" else str(result[SUSPENDED])
+    return "done"
+
+
+class Runtime:
+    """What a worker runs attempts with: the app, its stores, and its op implementations."""
+
+    def __init__(
+        self,
+        app: App,
+        db: Database,
+        *,
+        implementations: Mapping[str, Implementation],
+        clock: Clock,
+        environ: Mapping[str, str],
+        notifiers: list[Notifier],
+        suspend_after: float = DEFAULT_SUSPEND_AFTER,
+        version: str | None = None,
+    ) -> None:
+        self.app = app
+        # The app's code hash, unless REMIT_VERSION names the version (a build's SHA).
+        self.version = version or app.version
+        self.stopping = False
+        # This worker's copy of the app's pause flag (kept fresh by `pause.PauseWatch`): while
+        # it is set, an attempt parks before its next step, or before its first if it begins.
+        self.paused = threading.Event()
+        self.clock = clock
+        self.runs = RunStore(db, clock=clock)
+        self.ledger = LedgerStore(db, clock=clock)
+        self.caller = OpCaller(
+            implementations=implementations,
+            ledger=self.ledger,
+            clock=clock,
+            environ=environ,
+            tasks=TaskOpener(db, app.name, clock=clock),
+            budgets=Budgets(db, app.name, app.budgets, clock=clock),
+            prices=app.llm_prices,
+        )
+        self.notifications = Notifications(db, notifiers, clock=clock)
+        self.gates = Gates(
+            db, app.approval_types, channels=self.notifications.channels, clock=clock
+        )
+        self.timers = Timers(db, suspend_after=suspend_after, clock=clock)
+        # An attempt's DBOS steps, read from outside it: the worker gives its client's.
+        self.list_steps: Callable[[str], list[StepInfo]] = _no_steps
+
+    def register(self) -> None:
+        """Register every workflow of the app with DBOS, under its own name."""
+        for wf in self.app.workflows.values():
+            body = self._async_attempt(wf) if wf.is_async else self._sync_attempt(wf)
+            DBOS.workflow(name=wf.name)(
+                telemetry.traced_attempt(wf.name, self.version, body, attempt_outcome)
+            )
+
+    def _journal(self, run: RunInfo) -> Journal:
+        """What the run recorded up to where this attempt resumes, to check the code against.
+
+        A first attempt beginning for the first time has no record before it. One that DBOS
+        recovers after its worker stopped is checked against what it recorded: DBOS recovers an
+        attempt only on its own version, but `REMIT_VERSION` can give other code that version.
+        A later attempt resumes after the steps it copied, or after those it ran itself.
+        """
+        if run.attempt == 1 and not run.again:
+            return Journal.empty(run.run_id)
+        return self.runs.db.retrying(f"run {run.run_id}: its record", lambda: self._load(run))
+
+    def _load(self, run: RunInfo) -> Journal:
+        # Through a client: DBOS.list_workflow_steps inside a workflow is a step of its own.
+        steps = {
+            step["function_id"]: step["function_name"] for step in self.list_steps(run.workflow_id)
+        }
+        passed: dict[int, str] = {}
+        if run.attempt > 1:
+            earlier = attempt_workflow_id(run.run_id, run.attempt - 1)
+            passed = passed_steps(self.list_steps(earlier))
+        with self.runs.db.engine.connect() as conn:
+            marks = load_marks(conn, run.run_id)
+        return Journal.of(run.run_id, steps, marks, passed=passed)
+
+    def _begin(self, wf: Workflow, run_id: str, actor: str) -> RunInfo | None:
+        workflow_id = DBOS.workflow_id
+        assert workflow_id is not None
+        # A resumed attempt is a fork: it gets its first attempt's inputs, so its number is
+        # read from its own workflow id.
+        attempt = int(workflow_id.rsplit(":", 1)[1])
+        begun = self.runs.begin_attempt(run_id, workflow_id, self.version)
+        if begun is None:
+            log.info(
+                "attempt %s of run %s is superseded or cancelled: nothing ran", workflow_id, run_id
+            )
+            telemetry.moved_on()
+            return None
+        return RunInfo(
+            run_id=run_id,
+            attempt=attempt,
+            workflow_id=workflow_id,
+            actor=actor,
+            workflow=wf.name,
+            again=begun == "again",
+        )
+
+    def _done(self, run: RunInfo, result: Any) -> Any:
+        try:
+            output = to_jsonable_python(result)
+        except Exception as error:
+            message = (
+                f"the workflow returned a value that is not JSON ({type(error).__name__}: {error}): "
+                "return plain data or a pydantic model"
+            )
+            self.runs.conclude(run.run_id, run.workflow_id, "failed", error=message)
+            raise TypeError(message) from error
+        self.runs.conclude(run.run_id, run.workflow_id, "done", output=output)
+        return output
+
+    def _failed(self, run: RunInfo, error: Exception) -> None:
+        """Conclude the run as failed, unless the worker is shutting down under it.
+
+        During shutdown a database or DBOS error says nothing about the run: its row stays as
+        it is and the attempt stays with DBOS, for the next worker with this executor id. If
+        the write itself fails, the reconciler concludes the run from DBOS's record later.
+        """
+        if self.stopping and isinstance(error, sa.exc.SQLAlchemyError | dbos_error.DBOSException):
+            log.error(
+                "attempt %s of run %s stopped by %s: %s; left for recovery",
+                run.workflow_id,
+                run.run_id,
+                type(error).__name__,
+                error,
+            )
+            return
+        self.runs.conclude(run.run_id, run.workflow_id, "failed", error=_failure(run, error))
+
+    def _changed(self, run: RunInfo, error: CodeChanged) -> None:
+        """The code no longer matches the run's record: fail the run, nothing having run at
+        the position that differs."""
+        log.warning("run %s fails: %s", run.run_id, error)
+        self.runs.conclude(run.run_id, run.workflow_id, "failed", error=str(error))
+
+    def _moved_on(self, run: RunInfo, error: RunMovedOn) -> None:
+        log.info("attempt %s stops: %s", run.workflow_id, error)
+        telemetry.moved_on()
+
+    def _suspend(self, run: RunInfo, pause: Suspended) -> dict[str, str]:
+        """Tell people about a gate, then end the attempt with the run waiting (or sleeping, or
+        paused), holding nothing. Notified first, so a run seen `waiting` has had its notices sent (or their
+        failure recorded for the sweep to retry)."""
+        if pause.approval_id is not None:
+            try:
+                self.notifications.send_due(approval_id=pause.approval_id)
+            except Exception:
+                log.exception("approval %s: notifying failed; the sweep tries again", run.run_id)
+        if not self.runs.suspend(run.run_id, run.workflow_id, pause.status):
+            log.info("attempt %s: the run moved on before it could wait", run.workflow_id)
+            return suspended_output("moved on")
+        log.info("run %s waits: %s", run.run_id, pause)
+        return suspended_output(pause.status)
+
+    def _ctx_parts(
+        self, run: RunInfo, wf: Workflow
+    ) -> tuple[
+        RunInfo, Workflow, Mapping[str, Op[Any, Any]], OpCaller, Gates, Timers, Callable[[], bool]
+    ]:
+        """What a `ctx` of this worker is made of, but for where its steps take positions."""
+        return run, wf, self.app.ops, self.caller, self.gates, self.timers, self.paused.is_set
+
+    def _sync_attempt(self, wf: Workflow) -> Any:
+        def attempt(run_id: str, attempt: int, input: dict[str, Any], actor: str) -> Any:
+            run = self._begin(wf, run_id, actor)
+            if run is None:
+                return None
+            try:
+                journal = self._journal(run)
+                ctx = Context(*self._ctx_parts(run, wf), LiveSteps(journal))
+                if self.paused.is_set():
+                    raise Suspended("paused", "the app is paused")
+                result = wf.fn(ctx, wf.input.model_validate(input))
+                journal.finish()
+            except RunMovedOn as error:
+                self._moved_on(run, error)
+                return None
+            except CodeChanged as error:
+                self._changed(run, error)
+                raise RemitError(str(error)) from None
+            except Suspended as pause:
+                return self._suspend(run, pause)
+            except Exception as error:
+                self._failed(run, error)
+                raise
+            return self._done(run, result)
+
+        attempt.__qualname__ = f"remit:{wf.name}"
+        return attempt
+
+    def _async_attempt(self, wf: Workflow) -> Any:
+        async def attempt(run_id: str, attempt: int, input: dict[str, Any], actor: str) -> Any:
+            # The run's row writes are blocking database calls: keep them off the event loop.
+            run = await asyncio.to_thread(self._begin, wf, run_id, actor)
+            if run is None:
+                return None
+            try:
+                journal = await asyncio.to_thread(self._journal, run)
+                ctx = AsyncContext(*self._ctx_parts(run, wf), LiveSteps(journal))
+                if self.paused.is_set():
+                    raise Suspended("paused", "the app is paused")
+                result = await wf.fn(ctx, wf.input.model_validate(input))
+                journal.finish()
+            except RunMovedOn as error:
+                self._moved_on(run, error)
+                return None
+            except CodeChanged as error:
+                await asyncio.to_thread(self._changed, run, error)
+                raise RemitError(str(error)) from None
+            except Suspended as pause:
+                return await asyncio.to_thread(self._suspend, run, pause)
+            except Exception as error:
+                await asyncio.to_thread(self._failed, run, error)
+                raise
+            return await asyncio.to_thread(self._done, run, result)
+
+        attempt.__qualname__ = f"remit:{wf.name}"
+        return attempt
+
+
+def _no_steps(workflow_id: str) -> list[StepInfo]:
+    raise RemitError(
+        f"attempt {workflow_id}: this runtime was given no way to read its steps "
+        "(a Worker gives it its DBOS client's)"
+    )
+
+
+def _failure(run: RunInfo, error: Exception) -> str:
+    """What a failed run's row says. A workflow whose code no longer matches the steps its run
+    recorded is named with the step, and nothing at that step ran."""
+    if isinstance(error, dbos_error.DBOSUnexpectedStepError):
+        _, step_id, expected, recorded = error.inputs
+        return (
+            f"the workflow's code changed under run {run.run_id}: its step {step_id} ran "
+            f"`{recorded}`, and the code now runs `{expected}` there. Nothing ran at that step. "
+            "Keep the steps a running run has taken in order, and guard new ones with "
+            "`if ctx.patch('name'):`"
+        )
+    return f"{type(error).__name__}: {error}"

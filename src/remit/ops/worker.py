@@ -1,0 +1,541 @@
+"""The worker: loads the app, prepares the database, launches DBOS and serves the app's queues.
+
+Executor ids. DBOS gives every process the executor id `local`, so two live workers recover each
+other's running work. A remit worker takes its own id: `REMIT_EXECUTOR_ID` if set, otherwise the
+lowest free *slot* on its host, `<host>-<n>`, held by an exclusive file lock for the life of the
+process. A worker restarted after a crash gets the slot (and so the id) its predecessor held, and
+DBOS's recovery at launch completes that predecessor's unfinished attempts. A worker that never
+comes back is taken over by a live one (`Heartbeat`, and the registry in `workers.py`).
+
+Version. Every worker runs under the app's explicit version (`App.version`): a hash of remit's
+version and the code of every workflow, or what `REMIT_VERSION` says (a build's SHA).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import math
+import os
+import signal
+import socket
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from functools import cached_property
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+import sqlalchemy as sa
+from dbos import DBOS, DBOSClient, DBOSConfig
+
+from remit.app import App
+from remit.connectors.base import Implementation
+from remit.connectors.credentials import Credentials, SecretKey, Secrets
+from remit.connectors.data import VENDOR as DATA_VENDOR
+from remit.connectors.data import CollectionStore
+from remit.core import telemetry
+from remit.core.clock import Clock, SystemClock
+from remit.core.database import Database, portable_serializer
+from remit.core.errors import RemitError
+from remit.core.periodic import Periodic
+from remit.core.settings import Settings
+from remit.execution.timers import Waker
+from remit.ops.pause import AppState, PauseWatch, paused, register_queue
+from remit.ops.reconciler import Reconciler
+from remit.ops.registry import WorkerRegistry, live_versions, takeover_candidates
+from remit.ops.retries import Retries
+from remit.ops.runtime import Runtime
+from remit.ops.scheduler import Scheduler
+from remit.people.approvals import Approvals
+from remit.people.notify import default_notifiers
+from remit.people.tasks import TaskOpener, Tasks
+from remit.policy.guard import Guard
+
+log = logging.getLogger("remit.worker")
+
+
+class ExecutorSlot:
+    """The lowest free executor slot on this host for one app on one database."""
+
+    def __init__(self, scope: str) -> None:
+        digest = hashlib.sha256(scope.encode()).hexdigest()[:12]
+        self.folder = Path(tempfile.gettempdir()) / "remit-executors" / digest
+        self._held: IO[str] | None = None
+
+    def acquire(self) -> str:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        host = socket.gethostname().split(".")[0] or "host"
+        for n in range(4096):
+            handle = (self.folder / f"slot-{n}.lock").open("w")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            handle.write(str(os.getpid()))
+            handle.flush()
+            self._held = handle
+            return f"{host}-{n}"
+        raise RemitError(f"no free executor slot under {self.folder}: set REMIT_EXECUTOR_ID")
+
+    def release(self) -> None:
+        if self._held is not None:
+            fcntl.flock(self._held, fcntl.LOCK_UN)
+            self._held.close()
+            self._held = None
+
+
+def implementations_for(
+    app: App,
+    db: Database,
+    settings: Settings,
+    *,
+    implementations: Mapping[str, Implementation] | None = None,
+    environ: Mapping[str, str] | None = None,
+    clock: Clock | None = None,
+) -> tuple[dict[str, Implementation], Credentials]:
+    """What ops are called on, by vendor (each connector's fake or driver, as `settings.fakes`
+    says, unless `implementations` gives one), and the credentials drivers see: the
+    environment (the process's, or `environ`) over the app's stored secrets."""
+    chosen = dict(implementations or {})
+    for vendor, connector in app.connectors.items():
+        if vendor not in chosen:
+            chosen[vendor] = connector.fake() if settings.fakes else connector.driver()
+    # Collections live in the app's database with drivers and fakes alike.
+    if app.collections and DATA_VENDOR not in chosen:
+        chosen[DATA_VENDOR] = CollectionStore(db, app.name, app.collections, clock=clock)
+    # remit's own settings (the database URL, the secret key) are not the drivers' business.
+    given = os.environ if environ is None else environ
+    credentials = Credentials(
+        Secrets(db, app.name, SecretKey.from_settings(settings)),
+        {name: value for name, value in given.items() if not name.startswith("REMIT_")},
+    )
+    return chosen, credentials
+
+
+class Worker:
+    """One worker process's DBOS instance, serving the app's queues.
+
+    `start()` prepares the database and launches; `serve()` blocks until SIGTERM or SIGINT and
+    then drains; `stop()` drains running work for up to `drain_timeout` seconds.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        settings: Settings,
+        *,
+        implementations: Mapping[str, Implementation] | None = None,
+        clock: Clock | None = None,
+        environ: Mapping[str, str] | None = None,
+        on_taken_over: Callable[[], None] | None = None,
+    ) -> None:
+        self.app = app
+        self.settings = settings
+        self.db = Database(settings.database_url, pool_size=min(settings.threads, 16))
+        clock = clock or SystemClock()
+        self.implementations, credentials = implementations_for(
+            app, self.db, settings, implementations=implementations, environ=environ, clock=clock
+        )
+        self.runtime = Runtime(
+            app,
+            self.db,
+            implementations=self.implementations,
+            clock=clock,
+            environ=credentials,
+            notifiers=app.notifiers
+            if app.notifiers is not None
+            else default_notifiers(settings.webhook_url, settings.webhook_secret),
+            suspend_after=settings.suspend_after,
+            version=settings.version,
+        )
+        self._slot = ExecutorSlot(f"{self.db.dbos_url}\n{app.name}")
+        self.executor_id = ""
+        self._client: DBOSClient | None = None
+        self._stop = threading.Event()
+        self._launched = False
+        self._reconciler: Reconciler | None = None
+        self._heartbeat: Heartbeat | None = None
+        self._sweeper: Sweeper | None = None
+        self._pause_watch: PauseWatch | None = None
+        self._dbos_engine: sa.Engine | None = None
+        self.registry = WorkerRegistry(self.db, clock=self.runtime.clock)
+        self.on_taken_over = on_taken_over or _taken_over
+
+    @property
+    def client(self) -> DBOSClient:
+        if self._client is None:
+            self._client = self.db.client(self.app.name)
+        return self._client
+
+    # The services below are built once, on the worker's DBOS client (dropped when it stops).
+
+    @cached_property
+    def approvals(self) -> Approvals:
+        """List, show and decide the app's approvals (the same `decide()` as every surface)."""
+        return Approvals(
+            self.db,
+            self.client,
+            self.app.approval_types,
+            admins=self.settings.admins,
+            clock=self.runtime.clock,
+            guard=self.guard,
+        )
+
+    @cached_property
+    def tasks(self) -> Tasks:
+        """List, show and resolve the app's tasks: writes whose outcome a person confirms."""
+        return Tasks(
+            self.db,
+            self.client,
+            self.app.name,
+            self.app.ops,
+            clock=self.runtime.clock,
+            guard=self.guard,
+        )
+
+    @cached_property
+    def retries(self) -> Retries:
+        """Retry the app's failed and cancelled runs on the code this worker runs."""
+        return Retries(self.db, self.client, guard=self.guard, clock=self.runtime.clock)
+
+    @cached_property
+    def guard(self) -> Guard:
+        """The app's policies, enforced, with the record of what they refuse."""
+        return Guard.of(self.app, self.db, clock=self.runtime.clock)
+
+    @cached_property
+    def app_state(self) -> AppState:
+        """The app's pause flag: pause, resume, and what follows from them."""
+        return AppState(
+            self.db,
+            self.client,
+            self.app,
+            poll_interval=self.settings.poll_interval,
+            clock=self.runtime.clock,
+        )
+
+    def start(self, *, before_launch: Callable[[], None] | None = None) -> None:
+        """Prepare the database, register the app's workflows and queues, and launch DBOS.
+
+        `before_launch` runs after remit has registered its workflows and before DBOS launches:
+        the place to register plain DBOS workflows of your own beside remit's.
+        """
+        self.db.prepare()
+        self.executor_id = self.settings.executor_id or self._slot.acquire()
+        config: DBOSConfig = {
+            "name": self.app.name,
+            "system_database_url": self.db.dbos_url,
+            "application_version": self.runtime.version,
+            "executor_id": self.executor_id,
+            "serializer": portable_serializer(),
+            "max_executor_threads": self.settings.threads,
+            "sys_db_pool_size": min(self.settings.threads, 16),
+            "run_migrations": False,
+            "log_level": self.settings.log_level,
+            "notification_listener_polling_interval_sec": self.settings.poll_interval,
+            # DBOS traces into the tracer provider remit's spans go to, exporting nothing itself.
+            "enable_otlp": telemetry.tracing(
+                self.settings,
+                service=self.app.name,
+                version=self.runtime.version,
+                instance=self.executor_id,
+            ),
+        }
+        self._dbos_engine = self.db.dbos_engine(pool_size=min(self.settings.threads, 16))
+        if self._dbos_engine is not None:
+            config["system_database_engine"] = self._dbos_engine
+        # Queues are registered before launch, so DBOS's queue manager serves them from its
+        # first pass rather than finding them on a later one (it looks once a second). A paused
+        # app's queues stay stopped. A pause or resume landing between reading the flag and
+        # registering is healed by the reconciler, which re-derives the queues from the flag.
+        self._pause_watch = PauseWatch(
+            lambda: paused(self.db, self.app.name),
+            self.runtime.paused,
+            self.settings.sweep_interval,
+        )
+        self._pause_watch.refresh()
+        for queue in self.app.queues.values():
+            register_queue(
+                self.client,
+                queue,
+                paused=self.runtime.paused.is_set(),
+                poll_interval=self.settings.poll_interval,
+            )
+        self.registry.register(self.executor_id, app=self.app.name, version=self.runtime.version)
+        deployed = self.runtime.version not in {
+            known["version_name"]
+            for known in self.client.list_application_versions()
+            if known["application_name"] in (None, self.app.name)
+        }
+        DBOS(config=config)
+        telemetry.quiet_expected_failures()
+        self.runtime.list_steps = lambda workflow_id: self.client.list_workflow_steps(workflow_id)
+        self.runtime.register()
+        if before_launch is not None:
+            before_launch()
+        DBOS.launch()
+        self._launched = True
+        if deployed:
+            # This code is new here: it is the latest version, the one that takes the work no
+            # version is named for (starts, resumes, runs moved off a dead version). DBOS ranks
+            # versions by when they were first registered, to the second on SQLite, so a deploy
+            # within the second of the last one could rank below it: rank it explicitly.
+            self.client.set_latest_application_version(self.runtime.version)
+        self._heartbeat = Heartbeat(self)
+        self._heartbeat.start()
+        self._reconciler = Reconciler(
+            self.runtime.runs,
+            self.client,
+            version=self.runtime.version,
+            live_versions=self.live_versions,
+            approvals=self.approvals,
+            app_state=self.app_state,
+            tasks=TaskOpener(self.db, self.app.name, clock=self.runtime.clock),
+            budgets=self.runtime.caller.budgets,
+            interval=self.settings.reconcile_interval,
+        )
+        self._pause_watch.start()
+        self._reconciler.start()
+        self._sweeper = Sweeper(self)
+        self._sweeper.start()
+        log.info(
+            "worker %s serving app %s version %s on %s",
+            self.executor_id,
+            self.app.name,
+            self.runtime.version,
+            self.db.url.render_as_string(),
+        )
+
+    def live_versions(self) -> set[str]:
+        """The versions the app's live workers run (this one's included)."""
+        return live_versions(
+            self.registry.list(app=self.app.name),
+            now=self.runtime.clock.now(),
+            dead_after=timedelta(seconds=self.settings.dead_after),
+        ) | {self.runtime.version}
+
+    def stop(self, timeout: float | None = None, *, keep_slot: bool = False) -> None:
+        """Stop taking work and let running attempts finish for up to `timeout` seconds.
+
+        Attempts still running then are left PENDING under this executor id, and their threads
+        go on until the process ends: end it soon after (the `remit` commands do, at once),
+        keeping the executor slot (`keep_slot=True`) so that no other worker takes the id and
+        recovers attempts this process is still running.
+        """
+        drain = self.settings.drain_timeout if timeout is None else timeout
+        self.runtime.stopping = True
+        for background in (self._sweeper, self._reconciler, self._heartbeat, self._pause_watch):
+            if background is not None:
+                background.stop()
+        self._sweeper = self._pause_watch = None
+        self._reconciler = self._heartbeat = None
+        if self._launched:
+            DBOS.destroy(workflow_completion_timeout_sec=math.ceil(drain), destroy_registry=True)
+            self._launched = False
+            self._sign_off()
+            telemetry.flush()
+        if self._client is not None:
+            self._client.destroy()
+            self._client = None
+            for service in ("approvals", "tasks", "retries", "app_state"):
+                self.__dict__.pop(service, None)
+        if not keep_slot:
+            self._slot.release()
+        if self._dbos_engine is not None:
+            self._dbos_engine.dispose()
+            self._dbos_engine = None
+        self.db.dispose()
+
+    def _sign_off(self) -> None:
+        """Mark the worker stopped, unless it leaves attempts behind: then its heartbeat goes
+        stale and a live worker takes them over (or this executor id, restarted, recovers them)."""
+        left = self.client.list_workflows(
+            executor_id=self.executor_id, status="PENDING", load_input=False, load_output=False
+        )
+        if left:
+            log.warning("worker %s leaves %d attempts for recovery", self.executor_id, len(left))
+        else:
+            self.registry.stopped(self.executor_id)
+
+    def serve(self) -> None:
+        """Serve until SIGTERM or SIGINT, then drain (see `stop`).
+
+        A second signal while draining is logged and ignored: the drain has its bound. Should
+        the drain overrun that bound by `DRAIN_MARGIN` seconds (a database that stopped
+        answering, a DBOS shutdown that hangs), a watchdog ends the process (exit code 70),
+        leaving its attempts to the next worker with this executor id.
+        """
+        draining = threading.Event()
+
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            name = signal.Signals(signum).name
+            if draining.is_set():
+                log.warning(
+                    "received %s again while draining: ignored; the drain ends within %.0fs",
+                    name,
+                    self.settings.drain_timeout,
+                )
+                return
+            draining.set()
+            log.warning("received %s: draining for up to %.0fs", name, self.settings.drain_timeout)
+            self._stop.set()
+
+        previous: dict[int, Any] = {
+            sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
+        }
+        try:
+            self._stop.wait()
+        finally:
+            draining.set()
+            watchdog = Watchdog(self.settings.drain_timeout + DRAIN_MARGIN, _drain_overran)
+            watchdog.arm()
+            try:
+                self.stop(keep_slot=True)
+            finally:
+                watchdog.disarm()
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+
+# Seconds a drain may overrun REMIT_DRAIN_TIMEOUT before the watchdog ends the process.
+DRAIN_MARGIN = 15.0
+
+
+class Watchdog:
+    """Calls `on_overrun` (on its own thread) if not disarmed within `bound` seconds."""
+
+    def __init__(self, bound: float, on_overrun: Callable[[float], None]) -> None:
+        self.bound = bound
+        self._disarmed = threading.Event()
+        self._on_overrun = on_overrun
+        self._thread = threading.Thread(target=self._watch, name="remit-watchdog", daemon=True)
+
+    def arm(self) -> None:
+        self._thread.start()
+
+    def disarm(self) -> None:
+        self._disarmed.set()
+
+    def _watch(self) -> None:
+        if not self._disarmed.wait(self.bound):
+            self._on_overrun(self.bound)
+
+
+def _drain_overran(bound: float) -> None:
+    log.critical(
+        "the drain did not end within %.0fs: stopping now; attempts still running are "
+        "recovered by the next worker with this executor id",
+        bound,
+    )
+    logging.shutdown()
+    os._exit(70)
+
+
+def _taken_over() -> None:
+    """A worker that another has taken over stops at once: its attempts now run elsewhere."""
+    log.critical("this worker was declared dead and taken over; stopping now")
+    logging.shutdown()
+    os._exit(75)
+
+
+class Heartbeat:
+    """Renews the worker's heartbeat, and takes over dead workers of the same version.
+
+    Runs on a daemon thread every `REMIT_HEARTBEAT_INTERVAL` seconds.
+    """
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.interval = worker.settings.heartbeat_interval
+        self.dead_after = timedelta(seconds=worker.settings.dead_after)
+        self._periodic = Periodic("remit-heartbeat", self.interval, self.beat)
+
+    def start(self) -> None:
+        self._periodic.start()
+
+    def stop(self) -> None:
+        self._periodic.stop()
+
+    def beat(self) -> list[str]:
+        """Renew the heartbeat and take over the dead; returns the executor ids taken over."""
+        worker = self.worker
+        me = worker.executor_id
+        if not worker.registry.heartbeat(me):
+            worker.on_taken_over()
+            return []
+        dead = takeover_candidates(
+            worker.registry.list(app=worker.app.name),
+            me=me,
+            version=worker.runtime.version,
+            now=worker.runtime.clock.now(),
+            dead_after=self.dead_after,
+        )
+        taken: list[str] = []
+        for executor_id in dead:
+            if not worker.registry.claim(executor_id, by=me, dead_after=self.dead_after):
+                continue
+            # DBOS's own guarded recovery: it re-enqueues each PENDING attempt of the dead
+            # executor (of this version) on its queue, and only while it is still PENDING
+            # under that executor, so an attempt another worker already picked up is left
+            # alone. The public resume_workflow has no such guard. Only the claimer calls it.
+            handles = DBOS._recover_pending_workflows([executor_id])
+            log.warning(
+                "took over worker %s: %d attempts back on their queues", executor_id, len(handles)
+            )
+            taken.append(executor_id)
+        return taken
+
+
+class Sweeper:
+    """Every `REMIT_SWEEP_INTERVAL` seconds, on a daemon thread: forks the resumes a decider
+    left in the outbox, expires approvals past their time through `decide()`, wakes the runs
+    whose long sleep is due, starts the runs schedules have made due, and retries unsent
+    notifications. Its first pass (all but notifications) runs as the worker starts, just after
+    it launches, so a decision made while no worker ran is carried on at once; sending
+    notifications, which may wait on slow receivers, is left to the thread."""
+
+    # A resume younger than this is left to the process that decided it.
+    OUTBOX_GRACE = 2.0
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.interval = worker.settings.sweep_interval
+        self.scheduler = Scheduler(
+            worker.app,
+            worker.runtime.runs,
+            worker.client,
+            clock=worker.runtime.clock,
+            interval=self.interval,
+        )
+        self.waker = Waker(worker.db, worker.client, clock=worker.runtime.clock)
+        self._periodic = Periodic(
+            "remit-sweeper", self.interval, lambda: self.sweep(older_than=self.OUTBOX_GRACE)
+        )
+
+    def start(self) -> None:
+        self.sweep(older_than=0.0, notify=False)
+        self._periodic.start()
+
+    def stop(self) -> None:
+        self._periodic.stop()
+
+    def sweep(self, *, older_than: float, notify: bool = True) -> None:
+        approvals = self.worker.approvals
+        jobs: list[tuple[str, Callable[[], object]]] = [
+            ("outbox", lambda: approvals.complete_outbox(older_than=older_than)),
+            ("expiry", approvals.expire_due),
+            ("wake", self.waker.wake_due),
+            ("schedules", self.scheduler.fire_due),
+        ]
+        if notify:
+            jobs.append(("notifications", self.worker.runtime.notifications.send_due))
+        for name, job in jobs:
+            try:
+                job()
+            except Exception:
+                log.exception("sweep: %s failed; the next sweep runs in %.0fs", name, self.interval)

@@ -1,0 +1,1 @@
+"""The policies: Cedar files, the guard every act passes, and the refusals it records."""

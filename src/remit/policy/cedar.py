@@ -1,0 +1,606 @@
+"""Who may do what: an app's Cedar policies, checked in-process with `cedarpy`.
+
+An app with a `policies/` folder is governed by the `*.cedar` files in it, deny by default: an
+action goes ahead only when some `permit` matches it and no `forbid` does. Five actions are
+checked, each on its own kind of resource:
+
+    Action::"start"   on Workflow::"<name>"       context { input }
+    Action::"retry"   on Workflow::"<name>"       context { input, status }
+    Action::"resolve" on Op::"<vendor.resource.op>" context { done, workflow, input }
+    Action::"call"    on Op::"<vendor.resource.op>" context { input }
+    Action::"decide"  on ApprovalType::"<name>"   context { decision, workflow, input, draft,
+                                                            op, call }
+
+Principals are `User::"<name>"` and `Agent::"<name>"` (`user:<name>` and `agent:<name>` on the
+command line), members of the groups `policies/principals.toml` lists. The Cedar schema is
+derived from the app itself (its workflows' inputs, its ops' inputs, its approval types'
+drafts), so it cannot drift from the code; `remit policies schema` prints it.
+
+A policy set that does not parse or validate does not stop the app from loading: it refuses
+every action, with the message naming the file and line, until it is fixed.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import re
+import tomllib
+import types
+import typing
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Literal
+
+import cedarpy
+from pydantic import BaseModel
+
+from remit.core.errors import RemitError
+
+log = logging.getLogger("remit.policy")
+
+Action = Literal["start", "call", "decide", "retry", "resolve"]
+ACTIONS: tuple[Action, ...] = ("start", "call", "decide", "retry", "resolve")
+RESOURCE_TYPES: dict[Action, str] = {
+    "start": "Workflow",
+    "call": "Op",
+    "decide": "ApprovalType",
+    "retry": "Workflow",
+    "resolve": "Op",
+}
+PRINCIPAL_TYPES = {"user": "User", "agent": "Agent"}
+PRINCIPALS_FILE = "principals.toml"
+# The annotation that turns a permitted direct call into a run waiting at an approval.
+HOLD = "hold"
+# The built-in workflow and approval type a held call waits in.
+HELD = "call"
+# Principals that are remit itself (the expiry sweep, schedules): never checked, and refused
+# as `--as` or `by` on every surface.
+SYSTEM_PREFIX = "remit:"
+
+_CEDAR_PRINCIPAL = re.compile(r'^(User|Agent)::"([^"\\]+)"$')
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,199}$")
+
+
+class PolicyDenied(RemitError):
+    """A policy refused an action. The message names the principal, action and resource."""
+
+    def __init__(self, message: str, *, principal: str, action: str, resource: str) -> None:
+        super().__init__(message)
+        self.principal = principal
+        self.action = action
+        self.resource = resource
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who acts: a person (`user:ann`) or an agent (`agent:ops-bot`)."""
+
+    kind: str  # User or Agent
+    name: str
+
+    @classmethod
+    def parse(cls, text: str) -> Principal:
+        """`user:<name>`, `agent:<name>`, or Cedar's `User::"<name>"` / `Agent::"<name>"`."""
+        matched = _CEDAR_PRINCIPAL.match(text)
+        if matched:
+            return cls(matched.group(1), matched.group(2))
+        prefix, _, name = text.partition(":")
+        kind = PRINCIPAL_TYPES.get(prefix)
+        if kind is None or not _NAME.match(name):
+            raise RemitError(
+                f"`{text}` is not a principal policies know: act as `user:<name>` or "
+                "`agent:<name>` (letters, digits and . _ @ + -), e.g. --as user:ann"
+            )
+        return cls(kind, name)
+
+    @property
+    def text(self) -> str:
+        return f"{self.kind.lower()}:{self.name}"
+
+    def uid(self) -> dict[str, str]:
+        return {"type": self.kind, "id": self.name}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the policies said: allowed or not, held for an approval or not, and why."""
+
+    allowed: bool
+    reason: str
+    held: bool = False
+    # The `@hold("...")` notes of the permits that held the call.
+    hold_note: str = ""
+    policies: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Statement:
+    file: str
+    line: int
+    text: str
+
+
+@dataclass
+class Policy:
+    """An app's policies, parsed and validated once; `check` answers in about 0.1 ms.
+
+    `Policy.open()` (an app with no `policies/` folder) allows everything and checks nothing.
+    """
+
+    enabled: bool = False
+    problem: str | None = None
+    folder: Path | None = None
+    schema: dict[str, Any] = field(default_factory=dict)
+    # Input fields two declarations type differently, which no context carries.
+    left_out: list[str] = field(default_factory=list)
+    _set: Any = None
+    _entities: Any = None
+    _where: dict[str, str] = field(default_factory=dict)
+    _holds: dict[str, str] = field(default_factory=dict)
+    _contexts: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls) -> Policy:
+        return cls(enabled=False)
+
+    @classmethod
+    def load(cls, folder: Path, catalog: Catalog) -> Policy:
+        """Read `folder`'s `*.cedar` files and `principals.toml` against the app's `catalog`.
+
+        Never raises for a broken policy set: the result refuses every action and says why.
+        """
+        schema, contexts, left_out = build_schema(catalog)
+        policy = cls(
+            enabled=True, folder=folder, schema=schema, left_out=left_out, _contexts=contexts
+        )
+        try:
+            policy._compile(folder, catalog)
+        except _Broken as broken:
+            policy.problem = str(broken)
+            log.error("policies in %s refuse every action: %s", folder, broken)
+        return policy
+
+    def _compile(self, folder: Path, catalog: Catalog) -> None:
+        statements: list[_Statement] = []
+        files = sorted(folder.glob("*.cedar"))
+        for file in files:
+            name = f"{folder.name}/{file.name}"
+            try:
+                text = file.read_text()
+            except (OSError, UnicodeDecodeError) as error:
+                raise _Broken(f"{name}: cannot be read ({error})") from None
+            for line, statement in split_statements(text):
+                try:
+                    cedarpy.PolicySet.from_str(statement)
+                except ValueError as error:
+                    raise _Broken(f"{name}:{line}: {_one_line(error)}") from None
+                statements.append(_Statement(name, line, statement))
+        text = "\n".join(s.text for s in statements)
+        ids = [f"policy{i}" for i in range(len(statements))]
+        self._where = {pid: f"{s.file}:{s.line}" for pid, s in zip(ids, statements, strict=True)}
+        result = cedarpy.validate_policies(text, json.dumps(self.schema))
+        if not result.validation_passed:
+            problems = [
+                f"{self._where.get(e.policy_id, '?')}: "
+                + _one_line(e.error).replace(f"for policy `{e.policy_id}`, ", "")
+                for e in result.errors
+            ]
+            raise _Broken("; ".join(problems))
+        parsed = json.loads(cedarpy.policies_to_json_str(text)) if statements else {}
+        for pid, body in parsed.get("staticPolicies", {}).items():
+            for record, name in sorted(_context_reads(body)):
+                what = _RECORDS.get(record)
+                if what is None or f"{what} `{name}`" not in self.left_out:
+                    continue
+                # It would read as absent and never match: say so rather than let it lie dead.
+                raise _Broken(
+                    f"{self._where[pid]}: reads `context.{record}.{name}`, but the {what} "
+                    f"`{name}` is typed two ways in the app, so no context carries it: make the "
+                    "types agree, or rename one"
+                )
+            annotations = body.get("annotations", {})
+            if HOLD not in annotations:
+                continue
+            if body.get("effect") != "permit" or not _only_call(body.get("action", {})):
+                raise _Broken(
+                    f"{self._where[pid]}: @hold belongs on a permit whose action is "
+                    'action == Action::"call" (a held start or decision has no meaning)'
+                )
+            self._holds[pid] = annotations[HOLD] or ""
+        if parsed.get("templates"):
+            raise _Broken(
+                "templates (policies with ?principal or ?resource) are not linked by remit: "
+                "write each policy with its principal and resource"
+            )
+        self._set = cedarpy.PolicySet.from_str(text)
+        entities = _entities(folder / PRINCIPALS_FILE, catalog)
+        try:
+            self._entities = cedarpy.Entities.from_json_str(json.dumps(entities))
+        except ValueError as error:
+            raise _Broken(
+                f"{folder.name}/{PRINCIPALS_FILE}: the groups cannot be read as a hierarchy "
+                f"(a group that is, through others, a member of itself?): {_one_line(error)}"
+            ) from None
+
+    @property
+    def files(self) -> list[str]:
+        if self.folder is None:
+            return []
+        return [f"{self.folder.name}/{file.name}" for file in sorted(self.folder.glob("*.cedar"))]
+
+    def context(self, action: Action, values: Mapping[str, Any]) -> dict[str, Any]:
+        """`values` as the action's Cedar context: only the attributes its schema types."""
+        return _convert_record(self._contexts[action], values)
+
+    def check(
+        self, principal: str, action: Action, resource: str, context: Mapping[str, Any]
+    ) -> Verdict:
+        """Whether `principal` may take `action` on `resource`, with `context` (plain values,
+        converted by the schema). Allowed without a look when the app has no policies."""
+        if not self.enabled:
+            return Verdict(True, "the app has no policies")
+        if self.problem is not None:
+            return Verdict(False, f"the policies are broken and refuse everything: {self.problem}")
+        if action not in RESOURCE_TYPES:
+            return Verdict(
+                False, f"{action!r} is not an action policies know ({', '.join(ACTIONS)})"
+            )
+        try:
+            who = Principal.parse(principal)
+        except RemitError as error:
+            return Verdict(False, str(error))
+        try:
+            converted = self.context(action, context)
+        except _Unfit as unfit:
+            attribute = ".".join(unfit.path)
+            return Verdict(
+                False, f"context.{attribute} cannot be given to the policies: {unfit.why}"
+            )
+        request = {
+            "principal": who.uid(),
+            "action": {"type": "Action", "id": action},
+            "resource": {"type": RESOURCE_TYPES[action], "id": resource},
+            "context": converted,
+        }
+        result = cedarpy.is_authorized(request, self._set, self._entities)
+        matched = tuple(result.diagnostics.reasons)
+        where = tuple(self._where.get(pid, pid) for pid in matched)
+        if result.diagnostics.errors:
+            log.warning("evaluating policies for %s: %s", who.text, result.diagnostics.errors)
+        if not result.allowed:
+            if matched:
+                return Verdict(False, f"forbidden by {', '.join(where)}", policies=where)
+            return Verdict(False, "no policy permits it")
+        held = bool(matched) and all(pid in self._holds for pid in matched)
+        held = held and action == "call"
+        note = "; ".join(
+            sorted({self._holds[pid] for pid in matched if held and self._holds.get(pid)})
+        )
+        reason = f"permitted by {', '.join(where)}"
+        return Verdict(True, reason, held=held, hold_note=note, policies=where)
+
+
+def denied(principal: str, action: str, resource: str, reason: str) -> PolicyDenied:
+    what = RESOURCE_TYPES.get(action, "")  # type: ignore[call-overload]
+    return PolicyDenied(
+        f'{principal} may not {action} {what}::"{resource}": {reason}',
+        principal=principal,
+        action=action,
+        resource=resource,
+    )
+
+
+class _Broken(Exception):
+    """A policy set that does not load; the message names the file and line."""
+
+
+def _one_line(error: object) -> str:
+    return " ".join(str(error).split())
+
+
+def _only_call(action: Mapping[str, Any]) -> bool:
+    """Whether a policy's action scope is `Action::"call"` and nothing else."""
+    if action.get("op") == "==":
+        return bool(action.get("entity", {}).get("id") == "call")
+    if action.get("op") == "in":
+        entities = action.get("entities", [action.get("entity", {})])
+        return bool(entities) and all(e.get("id") == "call" for e in entities)
+    return False
+
+
+# The context records the app's declarations fill, and what fills each.
+_RECORDS = {"input": "workflow input", "call": "op input", "draft": "approval draft"}
+
+
+def _context_reads(node: Any) -> set[tuple[str, str]]:
+    """Every `context.<record>.<name>` (or `context.<record> has <name>`) a policy reads, as
+    (record, name), from its JSON form. In a call's context `input` holds the op's input."""
+    found: set[tuple[str, str]] = set()
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in (".", "has") and isinstance(value, dict) and "attr" in value:
+                left = value.get("left", {}).get(".", {})
+                if left.get("left") == {"Var": "context"} and "attr" in left:
+                    found.add((str(left["attr"]), str(value["attr"])))
+                    if left["attr"] == "input":
+                        found.add(("call", str(value["attr"])))
+            found |= _context_reads(value)
+    elif isinstance(node, list):
+        for item in node:
+            found |= _context_reads(item)
+    return found
+
+
+def split_statements(text: str) -> Iterator[tuple[int, str]]:
+    """Each policy of a Cedar file with the line it starts on: split at every `;` outside a
+    string or a comment. Trailing text without a `;` is yielded too, so its error is named."""
+    start: int | None = None
+    start_line = line = 1
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char == "\n":
+            line += 1
+        elif text.startswith("//", i):
+            end = text.find("\n", i)
+            i = len(text) if end == -1 else end
+            continue
+        elif char.isspace():
+            pass
+        else:
+            if start is None:
+                start, start_line = i, line
+            if char == '"':
+                i += 1
+                while i < len(text) and text[i] != '"':
+                    line += text[i] == "\n"
+                    i += 2 if text[i] == "\\" else 1
+            elif char == ";":
+                yield start_line, text[start : i + 1]
+                start = None
+        i += 1
+    if start is not None:
+        yield start_line, text[start:]
+
+
+# ---- what the app declares, as Cedar sees it ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The resources policies speak of: names with their input (or draft) models."""
+
+    workflows: Mapping[str, type[BaseModel]]
+    ops: Mapping[str, tuple[type[BaseModel], str, bool]]  # input model, effect, idempotent
+    approval_types: Mapping[str, type[BaseModel]]
+
+
+def build_schema(
+    catalog: Catalog,
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]], list[str]]:
+    """The Cedar schema (JSON form) for the app, each action's context type, and the input
+    fields left out because two declarations type them differently."""
+    left_out: list[str] = []
+    workflow_inputs = _union("workflow input", catalog.workflows.values(), left_out)
+    op_inputs = _union("op input", (m for m, _, _ in catalog.ops.values()), left_out)
+    drafts = _union("approval draft", catalog.approval_types.values(), left_out)
+    string = {"type": "String"}
+    contexts: dict[str, dict[str, Any]] = {
+        "start": _record({"input": workflow_inputs}),
+        "call": _record({"input": op_inputs}),
+        "retry": _record({"input": workflow_inputs, "status": string}),
+        "resolve": _record(
+            {"done": {"type": "Boolean"}, "workflow": string, "input": workflow_inputs}
+        ),
+        "decide": _record(
+            {
+                "decision": string,
+                "workflow": string,
+                "input": workflow_inputs,
+                "draft": drafts,
+                "op": string,
+                "call": op_inputs,
+            }
+        ),
+    }
+    people = ["User", "Agent"]
+    schema = {
+        "": {
+            "entityTypes": {
+                "User": {"memberOfTypes": ["Group"]},
+                "Agent": {"memberOfTypes": ["Group"]},
+                "Group": {"memberOfTypes": ["Group"]},
+                "Workflow": {},
+                "Op": {
+                    "shape": _record(
+                        {
+                            "vendor": {"type": "String"},
+                            "effect": {"type": "String"},
+                            "idempotent": {"type": "Boolean"},
+                        }
+                    )
+                },
+                "ApprovalType": {},
+            },
+            "actions": {
+                action: {
+                    "appliesTo": {
+                        "principalTypes": people,
+                        "resourceTypes": [RESOURCE_TYPES[action]],
+                        "context": contexts[action],
+                    }
+                }
+                for action in ACTIONS
+            },
+        }
+    }
+    return schema, contexts, sorted(set(left_out))
+
+
+def _record(attributes: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "Record", "attributes": attributes}
+
+
+def _union(what: str, models: Iterable[type[BaseModel]], left_out: list[str]) -> dict[str, Any]:
+    """One optional attribute per field any of `models` has, typed as all of them agree."""
+    seen: dict[str, dict[str, Any] | None] = {}
+    for model in models:
+        for name, info in model.model_fields.items():
+            typed = cedar_type(info.annotation)
+            if typed is None:
+                continue
+            if name in seen and seen[name] != typed:
+                seen[name] = None
+                left_out.append(f"{what} `{name}`")
+                continue
+            seen.setdefault(name, typed)
+    attributes = {
+        name: {**typed, "required": False} for name, typed in seen.items() if typed is not None
+    }
+    return _record(attributes)
+
+
+def cedar_type(annotation: Any) -> dict[str, Any] | None:
+    """The Cedar type of a field's annotation, or None when Cedar has no fitting one."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return cedar_type(options[0]) if len(options) == 1 else None
+    if origin is Literal:
+        values = typing.get_args(annotation)
+        kinds = {type(v) for v in values}
+        return cedar_type(kinds.pop()) if len(kinds) == 1 else None
+    if origin in (list, set, frozenset, tuple):
+        args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+        element = cedar_type(args[0]) if len(set(args)) == 1 else None
+        return None if element is None else {"type": "Set", "element": element}
+    if origin is typing.Annotated:
+        return cedar_type(typing.get_args(annotation)[0])
+    if not isinstance(annotation, type):
+        return None
+    if issubclass(annotation, bool):
+        return {"type": "Boolean"}
+    if issubclass(annotation, enum.Enum):
+        member_types = {type(member.value) for member in annotation}
+        return cedar_type(member_types.pop()) if len(member_types) == 1 else None
+    if issubclass(annotation, int):
+        return {"type": "Long"}
+    if issubclass(annotation, float | Decimal):
+        return {"type": "Extension", "name": "decimal"}
+    if issubclass(annotation, str | datetime | date):
+        return {"type": "String"}
+    return None
+
+
+_LONG = 2**63
+_DECIMAL_PLACES = Decimal("0.0001")
+_DECIMAL_MAX = Decimal("922337203685477.5807")
+
+
+class _Unfit(Exception):
+    """A value the context's schema types, which Cedar cannot hold as it is: `why`, at `path`
+    (the attribute names down to it)."""
+
+    def __init__(self, why: str, path: tuple[str, ...] = ()) -> None:
+        super().__init__(why)
+        self.why = why
+        self.path = path
+
+
+def _convert(typed: Mapping[str, Any], value: Any) -> Any:
+    """`value` (JSON-mode) as Cedar JSON of type `typed`. Raises `_Unfit` when it cannot be
+    given exactly: dropping it would let a `forbid` that reads it pass."""
+    kind = typed["type"]
+    if kind == "Boolean" and isinstance(value, bool):
+        return value
+    if kind == "Long" and isinstance(value, int) and not isinstance(value, bool):
+        if not -_LONG <= value < _LONG:
+            raise _Unfit("it is beyond Cedar's 64-bit whole numbers")
+        return value
+    if kind == "String" and isinstance(value, str):
+        return value
+    if kind == "Extension" and isinstance(value, int | float | str) and not isinstance(value, bool):
+        try:
+            number = Decimal(str(value))
+            exact = number.quantize(_DECIMAL_PLACES)
+        except ArithmeticError:
+            raise _Unfit("it is not a finite number") from None
+        if not number.is_finite() or abs(number) > _DECIMAL_MAX:
+            raise _Unfit("it is beyond Cedar's decimal range")
+        if exact != number:
+            raise _Unfit("it has more than the 4 decimal places Cedar's decimal holds")
+        return {"__extn": {"fn": "decimal", "arg": f"{exact:.4f}"}}
+    if kind == "Set" and isinstance(value, list):
+        return [_convert(typed["element"], item) for item in value]
+    if kind == "Record" and isinstance(value, Mapping):
+        return _convert_record(typed, value)
+    raise _Unfit(f"it is not a {kind}")
+
+
+def _convert_record(typed: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    record: dict[str, Any] = {}
+    for name, attribute in typed["attributes"].items():
+        if values.get(name) is None:
+            if attribute.get("required", True):
+                # Always there, so a policy reads it without a `has` test first.
+                record[name] = _convert(attribute, {}) if attribute["type"] == "Record" else ""
+            continue
+        try:
+            record[name] = _convert(attribute, values[name])
+        except _Unfit as unfit:
+            raise _Unfit(unfit.why, (name, *unfit.path)) from None
+    return record
+
+
+def _entities(principals_file: Path, catalog: Catalog) -> list[dict[str, Any]]:
+    """The entity graph: groups and their members from `principals.toml`, and the app's ops
+    (with their vendor, effect and idempotence), workflows and approval types."""
+    found: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    if principals_file.exists():
+        name = f"{principals_file.parent.name}/{principals_file.name}"
+        try:
+            declared = tomllib.loads(principals_file.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as error:
+            raise _Broken(f"{name}: {_one_line(error)}") from None
+        groups = declared.get("groups", {})
+        unknown = sorted(set(declared) - {"groups"})
+        if unknown or not isinstance(groups, dict):
+            raise _Broken(
+                f"{name}: holds only a [groups] table, each group a list of members "
+                f'(e.g. clerks = ["user:ann", "agent:ops-bot", "group:controllers"])'
+            )
+        for group, members in groups.items():
+            if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+                raise _Broken(f"{name}: group `{group}` must be a list of member names")
+            found.setdefault(("Group", group), set())
+            for member in members:
+                if member.startswith("group:"):
+                    uid = ("Group", member.removeprefix("group:"))
+                else:
+                    try:
+                        who = Principal.parse(member)
+                    except RemitError as error:
+                        raise _Broken(f"{name}: group `{group}`: {error}") from None
+                    uid = (who.kind, who.name)
+                found.setdefault(uid, set()).add(("Group", group))
+    entities: list[dict[str, Any]] = [
+        {
+            "uid": {"type": kind, "id": ident},
+            "attrs": {},
+            "parents": [{"type": t, "id": i} for t, i in sorted(parents)],
+        }
+        for (kind, ident), parents in sorted(found.items())
+    ]
+    for op_id, (_, effect, idempotent) in sorted(catalog.ops.items()):
+        vendor = op_id.split(".", 1)[0]
+        attrs = {"vendor": vendor, "effect": effect, "idempotent": idempotent}
+        entities.append({"uid": {"type": "Op", "id": op_id}, "attrs": attrs, "parents": []})
+    for kind, names in (("Workflow", catalog.workflows), ("ApprovalType", catalog.approval_types)):
+        for ident in sorted(names):
+            entities.append({"uid": {"type": kind, "id": ident}, "attrs": {}, "parents": []})
+    return entities

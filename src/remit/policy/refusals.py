@@ -1,0 +1,185 @@
+"""What `decide()` refuses: mistakes in the call itself, and every reason a batch cannot be
+decided (found together, so the caller sees them all at once and nothing is written).
+
+A decision by a person or agent is also checked against the app's policies: `decide` on the
+approval's type, with the decision, the draft as it would stand after the edits, and the run's
+workflow and input as context. A refusal by policy is one more reason, recorded as a denial.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ValidationError
+
+from remit.core.errors import DecisionRefused, RemitError
+from remit.core.keys import key_problem
+from remit.core.runs import FINISHED
+from remit.policy.cedar import SYSTEM_PREFIX
+
+if TYPE_CHECKING:
+    from remit.people.approvals import Approval, ApprovalType
+    from remit.policy.guard import Guard
+
+# What `decide()` may write.
+DECISIONS: tuple[str, ...] = ("approved", "rejected", "expired", "cancelled")
+# Channels that decide for no person: neither the assignee rule nor policies apply to them.
+SYSTEM_VIA = frozenset({"expiry", "system"})
+
+
+@dataclass(frozen=True)
+class DecideCall:
+    """One `decide()` call's arguments, checked."""
+
+    ids: list[str]
+    decision: str
+    by: str
+    via: str
+    decision_key: str
+    edits: dict[str, Mapping[str, Any]]
+    reason: str | None
+    admin: bool
+    # Refusals by policy found while deciding, recorded once the batch is refused.
+    denials: list[tuple[str, str, dict[str, Any], str]] = field(default_factory=list)
+
+
+def check_call(
+    ids: list[str],
+    decision: str,
+    *,
+    by: str,
+    via: str,
+    decision_key: str,
+    edits: Mapping[str, Any] | None,
+) -> None:
+    """Mistakes in the call itself, before any database work."""
+    if not ids:
+        raise RemitError("decide() needs at least one approval id")
+    if decision not in DECISIONS:
+        raise RemitError(f"decision {decision!r} is not one of {', '.join(DECISIONS)}")
+    for name, value, longest in (("by", by, 200), ("via", via, 50)):
+        if not isinstance(value, str) or not value.strip() or len(value) > longest:
+            raise RemitError(f"decide(): {name} must be a non-empty string of at most {longest}")
+    problem = key_problem(decision_key, what="decide(): decision_key", longest=200, example="d-1")
+    if problem is not None:
+        raise RemitError(problem)
+    if edits is not None and not isinstance(edits, Mapping):
+        raise RemitError("decide(): edits must map an approval id to the fields it changes")
+
+
+def refusals(
+    call: DecideCall,
+    locked: list[Approval],
+    locked_runs: Mapping[str, Any],
+    types: Mapping[str, ApprovalType],
+    guard: Guard | None,
+) -> dict[str, dict[str, Any]]:
+    """Every reason to refuse the batch, raised together; else the parsed edits."""
+    reasons: list[tuple[str, str]] = []
+    found = {row.id: row for row in locked}
+    for approval_id in call.ids:
+        if approval_id not in found:
+            reasons.append((approval_id, "is not an approval: `remit approvals` lists them"))
+    for approval_id in sorted(set(call.edits) - set(call.ids)):
+        reasons.append((approval_id, "has an edit but is not in the batch"))
+    parsed: dict[str, dict[str, Any]] = {}
+    for row in locked:
+        if row.status != "pending":
+            by = f" by {row.decided_by}" if row.decided_by else ""
+            reasons.append((row.id, f"is already {row.status}{by}"))
+        run = locked_runs.get(row.run_id)
+        if run is not None and run.status in FINISHED and row.status == "pending":
+            reasons.append((row.id, f"belongs to run {row.run_id}, which is {run.status}"))
+        if (
+            call.via not in SYSTEM_VIA
+            and row.assignee is not None
+            and row.assignee != call.by
+            and not call.admin
+        ):
+            reasons.append((row.id, f"is assigned to {row.assignee}; {call.by} is not an admin"))
+        edit = call.edits.get(row.id)
+        if edit is not None:
+            problem, value = parse_edit(types.get(row.type), row, edit, call.decision)
+            if problem is not None:
+                reasons.append((row.id, problem))
+            elif value is not None:
+                parsed[row.id] = value
+        if (call.via in SYSTEM_VIA) != call.by.startswith(SYSTEM_PREFIX):
+            reasons.append(
+                (
+                    row.id,
+                    f"{call.by} via {call.via}: `{SYSTEM_PREFIX}` principals and the channels "
+                    f"{', '.join(sorted(SYSTEM_VIA))} are remit's own, and go together; decide "
+                    "as user:<name> or agent:<name>",
+                )
+            )
+        elif guard is not None and call.via not in SYSTEM_VIA:
+            draft = parsed.get(row.id) or row.edited_draft or row.draft
+            refused = _by_policy(call, guard, row, draft, run)
+            if refused is not None:
+                reasons.append((row.id, refused))
+    if reasons:
+        raise DecisionRefused(reasons)
+    return parsed
+
+
+def _by_policy(
+    call: DecideCall, guard: Guard, row: Approval, draft: Mapping[str, Any], run: Any
+) -> str | None:
+    """Why the policies refuse `call.by` deciding `row`; None when they allow it."""
+    context: dict[str, Any] = {
+        "decision": call.decision,
+        "workflow": getattr(run, "workflow", "") or "",
+        "input": getattr(run, "input", None) or {},
+        "draft": dict(draft),
+    }
+    if row.type == "call":  # a held direct call: its op, and the op's input
+        context["op"] = draft.get("op", "")
+        context["call"] = draft.get("input") or {}
+    verdict = guard.policy.check(call.by, "decide", row.type, context)
+    if verdict.allowed:
+        return None
+    call.denials.append((row.type, row.id, context, verdict.reason))
+    return f'{call.by} may not decide ApprovalType::"{row.type}": {verdict.reason}'
+
+
+def record_denials(call: DecideCall, guard: Guard | None) -> None:
+    """Record the policy refusals a refused batch found (after its transaction rolled back)."""
+    if guard is None:
+        return
+    for kind, approval_id, context, reason in call.denials:
+        guard.record(call.by, "decide", kind, {**context, "approval": approval_id}, reason)
+
+
+def parse_edit(
+    declared: ApprovalType | None, row: Approval, edit: Mapping[str, Any], decision: str
+) -> tuple[str | None, dict[str, Any] | None]:
+    """An edit's problem, or the draft it makes (parsed against the type's model)."""
+    if decision != "approved":
+        return f"has an edit, but only an approval carries edits, not {decision}", None
+    if declared is None:
+        return f"has an edit, but its type `{row.type}` is not declared in this app", None
+    if not isinstance(edit, Mapping):
+        return f"has an edit that is not an object of fields: {edit!r}", None
+    if row.type == "call":  # a held direct call: its input may change, its op may not
+        if edit.get("op", row.draft.get("op")) != row.draft.get("op"):
+            return "has an edit changing the op of a held call: only its input may change", None
+        if isinstance(edit.get("input"), Mapping):
+            edit = {**edit, "input": {**row.draft.get("input", {}), **edit["input"]}}
+    draft_model: type[BaseModel] = declared.draft
+    unknown = sorted(set(edit) - set(draft_model.model_fields))
+    if unknown:
+        return (
+            f"has an edit naming fields {draft_model.__name__} does not have: "
+            f"{', '.join(unknown)} (it has: {', '.join(draft_model.model_fields)})"
+        ), None
+    try:
+        model = draft_model.model_validate({**row.draft, **edit})
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'draft'}: {e['msg']}" for e in error.errors()
+        )
+        return f"has an edit that does not parse as {draft_model.__name__}: {problems}", None
+    return None, model.model_dump(mode="json")

@@ -1,0 +1,461 @@
+"""The HTTP API for approvals: list them, show one with its audit trail, and decide one.
+
+    GET  /approvals                   ?status=pending&run=run_…&limit=100, newest first
+    GET  /approvals/{id}              the approval with its audit rows
+    POST /approvals/{id}/decision     {"decision": "approved", "by": "user:ann", "edits": {...}}
+                                      with an `Idempotency-Key` header
+    GET  /health                      {"ok": true} while the database answers
+
+`create_api(approvals)` builds the app and `remit serve` runs it. A decision goes through
+`Approvals.decide()` with the `Idempotency-Key` header as its decision key, so a request sent
+again returns the first decision and decides nothing twice. Every error has one JSON shape,
+`{"error": ..., "reasons": [{"approval_id": ..., "reason": ...}]}`, and a status that says
+whose move it is: 400 and 422 for a request to fix, 404 for an unknown approval, 409 for a
+decision refused, 503 while the database does not answer.
+
+The API decides as whoever the body's `by` names and checks no credentials: serve it on a
+private address or behind a proxy that authenticates.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from types import FrameType
+from typing import Annotated, Any, Literal
+
+import sqlalchemy as sa
+import uvicorn
+from fastapi import FastAPI, Header, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from remit._version import __version__
+from remit.core.errors import ApprovalNotFound, DatabaseError, DecisionRefused, RemitError
+from remit.people.approvals import Approval, Approvals, ApprovalStatus
+
+log = logging.getLogger("remit.http")
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+_KEY_HINT = (
+    f"send an {IDEMPOTENCY_HEADER} header of 1 to 200 characters, unique to this decision "
+    "(a UUID will do); sending the request again with the same key returns the first decision"
+)
+
+Actor = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+
+
+class ErrorReason(BaseModel):
+    """One thing to fix, about one approval where it concerns one."""
+
+    approval_id: str | None = Field(description="The approval it concerns, if one.")
+    reason: str
+
+
+class ErrorBody(BaseModel):
+    """Every error's body: what went wrong and what to change, with each reason listed."""
+
+    error: str = Field(description="What went wrong and what to change, as one sentence.")
+    reasons: list[ErrorReason] = Field(
+        default_factory=list, description="Every reason, one per approval or field."
+    )
+
+
+class ApprovalView(BaseModel):
+    """An approval as its row holds it."""
+
+    id: str
+    run_id: str
+    key: str = Field(description="The gate's key within its run.")
+    type: str = Field(description="The approval type, which names the draft's model.")
+    title: str
+    status: ApprovalStatus
+    draft: dict[str, Any] = Field(description="The draft the run proposed.")
+    edited_draft: dict[str, Any] | None = Field(
+        description="The draft as approved, when the decider edited it."
+    )
+    assignee: str | None = Field(description="Who must decide it (or an admin); null: anyone.")
+    created_at: datetime
+    expires_at: datetime | None
+    decided_by: str | None
+    decided_via: str | None = Field(description="The channel: http, cli, expiry, cancel, ...")
+    decided_at: datetime | None
+    reason: str | None
+    batch_id: str | None = Field(description="Shared by the approvals one call decided together.")
+    resumed_workflow_id: str | None = Field(
+        description="The attempt the decision resumed the run on."
+    )
+
+    @classmethod
+    def of(cls, approval: Approval) -> ApprovalView:
+        return cls.model_validate(_fields(approval))
+
+
+class AuditEntry(BaseModel):
+    """One audit row: who did what to the approval, when."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: str = Field(description="e.g. approval.approved")
+    meta: dict[str, Any]
+
+
+class ApprovalDetail(ApprovalView):
+    """An approval with its audit rows, oldest first."""
+
+    audit: list[AuditEntry]
+
+
+class DecisionRequest(BaseModel):
+    """A decision on one approval."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Literal["approved", "rejected"]
+    by: Actor = Field(description="Who decides, e.g. user:ann.")
+    edits: dict[str, Any] | None = Field(
+        default=None,
+        description="Draft fields to change, approving only: merged over the draft and "
+        "checked against the approval type's model.",
+    )
+    reason: str | None = Field(default=None, max_length=10_000, description="Why, kept with it.")
+
+    @model_validator(mode="after")
+    def _edits_approve(self) -> DecisionRequest:
+        if self.edits and self.decision != "approved":
+            raise ValueError(
+                f"edits go with an approval, not a decision of {self.decision!r}: "
+                "leave edits out, or approve"
+            )
+        return self
+
+
+class DecisionResponse(BaseModel):
+    """What a decision did: the approval as decided."""
+
+    replayed: bool = Field(
+        description="True when this Idempotency-Key had already decided: nothing was decided "
+        "again, and the approval is as that first request left it."
+    )
+    approval: ApprovalView
+
+
+class Health(BaseModel):
+    ok: bool
+
+
+class _Problem(Exception):
+    """An error response this module answers with directly."""
+
+    def __init__(self, status: int, error: str, reasons: Sequence[ErrorReason] = ()) -> None:
+        super().__init__(error)
+        self.status = status
+        self.error = error
+        self.reasons = list(reasons)
+
+
+def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The error responses of a route, for the OpenAPI spec."""
+    described = {
+        400: "The request needs a change: the error names it.",
+        404: "No approval has that id.",
+        409: "The decision was refused and nothing was written; every reason is listed.",
+        422: "The body or the query does not parse; every field is listed.",
+        503: "The database did not answer; send the request again.",
+    }
+    return {status: {"model": ErrorBody, "description": described[status]} for status in statuses}
+
+
+def create_api(
+    approvals: Approvals, *, title: str = "remit", version: str = __version__
+) -> FastAPI:
+    """The HTTP API over `approvals`. Route functions are synchronous (the database calls
+    block), so FastAPI runs each in its threadpool."""
+    api = FastAPI(
+        title=title,
+        version=version,
+        description="Approvals of durable runs: list them, show one, decide one.",
+    )
+    for error in (
+        _Problem,
+        RequestValidationError,
+        StarletteHTTPException,
+        RemitError,
+        sa.exc.OperationalError,
+        sa.exc.InterfaceError,
+        sa.exc.TimeoutError,
+        Exception,
+    ):
+        api.add_exception_handler(error, _error_response)
+
+    @api.get("/health", responses=_errors(503))
+    def health() -> Health:
+        """Whether the API can reach its database."""
+        with approvals.db.engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+        return Health(ok=True)
+
+    @api.get("/approvals", responses=_errors(422, 503))
+    def list_approvals(
+        status: Annotated[ApprovalStatus | None, Query(description="Only this status.")] = None,
+        run: Annotated[
+            str | None, Query(max_length=64, description="Only this run's approvals.")
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=1000, description="How many, newest first.")] = 100,
+    ) -> list[ApprovalView]:
+        """List approvals, newest first."""
+        found = approvals.list(status=status, run_id=run, limit=limit)
+        return [ApprovalView.of(each) for each in found]
+
+    @api.get("/approvals/{approval_id}", responses=_errors(404, 422, 503))
+    def get_approval(approval_id: Annotated[str, Path()]) -> ApprovalDetail:
+        """Show one approval with its audit rows."""
+        approval = _find(approvals, approval_id)
+        audit = [AuditEntry.model_validate(row) for row in approvals.audit(approval_id)]
+        return ApprovalDetail.model_validate({**_fields(approval), "audit": audit})
+
+    @api.post("/approvals/{approval_id}/decision", responses=_errors(400, 404, 409, 422, 503))
+    def decide(
+        approval_id: Annotated[str, Path()],
+        body: DecisionRequest,
+        idempotency_key: Annotated[
+            str,
+            Header(
+                alias=IDEMPOTENCY_HEADER,
+                max_length=200,
+                description="Unique to this decision; a request repeated with the same key "
+                "returns the first decision.",
+            ),
+        ],
+    ) -> DecisionResponse:
+        """Approve (with edits to the draft) or reject a pending approval, and resume its run.
+
+        The run resumes on whichever worker serves its queue; this API runs none.
+        """
+        if not idempotency_key.strip():
+            blank = ErrorReason(
+                approval_id=approval_id, reason=f"header `{IDEMPOTENCY_HEADER}` is blank"
+            )
+            raise _Problem(400, _KEY_HINT, [blank])
+        approval = _find(approvals, approval_id)
+        edits = body.edits or None
+        if edits is not None:
+            _check_edits(approvals, approval, edits)
+        result = approvals.decide(
+            [approval_id],
+            body.decision,
+            by=body.by,
+            via="http",
+            decision_key=idempotency_key,
+            edits=None if edits is None else {approval_id: edits},
+            reason=body.reason,
+        )
+        return DecisionResponse(
+            replayed=result.replayed, approval=ApprovalView.of(approvals.get(approval_id))
+        )
+
+    return api
+
+
+def _fields(approval: Approval) -> dict[str, Any]:
+    return {name: getattr(approval, name) for name in ApprovalView.model_fields}
+
+
+def _find(approvals: Approvals, approval_id: str) -> Approval:
+    try:
+        return approvals.get(approval_id)
+    except ApprovalNotFound:
+        message = f"no approval `{approval_id}`: GET /approvals lists the approvals"
+        raise _Problem(404, message, [ErrorReason(approval_id=approval_id, reason=message)])
+
+
+def _check_edits(approvals: Approvals, approval: Approval, edits: Mapping[str, Any]) -> None:
+    """Refuse edits to a pending approval's draft that name no field of its model or do not
+    parse against it, as a request to fix (422). `decide()` checks them again as it writes."""
+    declared = approvals.types.get(approval.type)
+    if declared is None or approval.status != "pending":
+        return  # decide() refuses the decision, with its reason
+    model = declared.draft
+    name = model.__name__
+    reasons: list[str] = []
+    if model.model_config.get("extra") != "allow":
+        known = set(model.model_fields) | {
+            field.alias for field in model.model_fields.values() if field.alias
+        }
+        reasons += [
+            f"edits.{field}: {name} has no field `{field}` (its fields: "
+            f"{', '.join(model.model_fields)})"
+            for field in sorted(set(edits) - known)
+        ]
+    try:
+        model.model_validate({**approval.draft, **edits})
+    except ValidationError as error:
+        reasons += [
+            f"edits.{'.'.join(str(part) for part in e['loc']) or 'draft'}: {e['msg']}"
+            for e in error.errors(include_url=False)
+        ]
+    if reasons:
+        raise _Problem(
+            422,
+            f"the edits to approval {approval.id} do not fit its draft ({name}): "
+            f"{'; '.join(reasons)}",
+            [ErrorReason(approval_id=approval.id, reason=reason) for reason in reasons],
+        )
+
+
+async def _error_response(request: Request, error: Exception) -> JSONResponse:
+    """Every error as `ErrorBody`, with the status that says what the caller can do."""
+    approval_id = request.path_params.get("approval_id")
+    status = 400
+    headers: Mapping[str, str] | None = None
+    reasons: list[ErrorReason] = []
+    if isinstance(error, _Problem):
+        status, message, reasons = error.status, error.error, error.reasons
+    elif isinstance(error, RequestValidationError):
+        status, message, reasons = _invalid(error, approval_id)
+    elif isinstance(error, DecisionRefused):
+        status, message = 409, str(error)
+        reasons = [ErrorReason(approval_id=i, reason=r) for i, r in error.reasons]
+    elif isinstance(error, DatabaseError | sa.exc.OperationalError | sa.exc.InterfaceError):
+        log.warning("%s %s: the database did not answer: %s", request.method, request.url, error)
+        status, headers = 503, {"Retry-After": "1"}
+        message = "the database did not answer: send the request again in a moment"
+    elif isinstance(error, sa.exc.TimeoutError):
+        status, headers = 503, {"Retry-After": "1"}
+        message = "every database connection is busy: send the request again in a moment"
+    elif isinstance(error, RemitError):
+        message = str(error)
+    elif isinstance(error, StarletteHTTPException):
+        status, headers = error.status_code, error.headers
+        message = _http_message(request, error)
+    else:
+        log.error("%s %s failed", request.method, request.url, exc_info=error)
+        status = 500
+        message = f"the server failed ({type(error).__name__}); its log has the details"
+    body = ErrorBody(error=message, reasons=reasons)
+    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
+
+
+def _invalid(
+    error: RequestValidationError, approval_id: str | None
+) -> tuple[int, str, list[ErrorReason]]:
+    """A request that does not parse: 400 for a missing or bad Idempotency-Key, else 422."""
+    problems = [_problem(each) for each in error.errors()]
+    reasons = [ErrorReason(approval_id=approval_id, reason=problem) for problem in problems]
+    if any(each["loc"][:1] == ("header",) for each in error.errors()):
+        return 400, _KEY_HINT, reasons
+    return 422, f"the request does not parse: {'; '.join(problems)}", reasons
+
+
+def _problem(error: Mapping[str, Any]) -> str:
+    """One validation error as a person reads it, naming the field and what to send."""
+    where, *path = error.get("loc", ()) or ("request",)
+    field = ".".join(str(part) for part in path)
+    kind = error.get("type", "")
+    if where == "body" and kind == "json_invalid":
+        detail = error.get("ctx", {}).get("error", "")
+        return f"the body is not valid JSON ({detail}): send a JSON object"
+    if where == "body" and not field:
+        hint = ": send a JSON object" if kind == "missing" else ""
+        return f"the body: {error.get('msg', 'is not valid')}{hint}"
+    if kind == "extra_forbidden":
+        allowed = ", ".join(DecisionRequest.model_fields)
+        return f"`{field}` is not a field of a decision: send only {allowed}"
+    label = {"query": "query parameter", "header": "header", "path": "path"}.get(str(where), "")
+    return f"{label} `{field}`: {error.get('msg', 'is not valid')}".strip()
+
+
+def _http_message(request: Request, error: StarletteHTTPException) -> str:
+    route = f"{request.method} {request.url.path}"
+    if error.status_code == 404:
+        return f"{route} is not a route of this API: GET /docs lists the routes"
+    if error.status_code == 405:
+        return f"{route}: the method is not allowed there: GET /docs lists the routes"
+    return f"{route}: {error.detail}"
+
+
+class _Stopped(Exception):
+    """SIGTERM or Ctrl-C reached the server: it has finished its requests and stops."""
+
+
+def serve(
+    api: FastAPI,
+    *,
+    host: str,
+    port: int,
+    drain_timeout: float = 30.0,
+    listening: Callable[[str], None] = lambda url: None,
+) -> None:
+    """Serve `api` on `host:port` (port 0: a free one) until SIGTERM or Ctrl-C, then return.
+    Call it from the main thread, where signals arrive.
+
+    `listening` is called with the URL once the socket is bound. On a signal the server stops
+    taking connections and lets open requests finish for up to `drain_timeout` seconds. Raises
+    `RemitError` if the address cannot be listened on.
+    """
+    sock = _bind(host, port)
+    bound_port = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    config = uvicorn.Config(
+        api,
+        log_config=None,
+        lifespan="off",
+        timeout_graceful_shutdown=math.ceil(drain_timeout),
+    )
+    server = uvicorn.Server(config)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        # uvicorn handles the signal, shuts down, then raises it again to the handler it found:
+        # this one, so the process ends by returning rather than dying of the signal.
+        for sig in previous:
+            signal.signal(sig, _stop)
+        listening(f"http://{shown}:{bound_port}")
+        server.run(sockets=[sock])
+    except _Stopped:
+        pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        sock.close()
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    raise _Stopped
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A socket bound to `host:port`, or a `RemitError` naming the setting to change."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as error:
+        raise RemitError(
+            f"cannot listen on {host!r} ({error.strerror}): pass --host or set REMIT_HTTP_HOST "
+            "to an address of this machine, e.g. 127.0.0.1"
+        ) from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as error:
+        sock.close()
+        raise RemitError(
+            f"cannot listen on {host}:{port} ({error.strerror}): pass another --port or set "
+            "REMIT_HTTP_PORT (0 picks a free port)"
+        ) from None
+    return sock
