@@ -52,7 +52,6 @@ from remit.core.database import Database
 from remit.core.runs import RunStore, new_run_id
 from remit.core.schema import ledger, runs
 from remit.ops.reconciler import Reconciler, Report
-from remit.people.approvals import Approvals
 from remit.people.tasks import TaskOpener
 
 APP = ROOT / "bench" / "apps" / "bench_app"
@@ -257,7 +256,6 @@ def timed_passes(db: Database, app: App, window: list[str], result: Passes) -> N
         client,
         version=app.version,
         live_versions=lambda: {app.version},
-        approvals=Approvals(db, client, app.approval_types),
         tasks=TaskOpener(db, app.name),
     )
 

@@ -363,7 +363,6 @@ class Client:
                 now=datetime.now(UTC),
                 dead_after=timedelta(seconds=self.settings.dead_after),
             ),
-            approvals=self.approvals,
             app_state=self.app_state,
             tasks=TaskOpener(self.db, self.app.name, clock=self.clock),
             budgets=self.budgets,

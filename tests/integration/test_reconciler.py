@@ -89,7 +89,6 @@ def reconciler(harness: Harness) -> Reconciler:
         harness.worker.client,
         version=harness.app.version,
         live_versions=harness.worker.live_versions,
-        approvals=harness.approvals,
         tasks=TaskOpener(harness.worker.db, harness.app.name),
     )
 
@@ -162,20 +161,18 @@ def test_a_resume_lost_with_its_outbox_row_is_enqueued(database_url: str) -> Non
         assert harness.fake("shop", FakeShop).reads == 1
 
 
-def test_a_pass_expires_gates_past_due_through_decide(database_url: str) -> None:
+def test_a_pass_leaves_gates_past_due_to_the_sweep(database_url: str) -> None:
     clock = ManualClock()
     with Harness(make_app(), database_url=database_url, clock=clock, sweep_interval=3600) as h:
         run = h.start("refund", {"sku": "sku-1", "expires_in": 60})
         gate = h.gate(run.run_id)
-        assert [a.kind for a in reconciler(h).run_pass().actions] == []
         clock.advance(minutes=2)
 
-        report = reconciler(h).run_pass()
-
-        assert [(a.kind, a.run_id, a.status) for a in report.actions] == [
-            ("expire", run.run_id, "expired")
-        ]
-        assert h.approvals.get(gate.id).decided_by == "remit:expiry"
+        # Expiry is the sweep's, in one place: a pass reports nothing for the gate past due.
+        assert [a.kind for a in reconciler(h).run_pass().actions] == []
+        assert h.approvals.get(gate.id).status == "pending"
+        (expired,) = h.approvals.expire_due()
+        assert expired.approval_id == gate.id
         assert h.wait(run.run_id).output == {"status": "expired", "by": "remit:expiry"}
 
 

@@ -18,21 +18,23 @@ A pass, in order:
    happened at the vendor: it is marked `uncertain` and its task is opened for a person, in one
    transaction, never called again blindly. A row already `uncertain` is left as it is, so a
    row opens one task however many passes find it.
-5. `expire`: approvals past their expiry are decided `expired` through `decide()`.
-6. `queues`: every queue of the app gets the bounds the pause flag says (0 while paused, its
+5. `queues`: every queue of the app gets the bounds the pause flag says (0 while paused, its
    declared ones otherwise), healing a pause or resume that died half way or raced a worker
    registering its queues as it booted.
-7. `resume`: while the app is not paused, a run still parked `paused` moves to its next attempt,
+6. `resume`: while the app is not paused, a run still parked `paused` moves to its next attempt,
    forked after its last finished step (a resume that died before it, or a run that parked on
    a worker's stale copy of the flag after the resume).
-8. `reservations`: a budget reservation still `reserved` whose call can no longer settle it (its
+7. `reservations`: a budget reservation still `reserved` whose call can no longer settle it (its
    attempt has ended, its run moved on, or a direct call's process is long gone) is released,
    never settled: what the call cost, if it was made, is unknown (see `budgets.orphaned`).
-9. `drift`: each live budget period's `spent` counter is compared with the sum of its settled
+8. `drift`: each live budget period's `spent` counter is compared with the sum of its settled
    calls' ledger costs; a difference is reported (`Report.drift`, and the log), never corrected.
 
-Each pass reads only what may need moving (runs in flight, ledger rows still `started`, gates
-past due, reservations still open, the periods still counting), so its cost grows with what
+Approvals past their expiry are not a window: the worker's sweep expires them, on time, with the
+wakes and schedules (`Sweeper`).
+
+Each pass reads only what may need moving (runs in flight, ledger rows still `started`,
+reservations still open, the periods still counting), so its cost grows with what
 moves, not with what exists. One run's failure is logged
 and the pass goes on with the others; every action is logged with its run id.
 """
@@ -65,7 +67,6 @@ from remit.core.schema import ledger, resumes, runs
 from remit.execution.calls import DIRECT_CALL_PREFIX
 from remit.ops.pause import AppState
 from remit.ops.runtime import SUSPENDED
-from remit.people.approvals import Approvals
 from remit.people.tasks import Held, TaskOpener
 
 log = logging.getLogger("remit.reconciler")
@@ -144,7 +145,6 @@ class Reconciler:
         *,
         version: str,
         live_versions: Callable[[], Collection[str]],
-        approvals: Approvals | None = None,
         app_state: AppState | None = None,
         tasks: TaskOpener | None = None,
         budgets: Budgets | None = None,
@@ -155,7 +155,6 @@ class Reconciler:
         self.client = client
         self.version = version
         self.live_versions = live_versions
-        self.approvals = approvals
         self.app_state = app_state
         # Where an uncertain write's task is opened (None: the `uncertain` step does not run).
         self.tasks = tasks
@@ -175,8 +174,6 @@ class Reconciler:
         ]
         if self.tasks is not None:
             steps.append(("uncertain", lambda: self._uncertain(report, apply)))
-        if self.approvals is not None and apply:
-            steps.append(("expire", lambda: self._expire(report)))
         if self.app_state is not None:
             steps.append(("queues", lambda: self._queues(report, apply)))
             steps.append(("resume", lambda: self._resume_parked(report, apply)))
@@ -425,19 +422,6 @@ class Reconciler:
                 "resume",
                 self.app_state.resume_parked,
                 "the run is parked and the app is not paused",
-            )
-
-    def _expire(self, report: Report) -> None:
-        assert self.approvals is not None
-        for decided in self.approvals.expire_due():
-            report.actions.append(
-                Action(
-                    decided.run_id,
-                    decided.resumed_workflow_id or "-",
-                    "expired",
-                    f"approval {decided.approval_id} expired",
-                    "expire",
-                )
             )
 
     def _release_orphans(self, report: Report, apply: bool) -> None:

@@ -293,7 +293,6 @@ class Worker:
             self.client,
             version=self.runtime.version,
             live_versions=self.live_versions,
-            approvals=self.approvals,
             app_state=self.app_state,
             tasks=TaskOpener(self.db, self.app.name, clock=self.runtime.clock),
             budgets=self.runtime.caller.budgets,
