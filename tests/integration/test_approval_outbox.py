@@ -145,7 +145,7 @@ def assert_left_in_the_outbox(outside: Outside, run_id: str, gate: Approval, key
         "user:ops",
         key,
     )
-    assert decided.edited_draft == {"sku": "sku-1", "quantity": 3, "note": ""}
+    assert decided.edited_draft_json == {"sku": "sku-1", "quantity": 3, "note": ""}
     assert decided.resumed_workflow_id == f"{run_id}:2"
     assert [(row["action"], row["actor"]) for row in outside.approvals.audit(gate.id)] == [
         ("approval.approved", "user:ops")

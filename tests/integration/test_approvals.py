@@ -17,8 +17,9 @@ import sqlalchemy as sa
 
 from remit import ApprovalNotice, DecisionRefused, WebhookNotifier
 from remit.core.schema import decisions
+from remit.people.approvals import Approvals, UndeclaredDraft
 from remit.testing import Harness, ManualClock
-from tests.support import FakeShop, get_item, make_app
+from tests.support import FakeShop, RefundDraft, get_item, make_app
 
 
 def test_a_gate_suspends_the_run_and_a_decision_resumes_it_past_the_gate(
@@ -34,8 +35,9 @@ def test_a_gate_suspends_the_run_and_a_decision_resumes_it_past_the_gate(
         assert (gate.type, gate.title, gate.draft) == (
             "refund",
             "Refund 2 x sku-1 at 1200",
-            {"sku": "sku-1", "quantity": 2, "note": ""},
+            RefundDraft(sku="sku-1", quantity=2),
         )
+        assert gate.draft_json == {"sku": "sku-1", "quantity": 2, "note": ""}
 
         result = h.decide(gate.id, "approved", edits={gate.id: {"quantity": 3}}, reason="ok")
 
@@ -71,12 +73,29 @@ def test_a_gate_suspends_the_run_and_a_decision_resumes_it_past_the_gate(
             "test",
             "ok",
         )
-        assert decided.edited_draft == {"sku": "sku-1", "quantity": 3, "note": ""}
-        assert decided.draft == {"sku": "sku-1", "quantity": 2, "note": ""}
+        assert decided.edited_draft == RefundDraft(sku="sku-1", quantity=3)
+        assert decided.draft == RefundDraft(sku="sku-1", quantity=2)
+        assert decided.edited_draft_json == {"sku": "sku-1", "quantity": 3, "note": ""}
+        assert decided.as_json()["draft"] == {"sku": "sku-1", "quantity": 2, "note": ""}
         (row,) = h.approvals.audit(gate.id)
         assert (row["actor"], row["action"]) == ("user:test", "approval.approved")
         assert row["meta"]["resumed_workflow_id"] == f"{run.run_id}:2"
         assert row["meta"]["edited"] is True
+
+
+def test_an_approval_read_where_its_type_is_not_declared_shows_its_draft_as_stored(
+    database_url: str,
+) -> None:
+    with Harness(make_app(), database_url=database_url) as h:
+        run = h.start("refund", {"sku": "sku-1", "quantity": 2})
+        gate = h.gate(run.run_id)
+        untyped = Approvals(h.worker.db, h.worker.client, {}).get(gate.id)
+        assert isinstance(gate.draft, RefundDraft)
+        assert isinstance(untyped.draft, UndeclaredDraft)
+        stored = {"sku": "sku-1", "quantity": 2, "note": ""}
+        assert untyped.draft.model_dump(mode="json") == untyped.draft_json == stored
+        assert untyped.as_json() == gate.as_json()
+        assert untyped.as_json()["draft"] == stored
 
 
 def test_rejected_gate_resumes_the_run_with_the_rejection(database_url: str) -> None:

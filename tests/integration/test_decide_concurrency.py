@@ -1,6 +1,7 @@
 """`decide()` raced by many threads and driven by random call sequences: one decision per gate,
-a repeated decision key returns the first result, a refused call writes nothing, and a batch is
-decided whole or not at all."""
+a repeated decision key returns the first result, a refused call writes nothing, a batch is
+decided whole or not at all, and a decision racing a cancel resumes the run only if it came
+first."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from remit import DecisionRefused
 from remit.core.database import Database
 from remit.core.runs import RunInfo, RunStore
 from remit.core.schema import approvals, audit, decisions, resumes, runs
-from remit.people.approvals import Approval, Approvals, Decided, DecideResult, Gates
+from remit.people.approvals import Approval, Approvals, Decided, DecideResult, Gates, cancel_run
 from remit.testing import Harness
 from tests.support import FakeShop, create_order, get_item, make_app
 
@@ -147,7 +148,11 @@ def test_racing_deciders_decide_each_gate_once_and_resume_each_run_once(
             key,
             results[key].batch_id,
         )
-        assert row.edited_draft == {"sku": "sku-1", "quantity": call.quantities[aid], "note": ""}
+        assert row.edited_draft_json == {
+            "sku": "sku-1",
+            "quantity": call.quantities[aid],
+            "note": "",
+        }
         assert row.resumed_workflow_id == f"{run_of[aid]}:2"
         assert [(a["action"], a["actor"], a["meta"]["decision_key"]) for a in trail[aid]] == [
             ("approval.approved", call.by, key)
@@ -447,7 +452,7 @@ def test_any_sequence_of_decide_calls_decides_each_gate_at_most_once(
                 key,
                 outcome.batch_id,
             )
-            assert row.edited_draft == (
+            assert row.edited_draft_json == (
                 None if aid not in edits else {"sku": "sku-1", "quantity": 5, "note": "edited"}
             )
             run = desk.runs.get(run_of[aid])
@@ -461,3 +466,49 @@ def test_any_sequence_of_decide_calls_decides_each_gate_at_most_once(
         assert desk.approvals.get(gate.id).status == model.status[gate.id]
         trail = desk.approvals.audit(gate.id)
         assert len(trail) == (0 if model.status[gate.id] == "pending" else 1)
+
+
+def race_decide_and_cancel(desk: Desk, gate: Approval) -> DecideResult | DecisionRefused:
+    """Decide `gate` and cancel its run at once; what the decision came to."""
+    start = threading.Barrier(2)
+
+    def decide() -> DecideResult | DecisionRefused:
+        start.wait(timeout=30)
+        try:
+            return desk.approvals.decide(
+                [gate.id], "approved", by="user:b", via="test", decision_key=f"d-{gate.id}"
+            )
+        except DecisionRefused as refused:
+            return refused
+
+    def stop() -> None:
+        start.wait(timeout=30)
+        cancel_run(desk.runs, desk.client, gate.run_id, by="user:ops")
+
+    with ThreadPoolExecutor(2) as pool:
+        decided, stopped = pool.submit(decide), pool.submit(stop)
+        stopped.result(timeout=60)
+        return decided.result(timeout=60)
+
+
+def test_a_decision_racing_a_cancel_resumes_the_run_only_if_it_came_first(desk: Desk) -> None:
+    for gate in desk.open_gates(6)[1:]:  # the first is assigned to someone: left out
+        outcome = race_decide_and_cancel(desk, gate)
+        run, row = desk.runs.get(gate.run_id), desk.approvals.get(gate.id)
+        trail = [a["action"] for a in desk.approvals.audit(gate.id)]
+        assert run.status == "cancelled"
+        if isinstance(outcome, DecideResult):
+            # The decision came first: it moved the run on once, then the cancel ended it.
+            assert (row.status, row.resumed_workflow_id) == ("approved", f"{run.run_id}:2")
+            assert run.attempt == 2
+            assert trail == ["approval.approved"]
+        else:
+            # The cancel came first: it cancelled the gate with the run, and the decision was
+            # refused having written nothing; the run never left attempt 1.
+            assert "is already cancelled by user:ops" in str(outcome)
+            assert (row.status, row.resumed_workflow_id) == ("cancelled", None)
+            assert run.attempt == 1
+            assert trail == ["approval.cancelled"]
+        with desk.db.engine.connect() as conn:
+            outbox = conn.execute(sa.select(resumes).where(resumes.c.run_id == run.run_id))
+            assert list(outbox) == []

@@ -1,4 +1,5 @@
-"""Every status write is fenced on the run's current attempt; cancel stops a run."""
+"""Every status write is fenced on the run's current attempt; the fence's locks, holds and
+moves; cancel stops a run."""
 
 from __future__ import annotations
 
@@ -6,11 +7,16 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from remit.core import fence
 from remit.core.database import Database
+from remit.core.errors import RemitError, RunMovedOn
 from remit.core.runs import Run, RunStore
+from remit.core.schema import resumes
+from remit.core.schema import runs as runs_table
 from remit.people.approvals import cancel_run
 from remit.testing import Harness
 from tests.support import FakeShop, create_order, make_app, send_email
@@ -183,3 +189,128 @@ def test_cancel_a_running_run_stops_it_at_its_next_step(database_url: str) -> No
         called = [op_id for op_id, _ in shop.calls]
         assert create_order.id in called
         assert send_email.id not in called
+
+
+def test_advance_moves_a_locked_run_on_once_with_its_outbox_row(
+    store: tuple[Database, RunStore],
+) -> None:
+    db, runs = store
+    run = queued_run(db, runs)
+    assert runs.claim(run.run_id, run.workflow_id, "v1")
+    assert runs.suspend(run.run_id, run.workflow_id, "waiting")
+    now = runs.clock.now()
+    with db.begin() as conn:
+        locked = fence.lock(conn, run.run_id)
+        assert locked is not None
+        assert (locked.status, locked.attempt, locked.workflow_id) == (
+            "waiting",
+            1,
+            run.workflow_id,
+        )
+        assert locked.on(run.workflow_id)
+        assert not locked.on(run.workflow_id, ("sleeping",))
+        resume = fence.advance(conn, locked, 3, now=now)
+    assert (resume.workflow_id, resume.from_workflow_id, resume.from_step, resume.queue) == (
+        f"{run.run_id}:2",
+        run.workflow_id,
+        3,
+        run.queue,
+    )
+    after = runs.get(run.run_id)
+    assert (after.status, after.attempt, after.workflow_id) == ("queued", 2, resume.workflow_id)
+    with db.engine.connect() as conn:
+        assert list(
+            conn.execute(
+                sa.select(resumes.c.workflow_id).where(resumes.c.run_id == run.run_id)
+            ).scalars()
+        ) == [resume.workflow_id]
+
+    # A lock read before the move is out of date: moving on from it again is refused, and the
+    # transaction writes nothing.
+    with pytest.raises(RemitError, match="once per lock"), db.begin() as conn:
+        fence.advance(conn, locked, 3, now=now)
+    assert runs.get(run.run_id).attempt == 2
+    with db.engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(resumes)).scalar() == 1
+
+
+def test_a_finished_run_has_no_next_attempt_but_a_retry_reopens_a_failed_one(
+    store: tuple[Database, RunStore],
+) -> None:
+    db, runs = store
+    run = queued_run(db, runs)
+    assert runs.conclude(run.run_id, run.workflow_id, "failed", error="no")
+    with db.begin() as conn:
+        locked = fence.lock(conn, run.run_id)
+        assert locked is not None
+        assert locked.finished
+        with pytest.raises(RemitError, match="a finished run has no next attempt"):
+            fence.next_attempt(conn, locked, now=runs.clock.now())
+        assert fence.next_attempt(conn, locked, now=runs.clock.now(), reopen=True) == (
+            2,
+            f"{run.run_id}:2",
+        )
+    after = runs.get(run.run_id)
+    assert (after.status, after.attempt, after.error, after.finished_at) == (
+        "queued",
+        2,
+        None,
+        None,
+    )
+
+
+def test_hold_lets_only_the_current_unfinished_attempt_on(
+    store: tuple[Database, RunStore],
+) -> None:
+    db, runs = store
+    run = queued_run(db, runs)
+    with db.begin() as conn:
+        fence.hold(conn, run.run_id, run.workflow_id)
+        with pytest.raises(RunMovedOn, match="is no longer on"):
+            fence.hold(conn, run.run_id, f"{run.run_id}:2")
+        with pytest.raises(RunMovedOn, match="is no longer on"):
+            fence.hold(conn, "run_missing", "run_missing:1")
+    with db.begin() as conn:
+        locked = fence.lock(conn, run.run_id)
+        assert locked is not None
+        assert fence.cancel(conn, locked, now=runs.clock.now())
+    with db.begin() as conn, pytest.raises(RunMovedOn, match="is cancelled"):
+        fence.hold(conn, run.run_id, run.workflow_id)
+
+
+def test_cancel_ends_a_locked_run_once_and_its_attempt_writes_nothing_after(
+    store: tuple[Database, RunStore],
+) -> None:
+    db, runs = store
+    run = queued_run(db, runs)
+    assert runs.claim(run.run_id, run.workflow_id, "v1")
+    with db.begin() as conn:
+        locked = fence.lock(conn, run.run_id)
+        assert locked is not None
+        assert fence.cancel(conn, locked, now=runs.clock.now())
+    assert runs.conclude(run.run_id, run.workflow_id, "done", output={"x": 1}) is False
+    assert runs.suspend(run.run_id, run.workflow_id, "waiting") is False
+    cancelled = runs.get(run.run_id)
+    assert (cancelled.status, cancelled.output) == ("cancelled", None)
+    with db.begin() as conn:
+        again = fence.lock(conn, run.run_id)
+        assert again is not None
+        assert fence.cancel(conn, again, now=runs.clock.now()) is False
+    assert runs.get(run.run_id).updated_at == cancelled.updated_at
+
+
+def test_lock_all_takes_the_runs_that_exist_and_is_current_picks_by_attempt(
+    store: tuple[Database, RunStore],
+) -> None:
+    db, runs = store
+    first, second = queued_run(db, runs), queued_run(db, runs)
+    with db.begin() as conn:
+        locked = fence.lock_all(conn, [second.run_id, "run_missing", first.run_id, first.run_id])
+        assert sorted(locked) == sorted([first.run_id, second.run_id])
+        fence.next_attempt(conn, locked[second.run_id], now=runs.clock.now())
+    attempt_one = sa.literal(first.workflow_id)
+    with db.engine.connect() as conn:
+        current = conn.execute(
+            sa.select(runs_table.c.run_id).where(fence.is_current(attempt_one))
+        ).scalars()
+        assert list(current) == [first.run_id]

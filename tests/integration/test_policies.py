@@ -170,7 +170,7 @@ def test_a_held_call_waits_for_a_controller_and_is_made_exactly_once(
         again = h.call("payments.credit_notes.create", note, by=ANN, key="goodwill-1")
         assert (again.run_id, again.replayed) == (held.run_id, True)
         gate = h.gate(held.run_id)
-        assert (gate.type, gate.draft["op"]) == ("call", "payments.credit_notes.create")
+        assert (gate.type, gate.draft.op) == ("call", "payments.credit_notes.create")
         payments = h.fake("payments")
         assert payments.effects_of("payments.credit_notes.create") == []
         # A clerk may not approve it (only a controller decides a held call).

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -33,8 +34,9 @@ from remit import (
 from remit.connectors.base import AppliedEffect
 from remit.core.database import Database
 from remit.core.schema import ledger as ledger_table
+from remit.core.schema import resumes
 from remit.ops.reconciler import Reconciler
-from remit.people.tasks import TaskOpener
+from remit.people.tasks import Resolved, TaskOpener
 from remit.testing import Harness
 from tests.support import FAST
 
@@ -512,3 +514,107 @@ def test_a_direct_call_whose_outcome_is_unknown_opens_a_task_that_records(
             True,
         )
         assert len(calls_of(harness, post_letter.id)) == 1
+
+
+def test_the_policies_refuse_an_answer_among_every_reason_and_each_refusal_is_recorded(
+    database_url: str, tmp_path: Path
+) -> None:
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "tasks.cedar").write_text(
+        'permit (principal, action == Action::"start", resource);\n'
+        'permit (principal == User::"carol", action == Action::"resolve", resource);\n'
+    )
+    app = make_app()
+    app.use_policies(policies)
+    with Harness(app, database_url=database_url, actor="user:ann") as harness:
+        fake(harness).lost[post_letter.id] = ["after"]
+        run = harness.start("mail-out", {})
+        task = harness.task(run.run_id)
+        denial = 'user:ann may not resolve Op::"post.letters.send": no policy permits it'
+
+        with pytest.raises(TaskRefused) as with_others:
+            harness.resolve(task.id, done=True, output={"letter_id": 7})
+        assert "`letter_id`: Input should be a valid string" in with_others.value.reasons[0]
+        assert with_others.value.reasons[-1] == denial
+        with pytest.raises(TaskRefused) as alone:
+            harness.resolve(task.id, done=True, output={"letter_id": "lt_1"}, key="k-1")
+        assert alone.value.reasons == [denial]
+
+        # Nothing was written: the task is open, the run waits, the row is still uncertain.
+        assert harness.tasks.get(task.id).status == "open"
+        assert harness.tasks.audit(task.id) == []
+        assert harness.runs.get(run.run_id).status == "waiting"
+        row = harness.ledger_store.get(f"{run.run_id}:2")
+        assert row is not None
+        assert row.status == "uncertain"
+        # Each refusal is recorded once, as a refused decision is: with what was answered.
+        recorded = harness.client.guard.denials()
+        assert [(d.principal, d.action, d.resource, d.reason) for d in recorded] == [
+            ("user:ann", "resolve", post_letter.id, "no policy permits it")
+        ] * 2
+        assert recorded[0].context == {
+            "done": True,
+            "workflow": "mail-out",
+            "input": {"to": "ann@example.com", "card": False},
+            "task": task.id,
+        }
+
+        # The key of a refused answer wrote nothing either: another principal may use it.
+        resolved = harness.resolve(
+            task.id, done=True, output={"letter_id": "lt_1"}, by="user:carol", key="k-1"
+        )
+        assert resolved.resumed_workflow_id == f"{run.run_id}:2"
+        assert harness.wait(run.run_id).status == "done"
+        assert len(harness.client.guard.denials()) == 2
+
+
+def test_answers_given_at_once_resolve_the_task_once_and_resume_the_run_once(
+    database_url: str,
+) -> None:
+    with Harness(make_app(), database_url=database_url) as harness:
+        fake(harness).lost[post_letter.id] = ["after"]
+        run = harness.start("mail-out", {})
+        task = harness.task(run.run_id)
+        # Three callers give one answer under one key; three others each their own.
+        keys = ["same", "same", "same", "own-1", "own-2", "own-3"]
+        start = threading.Barrier(len(keys))
+        outcomes: dict[int, Resolved | Exception] = {}
+
+        def answer(n: int) -> None:
+            start.wait(timeout=30)
+            try:
+                outcomes[n] = harness.resolve(
+                    task.id,
+                    done=n % 2 == 0,
+                    output=None if n % 2 else {"letter_id": "lt_1"},
+                    key=keys[n],
+                )
+            except Exception as error:
+                outcomes[n] = error
+
+        threads = [threading.Thread(target=answer, args=(n,)) for n in range(len(keys))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        after = harness.tasks.get(task.id)
+        done = harness.wait(run.run_id)
+
+        resolved = {n: o for n, o in outcomes.items() if isinstance(o, Resolved)}
+        refused = {n: o for n, o in outcomes.items() if not isinstance(o, Resolved)}
+        assert all(isinstance(o, TaskRefused) for o in refused.values()), refused
+        [first] = [n for n, o in resolved.items() if not o.replayed]
+        assert after.resolve_key == keys[first]
+        assert after.status == ("done" if first % 2 == 0 else "not_done")
+        # Only callers of the winning key were given its answer (one asking the other answer
+        # under it is refused); every other caller was refused.
+        assert all(keys[n] == keys[first] for n in resolved)
+        assert {o.resumed_workflow_id for o in resolved.values()} == {f"{run.run_id}:2"}
+        assert [a["action"] for a in harness.tasks.audit(task.id)] == [f"task.{after.status}"]
+        # The run moved on once, to attempt 2, and the outbox holds nothing. (Not done fails the
+        # run: the op declares on_not_done="fail".)
+        assert done.status == ("done" if after.status == "done" else "failed"), done.error
+        assert done.attempt == 2
+        with harness.worker.db.engine.connect() as conn:
+            assert list(conn.execute(sa.select(resumes))) == []

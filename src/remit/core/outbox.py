@@ -1,12 +1,12 @@
-"""Resuming a suspended run on its next attempt, from the step where it stopped.
+"""The resume outbox: attempts to fork from the step that suspended their run.
 
-A run suspended at a gate or a long sleep has ended its attempt `R:N`. To carry it on, a
-transaction moves the run to attempt N+1 (`RunStore.bump`) and writes an outbox row
-(`remit_resumes`); after the commit, `R:N+1` is forked from `R:N` at the step that suspended it.
-DBOS copies every step before that one, so no finished step runs again, and runs that step
-again, which now reads the decision (or finds its sleep over). A fork the process did not live
-to make is made by any worker: at start and on its sweep. Forking onto an id DBOS already holds
-writes nothing, so two processes completing one outbox row make one fork.
+A run suspended at a gate, a task or a long sleep has ended its attempt `R:N`. The transaction
+that carries it on moves the run to attempt N+1 and puts a row here (`fence.advance` does both);
+after the commit, `R:N+1` is forked from `R:N` at the step that suspended it. DBOS copies every
+step before that one, so no finished step runs again, and runs that step again, which now reads
+the decision (or finds its sleep over). A fork the process did not live to make is made by any
+worker: at start and on its sweep. Forking onto an id DBOS already holds writes nothing, so two
+processes completing one outbox row make one fork.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -22,7 +22,6 @@ from dbos import DBOSClient, SetWorkflowID
 
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
-from remit.core.runs import RunStore
 from remit.core.schema import resumes
 
 log = logging.getLogger("remit.resumes")
@@ -39,32 +38,20 @@ class Resume:
     queue: str
 
 
+def put(conn: sa.Connection, resume: Resume, *, now: datetime) -> None:
+    """Put `resume` in the outbox inside the caller's transaction, the one that moved its run
+    to the attempt it names (see `fence.advance`)."""
+    conn.execute(resumes.insert().values(**resume.__dict__, created_at=now))
+
+
 class Resumer:
-    """Moves suspended runs to their next attempt and forks it, through the outbox."""
+    """Forks the attempts the outbox holds: right after the commit that put them there, or
+    later from a worker's sweep."""
 
     def __init__(self, db: Database, client: DBOSClient, *, clock: Clock | None = None) -> None:
         self.db = db
         self.client = client
         self.clock = clock or SystemClock()
-        self.runs = RunStore(db, clock=self.clock)
-
-    def next_attempt(
-        self,
-        conn: sa.Connection,
-        run_id: str,
-        from_workflow_id: str,
-        from_step: int,
-        queue: str,
-        *,
-        reopen: bool = False,
-    ) -> Resume:
-        """Move the run to its next attempt and put its fork in the outbox, inside the
-        caller's transaction (which holds the run's row lock). `reopen`: a retry of a failed or
-        cancelled run."""
-        _, workflow_id = self.runs.bump(conn, run_id, reopen=reopen)
-        resume = Resume(workflow_id, run_id, from_workflow_id, from_step, queue)
-        conn.execute(resumes.insert().values(**resume.__dict__, created_at=self.clock.now()))
-        return resume
 
     def pending(self, conn: sa.Connection, workflow_ids: list[str]) -> list[Resume]:
         """The outbox rows still unforked among `workflow_ids`."""

@@ -2,7 +2,8 @@
 
 A run's attempt N is the DBOS workflow `<run_id>:<N>`. The row's `workflow_id` names the current
 attempt, and every status write an attempt makes is fenced on it: once a run has moved to a later
-attempt, a write from an earlier one matches no row and changes nothing.
+attempt, a write from an earlier one matches no row and changes nothing. The fence itself (locks,
+holds, moving a run on) is `fence.py`; this module reads runs and writes them through it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from pydantic import BaseModel, ValidationError
 
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
-from remit.core.errors import InputInvalid, RemitError, RunMovedOn, RunNotFound
+from remit.core.errors import InputInvalid, RunNotFound
+from remit.core.fence import FINISHED as FINISHED
+from remit.core.fence import attempt_workflow_id as attempt_workflow_id
+from remit.core.fence import lock, next_attempt, status_write
 from remit.core.schema import runs
 
 if TYPE_CHECKING:
@@ -44,9 +48,6 @@ STATUSES: tuple[str, ...] = (
     "failed",
     "cancelled",
 )
-FINISHED: frozenset[str] = frozenset({"done", "failed", "cancelled"})
-# The statuses an attempt may move on from: a finished or cancelled run stays as it is.
-ACTIVE = ("queued", "running", "waiting", "sleeping", "paused")
 
 
 @dataclass(frozen=True)
@@ -63,11 +64,6 @@ class RunInfo:
     workflow: str | None = None
     # The attempt began before, and DBOS is running it again after its worker stopped.
     again: bool = False
-
-
-def attempt_workflow_id(run_id: str, attempt: int) -> str:
-    """The DBOS workflow id of attempt `attempt` of run `run_id`."""
-    return f"{run_id}:{attempt}"
 
 
 def new_run_id() -> str:
@@ -239,15 +235,7 @@ class RunStore:
         from_statuses: tuple[str, ...],
     ) -> bool:
         values = {**values, "updated_at": self.clock.now()}
-        statement = (
-            runs.update()
-            .where(
-                runs.c.run_id == run_id,
-                runs.c.workflow_id == workflow_id,
-                runs.c.status.in_(from_statuses),
-            )
-            .values(**values)
-        )
+        statement = status_write(run_id, workflow_id, values, from_statuses=from_statuses)
 
         def write() -> bool:
             return self.db.execute_one(statement) == 1
@@ -256,37 +244,12 @@ class RunStore:
         return self.db.retrying(f"run {run_id}: status write", write)
 
     def bump(self, conn: sa.Connection, run_id: str, *, reopen: bool = False) -> tuple[int, str]:
-        """Move the run to its next attempt inside the caller's transaction.
-
-        Returns the new attempt number and its DBOS workflow id; from the commit on, every
-        write of the earlier attempt is refused by the fence. The caller enqueues or forks
-        the new attempt in the same transaction (or through an outbox). Only a retry
-        (`reopen`) moves a failed or cancelled run on; it clears the run's end.
-        """
-        row = conn.execute(
-            sa.select(runs.c.attempt, runs.c.status)
-            .where(runs.c.run_id == run_id)
-            .with_for_update()
-        ).one_or_none()
-        if row is None:
+        """Lock the run and move it to its next attempt inside the caller's transaction; see
+        `fence.next_attempt`. Returns the new attempt number and its DBOS workflow id."""
+        run = lock(conn, run_id)
+        if run is None:
             raise _not_found(run_id)
-        if row.status in FINISHED and not (reopen and row.status != "done"):
-            raise RemitError(f"run `{run_id}` is {row.status}: a finished run has no next attempt")
-        attempt = int(row.attempt) + 1
-        workflow_id = attempt_workflow_id(run_id, attempt)
-        ended = {"finished_at": None, "error": None, "output": None} if reopen else {}
-        conn.execute(
-            runs.update()
-            .where(runs.c.run_id == run_id)
-            .values(
-                attempt=attempt,
-                workflow_id=workflow_id,
-                status="queued",
-                updated_at=self.clock.now(),
-                **ended,
-            )
-        )
-        return attempt, workflow_id
+        return next_attempt(conn, run, now=self.clock.now(), reopen=reopen)
 
 
 def enqueue_first(conn: sa.Connection, client: DBOSClient, run: Run) -> None:
@@ -306,34 +269,6 @@ def enqueue_first(conn: sa.Connection, client: DBOSClient, run: Run) -> None:
         run.input,
         run.started_by,
     )
-
-
-def lock_run(conn: sa.Connection, run_id: str) -> Any:
-    """Lock the run's row for update inside the caller's transaction and return its status,
-    current attempt's workflow id and queue (None if there is no such run)."""
-    return conn.execute(
-        sa.select(runs.c.status, runs.c.workflow_id, runs.c.queue)
-        .where(runs.c.run_id == run_id)
-        .with_for_update()
-    ).one_or_none()
-
-
-def hold_attempt(conn: sa.Connection, run_id: str, workflow_id: str) -> None:
-    """Lock the run's row (shared) inside the caller's transaction, and raise `RunMovedOn`
-    unless the run is still on the attempt `workflow_id` and has not finished.
-
-    What a gate or a sleep step does before writing its row: the row lock orders it before or
-    after a decision or a wake, which lock the run before anything else too.
-    """
-    current = conn.execute(
-        sa.select(runs.c.workflow_id, runs.c.status)
-        .where(runs.c.run_id == run_id)
-        .with_for_update(read=True)
-    ).one_or_none()
-    if current is None or current.workflow_id != workflow_id:
-        raise RunMovedOn(f"run {run_id} is no longer on {workflow_id}")
-    if current.status in FINISHED:
-        raise RunMovedOn(f"run {run_id} is {current.status}")
 
 
 def _not_found(run_id: str) -> RunNotFound:

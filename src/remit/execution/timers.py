@@ -4,7 +4,7 @@ A short sleep is DBOS's own durable sleep, which holds the attempt's thread whil
 sleep longer than `REMIT_SUSPEND_AFTER` seconds is a step that writes a timer row (`run_id`,
 `step_id`, `wake_at`) and ends the attempt with the run `sleeping`, holding nothing. At
 `wake_at` a worker's sweep moves the run to its next attempt, forked from the sleep's step
-(`resumes.py`): the steps before it are copied, and the step, run again, finds the timer woken
+(`core/outbox.py`): the steps before it are copied, and the step, run again, finds the timer woken
 and returns. Whether a sleep is over is decided inside its step, so a replay decides the same.
 """
 
@@ -23,8 +23,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.errors import Suspended
+from remit.core.fence import advance, hold, is_current, lock
 from remit.core.outbox import Resume, Resumer
-from remit.core.runs import RunInfo, hold_attempt, lock_run
+from remit.core.runs import RunInfo
 from remit.core.schema import runs, timers
 
 log = logging.getLogger("remit.timers")
@@ -65,7 +66,7 @@ class Timers:
 
         def write() -> dict[str, Any]:
             with self.db.begin() as conn:
-                hold_attempt(conn, run.run_id, run.workflow_id)
+                hold(conn, run.run_id, run.workflow_id)
                 insert = sqlite.insert if self.db.is_sqlite else postgresql.insert
                 conn.execute(
                     insert(timers)
@@ -120,7 +121,7 @@ class Waker:
                         timers.c.status == "sleeping",
                         timers.c.wake_at <= now,
                         runs.c.status == "sleeping",
-                        runs.c.workflow_id == timers.c.workflow_id,
+                        is_current(timers.c.workflow_id),
                     )
                     .order_by(timers.c.wake_at)
                     .limit(limit)
@@ -144,18 +145,17 @@ class Waker:
 
     def _wake(self, run_id: str, step_id: int, now: datetime) -> tuple[Resume, datetime] | None:
         with self.db.begin() as conn:
-            run = lock_run(conn, run_id)
+            run = lock(conn, run_id)
             key = (timers.c.run_id == run_id, timers.c.step_id == step_id)
             timer = conn.execute(sa.select(timers).where(*key).with_for_update()).one_or_none()
             if (
                 run is None
                 or timer is None
-                or run.status != "sleeping"
                 or timer.status != "sleeping"
-                or run.workflow_id != timer.workflow_id
+                or not run.on(timer.workflow_id, ("sleeping",))
             ):
                 return None  # woken by another sweep, cancelled, or moved on meanwhile
-            resume = self.resumer.next_attempt(conn, run_id, timer.workflow_id, step_id, run.queue)
+            resume = advance(conn, run, step_id, now=now)
             conn.execute(
                 timers.update()
                 .where(*key)

@@ -10,7 +10,7 @@ begins while the flag is set parks before its first step.
 
 Resuming clears the flag, gives each queue its declared bounds back, and moves each parked run
 to its next attempt, forked after the parked attempt's last finished step (through the resume
-outbox, see `resumes.py`): no finished step runs again.
+outbox, see `core/outbox.py`): no finished step runs again.
 
 Every write is idempotent and the flag is written first, so a pause or resume that dies half
 way is finished by the reconciler, whose pass re-derives the queues' bounds from the flag and,
@@ -31,9 +31,9 @@ from dbos import DBOSClient
 from remit.app import App, Queue
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
+from remit.core.fence import advance, lock
 from remit.core.outbox import Resume, Resumer
 from remit.core.periodic import Periodic
-from remit.core.runs import lock_run
 from remit.core.schema import app_state, runs
 
 log = logging.getLogger("remit.pause")
@@ -199,12 +199,10 @@ class AppState:
             default=0,
         )
         with self.db.begin() as conn:
-            current = lock_run(conn, run_id)
-            if current is None or current.workflow_id != workflow_id or current.status != "paused":
+            current = lock(conn, run_id)
+            if current is None or not current.on(workflow_id, ("paused",)):
                 return None
-            resume: Resume = self.resumer.next_attempt(
-                conn, run_id, workflow_id, start, current.queue
-            )
+            resume: Resume = advance(conn, current, start, now=self.clock.now())
         self.resumer.fork_all([resume])
         return resume.workflow_id
 

@@ -25,9 +25,10 @@ from dbos import DBOSClient
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.errors import RetryRefused
+from remit.core.fence import advance, lock
 from remit.core.keys import key_problem
 from remit.core.outbox import Resume, Resumer
-from remit.core.runs import Run, RunStore, lock_run
+from remit.core.runs import Run, RunStore
 from remit.core.schema import approvals, audit, ledger, retries
 from remit.execution.journal import after_last_finished
 from remit.policy.guard import Guard, check_actor
@@ -156,17 +157,16 @@ class Retries:
     def _retry_once(self, run: Run, start: int, *, by: str, key: str | None) -> Resume:
         now = self.clock.now()
         with self.db.begin() as conn:
-            current = lock_run(conn, run.run_id)
-            if current.workflow_id != run.workflow_id or current.status not in RETRYABLE:
+            current = lock(conn, run.run_id)
+            assert current is not None, "a run is never deleted"
+            if not current.on(run.workflow_id, RETRYABLE):
                 raise RetryRefused(
                     f"run {run.run_id} moved on while it was being retried (it is "
                     f"{current.status} on {current.workflow_id}): look again with `remit show "
                     f"{run.run_id}`",
                     run_id=run.run_id,
                 )
-            resume = self.resumer.next_attempt(
-                conn, run.run_id, run.workflow_id, start, run.queue, reopen=True
-            )
+            resume = advance(conn, current, start, now=now, reopen=True)
             # A write that failed did not happen: called again with its key. (One that
             # succeeded replays its result; one whose outcome is unknown keeps its task.)
             again = conn.execute(

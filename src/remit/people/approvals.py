@@ -3,11 +3,15 @@ from the gate on its next attempt without running a finished step again.
 
 The gate (`ctx.approval`) is a DBOS step that creates or reads the approval row and records its
 own step number. While the row is pending the attempt writes `waiting` and ends. `decide()` is
-the one way a gate is decided; in one transaction it locks the runs, then the approvals (both in
-id order: the gate's step takes the run before the approval too), refuses the whole batch with
-every reason or writes each decision with its audit row, and moves each waiting run to its next
-attempt, forked from the gate's step (`resumes.py`: DBOS copies the steps before it, and an
-outbox row covers a decider that dies before the fork).
+the one way a gate is decided, an answer given as `answers.py` gives every answer: in one
+transaction it locks the runs, then the approvals (both in id order: the gate's step takes the
+run before the approval too), refuses the whole batch with every reason or writes each decision
+with its audit row, and moves each waiting run to its next attempt, forked from the gate's step
+(`outbox.py`: DBOS copies the steps before it, and an outbox row covers a decider that dies
+before the fork).
+
+An `Approval` read back carries its draft parsed as its type's model (`draft`), and the JSON
+stored (`draft_json`), which is what the command line, the HTTP API and notifiers show.
 """
 
 from __future__ import annotations
@@ -16,16 +20,16 @@ import builtins
 import logging
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal
 
 import sqlalchemy as sa
 from dbos import DBOSClient
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
+from typing_extensions import TypeVar
 
-from remit.core.audit import audit_of
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.errors import (
@@ -37,19 +41,22 @@ from remit.core.errors import (
     RunNotFound,
     Suspended,
 )
+from remit.core.fence import FINISHED, cancel, hold, lock
 from remit.core.keys import key_problem
-from remit.core.outbox import Resume, Resumer
-from remit.core.runs import ACTIVE, FINISHED, Run, RunInfo, RunStore, hold_attempt, lock_run
-from remit.core.schema import approvals, audit, decisions, notifications, runs
+from remit.core.runs import Run, RunInfo, RunStore
+from remit.core.schema import approvals, decisions, notifications, runs
 from remit.declare.workflows import check_name
-from remit.policy.refusals import DecideCall, check_call, record_denials, refusals
+from remit.people.answers import Answer, Answers, Replayed, Turn, as_json, audit_row
+from remit.policy.refusals import DecideCall, check_call, refusals
 
 if TYPE_CHECKING:
     from remit.policy.guard import Guard
 
 log = logging.getLogger("remit.approvals")
 
-D = TypeVar("D", bound=BaseModel)
+# A draft's model. Unnamed (a bare `Approval`), it is Any: an approval read back by id or in a
+# list may be of any type.
+D = TypeVar("D", bound=BaseModel, default=Any)
 
 ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "cancelled"]
 EXPIRY_ACTOR = "remit:expiry"
@@ -72,17 +79,30 @@ class ApprovalType:
             )
 
 
+class UndeclaredDraft(BaseModel):
+    """The draft of an approval whose type this process does not declare, or whose type's model
+    no longer parses it (the app changed since the gate opened): its fields as stored."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
 @dataclass(frozen=True)
-class Approval:
-    """One gate as its row holds it."""
+class Approval(Generic[D]):
+    """One gate as its row holds it.
+
+    `draft` is the draft the run proposed, parsed as the approval type's model (an
+    `UndeclaredDraft` where the type is not known here); `edited_draft` is the draft as
+    approved, when the decider edited it. `draft_json` and `edited_draft_json` are the same as
+    stored, as JSON.
+    """
 
     id: str
     run_id: str
     key: str
     type: str
     title: str
-    draft: dict[str, Any]
-    edited_draft: dict[str, Any] | None
+    draft: D
+    edited_draft: D | None
     status: str
     assignee: str | None
     created_at: datetime
@@ -96,12 +116,21 @@ class Approval:
     batch_id: str | None
     reason: str | None
     resumed_workflow_id: str | None
+    draft_json: dict[str, Any]
+    edited_draft_json: dict[str, Any] | None
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            name: value.isoformat() if isinstance(value, datetime) else value
-            for name, value in self.__dict__.items()
-        }
+        """The row as JSON, its drafts as stored: what the gate's step returns."""
+        row = {name: getattr(self, name) for name in _COLUMNS}
+        return as_json({**row, "draft": self.draft_json, "edited_draft": self.edited_draft_json})
+
+
+# An approval's fields that are its row's columns as they are.
+_COLUMNS = tuple(
+    f.name
+    for f in fields(Approval)
+    if f.name not in ("draft", "edited_draft", "draft_json", "edited_draft_json")
+)
 
 
 @dataclass(frozen=True)
@@ -222,8 +251,8 @@ class Gates:
 
         def write() -> dict[str, Any]:
             with self.db.begin() as conn:
-                hold_attempt(conn, run.run_id, run.workflow_id)
-                row = _by_key(conn, run.run_id, key)
+                hold(conn, run.run_id, run.workflow_id)
+                row = _by_key(conn, run.run_id, key, self.types)
                 if row is None:
                     row = self._create(
                         conn, run, step_id, key, type, title, draft, assignee, expires_in, now
@@ -242,7 +271,7 @@ class Gates:
                         .where(approvals.c.id == row.id)
                         .values(workflow_id=run.workflow_id, step_id=step_id)
                     )
-                    row = _by_key(conn, run.run_id, key)
+                    row = _by_key(conn, run.run_id, key, self.types)
                     assert row is not None
                 return row.as_json()
 
@@ -260,7 +289,7 @@ class Gates:
         assignee: str | None,
         expires_in: float | None,
         now: datetime,
-    ) -> Approval:
+    ) -> Approval[Any]:
         approval_id = new_approval_id()
         # Another execution of this same step may have inserted the row meanwhile: keep theirs.
         inserted = conn.execute(
@@ -287,7 +316,7 @@ class Gates:
                     for channel in self.channels
                 ],
             )
-        row = _by_key(conn, run.run_id, key)
+        row = _by_key(conn, run.run_id, key, self.types)
         assert row is not None
         return row
 
@@ -314,7 +343,7 @@ class Gates:
         )
 
 
-class Approvals:
+class Approvals(Answers):
     """The deciding side: list, show and decide approvals, and complete the outbox.
 
     Usable from any process: `decide()` needs no worker here, only the database.
@@ -330,48 +359,30 @@ class Approvals:
         clock: Clock | None = None,
         guard: Guard | None = None,
     ) -> None:
-        self.db = db
-        self.client = client
+        super().__init__(db, client, guard=guard, clock=clock)
         self.types = dict(types)
         self.admins = frozenset(admins)
-        # The app's policies: who may decide which type (None: not checked).
-        self.guard = guard
-        self.clock = clock or SystemClock()
-        self.resumer = Resumer(db, client, clock=self.clock)
 
     def complete_outbox(self, *, older_than: float = 0.0, limit: int = 100) -> int:
         """Fork the attempts the outbox still holds; see `Resumer.complete_outbox`."""
         return self.resumer.complete_outbox(older_than=older_than, limit=limit)
 
-    def get(self, approval_id: str) -> Approval:
-        with self.db.engine.connect() as conn:
-            row = conn.execute(
-                sa.select(approvals).where(approvals.c.id == approval_id)
-            ).one_or_none()
+    def get(self, approval_id: str) -> Approval[Any]:
+        row = self._one(approvals, approval_id)
         if row is None:
             raise ApprovalNotFound(
                 f"no approval `{approval_id}`: `remit approvals` lists the approvals"
             )
-        return _approval(row)
+        return _approval(row, self.types)
 
     def list(
         self, *, status: str | None = None, run_id: str | None = None, limit: int = 100
-    ) -> builtins.list[Approval]:
-        query = (
-            sa.select(approvals)
-            .order_by(approvals.c.created_at.desc(), approvals.c.id)
-            .limit(limit)
+    ) -> builtins.list[Approval[Any]]:
+        """The approvals, newest first."""
+        rows = self._newest(
+            sa.select(approvals), approvals, status=status, run_id=run_id, limit=limit
         )
-        if status is not None:
-            query = query.where(approvals.c.status == status)
-        if run_id is not None:
-            query = query.where(approvals.c.run_id == run_id)
-        with self.db.engine.connect() as conn:
-            return [_approval(row) for row in conn.execute(query)]
-
-    def audit(self, approval_id: str) -> builtins.list[dict[str, Any]]:
-        """The audit rows of one approval, oldest first."""
-        return audit_of(self.db, approval_id)
+        return [_approval(row, self.types) for row in rows]
 
     def decide(
         self,
@@ -399,145 +410,7 @@ class Approvals:
         call = DecideCall(
             wanted, decision, by, via, decision_key, dict(edits or {}), reason, is_admin
         )
-        for tries_left in (2, 1, 0):
-            try:
-                result, to_fork = self.db.retrying(
-                    f"decide {decision_key}", lambda: self._decide_once(call)
-                )
-                break
-            except DecisionRefused:
-                record_denials(call, self.guard)
-                raise
-            except sa.exc.IntegrityError:
-                # Another call with this decision key committed first: read its result.
-                if tries_left == 0:
-                    raise
-        self.resumer.fork_all(to_fork)
-        return result
-
-    def _decide_once(self, call: DecideCall) -> tuple[DecideResult, builtins.list[Resume]]:
-        now = self.clock.now()
-        with self.db.begin() as conn:
-            replay = self._replay(conn, call)
-            if replay is not None:
-                return replay
-            run_ids = sorted(
-                set(
-                    conn.execute(
-                        sa.select(approvals.c.run_id).where(approvals.c.id.in_(call.ids))
-                    ).scalars()
-                )
-            )
-            locked_runs = {
-                row.run_id: row
-                for row in conn.execute(
-                    sa.select(
-                        runs.c.run_id,
-                        runs.c.status,
-                        runs.c.workflow_id,
-                        runs.c.queue,
-                        runs.c.workflow,
-                        runs.c.input,
-                    )
-                    .where(runs.c.run_id.in_(run_ids))
-                    .order_by(runs.c.run_id)
-                    .with_for_update()
-                )
-            }
-            locked = [
-                _approval(row)
-                for row in conn.execute(
-                    sa.select(approvals)
-                    .where(approvals.c.id.in_(call.ids))
-                    .order_by(approvals.c.id)
-                    .with_for_update()
-                )
-            ]
-            # A call with the same key may have committed while this one waited for the locks.
-            replay = self._replay(conn, call)
-            if replay is not None:
-                return replay
-            edited = refusals(call, locked, locked_runs, self.types, self.guard)
-            batch_id = uuid.uuid4().hex if len(call.ids) > 1 else None
-            conn.execute(
-                decisions.insert().values(
-                    decision_key=call.decision_key,
-                    approval_ids=call.ids,
-                    decision=call.decision,
-                    decided_by=call.by,
-                    via=call.via,
-                    batch_id=batch_id,
-                    decided_at=now,
-                )
-            )
-            to_fork: list[Resume] = []
-            resumed: dict[str, str] = {}
-            for run_id in sorted(locked_runs):
-                current = locked_runs[run_id].workflow_id
-                if not any(row.run_id == run_id and row.workflow_id == current for row in locked):
-                    # The run's current attempt has not reached the gate yet: it reads the
-                    # decision when it does, so there is nothing to resume.
-                    continue
-                # Fork from the run's first gate still pending on this attempt (an async run
-                # may wait at several at once): the fork re-runs every gate from there on, so
-                # one left pending moves to the new attempt instead of being copied.
-                gate = min(_pending_on(conn, run_id, current), key=lambda row: row.step_id)
-                resume = self.resumer.next_attempt(
-                    conn, gate.run_id, gate.workflow_id, gate.step_id, locked_runs[run_id].queue
-                )
-                to_fork.append(resume)
-                resumed[run_id] = resume.workflow_id
-            decided = [
-                write_decision(
-                    conn,
-                    row,
-                    call.decision,
-                    by=call.by,
-                    via=call.via,
-                    decision_key=call.decision_key,
-                    batch_id=batch_id,
-                    reason=call.reason,
-                    edited_draft=edited.get(row.id),
-                    resumed_workflow_id=resumed.get(row.run_id),
-                    now=now,
-                )
-                for row in locked
-            ]
-            return DecideResult(replayed=False, batch_id=batch_id, decided=decided), to_fork
-
-    def _replay(
-        self, conn: sa.Connection, call: DecideCall
-    ) -> tuple[DecideResult, builtins.list[Resume]] | None:
-        first = conn.execute(
-            sa.select(decisions).where(decisions.c.decision_key == call.decision_key)
-        ).one_or_none()
-        if first is None:
-            return None
-        if sorted(first.approval_ids) != call.ids:
-            raise DecisionRefused(
-                [
-                    (
-                        ", ".join(call.ids),
-                        f"decision key {call.decision_key!r} was already used to decide "
-                        f"{', '.join(first.approval_ids)}: use a new key for another decision",
-                    )
-                ]
-            )
-        rows = [
-            _approval(row)
-            for row in conn.execute(
-                sa.select(approvals).where(approvals.c.id.in_(call.ids)).order_by(approvals.c.id)
-            )
-        ]
-        decided = [
-            Decided(row.id, row.run_id, row.key, row.status, row.resumed_workflow_id)
-            for row in rows
-        ]
-        # A resume the first call did not live to fork is still in the outbox: finish it.
-        pending = self.resumer.pending(
-            conn, [d.resumed_workflow_id for d in decided if d.resumed_workflow_id]
-        )
-        return DecideResult(replayed=True, batch_id=first.batch_id, decided=decided), pending
+        return self._give(f"decide {decision_key}", _Decision(call, self.types))
 
     def expire_due(self, *, limit: int = 100) -> builtins.list[Decided]:
         """Decide every pending approval past its expiry as `expired`, through `decide()`.
@@ -547,7 +420,7 @@ class Approvals:
         """
         now = self.clock.now()
         with self.db.engine.connect() as conn:
-            due = list(
+            due = builtins.list(
                 conn.execute(
                     sa.select(approvals.c.id)
                     .join(runs, runs.c.run_id == approvals.c.run_id)
@@ -562,7 +435,7 @@ class Approvals:
                     .limit(limit)
                 ).scalars()
             )
-        expired: list[Decided] = []
+        expired: builtins.list[Decided] = []
         for approval_id in due:
             try:
                 result = self.decide(
@@ -585,9 +458,105 @@ class Approvals:
         return expired
 
 
+@dataclass(frozen=True)
+class _Decision(Answer[list[Approval[Any]], DecideResult]):
+    """A `decide()` call as an answer: it locks its approvals, and resumes each run whose
+    current attempt waits at one of them."""
+
+    call: DecideCall
+    types: Mapping[str, ApprovalType]
+
+    def run_ids(self, conn: sa.Connection) -> Iterable[str]:
+        return conn.execute(
+            sa.select(approvals.c.run_id).where(approvals.c.id.in_(self.call.ids))
+        ).scalars()
+
+    def lock(self, conn: sa.Connection) -> list[Approval[Any]]:
+        rows = conn.execute(
+            sa.select(approvals)
+            .where(approvals.c.id.in_(self.call.ids))
+            .order_by(approvals.c.id)
+            .with_for_update()
+        )
+        return [_approval(row, self.types) for row in rows]
+
+    def replay(self, conn: sa.Connection) -> Replayed[DecideResult] | None:
+        call = self.call
+        first = conn.execute(
+            sa.select(decisions).where(decisions.c.decision_key == call.decision_key)
+        ).one_or_none()
+        if first is None:
+            return None
+        if sorted(first.approval_ids) != call.ids:
+            raise DecisionRefused(
+                [
+                    (
+                        ", ".join(call.ids),
+                        f"decision key {call.decision_key!r} was already used to decide "
+                        f"{', '.join(first.approval_ids)}: use a new key for another decision",
+                    )
+                ]
+            )
+        rows = conn.execute(
+            sa.select(approvals).where(approvals.c.id.in_(call.ids)).order_by(approvals.c.id)
+        )
+        decided = [
+            Decided(row.id, row.run_id, row.key, row.status, row.resumed_workflow_id)
+            for row in rows
+        ]
+        result = DecideResult(replayed=True, batch_id=first.batch_id, decided=decided)
+        return Replayed(result, [d.resumed_workflow_id for d in decided if d.resumed_workflow_id])
+
+    def give(self, turn: Turn, locked: list[Approval[Any]]) -> DecideResult:
+        call, conn = self.call, turn.conn
+        edited = refusals(call, locked, turn.runs, self.types, turn.policy)
+        batch_id = uuid.uuid4().hex if len(call.ids) > 1 else None
+        conn.execute(
+            decisions.insert().values(
+                decision_key=call.decision_key,
+                approval_ids=call.ids,
+                decision=call.decision,
+                decided_by=call.by,
+                via=call.via,
+                batch_id=batch_id,
+                decided_at=turn.now,
+            )
+        )
+        resumed: dict[str, str] = {}
+        for run_id, run in sorted(turn.runs.items()):
+            if not any(
+                row.run_id == run_id and row.workflow_id == run.workflow_id for row in locked
+            ):
+                # The run's current attempt has not reached the gate yet: it reads the
+                # decision when it does, so there is nothing to resume.
+                continue
+            # Fork from the run's first gate still pending on this attempt (an async run may
+            # wait at several at once): the fork re-runs every gate from there on, so one left
+            # pending moves to the new attempt instead of being copied.
+            gate = min(_pending_on(conn, run_id, run.workflow_id), key=lambda row: row.step_id)
+            resumed[run_id] = turn.resume(run, gate.step_id).workflow_id
+        decided = [
+            write_decision(
+                conn,
+                row,
+                call.decision,
+                by=call.by,
+                via=call.via,
+                decision_key=call.decision_key,
+                batch_id=batch_id,
+                reason=call.reason,
+                edited_draft=edited.get(row.id),
+                resumed_workflow_id=resumed.get(row.run_id),
+                now=turn.now,
+            )
+            for row in locked
+        ]
+        return DecideResult(replayed=False, batch_id=batch_id, decided=decided)
+
+
 def write_decision(
     conn: sa.Connection,
-    row: Approval,
+    row: Approval[Any],
     status: str,
     *,
     by: str,
@@ -627,23 +596,22 @@ def write_decision(
             notifications.c.approval_id == row.id, notifications.c.sent_at.is_(None)
         )
     )
-    conn.execute(
-        audit.insert().values(
-            at=now,
-            actor=by,
-            action=f"approval.{status}",
-            target=row.id,
-            meta={
-                "run_id": row.run_id,
-                "key": row.key,
-                "via": via,
-                "decision_key": decision_key,
-                "batch_id": batch_id,
-                "reason": reason,
-                "edited": edited_draft is not None,
-                "resumed_workflow_id": resumed_workflow_id,
-            },
-        )
+    audit_row(
+        conn,
+        at=now,
+        actor=by,
+        action=f"approval.{status}",
+        target=row.id,
+        meta={
+            "run_id": row.run_id,
+            "key": row.key,
+            "via": via,
+            "decision_key": decision_key,
+            "batch_id": batch_id,
+            "reason": reason,
+            "edited": edited_draft is not None,
+            "resumed_workflow_id": resumed_workflow_id,
+        },
     )
     return Decided(row.id, row.run_id, row.key, status, resumed_workflow_id)
 
@@ -657,25 +625,20 @@ def cancel_run(runs_store: RunStore, client: DBOSClient, run_id: str, *, by: str
     """
     now = runs_store.clock.now()
     with runs_store.db.begin() as conn:
-        row = lock_run(conn, run_id)
-        if row is None:
+        run = lock(conn, run_id)
+        if run is None:
             raise RunNotFound(f"no run `{run_id}`: `remit runs` lists the runs")
-        if row.status in FINISHED:
+        if not cancel(conn, run, now=now):
             return runs_store.get(run_id)
-        conn.execute(
-            runs.update()
-            .where(runs.c.run_id == run_id, runs.c.status.in_(ACTIVE))
-            .values(status="cancelled", finished_at=now, updated_at=now)
-        )
         cancel_gates(conn, run_id, by=by, now=now)
-    client.cancel_workflow(row.workflow_id)
+    client.cancel_workflow(run.workflow_id)
     return runs_store.get(run_id)
 
 
 def cancel_gates(conn: sa.Connection, run_id: str, *, by: str, now: datetime) -> int:
     """Cancel the pending gates of a run being cancelled, in the caller's transaction."""
     pending = [
-        _approval(row)
+        _approval(row, {})
         for row in conn.execute(
             sa.select(approvals)
             .where(approvals.c.run_id == run_id, approvals.c.status == "pending")
@@ -700,7 +663,7 @@ def cancel_gates(conn: sa.Connection, run_id: str, *, by: str, now: datetime) ->
     return len(pending)
 
 
-def _pending_on(conn: sa.Connection, run_id: str, workflow_id: str) -> list[Approval]:
+def _pending_on(conn: sa.Connection, run_id: str, workflow_id: str) -> list[Approval[Any]]:
     """The run's gates still pending on its attempt `workflow_id` (the run is locked)."""
     rows = conn.execute(
         sa.select(approvals).where(
@@ -709,15 +672,36 @@ def _pending_on(conn: sa.Connection, run_id: str, workflow_id: str) -> list[Appr
             approvals.c.status == "pending",
         )
     )
-    return [_approval(row) for row in rows]
+    return [_approval(row, {}) for row in rows]
 
 
-def _by_key(conn: sa.Connection, run_id: str, key: str) -> Approval | None:
+def _by_key(
+    conn: sa.Connection, run_id: str, key: str, types: Mapping[str, ApprovalType]
+) -> Approval[Any] | None:
     row = conn.execute(
         sa.select(approvals).where(approvals.c.run_id == run_id, approvals.c.key == key)
     ).one_or_none()
-    return None if row is None else _approval(row)
+    return None if row is None else _approval(row, types)
 
 
-def _approval(row: sa.Row[Any]) -> Approval:
-    return Approval(**{name: row._mapping[name] for name in Approval.__dataclass_fields__})
+def _approval(row: sa.Row[Any], types: Mapping[str, ApprovalType]) -> Approval[Any]:
+    """The approval `row` holds, its drafts parsed as its type's model where `types` has it."""
+    stored = row._mapping
+    declared = types.get(stored["type"])
+    edited = stored["edited_draft"]
+    return Approval(
+        **{name: stored[name] for name in _COLUMNS},
+        draft=_parsed(declared, stored["draft"]),
+        edited_draft=None if edited is None else _parsed(declared, edited),
+        draft_json=stored["draft"],
+        edited_draft_json=edited,
+    )
+
+
+def _parsed(declared: ApprovalType | None, draft: dict[str, Any]) -> BaseModel:
+    if declared is not None:
+        try:
+            return declared.draft.model_validate(draft)
+        except ValidationError:
+            pass  # stored under an earlier model of the type: shown as stored
+    return UndeclaredDraft.model_validate(draft)

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.schema import approvals, notifications, runs
+from remit.people.answers import as_json
 
 log = logging.getLogger("remit.notify")
 
@@ -49,10 +50,7 @@ class ApprovalNotice:
     expires_at: datetime | None
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            name: value.isoformat() if isinstance(value, datetime) else value
-            for name, value in self.__dict__.items()
-        }
+        return as_json(self.__dict__)
 
 
 class Notifier(Protocol):

@@ -8,14 +8,16 @@ passes find it, since the row, the task and the run are written under the run's 
 task's unique key). The run's attempt then ends with the run `waiting`, holding nothing, as at
 an approval gate; the op's step records that, so a replay of the step waits again.
 
-`Tasks.resolve` is the one way a task is answered. In one transaction it locks the run, then the
-task, and either refuses with every reason or writes the answer, the ledger row (done: `ok`
-with the output given; not done: `not_done`, which the op's next call makes again with the same
-key, or `failed`, as the op's `on_not_done` says) and an audit row; if the run waits on the
-task on its current attempt, it moves the run to its next attempt, forked from the op's step
-(`resumes.py`: nothing before the call runs again). The step, run again, finds the row answered:
-it returns the output, calls again, or fails the run. A task of a run that has finished, or of
-a direct call, records the answer only.
+`Tasks.resolve` is the one way a task is answered, an answer given as `answers.py` gives every
+answer, approvals' decisions too. In one transaction it locks the run, then the task and its
+ledger row, and either refuses with every reason (the app's policies, asked as `resolve` on the
+task's op, among them) or writes the answer, the ledger row (done: `ok` with the output given;
+not done: `not_done`, which the op's next call makes again with the same key, or `failed`, as
+the op's `on_not_done` says) and an audit row; if the run waits on the task on its current
+attempt, it moves the run to its next attempt, forked from the op's step (`outbox.py`: nothing
+before the call runs again). The step, run again, finds the row answered: it returns the
+output, calls again, or fails the run. A task of a run that has finished, or of a direct call,
+records the answer only.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -33,17 +35,16 @@ from dbos import DBOSClient
 from pydantic import ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 
-from remit.core.audit import audit_of
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.errors import RemitError, TaskNotFound, TaskRefused
+from remit.core.fence import attempt_workflow_id, lock
 from remit.core.keys import key_problem
 from remit.core.ledger import LedgerRow, read_row
-from remit.core.outbox import Resume, Resumer
-from remit.core.runs import FINISHED, attempt_workflow_id, lock_run
-from remit.core.schema import audit, ledger, runs, tasks
+from remit.core.schema import ledger, tasks
 from remit.declare.ops import Op
-from remit.policy.cedar import SYSTEM_PREFIX, denied
+from remit.people.answers import Answer, Answers, Replayed, Turn, as_json, audit_row
+from remit.policy.cedar import SYSTEM_PREFIX
 
 if TYPE_CHECKING:
     from remit.policy.guard import Guard
@@ -84,10 +85,7 @@ class Task:
     resumed_workflow_id: str | None
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            name: value.isoformat() if isinstance(value, datetime) else value
-            for name, value in self.__dict__.items()
-        }
+        return as_json(self.__dict__)
 
 
 @dataclass(frozen=True)
@@ -152,12 +150,8 @@ class TaskOpener:
 
         def write() -> Held | LedgerRow:
             with self.db.begin() as conn:
-                run = lock_run(conn, run_id)
-                current = (
-                    run is not None
-                    and run.workflow_id == workflow_id
-                    and run.status not in FINISHED
-                )
+                run = lock(conn, run_id)
+                current = run is not None and run.on(workflow_id)
                 task = _locked(conn, tasks.c.idempotency_key == key)
                 row = read_row(conn, key, for_update=True)
                 if row is None:
@@ -232,20 +226,19 @@ class TaskOpener:
                 **place,
             )
         )
-        conn.execute(
-            audit.insert().values(
-                at=now,
-                actor=LEDGER_ACTOR,
-                action="task.reopened",
-                target=task.id,
-                meta={
-                    "run_id": task.run_id,
-                    "op": task.op_id,
-                    "idempotency_key": task.idempotency_key,
-                    "was": task.status,
-                    "workflow_id": place["workflow_id"],
-                },
-            )
+        audit_row(
+            conn,
+            at=now,
+            actor=LEDGER_ACTOR,
+            action="task.reopened",
+            target=task.id,
+            meta={
+                "run_id": task.run_id,
+                "op": task.op_id,
+                "idempotency_key": task.idempotency_key,
+                "was": task.status,
+                "workflow_id": place["workflow_id"],
+            },
         )
         log.warning("task %s reopened: %s was cut off again", task.id, task.op_id)
 
@@ -255,7 +248,7 @@ class TaskOpener:
         return insert(tasks).on_conflict_do_nothing()
 
 
-class Tasks:
+class Tasks(Answers):
     """The person's side: list, show and resolve the app's tasks. Usable from any process:
     `resolve` needs no worker here, only the database."""
 
@@ -269,18 +262,13 @@ class Tasks:
         clock: Clock | None = None,
         guard: Guard | None = None,
     ) -> None:
-        self.db = db
+        super().__init__(db, client, guard=guard, clock=clock)
         self.app = app
         self.ops = dict(ops)
-        # The app's policies: who may answer a task about which op (None: not checked).
-        self.guard = guard
-        self.clock = clock or SystemClock()
         self.opener = TaskOpener(db, app, clock=self.clock)
-        self.resumer = Resumer(db, client, clock=self.clock)
 
     def get(self, task_id: str) -> Task:
-        with self.db.engine.connect() as conn:
-            row = conn.execute(sa.select(tasks).where(tasks.c.id == task_id)).one_or_none()
+        row = self._one(tasks, task_id)
         if row is None:
             raise TaskNotFound(f"no task `{task_id}`: `remit tasks` lists the tasks")
         return _task(row)
@@ -289,22 +277,9 @@ class Tasks:
         self, *, status: str | None = None, run_id: str | None = None, limit: int = 100
     ) -> builtins.list[Task]:
         """The app's tasks, newest first."""
-        query = (
-            sa.select(tasks)
-            .where(tasks.c.app == self.app)
-            .order_by(tasks.c.created_at.desc(), tasks.c.id)
-            .limit(limit)
-        )
-        if status is not None:
-            query = query.where(tasks.c.status == status)
-        if run_id is not None:
-            query = query.where(tasks.c.run_id == run_id)
-        with self.db.engine.connect() as conn:
-            return [_task(row) for row in conn.execute(query)]
-
-    def audit(self, task_id: str) -> builtins.list[dict[str, Any]]:
-        """The audit rows of one task, oldest first: each answer, and each reopening."""
-        return audit_of(self.db, task_id)
+        query = sa.select(tasks).where(tasks.c.app == self.app)
+        rows = self._newest(query, tasks, status=status, run_id=run_id, limit=limit)
+        return [_task(row) for row in rows]
 
     def resolve(
         self,
@@ -325,7 +300,7 @@ class Tasks:
         `key` makes the call idempotent: the same key again returns the first answer and
         writes and resumes nothing again. Raises `TaskRefused` listing every reason (an
         unknown task, one already resolved, an output that does not parse, an output given
-        with not done), having written nothing.
+        with not done, the app's policies), having written nothing.
         """
         reasons = []
         if by.startswith(SYSTEM_PREFIX):
@@ -338,173 +313,167 @@ class Tasks:
             reasons.append(problem)
         if reasons:
             raise TaskRefused(task_id, reasons)
-        self._check_policies(task_id, done=done, by=by)
-        answer = _Answer(task_id, done, None if output is None else dict(output), by, key)
-        result, to_fork = self.db.retrying(
-            f"task {task_id}: resolve", lambda: self._resolve_once(answer)
+        answer = _TaskAnswer(
+            task_id, done, None if output is None else dict(output), by, key, self.ops
         )
-        self.resumer.fork_all(to_fork)
+        result = self._give(f"task {task_id}: resolve", answer)
+        if not result.replayed:
+            log.info("task %s resolved %s by %s: %s", task_id, result.status, by, result.then)
         return result
 
-    def _check_policies(self, task_id: str, *, done: bool, by: str) -> None:
-        """Refuse (and record) an answer the policies do not let `by` give: `resolve` on the
-        task's op, with whether it happened and the run's workflow and input as context. What
-        they read of the task and its run never changes, so it is read before the answer's
-        transaction. An unknown task is left to that transaction to refuse."""
-        if self.guard is None:
-            return
-        with self.db.engine.connect() as conn:
-            found = conn.execute(
-                sa.select(tasks.c.op_id, runs.c.workflow, runs.c.input)
-                .select_from(tasks.outerjoin(runs, runs.c.run_id == tasks.c.run_id))
-                .where(tasks.c.id == task_id)
-            ).one_or_none()
-        if found is None:
-            return
-        context = {"done": done, "workflow": found.workflow or "", "input": found.input or {}}
-        verdict = self.guard.check(by, "resolve", found.op_id, context)
-        if not verdict.allowed:
-            raise TaskRefused(task_id, [str(denied(by, "resolve", found.op_id, verdict.reason))])
 
-    def _resolve_once(self, answer: _Answer) -> tuple[Resolved, builtins.list[Resume]]:
-        now = self.clock.now()
-        with self.db.begin() as conn:
-            found = conn.execute(
-                sa.select(tasks.c.run_id).where(tasks.c.id == answer.task_id)
-            ).one_or_none()
-            if found is None:
-                raise TaskRefused(
-                    answer.task_id,
-                    [f"there is no task {answer.task_id}: `remit tasks` lists them"],
-                )
-            run = lock_run(conn, found.run_id)
-            task = _locked(conn, tasks.c.id == answer.task_id)
-            assert task is not None, "a task is never deleted"
-            op = self.ops.get(task.op_id)
-            if answer.key is not None and task.resolve_key == answer.key:
-                return self._replay(conn, task, answer, op)
-            row = read_row(conn, task.idempotency_key, for_update=True)
-            output = _refusals(task, answer, op, row)
-            assert op is not None  # refused otherwise
-            then: Then = "continue" if answer.done else op.on_not_done
-            self._write_ledger(conn, task, answer, op, output)
-            resume = None
-            if (
-                run is not None
-                and run.status not in FINISHED
-                and run.workflow_id == task.workflow_id
-            ):
-                # The run's current attempt stopped at this call: carry it on from there.
-                resume = self.resumer.next_attempt(
-                    conn, task.run_id, task.workflow_id, task.step_id, run.queue
-                )
-            status = "done" if answer.done else "not_done"
-            resumed = None if resume is None else resume.workflow_id
-            conn.execute(
-                tasks.update()
-                .where(tasks.c.id == task.id)
-                .values(
-                    status=status,
-                    output=output,
-                    resolved_at=now,
-                    resolved_by=answer.by,
-                    resolve_key=answer.key,
-                    resumed_workflow_id=resumed,
-                )
-            )
-            conn.execute(
-                audit.insert().values(
-                    at=now,
-                    actor=answer.by,
-                    action=f"task.{status}",
-                    target=task.id,
-                    meta={
-                        "run_id": task.run_id,
-                        "op": task.op_id,
-                        "idempotency_key": task.idempotency_key,
-                        "output": output,
-                        "then": then,
-                        "key": answer.key,
-                        "resumed_workflow_id": resumed,
-                    },
-                )
-            )
-        log.info("task %s resolved %s by %s: %s", task.id, status, answer.by, then)
-        result = Resolved(task.id, task.run_id, status, then, resumed)
-        return result, [] if resume is None else [resume]
-
-    def _replay(
-        self, conn: sa.Connection, task: Task, answer: _Answer, op: Op[Any, Any] | None
-    ) -> tuple[Resolved, builtins.list[Resume]]:
-        """The same key again: the first answer, and its resume if it is still to fork."""
-        status = "done" if answer.done else "not_done"
-        if task.status != status:
-            raise TaskRefused(
-                task.id,
-                [
-                    f"key {answer.key!r} already resolved it {task.status}: use a new key "
-                    "for another answer"
-                ],
-            )
-        then: Then = "continue"
-        if not answer.done:
-            then = "fail" if op is None else op.on_not_done
-        resumed = task.resumed_workflow_id
-        # A resume the first call did not live to fork is still in the outbox: finish it.
-        pending = [] if resumed is None else self.resumer.pending(conn, [resumed])
-        result = Resolved(task.id, task.run_id, task.status, then, resumed, replayed=True)
-        return result, pending
-
-    def _write_ledger(
-        self,
-        conn: sa.Connection,
-        task: Task,
-        answer: _Answer,
-        op: Op[Any, Any],
-        output: Any,
-    ) -> None:
-        """The call's ledger row as the answer makes it."""
-        values: dict[str, Any]
-        if answer.done:
-            values = {"status": "ok", "output": output, "error": None, "error_info": None}
-        else:
-            if op.on_not_done == "retry":
-                status, message = (
-                    "not_done",
-                    (
-                        f"`{task.op_id}` (key {task.idempotency_key}) did not happen, as "
-                        f"{answer.by} confirmed (task {task.id}): it is called again with the same "
-                        "key"
-                    ),
-                )
-            else:
-                status, message = (
-                    "failed",
-                    (
-                        f"`{task.op_id}` (key {task.idempotency_key}) did not happen, as "
-                        f"{answer.by} confirmed (task {task.id}), and the op declares "
-                        'on_not_done="fail", so the run fails. Declare on_not_done="retry" on the '
-                        "op to have it called again instead"
-                    ),
-                )
-            info = {"kind": "not_done", "message": message, "task_id": task.id}
-            values = {"status": status, "error": message, "error_info": info}
-        conn.execute(
-            ledger.update().where(ledger.c.idempotency_key == task.idempotency_key).values(**values)
-        )
+# What a task's answer locks: the task and its ledger row (None: there is no such task).
+_TaskRows = tuple[Task, LedgerRow | None] | None
 
 
 @dataclass(frozen=True)
-class _Answer:
+class _TaskAnswer(Answer[_TaskRows, Resolved]):
+    """A `resolve` call as an answer: it locks the task and its ledger row, and resumes the
+    run if its current attempt waits on the task."""
+
     task_id: str
     done: bool
     output: dict[str, Any] | None
     by: str
     key: str | None
+    ops: Mapping[str, Op[Any, Any]]
+
+    @property
+    def status(self) -> str:
+        return "done" if self.done else "not_done"
+
+    def run_ids(self, conn: sa.Connection) -> Iterable[str]:
+        return conn.execute(sa.select(tasks.c.run_id).where(tasks.c.id == self.task_id)).scalars()
+
+    def lock(self, conn: sa.Connection) -> _TaskRows:
+        task = _locked(conn, tasks.c.id == self.task_id)
+        if task is None:
+            return None
+        return task, read_row(conn, task.idempotency_key, for_update=True)
+
+    def replay(self, conn: sa.Connection) -> Replayed[Resolved] | None:
+        """The same key again: the first answer, and its resume if it is still to fork."""
+        if self.key is None:
+            return None
+        row = conn.execute(sa.select(tasks).where(tasks.c.id == self.task_id)).one_or_none()
+        task = None if row is None else _task(row)
+        if task is None or task.resolve_key != self.key:
+            return None
+        if task.status != self.status:
+            raise TaskRefused(
+                task.id,
+                [
+                    f"key {self.key!r} already resolved it {task.status}: use a new key "
+                    "for another answer"
+                ],
+            )
+        then: Then = "continue"
+        if not self.done:
+            op = self.ops.get(task.op_id)
+            then = "fail" if op is None else op.on_not_done
+        resumed = task.resumed_workflow_id
+        result = Resolved(task.id, task.run_id, task.status, then, resumed, replayed=True)
+        return Replayed(result, [] if resumed is None else [resumed])
+
+    def give(self, turn: Turn, locked: _TaskRows) -> Resolved:
+        if locked is None:
+            raise TaskRefused(
+                self.task_id, [f"there is no task {self.task_id}: `remit tasks` lists them"]
+            )
+        task, row = locked
+        run = turn.runs.get(task.run_id)
+        op = self.ops.get(task.op_id)
+        context = {
+            "done": self.done,
+            "workflow": "" if run is None else run.workflow,
+            "input": {} if run is None else run.input,
+        }
+        refused = turn.policy.refusal(
+            self.by, "resolve", task.op_id, context, about=("task", task.id)
+        )
+        output = _refusals(task, self, op, row, refused)
+        assert op is not None  # refused otherwise
+        then: Then = "continue" if self.done else op.on_not_done
+        _write_ledger(turn.conn, task, self, op, output)
+        resume = None
+        if run is not None and run.on(task.workflow_id):
+            # The run's current attempt stopped at this call: carry it on from there.
+            resume = turn.resume(run, task.step_id)
+        resumed = None if resume is None else resume.workflow_id
+        turn.conn.execute(
+            tasks.update()
+            .where(tasks.c.id == task.id)
+            .values(
+                status=self.status,
+                output=output,
+                resolved_at=turn.now,
+                resolved_by=self.by,
+                resolve_key=self.key,
+                resumed_workflow_id=resumed,
+            )
+        )
+        audit_row(
+            turn.conn,
+            at=turn.now,
+            actor=self.by,
+            action=f"task.{self.status}",
+            target=task.id,
+            meta={
+                "run_id": task.run_id,
+                "op": task.op_id,
+                "idempotency_key": task.idempotency_key,
+                "output": output,
+                "then": then,
+                "key": self.key,
+                "resumed_workflow_id": resumed,
+            },
+        )
+        return Resolved(task.id, task.run_id, self.status, then, resumed)
 
 
-def _refusals(task: Task, answer: _Answer, op: Op[Any, Any] | None, row: LedgerRow | None) -> Any:
-    """The output to record (None for not done), or `TaskRefused` with every reason."""
+def _write_ledger(
+    conn: sa.Connection, task: Task, answer: _TaskAnswer, op: Op[Any, Any], output: Any
+) -> None:
+    """The call's ledger row as the answer makes it."""
+    values: dict[str, Any]
+    if answer.done:
+        values = {"status": "ok", "output": output, "error": None, "error_info": None}
+    else:
+        if op.on_not_done == "retry":
+            status, message = (
+                "not_done",
+                (
+                    f"`{task.op_id}` (key {task.idempotency_key}) did not happen, as "
+                    f"{answer.by} confirmed (task {task.id}): it is called again with the same "
+                    "key"
+                ),
+            )
+        else:
+            status, message = (
+                "failed",
+                (
+                    f"`{task.op_id}` (key {task.idempotency_key}) did not happen, as "
+                    f"{answer.by} confirmed (task {task.id}), and the op declares "
+                    'on_not_done="fail", so the run fails. Declare on_not_done="retry" on the '
+                    "op to have it called again instead"
+                ),
+            )
+        info = {"kind": "not_done", "message": message, "task_id": task.id}
+        values = {"status": status, "error": message, "error_info": info}
+    conn.execute(
+        ledger.update().where(ledger.c.idempotency_key == task.idempotency_key).values(**values)
+    )
+
+
+def _refusals(
+    task: Task,
+    answer: _TaskAnswer,
+    op: Op[Any, Any] | None,
+    row: LedgerRow | None,
+    refused: str | None,
+) -> Any:
+    """The output to record (None for not done), or `TaskRefused` with every reason, the
+    policies' `refused` among them."""
     reasons: list[str] = []
     output = None
     if task.status != "open":
@@ -535,6 +504,8 @@ def _refusals(task: Task, answer: _Answer, op: Op[Any, Any] | None, row: LedgerR
         reasons.append(
             "an output goes with done only: a call that did not happen has none; leave it out"
         )
+    if refused is not None:
+        reasons.append(refused)
     if reasons:
         raise TaskRefused(task.id, reasons)
     return output

@@ -1,23 +1,25 @@
-"""What `decide()` refuses: mistakes in the call itself, and every reason a batch cannot be
-decided (found together, so the caller sees them all at once and nothing is written).
+"""What an answer to a waiting run refuses: the policy checks every answer goes through
+(`PolicyChecks`), and for `decide()` the mistakes in the call itself and every reason a batch
+cannot be decided (found together, so the caller sees them all at once and nothing is written).
 
-A decision by a person or agent is also checked against the app's policies: `decide` on the
+A decision by a person or agent is checked against the app's policies as `decide` on the
 approval's type, with the decision, the draft as it would stand after the edits, and the run's
-workflow and input as context. A refusal by policy is one more reason, recorded as a denial.
+workflow and input as context; a task's answer as `resolve` on the task's op (see `tasks.py`).
+A refusal by policy is one more reason, recorded as a denial once the answer is refused.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
 from remit.core.errors import DecisionRefused, RemitError
+from remit.core.fence import FINISHED, LockedRun
 from remit.core.keys import key_problem
-from remit.core.runs import FINISHED
-from remit.policy.cedar import SYSTEM_PREFIX
+from remit.policy.cedar import SYSTEM_PREFIX, Action, denied
 
 if TYPE_CHECKING:
     from remit.people.approvals import Approval, ApprovalType
@@ -41,8 +43,51 @@ class DecideCall:
     edits: dict[str, Mapping[str, Any]]
     reason: str | None
     admin: bool
-    # Refusals by policy found while deciding, recorded once the batch is refused.
-    denials: list[tuple[str, str, dict[str, Any], str]] = field(default_factory=list)
+
+
+class PolicyChecks:
+    """The policy checks of one answer (a decision, a task's answer), and their refusals.
+
+    A refusal is a reason to refuse the answer. It is recorded as a denial (`remit denials`)
+    by `record`, once the answer's transaction has rolled back: written inside it, it would be
+    rolled back with it (and on SQLite wait for the write lock that transaction holds). Each
+    try of the transaction checks afresh after `clear`, so a refusal is recorded once.
+    """
+
+    def __init__(self, guard: Guard | None) -> None:
+        self.guard = guard
+        self.found: list[tuple[str, Action, str, dict[str, Any], str]] = []
+
+    def refusal(
+        self,
+        by: str,
+        action: Action,
+        resource: str,
+        context: Mapping[str, Any],
+        *,
+        about: tuple[str, str],
+    ) -> str | None:
+        """Why the policies do not let `by` take `action` on `resource` with `context`; None
+        when they do, when the app has none to ask, or for remit's own principals. `about`
+        names what is answered, e.g. `("approval", id)`, and is kept in the denial's context."""
+        if self.guard is None or by.startswith(SYSTEM_PREFIX):
+            return None
+        verdict = self.guard.policy.check(by, action, resource, context)
+        if verdict.allowed:
+            return None
+        kind, target = about
+        self.found.append((by, action, resource, {**context, kind: target}, verdict.reason))
+        return str(denied(by, action, resource, verdict.reason))
+
+    def clear(self) -> None:
+        self.found.clear()
+
+    def record(self) -> None:
+        """Record the refusals found, after the refused answer's transaction rolled back."""
+        if self.guard is not None:
+            for by, action, resource, context, reason in self.found:
+                self.guard.record(by, action, resource, context, reason)
+        self.found.clear()
 
 
 def check_call(
@@ -71,10 +116,10 @@ def check_call(
 
 def refusals(
     call: DecideCall,
-    locked: list[Approval],
-    locked_runs: Mapping[str, Any],
+    locked: list[Approval[Any]],
+    locked_runs: Mapping[str, LockedRun],
     types: Mapping[str, ApprovalType],
-    guard: Guard | None,
+    policy: PolicyChecks,
 ) -> dict[str, dict[str, Any]]:
     """Every reason to refuse the batch, raised together; else the parsed edits."""
     reasons: list[tuple[str, str]] = []
@@ -115,9 +160,15 @@ def refusals(
                     "as user:<name> or agent:<name>",
                 )
             )
-        elif guard is not None and call.via not in SYSTEM_VIA:
-            draft = parsed.get(row.id) or row.edited_draft or row.draft
-            refused = _by_policy(call, guard, row, draft, run)
+        elif call.via not in SYSTEM_VIA:
+            draft = parsed.get(row.id) or row.edited_draft_json or row.draft_json
+            refused = policy.refusal(
+                call.by,
+                "decide",
+                row.type,
+                _context(call, row, draft, run),
+                about=("approval", row.id),
+            )
             if refused is not None:
                 reasons.append((row.id, refused))
     if reasons:
@@ -125,36 +176,24 @@ def refusals(
     return parsed
 
 
-def _by_policy(
-    call: DecideCall, guard: Guard, row: Approval, draft: Mapping[str, Any], run: Any
-) -> str | None:
-    """Why the policies refuse `call.by` deciding `row`; None when they allow it."""
+def _context(
+    call: DecideCall, row: Approval[Any], draft: Mapping[str, Any], run: LockedRun | None
+) -> dict[str, Any]:
+    """What the policies are told of a decision on `row`."""
     context: dict[str, Any] = {
         "decision": call.decision,
-        "workflow": getattr(run, "workflow", "") or "",
-        "input": getattr(run, "input", None) or {},
+        "workflow": "" if run is None else run.workflow,
+        "input": {} if run is None else run.input,
         "draft": dict(draft),
     }
     if row.type == "call":  # a held direct call: its op, and the op's input
         context["op"] = draft.get("op", "")
         context["call"] = draft.get("input") or {}
-    verdict = guard.policy.check(call.by, "decide", row.type, context)
-    if verdict.allowed:
-        return None
-    call.denials.append((row.type, row.id, context, verdict.reason))
-    return f'{call.by} may not decide ApprovalType::"{row.type}": {verdict.reason}'
-
-
-def record_denials(call: DecideCall, guard: Guard | None) -> None:
-    """Record the policy refusals a refused batch found (after its transaction rolled back)."""
-    if guard is None:
-        return
-    for kind, approval_id, context, reason in call.denials:
-        guard.record(call.by, "decide", kind, {**context, "approval": approval_id}, reason)
+    return context
 
 
 def parse_edit(
-    declared: ApprovalType | None, row: Approval, edit: Mapping[str, Any], decision: str
+    declared: ApprovalType | None, row: Approval[Any], edit: Mapping[str, Any], decision: str
 ) -> tuple[str | None, dict[str, Any] | None]:
     """An edit's problem, or the draft it makes (parsed against the type's model)."""
     if decision != "approved":
@@ -164,10 +203,11 @@ def parse_edit(
     if not isinstance(edit, Mapping):
         return f"has an edit that is not an object of fields: {edit!r}", None
     if row.type == "call":  # a held direct call: its input may change, its op may not
-        if edit.get("op", row.draft.get("op")) != row.draft.get("op"):
+        stored = row.draft_json
+        if edit.get("op", stored.get("op")) != stored.get("op"):
             return "has an edit changing the op of a held call: only its input may change", None
         if isinstance(edit.get("input"), Mapping):
-            edit = {**edit, "input": {**row.draft.get("input", {}), **edit["input"]}}
+            edit = {**edit, "input": {**stored.get("input", {}), **edit["input"]}}
     draft_model: type[BaseModel] = declared.draft
     unknown = sorted(set(edit) - set(draft_model.model_fields))
     if unknown:
@@ -176,7 +216,7 @@ def parse_edit(
             f"{', '.join(unknown)} (it has: {', '.join(draft_model.model_fields)})"
         ), None
     try:
-        model = draft_model.model_validate({**row.draft, **edit})
+        model = draft_model.model_validate({**row.draft_json, **edit})
     except ValidationError as error:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'draft'}: {e['msg']}" for e in error.errors()
