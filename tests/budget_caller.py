@@ -20,6 +20,7 @@ from remit.connectors.llm import ChatRequest
 from remit.core.clock import SystemClock
 from remit.core.database import Database
 from remit.core.ledger import LedgerStore
+from remit.core.outcome import Ok
 from remit.core.runs import RunInfo
 from remit.execution.calls import OpCaller
 from remit.people.tasks import TaskOpener
@@ -53,7 +54,7 @@ def main(url: str, name: str, calls: int, delay: float) -> None:
         run = RunInfo(run_id=call_id, attempt=1, workflow_id=call_id, actor="agent:t", direct=True)
         start.wait()
         outcome = caller.call(run, chat_complete, payload, step_id=0, key=f"{call_id}:0")
-        kind = "ok" if "ok" in outcome else outcome["error"]["kind"]
+        kind = "ok" if isinstance(outcome, Ok) else outcome.failure.kind
         with lock:
             outcomes[kind] += 1
 

@@ -1,10 +1,13 @@
 """The ledger: one row per op call, and what a re-entered call may do.
 
-A write's row is `started` (durable) before its driver is called, and gets its outcome after.
+A write's row is `started` (durable) before its driver is called, and gets its outcome after
+(`finish`): `ok` with the output, or `failed` with the `Failure` in `error_info` (see
+`outcome.py`; `LedgerRow.outcome` reads it back typed). A read gets its row when it answers.
 A call that finds its own row already there is a re-entry (a step retried after a crash, or a
-later attempt reaching the same step): `on_reentry` decides what it may do. A write whose
-outcome is unknown is `uncertain` and waits for a person (`tasks.py`); their answer makes the
-row `ok` (it happened), `not_done` (it did not, and the op is called again) or `failed`.
+later attempt reaching the same step): `on_reentry` says what its status allows, and
+`execution/reentry.py` decides from the whole row. A write whose outcome is unknown is
+`uncertain` and waits for a person (`tasks.py`); their answer makes the row `ok` (it happened),
+`not_done` (it did not, and the op is called again) or `failed`.
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
+from remit.core import fence
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
-from remit.core.schema import ledger, runs
+from remit.core.outcome import Failed, Ok, Outcome, parse_failure
+from remit.core.schema import ledger
 
-LedgerStatus = Literal["started", "ok", "failed", "uncertain", "not_done"]
+LedgerStatus = Literal["started", "ok", "failed", "uncertain", "not_done", "abandoned"]
 Reentry = Literal["replay", "call", "uncertain"]
 
 
@@ -34,10 +39,10 @@ def on_reentry(status: str, *, safe_to_repeat: bool) -> Reentry:
     - `replay`: the outcome is recorded (ok, failed or uncertain); return it, call nothing.
     - `call`: the earlier call may or may not have happened, and calling again with the same
       idempotency key cannot double its effect; or a person confirmed it did not happen
-      (`not_done`).
+      (`not_done`); or it was a read whose attempt ended before it answered (`abandoned`).
     - `uncertain`: the earlier call may have happened and repeating it could double it.
     """
-    if status == "not_done":
+    if status in ("not_done", "abandoned"):
         return "call"
     if status != "started":
         return "replay"
@@ -68,8 +73,20 @@ class LedgerRow:
     finished_at: datetime | None
     output: Any
     error: str | None
+    # The failure's JSON as stored; `outcome` reads it typed.
     error_info: dict[str, Any] | None
     cost: Decimal | None
+
+    @property
+    def outcome(self) -> Outcome:
+        """What a finished row records, to return instead of calling again: `Ok` with the
+        output, or `Failed` with the failure its `error_info` holds (a row of an earlier
+        version without one fails as `failed`). The message is the `error` column's."""
+        if self.status == "ok":
+            return Ok(output=self.output)
+        info = {**(self.error_info or {}), "message": self.error or "the call failed"}
+        info.setdefault("kind", "failed")
+        return Failed(failure=parse_failure(info))
 
 
 @dataclass(frozen=True)
@@ -148,30 +165,38 @@ class LedgerStore:
             },
         )
 
+    def abandon(self, key: str) -> bool:
+        """Mark a read `started` in an attempt that has ended `abandoned`; False when the row
+        is no longer `started` (it answered, or its run called it again, meanwhile)."""
+        statement = (
+            ledger.update()
+            .where(ledger.c.idempotency_key == key, ledger.c.status == "started")
+            .values(status="abandoned", finished_at=self.clock.now())
+        )
+        return bool(
+            self.db.retrying(f"ledger {key}: abandoned", lambda: self.db.execute_one(statement))
+        )
+
     def tried(self, key: str, tries: int) -> None:
         self._update(key, {"tries": tries})
 
     def finish(
         self,
         record: CallRecord,
-        status: LedgerStatus,
+        outcome: Outcome,
         *,
         tries: int,
-        output: Any = None,
-        error: str | None = None,
-        error_info: dict[str, Any] | None = None,
         started_at: datetime | None = None,
         cost: Decimal | None = None,
     ) -> bool:
-        """Record a call's outcome; a read, which has no `started` row, gets its row now.
-        `cost` is what the call cost in USD, for an op with a cost.
+        """Record a call's outcome: the row becomes `ok` or `failed`; a read, which has no
+        `started` row, gets its row now. `cost` is what the call cost in USD, for an op with a
+        cost.
 
         False when the idempotency key already belongs to another call (another op, or the
         same op with other input): nothing is written.
         """
-        values, new_row = self._outcome(
-            record, status, tries, output, error, error_info, started_at, cost
-        )
+        values, new_row = self._outcome(record, outcome, tries, started_at, cost)
 
         def write() -> bool:
             # One statement each, most often only the first: a read's first and only row, or
@@ -179,26 +204,21 @@ class LedgerStore:
             # in its transaction.
             return self._write_outcome(self.db.execute_one, record, values, new_row)
 
-        return self.db.retrying(f"ledger {record.idempotency_key}: {status}", write)
+        return self.db.retrying(f"ledger {record.idempotency_key}: {values['status']}", write)
 
     def finish_in(
         self,
         conn: sa.Connection,
         record: CallRecord,
-        status: LedgerStatus,
+        outcome: Outcome,
         *,
         tries: int,
-        output: Any = None,
-        error: str | None = None,
-        error_info: dict[str, Any] | None = None,
         started_at: datetime | None = None,
         cost: Decimal | None = None,
     ) -> bool:
         """`finish`, inside the caller's transaction on `conn`: a call's cost settles its budget
         reservation in the transaction that records it (see `budgets.py`)."""
-        values, new_row = self._outcome(
-            record, status, tries, output, error, error_info, started_at, cost
-        )
+        values, new_row = self._outcome(record, outcome, tries, started_at, cost)
         return self._write_outcome(
             lambda statement: int(conn.execute(statement).rowcount), record, values, new_row
         )
@@ -206,25 +226,23 @@ class LedgerStore:
     def _outcome(
         self,
         record: CallRecord,
-        status: LedgerStatus,
+        outcome: Outcome,
         tries: int,
-        output: Any,
-        error: str | None,
-        error_info: dict[str, Any] | None,
         started_at: datetime | None,
         cost: Decimal | None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The values of a call's outcome, and the whole row when it has none yet."""
         now = self.clock.now()
-        values = {
-            "status": status,
-            "tries": tries,
-            "finished_at": now,
-            "output": output,
-            "error": error,
-            "error_info": error_info,
-            "cost": cost,
-        }
+        values: dict[str, Any] = {"tries": tries, "finished_at": now, "cost": cost}
+        if isinstance(outcome, Ok):
+            values |= {"status": "ok", "output": outcome.output, "error": None, "error_info": None}
+        else:
+            values |= {
+                "status": "failed",
+                "output": None,
+                "error": outcome.message,
+                "error_info": outcome.failure.model_dump(mode="json"),
+            }
         return values, {**record.__dict__, **values, "started_at": started_at or now}
 
     def _write_outcome(
@@ -280,15 +298,8 @@ def read_row(conn: sa.Connection, key: str, *, for_update: bool = False) -> Ledg
 
 def _current(conn: sa.Connection, run_id: str, workflow_id: str) -> bool:
     """Whether the run is still running on attempt `workflow_id` (its row locked till commit)."""
-    current = conn.execute(
-        sa.select(runs.c.workflow_id, runs.c.status)
-        .where(runs.c.run_id == run_id)
-        .with_for_update()
-    ).one_or_none()
-    return current is not None and (current.workflow_id, current.status) == (
-        workflow_id,
-        "running",
-    )
+    run = fence.lock(conn, run_id)
+    return run is not None and run.on(workflow_id, ("running",))
 
 
 def _ours(existing: LedgerRow, record: CallRecord, started_at: datetime) -> bool:

@@ -40,6 +40,7 @@ from opentelemetry.trace import Span, Status, StatusCode, format_span_id, format
 
 from remit._version import __version__
 from remit.core.errors import RemitError, SettingsError
+from remit.core.outcome import Ok, Outcome
 from remit.core.settings import Settings
 
 if TYPE_CHECKING:
@@ -200,22 +201,20 @@ def call_settled(values: Mapping[str, Any]) -> None:
         trace.get_current_span().set_attribute("remit.op.tries", tries)
 
 
-def _record_call(span: Span, outcome: Mapping[str, Any], payload: Mapping[str, Any]) -> None:
-    error = outcome.get("error")
-    if error is None:
+def _record_call(span: Span, outcome: Outcome, payload: Mapping[str, Any]) -> None:
+    if isinstance(outcome, Ok):
         span.set_attribute("remit.op.status", "ok")
-        output = outcome.get("ok")
-        if isinstance(output, Mapping):
-            _record_usage(span, output, payload)
+        if isinstance(outcome.output, Mapping):
+            _record_usage(span, outcome.output, payload)
         return
-    kind = str(error.get("kind", "failed"))
+    kind = outcome.failure.kind
     if kind == "moved":
         # Not a failure of the call: the run moved on, and the op was not called.
         span.set_attribute("remit.op.status", "moved-on")
         return
     span.set_attribute("remit.op.status", "uncertain" if kind == "uncertain" else "failed")
     span.set_attribute("error.type", kind)
-    span.set_status(Status(StatusCode.ERROR, str(error.get("message", ""))))
+    span.set_status(Status(StatusCode.ERROR, outcome.message))
 
 
 # An LLM call's usage, by the key an op's output has it under and its GenAI semantic-convention

@@ -2,9 +2,10 @@
 
 A sync workflow gets a `Context`; an async one an `AsyncContext`, whose methods are awaited.
 Every `ctx.step` and op call is a DBOS step: once it has finished it is never executed again,
-not on recovery, not on a later attempt. Its value comes back as JSON, so the first run and a
-replay see the same value. While the app is paused, a step about to start ends the attempt
-instead, with the run `paused` (see `pause.py`).
+not on recovery, not on a later attempt. Its checkpoint is its outcome's JSON
+(`core/outcome.py`), which `ctx` unwraps into the value or the typed error, so the first run
+and a replay see the same value, or the same error. While the app is paused, a step about to
+start ends the attempt instead, with the run `paused` (see `pause.py`).
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from pydantic_core import to_jsonable_python
 
 from remit.connectors.llm import ChatMessage, ChatReply, chat_complete
 from remit.core import telemetry
-from remit.core.errors import InputInvalid, OpNotDeclared, RemitError, StepFailed, Suspended
+from remit.core.errors import InputInvalid, OpNotDeclared, RemitError, Suspended
 from remit.core.keys import key_problem
+from remit.core.outcome import Failed, Ok, StepFailure, parse_outcome
 from remit.core.runs import RunInfo
 from remit.declare.ops import Op
 from remit.declare.workflows import Workflow
-from remit.execution.calls import OpCaller, Outcome, failure, ok, raise_failure
+from remit.execution.calls import CallMemo, OpCaller
 from remit.execution.journal import Journal, Mark, gate_mark, op_mark, sleep_mark, step_mark
 from remit.execution.timers import Timers
 from remit.people.approvals import Decision, Gates
@@ -279,8 +281,9 @@ class _Base:
 
     def _op_step(
         self, op: Op[Any, Any], payload: dict[str, Any], key: str | None
-    ) -> tuple[Slot, Mark, Callable[[], Outcome]]:
-        """The position an op call takes, what it is there, and the body of its step."""
+    ) -> tuple[Slot, Mark, Callable[[], dict[str, Any]]]:
+        """The position an op call takes, what it is there, and the body of its step, which
+        returns the call's outcome as JSON (its checkpoint)."""
         slot = self._steps.reserve()
         # A call's position names it unless the workflow names it: `<run>:<step>` or
         # `<run>:key:<key>`, two spaces that cannot collide. A resumed run's positions up to
@@ -288,12 +291,13 @@ class _Base:
         # so a deploy cannot move a key from under a call it started.
         name = str(slot.position) if key is None else f"key:{key}"
         idempotency_key = f"{self._run.run_id}:{name}"
-        memo: dict[str, Any] = {}  # outlives a DBOS retry of this step (see OpCaller.call)
+        memo = CallMemo()  # outlives a DBOS retry of this step
 
-        def body() -> Outcome:
-            return self._caller.call(
+        def body() -> dict[str, Any]:
+            outcome = self._caller.call(
                 self._run, op, payload, step_id=slot.position, key=idempotency_key, memo=memo
             )
+            return outcome.to_json()
 
         return slot, op_mark(op.id, idempotency_key), body
 
@@ -349,41 +353,37 @@ def _chat(
     }
 
 
-def _finish_op(op: Op[Any, Out], outcome: Outcome) -> Out:
-    raise_failure(op.id, outcome)
-    return op.output.model_validate(outcome["ok"])
+def _finish_op(op: Op[Any, Out], checkpoint: Any) -> Out:
+    """The output of an op call's step, from its checkpointed outcome, or its typed error."""
+    return op.output.model_validate(parse_outcome(checkpoint).unwrap(op.id))
 
 
-def _step_outcome(name: str, value: Any) -> Outcome:
+def _step_outcome(name: str, value: Any) -> dict[str, Any]:
     try:
-        return ok(to_jsonable_python(value))
+        return Ok(output=to_jsonable_python(value)).to_json()
     except Exception as error:
-        return failure(
-            "step",
+        message = (
             f"step `{name}` returned a value that is not JSON ({type(error).__name__}: {error}): "
-            "return plain data or a pydantic model",
-            error_type=type(error).__name__,
+            "return plain data or a pydantic model"
         )
+        return Failed(
+            failure=StepFailure(message=message, error_type=type(error).__name__)
+        ).to_json()
 
 
-def _step_error(name: str, error: Exception) -> Outcome:
-    return failure(
-        "step",
-        f"step `{name}` failed: {type(error).__name__}: {error}",
-        error_type=type(error).__name__,
-    )
+def _step_error(name: str, error: Exception) -> dict[str, Any]:
+    message = f"step `{name}` failed: {type(error).__name__}: {error}"
+    return Failed(failure=StepFailure(message=message, error_type=type(error).__name__)).to_json()
 
 
-def _step_value(name: str, outcome: Outcome, output: Any, cause: BaseException | None) -> Any:
-    error = outcome.get("error")
-    if error is not None:
-        raise StepFailed(
-            error["message"], step=name, error_type=error.get("error_type", "")
-        ) from cause
-    value = outcome["ok"]
+def _step_value(name: str, checkpoint: Any, output: Any, cause: BaseException | None) -> Any:
+    """The value of a `ctx.step`, from its checkpointed outcome, or `StepFailed`."""
+    outcome = parse_outcome(checkpoint)
+    if isinstance(outcome, Failed):
+        raise outcome.failure.exception(name) from cause
     if output is None:
-        return value
-    return TypeAdapter(output).validate_python(value)
+        return outcome.output
+    return TypeAdapter(output).validate_python(outcome.output)
 
 
 class _Path:
@@ -427,7 +427,7 @@ class Context(_Base):
         cause: list[BaseException] = []
 
         @telemetry.traced_step("step", name)
-        def body() -> Outcome:
+        def body() -> dict[str, Any]:
             try:
                 return _step_outcome(name, fn())
             except Exception as error:
@@ -545,7 +545,7 @@ class AsyncContext(_Base):
         cause: list[BaseException] = []
 
         @telemetry.traced_step("step", name)
-        async def body() -> Outcome:
+        async def body() -> dict[str, Any]:
             try:
                 # A sync function runs in a thread, so it cannot block other async workflows.
                 value = fn() if inspect.iscoroutinefunction(fn) else await asyncio.to_thread(fn)

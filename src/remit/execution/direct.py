@@ -1,6 +1,11 @@
 """Direct calls: one op called outside any workflow (`remit call`, `remit data`), by a person or
 an agent, through the same ledger as a run's calls, and only as the app's policies allow.
 
+A call given a `key` is idempotent: the same key again finds the call's ledger row and goes
+as `reentry.py` decides for a run's call, except that it refuses where a run's call would
+wait: it returns the recorded outcome, calls again when that is safe, or refuses (the key names
+another call, or the earlier call's outcome is unknown).
+
 A permit marked `@hold` lets the call happen only once someone approves it: the call becomes a
 run of the built-in workflow `call`, which waits at an approval of the built-in type `call` and
 makes the call, once, when it is approved.
@@ -26,11 +31,13 @@ from remit.core.database import Database
 from remit.core.errors import InputInvalid, RemitError
 from remit.core.keys import key_problem
 from remit.core.ledger import LedgerStore, input_hash
+from remit.core.outcome import Ok, Outcome
 from remit.core.runs import RunInfo, RunStore, json_input
 from remit.declare.ops import Op
 from remit.declare.workflows import Workflow, workflow
 from remit.execution.calls import DIRECT_CALL_PREFIX, OpCaller
 from remit.execution.context import Context
+from remit.execution.reentry import Conflict, Hold, Replay, reenter
 from remit.people.approvals import ApprovalType
 from remit.people.tasks import TaskOpener
 from remit.policy.cedar import HELD
@@ -124,6 +131,13 @@ class CallResult:
     note: str = ""
     replayed: bool = False
 
+    @classmethod
+    def of(cls, op: Op[Any, Any], key: str, outcome: Outcome, *, replayed: bool) -> CallResult:
+        """What a call made now (or `replayed` from the ledger) came to."""
+        if isinstance(outcome, Ok):
+            return cls("ok", op.id, key, output=outcome.output, replayed=replayed)
+        return cls("failed", op.id, key, error=outcome.message, replayed=replayed)
+
 
 class DirectCalls:
     """Makes direct calls for one app: policy first, then the call (or a held run)."""
@@ -181,14 +195,7 @@ class DirectCalls:
                 return answered
         run = RunInfo(run_id=call_id, attempt=1, workflow_id=call_id, actor=by, direct=True)
         outcome = self.caller.call(run, op, parsed, step_id=0, key=ledger_key)
-        error = outcome.get("error")
-        return CallResult(
-            status="failed" if error else "ok",
-            op=op.id,
-            idempotency_key=ledger_key,
-            output=outcome.get("ok"),
-            error=error["message"] if error else None,
-        )
+        return CallResult.of(op, ledger_key, outcome, replayed=False)
 
     def _keyed(
         self, op: Op[Any, Any], parsed: dict[str, Any], key: str, ledger_key: str
@@ -198,31 +205,25 @@ class DirectCalls:
         existing = self.ledger.get(ledger_key)
         if existing is None:
             return None
-        if (existing.op_id, existing.input_hash) != (op.id, input_hash(parsed)):
-            other = "other input" if existing.op_id == op.id else f"`{existing.op_id}`"
+        decision = reenter(existing, op, input_hash(parsed))
+        if isinstance(decision, Conflict):
+            other = "other input" if decision.same_op else f"`{existing.op_id}`"
             raise RemitError(
                 f"--key {key} was used for a call of {other} ({_when(existing.started_at)}): "
                 "give each call its own key. Nothing was called"
             )
-        if existing.status in ("ok", "failed"):
-            return CallResult(
-                status=existing.status,  # type: ignore[arg-type]
-                op=op.id,
-                idempotency_key=ledger_key,
-                output=existing.output,
-                error=existing.error,
-                replayed=True,
-            )
-        if existing.status == "not_done":
-            return None  # a person confirmed it did not happen: the op says what follows
-        if existing.status == "uncertain" or not op.safe_to_repeat:
+        if isinstance(decision, Replay):
+            return CallResult.of(op, ledger_key, decision.outcome, replayed=True)
+        if isinstance(decision, Hold):
             raise RemitError(
                 f"the call of `{op.id}` keyed {key} started {_when(existing.started_at)} and its "
                 f"outcome is not recorded ({existing.status}): it may still be in progress, or "
                 "the process making it stopped. It is not safe to repeat, so nothing was called: "
                 "check with the vendor, and answer its task (`remit tasks`) if it has one"
             )
-        return None  # an idempotent write that never finished: calling again is safe
+        # A person confirmed it did not happen (the op says what follows), or an idempotent
+        # write that never finished: calling again is safe.
+        return None
 
     def _op(self, op_id: str) -> Op[Any, Any]:
         op = self.app.ops.get(op_id)
