@@ -11,7 +11,8 @@ with two. Approvals (bench/approvals.py): decide to resume, and what waiting run
 worker. Reconciler (bench/reconcile.py): one pass against 10,000 and 100,000 runs. Policies
 (bench/policy.py): what a Cedar check adds to a start. Budgets (bench/budgets.py): what
 reserving and settling cost a call with a cost. Deploy check (bench/deploy_check.py): replaying
-1,000 waiting runs against the code. Prints
+1,000 waiting runs against the code. Command line (bench/cli_startup.py): how fast `remit --help`
+and `remit runs` start, against `python -c pass`; `--only cli` runs just that. Prints
 `BENCH <name> <value> <unit>` lines and writes the tables to BENCHMARKS.md.
 """
 
@@ -22,6 +23,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import replace
@@ -30,6 +32,7 @@ from pathlib import Path
 import approvals  # bench/approvals.py, beside this file
 import bare  # bench/bare.py, beside this file
 import budgets  # bench/budgets.py, beside this file
+import cli_startup  # bench/cli_startup.py, beside this file
 import deploy_check  # bench/deploy_check.py, beside this file
 import policy  # bench/policy.py, beside this file
 import reconcile  # bench/reconcile.py, beside this file
@@ -40,7 +43,7 @@ from remit.app import load_app
 from remit.core.database import Database
 from remit.core.runs import RunStore
 from remit.core.settings import Settings
-from remit.ops.worker import Worker
+from remit.serve.worker import Worker
 
 APP = ROOT / "bench" / "apps" / "bench_app"
 POSTGRES = os.environ.get(
@@ -157,10 +160,20 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
+    parser.add_argument(
+        "--only", choices=["cli"], help="run one part alone: cli, the command line's startup"
+    )
     args = parser.parse_args()
+    command = "make bench QUICK=1" if args.quick else "make bench"
     seq_runs, drain_runs = (60, 250) if args.quick else (200, 1000)
     folder = Path(os.environ.get("TMPDIR", "/tmp")) / "remit-bench"
     folder.mkdir(exist_ok=True)
+    if args.only == "cli":
+        started = _startup(quick=args.quick, folder=folder)
+        if args.write:
+            here = "python bench/bench.py --only cli" + (" --quick" if args.quick else "")
+            cli_startup.write(started, command=here)
+        return
     figures: list[tuple[str, float, str, str]] = []
 
     def report(name: str, value: float, unit: str, note: str) -> None:
@@ -202,6 +215,7 @@ def main() -> None:
     checks = policy.measure(quick=args.quick, folder=folder)
     billed = budgets.measure(quick=args.quick, folder=folder)
     replayed = deploy_check.measure(quick=args.quick, folder=folder)
+    started = _startup(quick=args.quick, folder=folder)
 
     if args.write:
         write_table(figures, quick=args.quick)
@@ -212,6 +226,13 @@ def main() -> None:
         policy.write(checks, command="make bench QUICK=1" if args.quick else "make bench")
         budgets.write(billed, command="make bench QUICK=1" if args.quick else "make bench")
         deploy_check.write(replayed, command="make bench QUICK=1" if args.quick else "make bench")
+        cli_startup.write(started, command=command)
+
+
+def _startup(*, quick: bool, folder: Path) -> list[cli_startup.Figure]:
+    """The command line's startup, measured in a folder of its own (its app copy is removed)."""
+    with tempfile.TemporaryDirectory(dir=folder) as own:
+        return cli_startup.measure(quick=quick, folder=Path(own))
 
 
 def write_table(figures: list[tuple[str, float, str, str]], *, quick: bool) -> None:

@@ -2,74 +2,155 @@
 
 A user's app imports from `remit` (and `remit.testing` in its tests); everything else is
 internal.
+
+Each name is imported on first use (PEP 562), from the module that defines it, so that
+`import remit` costs little: `remit --help` and `remit --version` load neither DBOS nor
+SQLAlchemy. Type checkers read the imports below.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from remit._version import __version__
-from remit.app import App, Queue, load_app
-from remit.budgets.model import Budget, CostModel, Price
-from remit.client import Client, RunHandle
-from remit.connectors import (
-    AppliedEffect,
-    CallContext,
-    Connector,
-    Driver,
-    Fake,
-    Op,
-    implements,
-    op,
-)
-from remit.connectors.data import Collection, collection
-from remit.connectors.llm import (
-    ChatMessage,
-    ChatReply,
-    FakeLLM,
-    FakeReply,
-    chat_complete,
-    llm,
-)
-from remit.core.backoff import RetryPolicy
-from remit.core.clock import Clock, SystemClock
-from remit.core.errors import (
-    AppError,
-    ApprovalNotFound,
-    BudgetExceeded,
-    CodeChanged,
-    DatabaseError,
-    DecisionRefused,
-    DriverError,
-    InputInvalid,
-    MissingCredential,
-    OpError,
-    OpNotDeclared,
-    OpUncertain,
-    RemitError,
-    RetryRefused,
-    RunMovedOn,
-    RunNotFound,
-    SettingsError,
-    StepFailed,
-    TaskNotFound,
-    TaskRefused,
-    UnknownWorkflow,
-)
-from remit.core.runs import Run
-from remit.core.settings import Settings
-from remit.declare.schedules import Schedule, schedule
-from remit.declare.workflows import Workflow, workflow
-from remit.execution.context import AsyncContext, Context
-from remit.ops.deadlines import Deadline, next_deadline, upcoming_deadlines
-from remit.ops.retries import Retried, Retries
-from remit.people.approvals import (
-    Approval,
-    Approvals,
-    ApprovalType,
-    Decided,
-    DecideResult,
-    Decision,
-)
-from remit.people.notify import ApprovalNotice, LogNotifier, Notifier, WebhookNotifier
-from remit.people.tasks import Resolved, Task, Tasks
-from remit.policy.cedar import PolicyDenied
+
+if TYPE_CHECKING:
+    from remit.app import App, Queue, load_app
+    from remit.budgets.model import Budget, CostModel, Price
+    from remit.client import Client, RunHandle
+    from remit.connectors import (
+        AppliedEffect,
+        CallContext,
+        Connector,
+        Driver,
+        Fake,
+        Op,
+        implements,
+        op,
+    )
+    from remit.connectors.data import Collection, collection
+    from remit.connectors.llm import (
+        ChatMessage,
+        ChatReply,
+        FakeLLM,
+        FakeReply,
+        chat_complete,
+        llm,
+    )
+    from remit.core.backoff import RetryPolicy
+    from remit.core.clock import Clock, SystemClock
+    from remit.core.errors import (
+        AppError,
+        ApprovalNotFound,
+        BudgetExceeded,
+        CodeChanged,
+        DatabaseError,
+        DecisionRefused,
+        DriverError,
+        InputInvalid,
+        MissingCredential,
+        OpError,
+        OpNotDeclared,
+        OpUncertain,
+        RemitError,
+        RetryRefused,
+        RunMovedOn,
+        RunNotFound,
+        SettingsError,
+        StepFailed,
+        TaskNotFound,
+        TaskRefused,
+        UnknownWorkflow,
+    )
+    from remit.core.runs import Run
+    from remit.core.settings import Settings
+    from remit.declare.schedules import Schedule, schedule
+    from remit.declare.workflows import Workflow, workflow
+    from remit.execution.context import AsyncContext, Context
+    from remit.ops.deadlines import Deadline, next_deadline, upcoming_deadlines
+    from remit.ops.retries import Retried, Retries
+    from remit.people.approvals import (
+        Approval,
+        Approvals,
+        ApprovalType,
+        Decided,
+        DecideResult,
+        Decision,
+    )
+    from remit.people.notify import ApprovalNotice, LogNotifier, Notifier, WebhookNotifier
+    from remit.people.tasks import Resolved, Task, Tasks
+    from remit.policy.cedar import PolicyDenied
+
+# Where each public name is defined: `__getattr__` imports it from there on first use.
+_HOMES: dict[str, tuple[str, ...]] = {
+    "remit.app": ("App", "Queue", "load_app"),
+    "remit.budgets.model": ("Budget", "CostModel", "Price"),
+    "remit.client": ("Client", "RunHandle"),
+    "remit.connectors": (
+        "AppliedEffect",
+        "CallContext",
+        "Connector",
+        "Driver",
+        "Fake",
+        "Op",
+        "implements",
+        "op",
+    ),
+    "remit.connectors.data": ("Collection", "collection"),
+    "remit.connectors.llm": (
+        "ChatMessage",
+        "ChatReply",
+        "FakeLLM",
+        "FakeReply",
+        "chat_complete",
+        "llm",
+    ),
+    "remit.core.backoff": ("RetryPolicy",),
+    "remit.core.clock": ("Clock", "SystemClock"),
+    "remit.core.errors": (
+        "AppError",
+        "ApprovalNotFound",
+        "BudgetExceeded",
+        "CodeChanged",
+        "DatabaseError",
+        "DecisionRefused",
+        "DriverError",
+        "InputInvalid",
+        "MissingCredential",
+        "OpError",
+        "OpNotDeclared",
+        "OpUncertain",
+        "RemitError",
+        "RetryRefused",
+        "RunMovedOn",
+        "RunNotFound",
+        "SettingsError",
+        "StepFailed",
+        "TaskNotFound",
+        "TaskRefused",
+        "UnknownWorkflow",
+    ),
+    "remit.core.runs": ("Run",),
+    "remit.core.settings": ("Settings",),
+    "remit.declare.schedules": ("Schedule", "schedule"),
+    "remit.declare.workflows": ("Workflow", "workflow"),
+    "remit.execution.context": ("AsyncContext", "Context"),
+    "remit.ops.deadlines": ("Deadline", "next_deadline", "upcoming_deadlines"),
+    "remit.ops.retries": ("Retried", "Retries"),
+    "remit.people.approvals": (
+        "Approval",
+        "Approvals",
+        "ApprovalType",
+        "Decided",
+        "DecideResult",
+        "Decision",
+    ),
+    "remit.people.notify": ("ApprovalNotice", "LogNotifier", "Notifier", "WebhookNotifier"),
+    "remit.people.tasks": ("Resolved", "Task", "Tasks"),
+    "remit.policy.cedar": ("PolicyDenied",),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
     "App",
@@ -149,3 +230,20 @@ __all__ = [
     "upcoming_deadlines",
     "workflow",
 ]
+
+# Hidden from type checkers, which read the imports above instead: to them a misspelt name
+# stays an error rather than whatever a module `__getattr__` returns.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        """Import a public name from its module on first use, and keep it here."""
+        module = _HOME_OF.get(name)
+        if module is None:
+            raise AttributeError(f"module 'remit' has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -2,7 +2,7 @@
 and its drift (the counter against the ledger); `remit budgets set-limit` changes a period's
 limit, as someone does once spending more is approved."""
 
-from __future__ import annotations
+# No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
 
 from decimal import Decimal
 from typing import Annotated
@@ -10,10 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from remit.budgets.model import usd
-from remit.budgets.store import Budgets
-from remit.cli.base import AppDir, cli, load, open_database, out
-from remit.policy.guard import check_actor
+from remit.cli.base import AppDir, cli, client_of, out
 
 budgets_cli = typer.Typer(
     invoke_without_command=True,
@@ -33,14 +30,12 @@ def show(
     one without the other)."""
     if ctx.invoked_subcommand is not None:
         return
-    app, settings = load(app_dir)
-    db = open_database(settings)
-    try:
-        budgets = Budgets(db, app.name, app.budgets)
-        states = budgets.periods(limit=limit)
-        drift = {(d.scope, d.period): d.drift_usd for d in budgets.drift(states)}
-    finally:
-        db.dispose()
+    from remit.budgets.model import usd
+
+    with client_of(app_dir) as remit:
+        app = remit.app
+        states = remit.budgets.periods(limit=limit)
+        drift = {(d.scope, d.period): d.drift_usd for d in remit.budgets.drift(states)}
     if not states:
         out.print(
             f"app {app.name} declares no budgets: add Budget(...) to App(budgets=[...]) to "
@@ -94,13 +89,12 @@ def set_limit(
 ) -> None:
     """Set one budget period's limit (raise it, or lower it), recorded in the audit log. Later
     periods start at the app's declared limit again."""
-    app, settings = load(app_dir)
-    by = check_actor(as_ or settings.actor)
-    db = open_database(settings)
-    try:
-        state = Budgets(db, app.name, app.budgets).raise_limit(scope, period, limit, by=by)
-    finally:
-        db.dispose()
+    from remit.budgets.model import usd
+    from remit.policy.guard import check_actor
+
+    with client_of(app_dir) as remit:
+        by = check_actor(as_ or remit.settings.actor)
+        state = remit.budgets.raise_limit(scope, period, limit, by=by)
     out.print(
         f"budget {state.scope} {state.period}: limit {usd(state.limit_usd)}, set by {by} "
         f"({usd(state.spent_usd)} spent, {usd(state.reserved_usd)} reserved)"

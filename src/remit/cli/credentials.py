@@ -4,7 +4,7 @@ A value is read from stdin (typed with no echo at a terminal) and never printed:
 names, when each was set and by whom, and whether an environment variable overrides it here.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
 
 import getpass
 import os
@@ -15,12 +15,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from remit.app import App
-from remit.cli.base import AppDir, cli, connected, out
-from remit.connectors.credentials import SecretKey, Secrets, check_name
-from remit.core.database import Database
-from remit.core.errors import RemitError
-from remit.core.settings import Settings
+from remit.cli.base import AppDir, cli, client_of, out
 
 secrets_cli = typer.Typer(
     no_args_is_help=True,
@@ -30,13 +25,11 @@ secrets_cli = typer.Typer(
 cli.add_typer(secrets_cli, name="secrets")
 
 
-def _secrets(app: App, settings: Settings, db: Database) -> Secrets:
-    return Secrets(db, app.name, SecretKey.from_settings(settings))
-
-
 def _read_value(name: str) -> str:
     """The value from stdin: typed with no echo at a terminal, else all of stdin less one
     trailing newline."""
+    from remit.core.errors import RemitError
+
     if sys.stdin.isatty():
         value = getpass.getpass(f"value of {name} (not shown): ")
     else:
@@ -69,10 +62,13 @@ def set_secret(
     app_dir: AppDir = None,
 ) -> None:
     """Store a secret, reading its value from stdin (no echo at a terminal)."""
+    from remit.connectors.credentials import check_name
+
     check_name(name)
     value = _read_value(name)
-    with connected(app_dir) as (app, settings, db, _client):
-        _secrets(app, settings, db).set(name, value, by=as_ or settings.actor)
+    with client_of(app_dir) as remit:
+        app = remit.app
+        remit.secrets.set(name, value, by=as_ or remit.settings.actor)
     note = (
         " (the environment variable of that name overrides it here)" if os.environ.get(name) else ""
     )
@@ -82,8 +78,9 @@ def set_secret(
 @secrets_cli.command("list")
 def list_secrets(app_dir: AppDir = None) -> None:
     """List the app's secrets: names, when and by whom each was set. Never values."""
-    with connected(app_dir) as (app, settings, db, _client):
-        stored = _secrets(app, settings, db).list()
+    with client_of(app_dir) as remit:
+        app = remit.app
+        stored = remit.secrets.list()
     if not stored:
         out.print(f"no secrets stored for {app.name}")
         return
@@ -102,9 +99,13 @@ def delete_secret(
     app_dir: AppDir = None,
 ) -> None:
     """Delete a secret."""
+    from remit.connectors.credentials import check_name
+    from remit.core.errors import RemitError
+
     check_name(name)
-    with connected(app_dir) as (app, settings, db, _client):
-        deleted = _secrets(app, settings, db).delete(name)
+    with client_of(app_dir) as remit:
+        app = remit.app
+        deleted = remit.secrets.delete(name)
     if not deleted:
         raise RemitError(
             f"no secret named {name} is stored for {app.name}: `remit secrets list` shows them"

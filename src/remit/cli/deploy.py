@@ -6,7 +6,7 @@ against it (`deploy.py`) and exits 1 if any would fail, so CI can gate a deploy 
 (`retries.py`).
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
 
 from typing import Annotated
 
@@ -14,9 +14,6 @@ import typer
 from rich.markup import escape
 
 from remit.cli.base import AppDir, cli, client_of, err, out
-from remit.core.ids import full_id
-from remit.core.schema import runs
-from remit.policy.guard import check_actor
 
 deploy_cli = typer.Typer(
     no_args_is_help=True, help="Check new code against the runs still going before shipping it."
@@ -36,6 +33,9 @@ def check(
     Prints each run that would fail when it resumes, with why, and how many would carry on.
     Exits 1 if any would fail.
     """
+    from remit.core.ids import full_id
+    from remit.core.schema import runs
+
     with client_of(app_dir) as remit:
         run = (
             None if run is None else [full_id(remit.db, runs.c.run_id, r, what="run") for r in run]
@@ -75,6 +75,10 @@ def retry(
     app_dir: AppDir = None,
 ) -> None:
     """Retry a failed or cancelled run: its next attempt, on the code workers run now."""
+    from remit.core.ids import full_id
+    from remit.core.schema import runs
+    from remit.policy.guard import check_actor
+
     with client_of(app_dir) as remit:
         run_id = full_id(remit.db, runs.c.run_id, run_id, what="run")
         by = check_actor(as_ or remit.settings.actor)

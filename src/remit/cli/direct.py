@@ -1,24 +1,19 @@
 """Direct calls and the policies over them: `remit call`, `remit data`, `remit policies` and
 `remit denials`."""
 
-from __future__ import annotations
+# No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from dbos import DBOSClient
 from rich.markup import escape
 from rich.table import Table
 
-from remit.app import App
-from remit.cli.base import AppDir, cli, connected, err, load, out, parse_json
-from remit.core.database import Database
-from remit.core.errors import RemitError
-from remit.core.settings import Settings
-from remit.execution.direct import CallResult, DirectCalls
-from remit.policy.cedar import ACTIONS
-from remit.policy.guard import Guard, check_actor
+from remit.cli.base import AppDir, cli, client_of, err, load, out, parse_json
+
+if TYPE_CHECKING:
+    from remit.execution.direct import CallResult
 
 AsWho = Annotated[
     str | None,
@@ -26,22 +21,7 @@ AsWho = Annotated[
 ]
 
 
-def direct_calls(app: App, settings: Settings, db: Database, client: DBOSClient) -> DirectCalls:
-    """Direct calls for the app, on its fakes or drivers as the settings say."""
-    from remit.ops.worker import implementations_for
-
-    implementations, credentials = implementations_for(app, db, settings)
-    return DirectCalls(
-        app,
-        db,
-        client,
-        implementations=implementations,
-        environ=credentials,
-        guard=Guard.of(app, db),
-    )
-
-
-def print_call(result: CallResult) -> None:
+def print_call(result: "CallResult") -> None:
     """What a direct call came to; exits 1 unless it was made, or held for an approval."""
     again = " (replayed: this key was called before)" if result.replayed else ""
     if result.status == "held":
@@ -72,12 +52,15 @@ def call_op(
     The call is recorded in the ledger. A policy may hold it for an approval: it then becomes
     a run of the built-in `call` workflow, which makes the call once someone approves it.
     """
+    from remit.core.errors import RemitError
+    from remit.policy.guard import check_actor
+
     payload = parse_json(input, "--input")
     if not isinstance(payload, dict):
         raise RemitError(f"--input must be a JSON object of the op's fields, not {input!r}")
-    with connected(app_dir) as (app, settings, db, client):
-        by = check_actor(as_ or settings.actor)
-        result = direct_calls(app, settings, db, client).call(op, payload, by=by, key=key)
+    with client_of(app_dir) as remit:
+        by = check_actor(as_ or remit.settings.actor)
+        result = remit.call(op, payload, by=by, key=key)
     print_call(result)
 
 
@@ -105,9 +88,13 @@ def data(
 ) -> None:
     """Get, put, list or delete a collection's records: the op data.<collection>.<verb>,
     called directly as the app's policies allow."""
+    from remit.core.errors import RemitError
+    from remit.policy.guard import check_actor
+
     if verb not in VERBS:
         raise RemitError(f"{verb!r} is not one of {', '.join(VERBS)}: remit data NAME get KEY")
-    with connected(app_dir) as (app, settings, db, client):
+    with client_of(app_dir) as remit:
+        app = remit.app
         declared = app.collections.get(collection)
         if declared is None:
             known = ", ".join(sorted(app.collections)) or "none"
@@ -124,9 +111,8 @@ def data(
             payload = record
         else:
             payload = {"limit": limit, "after": after}
-        by = check_actor(as_ or settings.actor)
-        calls = direct_calls(app, settings, db, client)
-        result = calls.call(f"data.{collection}.{verb}", payload, by=by, key=call_key)
+        by = check_actor(as_ or remit.settings.actor)
+        result = remit.call(f"data.{collection}.{verb}", payload, by=by, key=call_key)
     print_call(result)
 
 
@@ -159,6 +145,8 @@ def policies(ctx: typer.Context, app_dir: AppDir = None) -> None:
 def schema(app_dir: AppDir = None) -> None:
     """Print the Cedar schema (JSON) remit derives from the app, which policies validate
     against."""
+    from remit.core.errors import RemitError
+
     app, _ = load(app_dir)
     if not app.policy.enabled:
         raise RemitError(f"app {app.name} has no policies/ folder: add one to use policies")
@@ -177,6 +165,9 @@ def explain(
 ) -> None:
     """Ask the policies whether someone may take an action, without taking it or recording
     anything; exits 1 when refused."""
+    from remit.core.errors import RemitError
+    from remit.policy.cedar import ACTIONS
+
     app, settings = load(app_dir)
     if action not in ACTIONS:
         raise RemitError(f"action {action!r} is not one of {', '.join(ACTIONS)}")
@@ -198,8 +189,8 @@ def denials(
     app_dir: AppDir = None,
 ) -> None:
     """List the actions the app's policies refused, newest first."""
-    with connected(app_dir) as (app, _, db, _client):
-        rows = Guard.of(app, db).denials(limit=limit)
+    with client_of(app_dir) as remit:
+        rows = remit.guard.denials(limit=limit)
     table = Table(show_edge=False, pad_edge=False)
     for column in ("at", "who", "action", "resource", "why"):
         table.add_column(column)

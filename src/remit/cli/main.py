@@ -1,6 +1,6 @@
 """`remit`: the command line. Every command takes `--app PATH` (default: the current folder)."""
 
-from __future__ import annotations
+# No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
 
 import json
 import logging
@@ -10,41 +10,24 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from remit.app import App
-from remit.budgets.model import usd
-
 # Imported for what they do on import: register their commands on `cli`.
 from remit.cli import budgets, credentials, deploy, direct  # noqa: F401
 from remit.cli import tasks as task_commands
-from remit.cli.base import (
-    AppDir,
-    cli,
-    client_of,
-    connected,
-    err,
-    load,
-    open_database,
-    out,
-    parse_json,
-    whole_ids,
-)
-from remit.core.database import Database
-from remit.core.errors import RemitError
-from remit.core.ids import full_id
-from remit.core.ledger import LedgerRow, LedgerStore
-from remit.core.runs import STATUSES, Run, RunStore, attempt_workflow_id
-from remit.core.schema import approvals as approvals_table
-from remit.core.schema import runs as runs_table
-from remit.core.settings import Settings
-from remit.ops.registry import WorkerRegistry, state
-from remit.people.approvals import Approval, Approvals, DecideResult
-from remit.policy.guard import Guard, check_actor
+from remit.cli.base import AppDir, cli, client_of, err, load, out, parse_json, whole_ids
+
+if TYPE_CHECKING:
+    from dbos import DBOSClient
+
+    from remit.core.ledger import LedgerRow
+    from remit.core.runs import Run
+    from remit.core.settings import Settings
+    from remit.people.approvals import Approval, DecideResult
 
 
 @cli.command()
@@ -55,7 +38,7 @@ def worker(
     app_dir: AppDir = None,
 ) -> None:
     """Serve the app's queues until SIGTERM or Ctrl-C, then drain running work."""
-    from remit.ops.worker import Worker
+    from remit.serve.worker import Worker
 
     app, settings = load(app_dir)
     if executor_id:
@@ -83,6 +66,8 @@ def start(
     app_dir: AppDir = None,
 ) -> None:
     """Start a run and print its id. No worker needs to run in this process."""
+    from remit.policy.guard import check_actor
+
     payload = parse_json(input, "--input")
     with client_of(app_dir) as remit:
         by = check_actor(as_ or remit.settings.actor)
@@ -105,7 +90,8 @@ def run(
     the run waits at an approval, it says how to decide it and goes on serving: decide it from
     another terminal (`remit approve ID`) and the run carries on here.
     """
-    from remit.ops.worker import Worker
+    from remit.policy.guard import Guard, check_actor
+    from remit.serve.worker import Worker
 
     app, settings = load(app_dir)
     payload = parse_json(input, "--input")
@@ -131,7 +117,7 @@ def run(
                 task_commands.tell_waiting(
                     running.tasks.list(run_id=current.run_id, status="open"), told
                 )
-        _show(current, running.client, running.runtime.ledger)
+        _show(current, running.client, running.runtime.ledger.list(run_id=current.run_id))
     finally:
         running.stop(keep_slot=True)
     _exit_now(0 if current.status == "done" else 1)
@@ -145,10 +131,9 @@ def reconcile(
     app_dir: AppDir = None,
 ) -> None:
     """Run one reconciler pass now and print what it did (workers run one every minute)."""
-    from remit.client import Client
+    from remit.budgets.model import usd
 
-    app, settings = load(app_dir)
-    with Client(app, settings) as remit:
+    with client_of(app_dir) as remit:
         report = remit.reconcile(dry_run=dry_run)
     verb = "would do" if dry_run else "did"
     if not report.actions:
@@ -218,14 +203,8 @@ def deadlines(
     app_dir: AppDir = None,
 ) -> None:
     """List what is due without anyone asking: sleeping runs' wake-ups, approvals' expiries."""
-    from remit.ops.deadlines import upcoming_deadlines
-
-    _, settings = load(app_dir)
-    db = open_database(settings)
-    try:
-        found = upcoming_deadlines(db, limit=limit)
-    finally:
-        db.dispose()
+    with client_of(app_dir) as remit:
+        found = remit.deadlines(limit=limit)
     if not found:
         out.print("no deadlines")
         return
@@ -246,7 +225,7 @@ def _until(left: timedelta) -> str:
     return f"{seconds}s"
 
 
-def _tell_waiting(pending: list[Approval], told: set[str]) -> None:
+def _tell_waiting(pending: list["Approval"], told: set[str]) -> None:
     for approval in pending:
         if approval.id in told:
             continue
@@ -265,16 +244,15 @@ def runs(
     app_dir: AppDir = None,
 ) -> None:
     """List runs, newest first."""
-    _, settings = load(app_dir)
+    from remit.core.errors import RemitError
+    from remit.core.runs import STATUSES
+
     if status is not None and status not in STATUSES:
         raise RemitError(
             f"--status {status!r} is not a run status: use one of {', '.join(STATUSES)}"
         )
-    db = open_database(settings)
-    try:
-        found = RunStore(db).list(status=status, workflow=workflow, limit=limit)
-    finally:
-        db.dispose()
+    with client_of(app_dir) as remit:
+        found = remit.runs(status=status, workflow=workflow, limit=limit)
     table = Table(
         "run", "workflow", "status", "attempt", "started by", "created", "finished", box=None
     )
@@ -297,10 +275,13 @@ def show(
     app_dir: AppDir = None,
 ) -> None:
     """Show a run: status, attempts, each step with its timing and output, and its ledger."""
-    with connected(app_dir) as (app, _, db, client):
-        run_id = full_id(db, runs_table.c.run_id, run_id, what="run")
-        _show(RunStore(db).get(run_id), client, LedgerStore(db))
-        task_commands.show_open(app, db, client, run_id)
+    from remit.core.ids import full_id
+    from remit.core.schema import runs as runs_table
+
+    with client_of(app_dir) as remit:
+        run_id = full_id(remit.db, runs_table.c.run_id, run_id, what="run")
+        _show(remit.get_run(run_id), remit.dbos, remit.ledger(run_id))
+        task_commands.show_open(remit, run_id)
 
 
 @cli.command()
@@ -309,6 +290,9 @@ def cancel(
     app_dir: AppDir = None,
 ) -> None:
     """Cancel a run that has not finished."""
+    from remit.core.ids import full_id
+    from remit.core.schema import runs as runs_table
+
     with client_of(app_dir) as remit:
         run_id = full_id(remit.db, runs_table.c.run_id, run_id, what="run")
         before = remit.get_run(run_id)
@@ -326,27 +310,25 @@ def ledger(
     app_dir: AppDir = None,
 ) -> None:
     """List op calls from the ledger."""
-    _, settings = load(app_dir)
-    db = open_database(settings)
-    try:
+    from remit.core.ids import full_id
+    from remit.core.schema import runs as runs_table
+
+    with client_of(app_dir) as remit:
         if run is not None:
-            run = full_id(db, runs_table.c.run_id, run, what="run")
-            RunStore(db).get(run)  # an unknown run is an error, not an empty ledger
-        rows = LedgerStore(db).list(run_id=run, limit=limit)
-    finally:
-        db.dispose()
+            run = full_id(remit.db, runs_table.c.run_id, run, what="run")
+            remit.get_run(run)  # an unknown run is an error, not an empty ledger
+        rows = remit.ledger(run, limit=limit)
     out.print(_ledger_table(rows, with_run=run is None) if rows else "no calls")
 
 
 @cli.command()
 def workers(app_dir: AppDir = None) -> None:
     """List the app's workers: live, dead, stopped, or taken over by another."""
-    app, settings = load(app_dir)
-    db = open_database(settings)
-    try:
-        rows = WorkerRegistry(db).list(app=app.name)
-    finally:
-        db.dispose()
+    from remit.ops.registry import state
+
+    with client_of(app_dir) as remit:
+        settings = remit.settings
+        rows = remit.workers()
     if not rows:
         out.print("no workers")
         return
@@ -380,16 +362,13 @@ def approvals(
     app_dir: AppDir = None,
 ) -> None:
     """List approvals, newest first."""
-    _, settings = load(app_dir)
-    db = open_database(settings)
-    try:
+    from remit.core.ids import full_id
+    from remit.core.schema import runs as runs_table
+
+    with client_of(app_dir) as remit:
         if run is not None:
-            run = full_id(db, runs_table.c.run_id, run, what="run")
-        found = _approvals(db, None, None, settings).list(
-            status="pending" if pending else None, run_id=run, limit=limit
-        )
-    finally:
-        db.dispose()
+            run = full_id(remit.db, runs_table.c.run_id, run, what="run")
+        found = remit.approvals.list(status="pending" if pending else None, run_id=run, limit=limit)
     if quiet:
         for each in found:
             out.print(each.id)
@@ -448,6 +427,8 @@ def approve(
     app_dir: AppDir = None,
 ) -> None:
     """Approve a pending approval (with edits to its draft) and resume its run."""
+    from remit.core.errors import RemitError
+
     edits = None
     if edit is not None:
         fields = parse_json(edit, "--edit")
@@ -492,14 +473,10 @@ def serve(
     from remit.serve.api import create_api
     from remit.serve.api import serve as serve_http
 
-    app, settings = load(app_dir)
-    db = Database(settings.database_url)
-    db.prepare()
-    client = db.client(app.name)
-    try:
-        api = create_api(_approvals(db, client, app, settings), title=f"remit: {app.name}")
+    with client_of(app_dir) as remit:
+        app, settings = remit.app, remit.settings
         serve_http(
-            api,
+            create_api(remit),
             host=host or settings.http_host,
             port=settings.http_port if port is None else port,
             drain_timeout=settings.drain_timeout,
@@ -507,9 +484,6 @@ def serve(
                 f"serving approvals of [bold]{app.name}[/] on {url} (routes at {url}/docs)"
             ),
         )
-    finally:
-        client.destroy()
-        db.dispose()
     err.print("serve stopped")
 
 
@@ -523,6 +497,10 @@ def _decide(
     as_: str | None,
     app_dir: Path | None,
 ) -> None:
+    from remit.core.ids import full_id
+    from remit.core.schema import approvals as approvals_table
+    from remit.policy.guard import check_actor
+
     with client_of(app_dir) as remit:
         approval_id = full_id(remit.db, approvals_table.c.id, approval_id, what="approval")
         result = remit.decide(
@@ -538,23 +516,20 @@ def _decide(
     _print_decision(result, approval)
 
 
-def _print_decision(result: DecideResult, approval: Approval) -> None:
+def _print_decision(result: "DecideResult", approval: "Approval") -> None:
     decided = result.decided[0]
     again = " (replayed: this key had already decided it)" if result.replayed else ""
     out.print(f"{approval.id} {_status(decided.status)} by {approval.decided_by}{again}")
-    if approval.edited_draft is not None:
-        out.print(f"  draft  {json.dumps(approval.edited_draft)}")
+    if approval.edited_draft_json is not None:
+        out.print(f"  draft  {json.dumps(approval.edited_draft_json)}")
     if decided.resumed_workflow_id:
         out.print(f"  run {decided.run_id} resumes on attempt {decided.resumed_workflow_id}")
 
 
-def _approvals(db: Database, client: Any, app: App | None, settings: Settings) -> Approvals:
-    types = {} if app is None else app.approval_types
-    guard = None if app is None else Guard.of(app, db)
-    return Approvals(db, client, types, admins=settings.admins, guard=guard)
+def _show(run: "Run", client: "DBOSClient", rows: list["LedgerRow"]) -> None:
+    """A run, each attempt's steps as DBOS checkpointed them, and its ledger rows."""
+    from remit.core.runs import attempt_workflow_id
 
-
-def _show(run: Run, client: Any, ledger: LedgerStore) -> None:
     out.print(f"[bold]{run.run_id}[/]  {run.workflow}  {_status(run.status)}")
     out.print(
         f"  attempt {run.attempt} · version {run.version or '-'} · started by {run.started_by} · "
@@ -587,11 +562,12 @@ def _show(run: Run, client: Any, ledger: LedgerStore) -> None:
                 str(attempt), str(step["function_id"]), step["function_name"], took, result
             )
     out.print(steps)
-    rows = ledger.list(run_id=run.run_id)
     out.print(_ledger_table(rows, with_run=False) if rows else "  no op calls")
 
 
-def _ledger_table(rows: list[LedgerRow], *, with_run: bool) -> Table:
+def _ledger_table(rows: list["LedgerRow"], *, with_run: bool) -> Table:
+    from remit.budgets.model import usd
+
     table = Table(box=None, title="ledger", title_justify="left")
     columns = ["run"] if with_run else []
     for column in [
@@ -690,7 +666,7 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
-def _replace(settings: Settings, **changes: Any) -> Settings:
+def _replace(settings: "Settings", **changes: Any) -> "Settings":
     from dataclasses import replace
 
     return replace(settings, **changes)
@@ -700,6 +676,11 @@ def main() -> None:
     """The `remit` command."""
     try:
         cli()
-    except RemitError as error:
+    except Exception as error:
+        # Imported only when something went wrong: `remit --help` does without it.
+        from remit.core.errors import RemitError
+
+        if not isinstance(error, RemitError):
+            raise
         err.print(f"[red]error:[/] {escape(str(error))}")
         sys.exit(1)

@@ -6,26 +6,20 @@ it happened, with what it returned: the run carries on with that output. `--not-
 did not: the op is called again with the same key, or the run fails, as the op declares.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
 
 import json
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from dbos import DBOSClient
 from rich.table import Table
 
-from remit.app import App
-from remit.cli.base import AppDir, cli, client_of, connected, err, out, parse_json, whole_ids
-from remit.core.database import Database
-from remit.core.errors import RemitError
-from remit.core.ids import full_id
-from remit.core.runs import RunStore
-from remit.core.schema import runs as runs_table
-from remit.core.schema import tasks as tasks_table
-from remit.people.tasks import Resolved, Task, Tasks
-from remit.policy.guard import Guard, check_actor
+from remit.cli.base import AppDir, cli, client_of, err, out, parse_json, whole_ids
+
+if TYPE_CHECKING:
+    from remit.client import Client
+    from remit.people.tasks import Resolved, Task
 
 task_cli = typer.Typer(
     no_args_is_help=True,
@@ -36,10 +30,6 @@ cli.add_typer(task_cli, name="task")
 _COLOURS = {"open": "cyan", "done": "green", "not_done": "yellow"}
 
 
-def _tasks(app: App, db: Database, client: DBOSClient) -> Tasks:
-    return Tasks(db, client, app.name, app.ops, guard=Guard.of(app, db))
-
-
 @cli.command("tasks")
 def list_tasks(
     open_only: Annotated[bool, typer.Option("--open", help="Only tasks still open.")] = False,
@@ -48,13 +38,14 @@ def list_tasks(
     app_dir: AppDir = None,
 ) -> None:
     """List tasks, newest first: writes whose outcome a person must confirm."""
-    with connected(app_dir) as (app, _settings, db, client):
+    from remit.core.ids import full_id
+    from remit.core.schema import runs as runs_table
+
+    with client_of(app_dir) as remit:
         if run is not None:
-            run = full_id(db, runs_table.c.run_id, run, what="run")
-            RunStore(db).get(run)  # an unknown run is an error, not an empty list
-        found = _tasks(app, db, client).list(
-            status="open" if open_only else None, run_id=run, limit=limit
-        )
+            run = full_id(remit.db, runs_table.c.run_id, run, what="run")
+            remit.get_run(run)  # an unknown run is an error, not an empty list
+        found = remit.tasks.list(status="open" if open_only else None, run_id=run, limit=limit)
     if not found:
         out.print("no open tasks" if open_only else "no tasks")
         return
@@ -101,6 +92,11 @@ def resolve(
     app_dir: AppDir = None,
 ) -> None:
     """Say whether a task's call happened, and carry its run on."""
+    from remit.core.errors import RemitError
+    from remit.core.ids import full_id
+    from remit.core.schema import tasks as tasks_table
+    from remit.policy.guard import check_actor
+
     if done == not_done:
         raise RemitError(
             f"task {task_id}: say what happened with --done (it happened; give what it returned "
@@ -124,7 +120,7 @@ def resolve(
     _print_resolved(result, task, None if run is None else run.status)
 
 
-def _print_resolved(result: Resolved, task: Task, run_status: str | None) -> None:
+def _print_resolved(result: "Resolved", task: "Task", run_status: str | None) -> None:
     again = " (replayed: this key had already resolved it)" if result.replayed else ""
     out.print(f"{task.id} {_status(result.status)} by {task.resolved_by}{again}")
     then = {
@@ -145,7 +141,7 @@ def _print_resolved(result: Resolved, task: Task, run_status: str | None) -> Non
         )
 
 
-def tell_waiting(waiting: list[Task], told: set[str]) -> None:
+def tell_waiting(waiting: list["Task"], told: set[str]) -> None:
     """Say once, on stderr, how to answer each task a run waits at (`remit run`)."""
     for task in waiting:
         if task.id not in told:
@@ -153,13 +149,13 @@ def tell_waiting(waiting: list[Task], told: set[str]) -> None:
             err.print(_waits_at(task))
 
 
-def show_open(app: App, db: Database, client: DBOSClient, run_id: str) -> None:
+def show_open(remit: "Client", run_id: str) -> None:
     """Under `remit show`: the run's open tasks and how to answer each."""
-    for task in _tasks(app, db, client).list(run_id=run_id, status="open"):
+    for task in remit.tasks.list(run_id=run_id, status="open"):
         out.print(_waits_at(task))
 
 
-def _waits_at(task: Task) -> str:
+def _waits_at(task: "Task") -> str:
     return (
         f"{task.run_id} waits at task [bold]{task.id}[/]: {task.title} (`{task.op_id}`, key "
         f"{task.idempotency_key}). Answer it with `remit task resolve {task.id} --done "

@@ -138,13 +138,15 @@ class Database:
         sa.event.listen(engine, "begin", _sqlite_begin)
         return engine
 
-    def client(self, app_name: str, *, pool_size: int = 2) -> DBOSClient:
-        """A DBOS client on this database: enqueues and manages runs without a worker."""
+    def client(self, app_name: str, *, pool_size: int = 2, lazy: bool = False) -> DBOSClient:
+        """A DBOS client on this database: enqueues and manages runs without a worker. `lazy`:
+        it connects on its first use rather than now."""
         return DBOSClient(
             system_database_url=self.dbos_url,
             serializer=portable_serializer(),
             application_name=app_name,
             system_database_pool_size=pool_size,
+            lazy=lazy,
         )
 
     def prepare(self) -> None:

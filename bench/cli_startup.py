@@ -1,0 +1,252 @@
+"""How fast the `remit` command starts: `remit --help`, and `remit runs` on a SQLite app folder.
+
+    .venv/bin/python bench/cli_startup.py [--quick] [--write]    # or: bench/bench.py --only cli
+
+Each ratio is a command's time from process start to exit divided by the time of
+`python -c pass` with the same interpreter in the same run, so that a slower or busier machine
+moves both: the median of several repetitions of each, the three commands taking turns, after
+one untimed run of each; in wall time (the goals), and in CPU time. `remit runs` lists the runs
+of a copy of examples/ar_desk whose own SQLite database (in its `.remit` folder) holds 50 queued
+runs of `chase-invoice`. Then each command once more under `python -X importtime` says where
+its imports go, and `remit runs`'s work is timed alone, after its imports.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import ROOT, Figure, figure_table, run_alone, write_section
+
+RUNS = 50
+_PYCACHE = Path(tempfile.gettempdir()) / "remit-bench-pycache"
+HELP_GOAL = 12.0
+RUNS_GOAL = 30.0
+
+
+def _remit() -> list[str]:
+    """The `remit` command installed beside this interpreter, as a user runs it."""
+    script = Path(sys.executable).parent / "remit"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "remit"]
+
+
+def _env() -> dict[str, str]:
+    """This environment without remit's settings (the app folder's own database, on drivers),
+    and with compiled bytecode kept, as an installed remit has it: in a folder of the bench's own
+    (`PYTHONPYCACHEPREFIX`), not beside the sources, even where `PYTHONDONTWRITEBYTECODE` is set."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("REMIT_") and k != "PYTHONDONTWRITEBYTECODE"
+    }
+    env["PYTHONPYCACHEPREFIX"] = str(_PYCACHE)
+    return env
+
+
+def _app_with_runs(folder: Path) -> Path:
+    """A copy of the example desk in `folder` whose SQLite database holds `RUNS` queued runs."""
+    from remit.client import Client
+
+    app = folder / "ar_desk"
+    shutil.copytree(ROOT / "examples" / "ar_desk", app, ignore=shutil.ignore_patterns(".remit"))
+    with Client.connect(app, by="user:ann", environ=_env()) as client:
+        for i in range(RUNS):
+            client.start("chase-invoice", {"invoice_id": f"inv_{1001 + i}"})
+    return app
+
+
+def _took(command: list[str], cwd: Path) -> tuple[float, float]:
+    """Seconds `command` took from start to exit: wall time, and CPU time (user and system)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    began = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, env=_env(), capture_output=True, text=True)
+    took = time.perf_counter() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return took, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def _imports(arguments: list[str], cwd: Path, *, top: int) -> tuple[float, list[tuple[str, float]]]:
+    """The milliseconds `python -X importtime ARGUMENTS` spent importing, in all and in each
+    top-level package's own modules (importtime slows each import: read the shares)."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", *arguments],
+        cwd=cwd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    spent: collections.Counter[str] = collections.Counter()
+    for line in done.stderr.splitlines():
+        found = re.match(r"import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)", line)
+        if found:
+            spent[found.group(2).split(".")[0]] += int(found.group(1)) / 1000
+    return sum(spent.values()), spent.most_common(top)
+
+
+# In a fresh interpreter: everything `remit runs` imports first, then the rest of what it does,
+# timed: load the app, open a client on it, read the runs, print them, close.
+_WORK = """
+import io, sys, time
+from pathlib import Path
+from rich.console import Console
+import remit.cli.main, remit.app, remit.client, remit.core.telemetry
+from remit.cli.base import load
+began = time.perf_counter()
+app, settings = load(Path(sys.argv[1]))
+with remit.client.Client(app, settings) as client:
+    found = client.runs()
+Console(file=io.StringIO()).print(*(f"{run.run_id} {run.status}" for run in found))
+print((time.perf_counter() - began) * 1000)
+"""
+
+
+def _work_ms(app: Path, cwd: Path, repeats: int) -> float:
+    """The milliseconds `remit runs` spends on what is not imports (median of `repeats`)."""
+    took = [
+        float(
+            subprocess.run(
+                [sys.executable, "-c", _WORK, str(app)],
+                cwd=cwd,
+                env=_env(),
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
+        for _ in range(repeats)
+    ]
+    return statistics.median(took)
+
+
+def measure(*, quick: bool, folder: Path) -> list[Figure]:
+    repeats = 7 if quick else 15
+    app = _app_with_runs(folder)
+    commands = {
+        "python": [sys.executable, "-c", "pass"],
+        "help": [*_remit(), "--help"],
+        "runs": [*_remit(), "--app", str(app), "runs"],
+    }
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    cpu: dict[str, list[float]] = {name: [] for name in commands}
+    for command in commands.values():
+        _took(command, folder)  # warm up: the page cache, and the app's .pyc files
+    for _ in range(repeats):
+        for name, command in commands.items():
+            wall, used = _took(command, folder)
+            times[name].append(wall)
+            cpu[name].append(used)
+    python, help_, runs = (statistics.median(times[name]) * 1000 for name in commands)
+    python_cpu, help_cpu, runs_cpu = (statistics.median(cpu[name]) for name in commands)
+    help_total, help_packages = _imports(["-m", "remit", "--help"], folder, top=5)
+    total, packages = _imports(["-m", "remit", "--app", str(app), "runs"], folder, top=8)
+    work = _work_ms(app, folder, 5)
+
+    figures: list[Figure] = []
+
+    def report(name: str, value: float, unit: str, note: str) -> None:
+        print(f"BENCH {name} {value:.3f} {unit}", flush=True)
+        figures.append((name, value, unit, note))
+
+    median = f"median of {repeats}"
+    report("cli_python_ms", python, "ms", f"`python -c pass`, {median}")
+    report("cli_help_ms", help_, "ms", f"`remit --help`, {median}")
+    report("cli_runs_ms", runs, "ms", f"`remit runs` listing {RUNS} runs on SQLite, {median}")
+    report(
+        "cli_help_ratio",
+        help_ / python,
+        "x",
+        f"`remit --help` ÷ `python -c pass` (goal ≤ {HELP_GOAL:g})",
+    )
+    report(
+        "cli_runs_ratio",
+        runs / python,
+        "x",
+        f"`remit runs` ÷ `python -c pass` (goal ≤ {RUNS_GOAL:g})",
+    )
+    report(
+        "cli_help_cpu_ratio",
+        help_cpu / python_cpu,
+        "x",
+        "the same in CPU time (user and system), which a busy machine moves less",
+    )
+    report("cli_runs_cpu_ratio", runs_cpu / python_cpu, "x", "the same for `remit runs`")
+    report(
+        "cli_runs_work_ms",
+        work,
+        "ms",
+        "of `remit runs`, what is not imports: the app loaded, a client opened on it, the runs "
+        "read and printed, the client closed (median of 5, imports done first)",
+    )
+    for package, ms in help_packages:
+        report(
+            f"cli_help_imports_{package}",
+            100 * ms / help_total,
+            "%",
+            f"of `remit --help`'s import time spent in `{package}` itself (under -X importtime)",
+        )
+    for package, ms in packages:
+        report(
+            f"cli_runs_imports_{package}",
+            100 * ms / total,
+            "%",
+            f"of `remit runs`'s import time spent in `{package}` itself (under -X importtime)",
+        )
+    return figures
+
+
+def write(figures: list[Figure], *, command: str) -> None:
+    value = {name: figure for name, figure, _, _ in figures}
+    verdicts = []
+    for name, goal in (("cli_help_ratio", HELP_GOAL), ("cli_runs_ratio", RUNS_GOAL)):
+        ratio = value[name]
+        verdict = "met" if ratio <= goal else f"missed by {ratio - goal:.1f}"
+        verdicts.append(f"`{name}` is {ratio:.1f} against a goal of ≤ {goal:g}: {verdict}.")
+    lines = [
+        f"`{command}` on {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}. Each command is "
+        "timed from process start to exit; each ratio divides the median of its repetitions by "
+        "the median of `python -c pass` in the same run, the three taking turns, with compiled "
+        "bytecode cached as an installed remit has it (the first, untimed, run of each writes "
+        "it). `remit --help` "
+        "loads neither DBOS, SQLAlchemy nor OpenTelemetry. `remit runs` lists the runs of a copy "
+        f"of examples/ar_desk whose SQLite database holds {RUNS} queued runs: it loads the app, "
+        "which imports remit whole, and opens the database, but launches nothing and opens no "
+        "DBOS client. The `cli_help_imports_*` and `cli_runs_imports_*` rows say where their "
+        "imports go: each package's own share of the import time of one run of the command "
+        "under `python -X importtime`.",
+        "",
+        "`remit --help` is mostly Typer and Rich: Typer builds every command's options from its "
+        "annotations, and its Rich help formatter imports `rich.markdown`, and with it "
+        "markdown_it and pygments, whether or not any help text is markdown. remit's own share "
+        "is the command modules, which import nothing heavier than Typer and Rich.",
+        "",
+        "Nearly all of `remit runs` is imports; `cli_runs_work_ms` is the rest. Loading the app "
+        "runs its module, whose `from remit import App, ...` imports `remit.app`, and that "
+        "imports every feature package of remit and with them SQLAlchemy, DBOS (and psycopg, "
+        "which DBOS imports even on SQLite), pydantic, cryptography, cedarpy and httpx. The "
+        "command line defers what it imports itself, but not what the app's own module needs: "
+        "a faster `remit runs` needs `remit.app` and the modules it reaches to defer theirs.",
+        "",
+        *figure_table(figures),
+        "",
+        " ".join(verdicts),
+    ]
+    write_section("Command line: startup", "\n".join(lines))
+
+
+def main() -> None:
+    run_alone("cli_startup.py", measure, write, quick_help="7 repetitions of each instead of 15")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""What the `remit` command loads before it does anything: `--help` and `--version` load neither
+DBOS, FastAPI, OpenTelemetry nor SQLAlchemy, every subcommand's help works without them, and the
+read-only commands launch nothing and connect to the database with one engine only (the DBOS
+client's, a second one, stays unconnected)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import remit
+from remit.client import Client
+from tests.e2e.cli_support import AR_DESK
+
+PROBE = Path(__file__).with_name("cli_probe.py")
+
+
+@dataclass(frozen=True)
+class Seen:
+    codes: list[int]
+    outputs: list[str]
+    heavy: list[str]
+    engines: int
+    threads: list[str]
+
+
+def probe(*argvs: list[str], engines: bool = False, database_url: str | None = None) -> Seen:
+    """Run `remit` with each argv in one fresh interpreter, and say what it saw."""
+    env = {**os.environ, "COLUMNS": "200", "REMIT_ACTOR": "user:ann"}
+    if database_url is not None:
+        env["REMIT_DATABASE_URL"] = database_url
+    done = subprocess.run(
+        [sys.executable, str(PROBE), json.dumps(argvs), *(["--engines"] if engines else [])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return Seen(**json.loads(done.stdout.splitlines()[-1]))
+
+
+def test_help_loads_no_heavy_module() -> None:
+    seen = probe(["--help"])
+    assert seen.heavy == []
+    assert seen.codes == [0]
+    [printed] = seen.outputs
+    assert "durable workflows for a business's operations" in printed
+    for command in ("runs", "approve", "worker", "budgets", "secrets", "deploy"):
+        assert command in printed
+
+
+def test_version_loads_no_heavy_module() -> None:
+    seen = probe(["--version"])
+    assert seen.heavy == []
+    assert seen.codes == [0]
+    assert seen.outputs == [f"remit {remit.__version__}\n"]
+
+
+COMMANDS = [
+    ["worker"],
+    ["start"],
+    ["run"],
+    ["reconcile"],
+    ["pause"],
+    ["resume"],
+    ["deadlines"],
+    ["runs"],
+    ["show"],
+    ["cancel"],
+    ["ledger"],
+    ["workers"],
+    ["approvals"],
+    ["approve"],
+    ["reject"],
+    ["serve"],
+    ["call"],
+    ["data"],
+    ["policies"],
+    ["policies", "schema"],
+    ["policies", "explain"],
+    ["denials"],
+    ["tasks"],
+    ["task", "resolve"],
+    ["budgets"],
+    ["budgets", "set-limit"],
+    ["secrets", "set"],
+    ["secrets", "list"],
+    ["secrets", "delete"],
+    ["deploy", "check"],
+    ["retry"],
+]
+
+
+def test_every_command_has_its_help_without_heavy_modules() -> None:
+    seen = probe(*[[*command, "--help"] for command in COMMANDS])
+    assert seen.codes == [0] * len(COMMANDS)
+    for command, printed in zip(COMMANDS, seen.outputs, strict=True):
+        assert f"remit {' '.join(command)} [OPTIONS]" in printed, printed
+        assert "--app" in printed, printed
+    assert seen.heavy == []
+
+
+READ_ONLY = [
+    ["runs"],
+    ["approvals"],
+    ["tasks"],
+    ["ledger"],
+    ["deadlines"],
+    ["workers"],
+    ["denials"],
+    ["budgets"],
+    ["secrets", "list"],
+]
+
+
+def test_read_only_commands_launch_nothing(database_url: str) -> None:
+    with Client.connect(AR_DESK, database_url, by="user:ann") as client:
+        run = client.start("chase-invoice", {"invoice_id": "inv_1001"})
+    seen = probe(
+        *[["--app", str(AR_DESK), *command] for command in READ_ONLY],
+        engines=True,
+        database_url=database_url,
+    )
+    assert seen.codes == [0] * len(READ_ONLY)
+    listed = seen.outputs[0]
+    assert run.run_id in listed
+    assert "queued" in listed
+    # Each command's client connects its database's engine, and no other: no DBOS client
+    # connection, no DBOS launch, no thread left behind.
+    assert seen.engines == len(READ_ONLY)
+    assert seen.threads == []
+
+
+@pytest.mark.parametrize("command", [["show"], ["cancel"]])
+def test_a_command_that_calls_dbos_connects_its_client(
+    database_url: str, command: list[str]
+) -> None:
+    with Client.connect(AR_DESK, database_url, by="user:ann") as client:
+        run = client.start("chase-invoice", {"invoice_id": "inv_1001"})
+    seen = probe(
+        ["--app", str(AR_DESK), *command, run.run_id], engines=True, database_url=database_url
+    )
+    assert seen.codes == [0]
+    assert run.run_id in seen.outputs[0]
+    assert seen.engines == 2  # the database's, and the DBOS client's
