@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import dis
 import hashlib
 import importlib
@@ -167,6 +168,16 @@ class App:
             approval_types={name: t.draft for name, t in self.approval_types.items()},
         )
         self.policy = Policy.load(folder, catalog)
+
+    def with_policies(self, folder: Path | str) -> App:
+        """A copy of this app governed by the Cedar policies in `folder`; this app is left as
+        it is (what a test under other policies opens its harness on)."""
+        governed = copy.copy(self)
+        governed.workflows = dict(self.workflows)
+        governed.approval_types = dict(self.approval_types)
+        governed.policy = Policy.open()
+        governed.use_policies(Path(folder))
+        return governed
 
     def _add(self, wf: Workflow) -> None:
         if not isinstance(wf, Workflow):

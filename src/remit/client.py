@@ -49,7 +49,7 @@ from remit.ops.pause import AppState
 from remit.ops.reconciler import Reconciler, Report
 from remit.ops.registry import WorkerRegistry, WorkerRow, live_versions
 from remit.ops.retries import Retried, Retries
-from remit.ops.worker import implementations_for
+from remit.ops.runtime import implementations_for
 from remit.people.approvals import Approvals, DecideResult, cancel_run
 from remit.people.tasks import Resolved, TaskOpener, Tasks
 from remit.policy.guard import Guard, check_actor
@@ -109,6 +109,8 @@ class Client:
         clock: Clock | None = None,
         implementations: Mapping[str, Implementation] | None = None,
         environ: Mapping[str, str] | None = None,
+        pool_size: int = 4,
+        prepare: bool = True,
     ) -> None:
         self.app = app
         self.settings = settings
@@ -118,9 +120,14 @@ class Client:
         # REMIT_FAKES), and the environment drivers see.
         self._implementations = implementations
         self._environ = environ
-        self.db = Database(settings.database_url, pool_size=4)
-        self.db.prepare()
-        self.dbos: DBOSClient = self.db.client(app.name)
+        self.db = Database(settings.database_url, pool_size=pool_size)
+        if prepare:
+            self.db.prepare()
+
+    def use_implementations(self, implementations: Mapping[str, Implementation]) -> None:
+        """Make direct calls on `implementations` (by vendor) from now on."""
+        self._implementations = dict(implementations)
+        self.__dict__.pop("direct", None)
 
     @classmethod
     def connect(
@@ -145,7 +152,15 @@ class Client:
         return cls(loaded, settings, by=by, clock=clock)
 
     def close(self) -> None:
-        self.dbos.destroy()
+        """Release every connection the client holds: its DBOS client's and its database's.
+
+        A client closed and then used again opens them again, with its services built anew.
+        """
+        dbos = self.__dict__.pop("dbos", None)
+        if dbos is not None:
+            dbos.destroy()
+        for name in [name for name, value in vars(type(self)).items() if _built_once(value)]:
+            self.__dict__.pop(name, None)
         self.db.dispose()
 
     def __enter__(self) -> Client:
@@ -159,7 +174,14 @@ class Client:
     ) -> None:
         self.close()
 
-    # The services, each built once.
+    # The services, each built once (and again after `close`).
+
+    @cached_property
+    def dbos(self) -> DBOSClient:
+        """DBOS's client on the app's system database, made on first use. It connects only when
+        a verb calls DBOS: a service that only reads (listing approvals, say) opens no connection
+        through it."""
+        return self.db.client(self.app.name, lazy=True)
 
     @cached_property
     def runs_store(self) -> RunStore:
@@ -228,7 +250,7 @@ class Client:
             self.db,
             self.dbos,
             implementations=implementations,
-            environ=self._environ if self._environ is not None else credentials,
+            environ=credentials,
             guard=self.guard,
             clock=self.clock,
         )
@@ -413,3 +435,7 @@ def _return_type(workflow: Workflow) -> Any:
         return None
     returns = hints.get("return")
     return None if returns in (None, type(None), Any) else returns
+
+
+def _built_once(attribute: object) -> bool:
+    return isinstance(attribute, cached_property)

@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 from dbos import StepInfo
@@ -31,9 +32,9 @@ from remit.execution.direct import CallResult
 from remit.ops.deadlines import Deadline
 from remit.ops.deploy import DeployCheck, DeployReport
 from remit.ops.retries import Retried
-from remit.ops.worker import Worker
 from remit.people.approvals import Approval, Approvals, DecideResult
 from remit.people.tasks import Resolved, Task, Tasks
+from remit.serve.worker import Worker
 
 F = TypeVar("F", bound=Fake)
 
@@ -45,6 +46,7 @@ class Harness:
 
     Every verb acts as `by=` when given, else as the harness's `actor` (default `user:test`),
     under the app's policies: an app with a `policies/` folder needs an actor they permit.
+    `policies` (a folder of `*.cedar` files) governs the harness's copy of the app instead.
 
     `implementations` replaces some connectors' implementations (e.g. a fake seeded by the
     test); `environ` is what drivers see as the environment. `clock` (e.g. a `ManualClock`)
@@ -65,7 +67,10 @@ class Harness:
         poll_interval: float = 0.05,
         threads: int = 16,
         sweep_interval: float = 1.0,
+        policies: Path | str | None = None,
     ) -> None:
+        if policies is not None:
+            app = app.with_policies(policies)
         settings = replace(
             Settings.from_env(".", environ={"REMIT_DATABASE_URL": database_url}),
             fakes=fakes,
@@ -82,7 +87,6 @@ class Harness:
         self.ledger_store = self.worker.runtime.ledger
         self.actor = actor
         self._settings = settings
-        self._client: Client | None = None
 
     def __enter__(self) -> Harness:
         self.worker.start()
@@ -90,24 +94,12 @@ class Harness:
 
     def __exit__(self, *exc: object) -> None:
         self.worker.stop(timeout=0)
-        if self._client is not None:
-            self._client.close()
-            self._client = None
 
     @property
     def client(self) -> Client:
-        """The test's side: every verb, as a program using the app makes it (on the worker's
-        fakes). Made on first use; closed when the harness exits."""
-        if self._client is None:
-            self._client = Client(
-                self.app,
-                self._settings,
-                by=self.actor,
-                clock=self.worker.runtime.clock,
-                implementations=self.worker.implementations,
-                environ=self.worker.runtime.caller.environ,
-            )
-        return self._client
+        """The test's side: every verb, as a program using the app makes it, acting as the
+        harness's actor. It is the worker's own client (on its fakes and its clock)."""
+        return self.worker.remit
 
     def start(
         self, workflow: str, input: Mapping[str, Any] | BaseModel, *, by: str | None = None

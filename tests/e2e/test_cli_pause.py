@@ -13,7 +13,9 @@ from tests.e2e.cli_support import CRASH_APP, Cli
 
 def test_pause_parks_running_work_and_resume_carries_it_on(cli: Cli) -> None:
     cli.env["REMIT_SWEEP_INTERVAL"] = "0.1"  # how soon a worker sees the pause
-    (cli.tmp / "slow-between").write_text("3")
+    # Long enough for `remit pause` to start and land while the payout is between its steps,
+    # on a loaded machine too.
+    (cli.tmp / "slow-between").write_text("8")
     cli.worker(CRASH_APP)
     first = cli.start_payout_and_wait_between()
     (cli.tmp / "slow-between").unlink()

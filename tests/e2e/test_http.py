@@ -19,13 +19,16 @@ import httpx2
 import pytest
 from fastapi.testclient import TestClient
 
-from remit.core.database import Database
-from remit.people.approvals import Approval, Approvals
+from remit.client import Client
+from remit.core.settings import Settings
+from remit.people.approvals import Approval
 from remit.serve.api import create_api
 from remit.testing import Harness
 from tests.support import make_app
 
 ROOT = Path(__file__).parent.parent.parent
+# Nothing listens on port 1.
+DOWN = "postgresql://postgres@127.0.0.1:1/remit"
 
 
 @pytest.fixture
@@ -36,7 +39,7 @@ def harness(database_url: str) -> Iterator[Harness]:
 
 @pytest.fixture
 def client(harness: Harness) -> Iterator[TestClient]:
-    with TestClient(create_api(harness.approvals)) as http:
+    with TestClient(create_api(harness.client)) as http:
         yield http
 
 
@@ -327,8 +330,9 @@ def _wait_healthy(http: httpx.Client, proc: subprocess.Popen[bytes], log: Path) 
 def test_a_database_that_does_not_answer_is_503_with_a_reason(tmp_path: Path) -> None:
     # Nothing listens on port 1. Every route reads before it decides, so no DBOS client is
     # reached: the database's refusal is the whole story.
-    down = Database("postgresql://postgres@127.0.0.1:1/remit")
-    api = create_api(Approvals(down, None, make_app().approval_types))  # type: ignore[arg-type]
+    down = Settings.from_env(tmp_path, environ={"REMIT_DATABASE_URL": DOWN})
+    remit = Client(make_app(), down, prepare=False)
+    api = create_api(remit)
     try:
         with TestClient(api) as http:
             for response in (
@@ -344,4 +348,4 @@ def test_a_database_that_does_not_answer_is_503_with_a_reason(tmp_path: Path) ->
                     "reasons": [],
                 }
     finally:
-        down.dispose()
+        remit.close()

@@ -3,6 +3,7 @@ run that waits for more budget; the reconciler's releases and drift."""
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -22,11 +23,14 @@ from remit import (
     FakeReply,
     Price,
     chat_complete,
+    implements,
     llm,
     workflow,
 )
 from remit.budgets.model import Reservation, period_key
 from remit.budgets.store import Budgets
+from remit.connectors.base import CallContext
+from remit.connectors.llm import ChatReply, ChatRequest
 from remit.core.clock import SystemClock
 from remit.core.database import Database
 from remit.core.schema import audit, budget_periods, reservations
@@ -272,7 +276,7 @@ def test_a_refused_run_waits_for_more_budget_and_carries_on(database_url: str) -
         assert h.run("ask", {"question": "a", "max_tokens": 2}).status == "done"  # spends 0.10
         started = h.start("ask-or-wait", {"question": "b"})  # may cost 0.30: refused
         gate = h.gate(started.run_id)
-        assert gate.draft == {
+        assert gate.draft_json == {
             "scope": "app",
             "period": h.budgets.periods()[0].period,
             "limit": "1.300000",
@@ -303,6 +307,48 @@ def reconciler(harness: Harness, clock: ManualClock | None = None) -> Reconciler
         live_versions=lambda: {harness.worker.runtime.version},
         budgets=Budgets(harness.worker.db, "desk", harness.app.budgets, clock=clock),
     )
+
+
+class HeldLLM(FakeLLM):
+    """A fake LLM whose calls wait for the test to let them answer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.go = threading.Event()
+
+    @implements(chat_complete)
+    def complete(self, input: ChatRequest, call: CallContext) -> ChatReply:
+        self.entered.set()
+        assert self.go.wait(30)
+        return super().complete(input, call)
+
+
+def test_an_llm_call_cut_off_by_its_attempts_end_is_abandoned(database_url: str) -> None:
+    fake = HeldLLM()
+    with Harness(desk("5"), database_url=database_url, implementations={"llm": fake}) as h:
+        run = h.start("ask", {"question": "a"})
+        assert fake.entered.wait(10)
+        # In flight, the call shows in the ledger.
+        [row] = h.ledger(run.run_id)
+        assert (row.op_id, row.status, row.effect) == ("llm.chat.complete", "started", "read")
+
+        h.client.cancel(run.run_id)
+        report = reconciler(h).run_pass()
+
+        abandoned = [a for a in report.actions if a.kind == "abandoned"]
+        assert [(a.run_id, a.workflow_id) for a in abandoned] == [(run.run_id, f"{run.run_id}:1")]
+        assert "llm.chat.complete started in" in abandoned[0].reason
+        [row] = h.ledger(run.run_id)
+        assert (row.status, row.finished_at is not None) == ("abandoned", True)
+        # Once: a second pass finds nothing more to abandon.
+        again = reconciler(h).run_pass()
+        assert [a for a in again.actions if a.kind == "abandoned"] == []
+        # Its reservation went back to the budget.
+        reserved = h.budgets.reservation(row.idempotency_key)
+        assert reserved is not None
+        assert reserved.status == "released"
+        fake.go.set()
 
 
 def test_the_reconciler_releases_orphans_and_reports_drift_without_correcting_it(

@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from remit.ops.registry import WorkerRow, state, takeover_candidates
-from remit.ops.worker import Watchdog
+from remit.serve.worker import Watchdog
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 BOUND = timedelta(seconds=30)

@@ -18,16 +18,18 @@ A pass, in order:
    happened at the vendor: it is marked `uncertain` and its task is opened for a person, in one
    transaction, never called again blindly. A row already `uncertain` is left as it is, so a
    row opens one task however many passes find it.
-5. `queues`: every queue of the app gets the bounds the pause flag says (0 while paused, its
+5. `abandoned`: a read with a cost (an LLM call) whose `started` row outlived its attempt never
+   answered: the row is marked `abandoned` (a later attempt that reaches it calls it anew).
+6. `queues`: every queue of the app gets the bounds the pause flag says (0 while paused, its
    declared ones otherwise), healing a pause or resume that died half way or raced a worker
    registering its queues as it booted.
-6. `resume`: while the app is not paused, a run still parked `paused` moves to its next attempt,
+7. `resume`: while the app is not paused, a run still parked `paused` moves to its next attempt,
    forked after its last finished step (a resume that died before it, or a run that parked on
    a worker's stale copy of the flag after the resume).
-7. `reservations`: a budget reservation still `reserved` whose call can no longer settle it (its
+8. `reservations`: a budget reservation still `reserved` whose call can no longer settle it (its
    attempt has ended, its run moved on, or a direct call's process is long gone) is released,
    never settled: what the call cost, if it was made, is unknown (see `budgets.orphaned`).
-8. `drift`: each live budget period's `spent` counter is compared with the sum of its settled
+9. `drift`: each live budget period's `spent` counter is compared with the sum of its settled
    calls' ledger costs; a difference is reported (`Report.drift`, and the log), never corrected.
 
 Approvals past their expiry are not a window: the worker's sweep expires them, on time, with the
@@ -51,6 +53,7 @@ from dbos import DBOSClient, WorkflowStatus
 
 from remit.budgets.model import DIRECT_LEASE, Drift, orphaned, usd
 from remit.budgets.store import Budgets
+from remit.core.fence import advance, lock
 from remit.core.ledger import LedgerStore
 from remit.core.outbox import Resume, Resumer
 from remit.core.periodic import Periodic
@@ -61,7 +64,6 @@ from remit.core.runs import (
     RunStore,
     attempt_workflow_id,
     enqueue_first,
-    lock_run,
 )
 from remit.core.schema import ledger, resumes, runs
 from remit.execution.calls import DIRECT_CALL_PREFIX
@@ -174,6 +176,7 @@ class Reconciler:
         ]
         if self.tasks is not None:
             steps.append(("uncertain", lambda: self._uncertain(report, apply)))
+        steps.append(("abandoned", lambda: self._abandon(report, apply)))
         if self.app_state is not None:
             steps.append(("queues", lambda: self._queues(report, apply)))
             steps.append(("resume", lambda: self._resume_parked(report, apply)))
@@ -273,22 +276,18 @@ class Reconciler:
         """Enqueue a first attempt DBOS never received, under the run's lock, so a start
         finishing meanwhile or another pass cannot enqueue it twice (DBOS refuses the id)."""
         with self.db.begin() as conn:
-            current = lock_run(conn, run.run_id)
-            if current is None or current.workflow_id != run.workflow_id:
+            current = lock(conn, run.run_id)
+            if current is None or not current.on(run.workflow_id, ("queued",)):
                 return None  # moved on meanwhile
-            if current.status != "queued":
-                return None
             enqueue_first(conn, self.client, run)
         return run.workflow_id
 
     def _moved(self, run_id: str, workflow_id: str, start: int) -> Resume | None:
         with self.db.begin() as conn:
-            current = lock_run(conn, run_id)
-            if current is None or current.workflow_id != workflow_id:
+            current = lock(conn, run_id)
+            if current is None or not current.on(workflow_id, ("queued", "running")):
                 return None  # moved on meanwhile
-            if current.status not in ("queued", "running"):
-                return None
-            return self.resumer.next_attempt(conn, run_id, workflow_id, start, current.queue)
+            return advance(conn, current, start, now=self.runs.clock.now())
 
     def _uncertain(self, report: Report, apply: bool) -> None:
         """Pass 4: a write `started` in an attempt that has ended never recorded its outcome.
@@ -301,50 +300,7 @@ class Reconciler:
         may be making the call right now, or DBOS recovery re-enters it.
         """
         assert self.tasks is not None
-        with self.db.engine.connect() as conn:
-            started = list(
-                conn.execute(
-                    sa.select(
-                        ledger.c.run_id,
-                        ledger.c.attempt,
-                        ledger.c.step_id,
-                        ledger.c.idempotency_key,
-                        ledger.c.op_id,
-                    )
-                    .join(runs, runs.c.run_id == ledger.c.run_id)
-                    .where(
-                        ledger.c.status == "started",
-                        ledger.c.effect == "write",
-                        sa.or_(
-                            runs.c.status.in_(tuple(FINISHED)),
-                            sa.and_(
-                                ledger.c.idempotent.is_(False),
-                                sa.or_(
-                                    runs.c.attempt != ledger.c.attempt,
-                                    runs.c.status.not_in(("queued", "running")),
-                                ),
-                            ),
-                        ),
-                    )
-                )
-            )
-        ids = {attempt_workflow_id(row.run_id, row.attempt) for row in started}
-        found = _attempts(self.client, sorted(ids)) if ids else {}
-        ended: list[tuple[Any, str, str]] = []
-        for row in started:
-            workflow_id = attempt_workflow_id(row.run_id, row.attempt)
-            attempt = found.get(workflow_id)
-            if attempt is not None and attempt.status not in _GOING:
-                reason = f"{row.op_id} started in {workflow_id}, which ended {attempt.status}"
-                ended.append((row, workflow_id, reason))
-        for row in self._stale_direct_writes():
-            reason = (
-                f"{row.op_id}, called directly by {row.actor}, started at "
-                f"{row.started_at:%Y-%m-%d %H:%M:%S} UTC and recorded no outcome within "
-                f"{DIRECT_LEASE}"
-            )
-            ended.append((row, row.run_id, reason))
-        for row, workflow_id, reason in ended:
+        for row, workflow_id, reason in self._ended_calls("write"):
             if apply:
                 try:
                     held = self.tasks.hold(
@@ -369,8 +325,70 @@ class Reconciler:
             log.warning("reconciler: run %s: %s is uncertain (%s)", row.run_id, row.op_id, reason)
             report.actions.append(Action(row.run_id, workflow_id, "uncertain", reason, "uncertain"))
 
-    def _stale_direct_writes(self) -> list[Any]:
-        """Writes called directly (`remit call`, `remit data`) that started longer ago than any
+    def _abandon(self, report: Report, apply: bool) -> None:
+        """Pass 5: a read with a cost (an LLM call) `started` in an attempt that has ended never
+        answered. Nothing is making it: its row becomes `abandoned`, which a later attempt that
+        reaches the call again calls anew (a read cannot double anything). Its reservation, if
+        any, is released by the `reservations` pass."""
+        for row, workflow_id, reason in self._ended_calls("read"):
+            if apply and not self.ledger.abandon(row.idempotency_key):
+                continue  # answered, or re-entered by its run, meanwhile
+            log.info("reconciler: run %s: %s is abandoned (%s)", row.run_id, row.op_id, reason)
+            report.actions.append(Action(row.run_id, workflow_id, "abandoned", reason, "abandoned"))
+
+    def _ended_calls(self, effect: str) -> list[tuple[Any, str, str]]:
+        """The calls of `effect` whose row is still `started` though nothing is making them:
+        each with the attempt (or direct call) it belongs to and why it has ended."""
+        # A write that may be repeated is left to the attempt that reaches it again; a read
+        # is marked, and called anew then.
+        marked = ledger.c.idempotent.is_(False) if effect == "write" else sa.true()
+        with self.db.engine.connect() as conn:
+            started = list(
+                conn.execute(
+                    sa.select(
+                        ledger.c.run_id,
+                        ledger.c.attempt,
+                        ledger.c.step_id,
+                        ledger.c.idempotency_key,
+                        ledger.c.op_id,
+                    )
+                    .join(runs, runs.c.run_id == ledger.c.run_id)
+                    .where(
+                        ledger.c.status == "started",
+                        ledger.c.effect == effect,
+                        sa.or_(
+                            runs.c.status.in_(tuple(FINISHED)),
+                            sa.and_(
+                                marked,
+                                sa.or_(
+                                    runs.c.attempt != ledger.c.attempt,
+                                    runs.c.status.not_in(("queued", "running")),
+                                ),
+                            ),
+                        ),
+                    )
+                )
+            )
+        ids = {attempt_workflow_id(row.run_id, row.attempt) for row in started}
+        found = _attempts(self.client, sorted(ids)) if ids else {}
+        ended: list[tuple[Any, str, str]] = []
+        for row in started:
+            workflow_id = attempt_workflow_id(row.run_id, row.attempt)
+            attempt = found.get(workflow_id)
+            if attempt is not None and attempt.status not in _GOING:
+                reason = f"{row.op_id} started in {workflow_id}, which ended {attempt.status}"
+                ended.append((row, workflow_id, reason))
+        for row in self._stale_direct_calls(effect):
+            reason = (
+                f"{row.op_id}, called directly by {row.actor}, started at "
+                f"{row.started_at:%Y-%m-%d %H:%M:%S} UTC and recorded no outcome within "
+                f"{DIRECT_LEASE}"
+            )
+            ended.append((row, row.run_id, reason))
+        return ended
+
+    def _stale_direct_calls(self, effect: str) -> list[Any]:
+        """Calls made directly (`remit call`, `remit data`) that started longer ago than any
         call takes and recorded no outcome: the process making them stopped. A direct call
         has no run or attempt to ask, so its age is all there is to go on."""
         cutoff = self.runs.clock.now() - DIRECT_LEASE
@@ -387,7 +405,7 @@ class Reconciler:
                         ledger.c.started_at,
                     ).where(
                         ledger.c.status == "started",
-                        ledger.c.effect == "write",
+                        ledger.c.effect == effect,
                         ledger.c.run_id.startswith(DIRECT_CALL_PREFIX, autoescape=True),
                         ledger.c.started_at < cutoff,
                     )

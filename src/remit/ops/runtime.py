@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -24,12 +25,16 @@ from pydantic_core import to_jsonable_python
 from remit.app import App
 from remit.budgets.store import Budgets
 from remit.connectors.base import Implementation
+from remit.connectors.credentials import Credentials, SecretKey, Secrets
+from remit.connectors.data import VENDOR as DATA_VENDOR
+from remit.connectors.data import CollectionStore
 from remit.core import telemetry
 from remit.core.clock import Clock
 from remit.core.database import Database
 from remit.core.errors import CodeChanged, RemitError, RunMovedOn, Suspended
 from remit.core.ledger import LedgerStore
 from remit.core.runs import RunInfo, RunStore, attempt_workflow_id
+from remit.core.settings import Settings
 from remit.declare.ops import Op
 from remit.declare.workflows import Workflow
 from remit.execution.calls import OpCaller
@@ -296,3 +301,31 @@ def _failure(run: RunInfo, error: Exception) -> str:
             "`if ctx.patch('name'):`"
         )
     return f"{type(error).__name__}: {error}"
+
+
+def implementations_for(
+    app: App,
+    db: Database,
+    settings: Settings,
+    *,
+    implementations: Mapping[str, Implementation] | None = None,
+    environ: Mapping[str, str] | None = None,
+    clock: Clock | None = None,
+) -> tuple[dict[str, Implementation], Credentials]:
+    """What ops are called on, by vendor (each connector's fake or driver, as `settings.fakes`
+    says, unless `implementations` gives one), and the credentials drivers see: the
+    environment (the process's, or `environ`) over the app's stored secrets."""
+    chosen = dict(implementations or {})
+    for vendor, connector in app.connectors.items():
+        if vendor not in chosen:
+            chosen[vendor] = connector.fake() if settings.fakes else connector.driver()
+    # Collections live in the app's database with drivers and fakes alike.
+    if app.collections and DATA_VENDOR not in chosen:
+        chosen[DATA_VENDOR] = CollectionStore(db, app.name, app.collections, clock=clock)
+    # remit's own settings (the database URL, the secret key) are not the drivers' business.
+    given = os.environ if environ is None else environ
+    credentials = Credentials(
+        Secrets(db, app.name, SecretKey.from_settings(settings)),
+        {name: value for name, value in given.items() if not name.startswith("REMIT_")},
+    )
+    return chosen, credentials

@@ -6,8 +6,8 @@
                                       with an `Idempotency-Key` header
     GET  /health                      {"ok": true} while the database answers
 
-`create_api(approvals)` builds the app and `remit serve` runs it. A decision goes through
-`Approvals.decide()` with the `Idempotency-Key` header as its decision key, so a request sent
+`create_api(client)` builds the app on a `remit.Client` and `remit serve` runs it. A decision
+goes through `Client.decide()` with the `Idempotency-Key` header as its decision key, so a request sent
 again returns the first decision and decides nothing twice. Every error has one JSON shape,
 `{"error": ..., "reasons": [{"approval_id": ..., "reason": ...}]}`, and a status that says
 whose move it is: 400 and 422 for a request to fix, 404 for an unknown approval, 409 for a
@@ -44,6 +44,7 @@ from pydantic import (
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from remit._version import __version__
+from remit.client import Client
 from remit.core.errors import ApprovalNotFound, DatabaseError, DecisionRefused, RemitError
 from remit.people.approvals import Approval, Approvals, ApprovalStatus
 
@@ -180,13 +181,12 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": ErrorBody, "description": described[status]} for status in statuses}
 
 
-def create_api(
-    approvals: Approvals, *, title: str = "remit", version: str = __version__
-) -> FastAPI:
-    """The HTTP API over `approvals`. Route functions are synchronous (the database calls
+def create_api(client: Client, *, title: str | None = None, version: str = __version__) -> FastAPI:
+    """The HTTP API over `client`'s app. Route functions are synchronous (the database calls
     block), so FastAPI runs each in its threadpool."""
+    approvals = client.approvals
     api = FastAPI(
-        title=title,
+        title=title or f"remit: {client.app.name}",
         version=version,
         description="Approvals of durable runs: list them, show one, decide one.",
     )
@@ -205,7 +205,7 @@ def create_api(
     @api.get("/health", responses=_errors(503))
     def health() -> Health:
         """Whether the API can reach its database."""
-        with approvals.db.engine.connect() as conn:
+        with client.db.engine.connect() as conn:
             conn.execute(sa.text("SELECT 1"))
         return Health(ok=True)
 
@@ -255,14 +255,14 @@ def create_api(
         edits = body.edits or None
         if edits is not None:
             _check_edits(approvals, approval, edits)
-        result = approvals.decide(
+        result = client.decide(
             [approval_id],
             body.decision,
-            by=body.by,
-            via="http",
-            decision_key=idempotency_key,
+            key=idempotency_key,
             edits=None if edits is None else {approval_id: edits},
             reason=body.reason,
+            by=body.by,
+            via="http",
         )
         return DecisionResponse(
             replayed=result.replayed, approval=ApprovalView.of(approvals.get(approval_id))
@@ -272,7 +272,8 @@ def create_api(
 
 
 def _fields(approval: Approval) -> dict[str, Any]:
-    return {name: getattr(approval, name) for name in ApprovalView.model_fields}
+    stored = approval.as_json()  # the drafts as JSON
+    return {name: stored[name] for name in ApprovalView.model_fields}
 
 
 def _find(approvals: Approvals, approval_id: str) -> Approval:
@@ -302,7 +303,7 @@ def _check_edits(approvals: Approvals, approval: Approval, edits: Mapping[str, A
             for field in sorted(set(edits) - known)
         ]
     try:
-        model.model_validate({**approval.draft, **edits})
+        model.model_validate({**approval.draft_json, **edits})
     except ValidationError as error:
         reasons += [
             f"edits.{'.'.join(str(part) for part in e['loc']) or 'draft'}: {e['msg']}"

@@ -24,7 +24,6 @@ import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from functools import cached_property
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
@@ -33,13 +32,11 @@ import sqlalchemy as sa
 from dbos import DBOS, DBOSClient, DBOSConfig
 
 from remit.app import App
+from remit.client import Client
 from remit.connectors.base import Implementation
-from remit.connectors.credentials import Credentials, SecretKey, Secrets
-from remit.connectors.data import VENDOR as DATA_VENDOR
-from remit.connectors.data import CollectionStore
 from remit.core import telemetry
 from remit.core.clock import Clock, SystemClock
-from remit.core.database import Database, portable_serializer
+from remit.core.database import portable_serializer
 from remit.core.errors import RemitError
 from remit.core.periodic import Periodic
 from remit.core.settings import Settings
@@ -48,7 +45,7 @@ from remit.ops.pause import AppState, PauseWatch, paused, register_queue
 from remit.ops.reconciler import Reconciler
 from remit.ops.registry import WorkerRegistry, live_versions, takeover_candidates
 from remit.ops.retries import Retries
-from remit.ops.runtime import Runtime
+from remit.ops.runtime import Runtime, implementations_for
 from remit.ops.scheduler import Scheduler
 from remit.people.approvals import Approvals
 from remit.people.notify import default_notifiers
@@ -89,34 +86,6 @@ class ExecutorSlot:
             self._held = None
 
 
-def implementations_for(
-    app: App,
-    db: Database,
-    settings: Settings,
-    *,
-    implementations: Mapping[str, Implementation] | None = None,
-    environ: Mapping[str, str] | None = None,
-    clock: Clock | None = None,
-) -> tuple[dict[str, Implementation], Credentials]:
-    """What ops are called on, by vendor (each connector's fake or driver, as `settings.fakes`
-    says, unless `implementations` gives one), and the credentials drivers see: the
-    environment (the process's, or `environ`) over the app's stored secrets."""
-    chosen = dict(implementations or {})
-    for vendor, connector in app.connectors.items():
-        if vendor not in chosen:
-            chosen[vendor] = connector.fake() if settings.fakes else connector.driver()
-    # Collections live in the app's database with drivers and fakes alike.
-    if app.collections and DATA_VENDOR not in chosen:
-        chosen[DATA_VENDOR] = CollectionStore(db, app.name, app.collections, clock=clock)
-    # remit's own settings (the database URL, the secret key) are not the drivers' business.
-    given = os.environ if environ is None else environ
-    credentials = Credentials(
-        Secrets(db, app.name, SecretKey.from_settings(settings)),
-        {name: value for name, value in given.items() if not name.startswith("REMIT_")},
-    )
-    return chosen, credentials
-
-
 class Worker:
     """One worker process's DBOS instance, serving the app's queues.
 
@@ -136,11 +105,23 @@ class Worker:
     ) -> None:
         self.app = app
         self.settings = settings
-        self.db = Database(settings.database_url, pool_size=min(settings.threads, 16))
         clock = clock or SystemClock()
+        # The worker's database, DBOS client and services are its client's: one composition
+        # root, with a pool as wide as the worker's threads. Direct calls made through it use
+        # the worker's implementations (the same fakes).
+        self.remit = Client(
+            app,
+            settings,
+            clock=clock,
+            environ=environ,
+            pool_size=min(settings.threads, 16),
+            prepare=False,
+        )
+        self.db = self.remit.db
         self.implementations, credentials = implementations_for(
             app, self.db, settings, implementations=implementations, environ=environ, clock=clock
         )
+        self.remit.use_implementations(self.implementations)
         self.runtime = Runtime(
             app,
             self.db,
@@ -155,7 +136,6 @@ class Worker:
         )
         self._slot = ExecutorSlot(f"{self.db.dbos_url}\n{app.name}")
         self.executor_id = ""
-        self._client: DBOSClient | None = None
         self._stop = threading.Event()
         self._launched = False
         self._reconciler: Reconciler | None = None
@@ -166,58 +146,37 @@ class Worker:
         self.registry = WorkerRegistry(self.db, clock=self.runtime.clock)
         self.on_taken_over = on_taken_over or _taken_over
 
+    # The services are the worker's client's, built once (and again after the worker stops).
+
     @property
     def client(self) -> DBOSClient:
-        if self._client is None:
-            self._client = self.db.client(self.app.name)
-        return self._client
+        """DBOS's client on the app's system database."""
+        return self.remit.dbos
 
-    # The services below are built once, on the worker's DBOS client (dropped when it stops).
-
-    @cached_property
+    @property
     def approvals(self) -> Approvals:
         """List, show and decide the app's approvals (the same `decide()` as every surface)."""
-        return Approvals(
-            self.db,
-            self.client,
-            self.app.approval_types,
-            admins=self.settings.admins,
-            clock=self.runtime.clock,
-            guard=self.guard,
-        )
+        return self.remit.approvals
 
-    @cached_property
+    @property
     def tasks(self) -> Tasks:
         """List, show and resolve the app's tasks: writes whose outcome a person confirms."""
-        return Tasks(
-            self.db,
-            self.client,
-            self.app.name,
-            self.app.ops,
-            clock=self.runtime.clock,
-            guard=self.guard,
-        )
+        return self.remit.tasks
 
-    @cached_property
+    @property
     def retries(self) -> Retries:
         """Retry the app's failed and cancelled runs on the code this worker runs."""
-        return Retries(self.db, self.client, guard=self.guard, clock=self.runtime.clock)
+        return self.remit.retries
 
-    @cached_property
+    @property
     def guard(self) -> Guard:
         """The app's policies, enforced, with the record of what they refuse."""
-        return Guard.of(self.app, self.db, clock=self.runtime.clock)
+        return self.remit.guard
 
-    @cached_property
+    @property
     def app_state(self) -> AppState:
         """The app's pause flag: pause, resume, and what follows from them."""
-        return AppState(
-            self.db,
-            self.client,
-            self.app,
-            poll_interval=self.settings.poll_interval,
-            clock=self.runtime.clock,
-        )
+        return self.remit.app_state
 
     def start(self, *, before_launch: Callable[[], None] | None = None) -> None:
         """Prepare the database, register the app's workflows and queues, and launch DBOS.
@@ -338,17 +297,12 @@ class Worker:
             self._launched = False
             self._sign_off()
             telemetry.flush()
-        if self._client is not None:
-            self._client.destroy()
-            self._client = None
-            for service in ("approvals", "tasks", "retries", "app_state"):
-                self.__dict__.pop(service, None)
         if not keep_slot:
             self._slot.release()
         if self._dbos_engine is not None:
             self._dbos_engine.dispose()
             self._dbos_engine = None
-        self.db.dispose()
+        self.remit.close()
 
     def _sign_off(self) -> None:
         """Mark the worker stopped, unless it leaves attempts behind: then its heartbeat goes
