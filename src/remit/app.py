@@ -175,6 +175,9 @@ class App:
         governed = copy.copy(self)
         governed.workflows = dict(self.workflows)
         governed.approval_types = dict(self.approval_types)
+        if self.policy.enabled:
+            # The built-in workflow and approval type the policies added come again.
+            del governed.workflows[HELD], governed.approval_types[HELD]
         governed.policy = Policy.open()
         governed.use_policies(Path(folder))
         return governed

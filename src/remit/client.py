@@ -26,9 +26,8 @@ from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dbos import DBOS, DBOSClient
 from pydantic import BaseModel, TypeAdapter
 
 from remit.app import App, load_app
@@ -53,6 +52,9 @@ from remit.ops.runtime import implementations_for
 from remit.people.approvals import Approvals, DecideResult, cancel_run
 from remit.people.tasks import Resolved, TaskOpener, Tasks
 from remit.policy.guard import Guard, check_actor
+
+if TYPE_CHECKING:
+    from dbos import DBOSClient
 
 
 class RunHandle:
@@ -419,6 +421,8 @@ class Client:
 
 
 def _not_in_a_workflow(verb: str) -> None:
+    from dbos import DBOS
+
     if DBOS.workflow_id is not None:
         raise RemitError(
             f"Client.{verb} was called inside a workflow (run attempt {DBOS.workflow_id}): a run "

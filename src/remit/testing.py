@@ -87,6 +87,8 @@ class Harness:
         self.ledger_store = self.worker.runtime.ledger
         self.actor = actor
         self._settings = settings
+        self._environ = environ or {}
+        self._client: Client | None = None
 
     def __enter__(self) -> Harness:
         self.worker.start()
@@ -94,12 +96,24 @@ class Harness:
 
     def __exit__(self, *exc: object) -> None:
         self.worker.stop(timeout=0)
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     @property
     def client(self) -> Client:
         """The test's side: every verb, as a program using the app makes it, acting as the
-        harness's actor. It is the worker's own client (on its fakes and its clock)."""
-        return self.worker.remit
+        harness's actor, on the worker's fakes and clock. Its own client (not the worker's,
+        which the worker's threads use): made on first use, closed when the harness exits."""
+        if self._client is None:
+            self._client = Client(
+                self.app,
+                self._settings,
+                clock=self.worker.runtime.clock,
+                environ=self._environ,
+            )
+            self._client.use_implementations(self.worker.implementations)
+        return self._client
 
     def start(
         self, workflow: str, input: Mapping[str, Any] | BaseModel, *, by: str | None = None

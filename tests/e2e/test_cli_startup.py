@@ -1,7 +1,8 @@
 """What the `remit` command loads before it does anything: `--help` and `--version` load neither
-DBOS, FastAPI, OpenTelemetry nor SQLAlchemy, every subcommand's help works without them, and the
+DBOS, FastAPI, OpenTelemetry nor SQLAlchemy, every subcommand's help works without them, the
 read-only commands launch nothing and connect to the database with one engine only (the DBOS
-client's, a second one, stays unconnected)."""
+client's, a second one, stays unconnected), and `remit runs` on SQLite loads no more than it
+reads the runs with."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 
 import remit
 from remit.client import Client
-from tests.e2e.cli_support import AR_DESK
+from tests.e2e.cli_support import AR_DESK, CRASH_APP
 
 PROBE = Path(__file__).with_name("cli_probe.py")
 
@@ -26,6 +27,7 @@ class Seen:
     codes: list[int]
     outputs: list[str]
     heavy: list[str]
+    packages: list[str]
     engines: int
     threads: list[str]
 
@@ -137,6 +139,33 @@ def test_read_only_commands_launch_nothing(database_url: str) -> None:
     # connection, no DBOS launch, no thread left behind.
     assert seen.engines == len(READ_ONLY)
     assert seen.threads == []
+
+
+# What listing runs has no use for: DBOS (it makes no DBOS client), OpenTelemetry (it makes no
+# span), FastAPI, httpx (it calls no vendor) and cryptography (it reads no secret).
+NOT_FOR_RUNS = {"dbos", "opentelemetry", "fastapi", "httpx", "cryptography"}
+
+
+@pytest.mark.parametrize(
+    ("app", "workflow", "given", "its_own"),
+    [
+        (CRASH_APP, "payout", {"account": "a", "amount": 10}, set()),
+        # The desk's own connectors import httpx, for their drivers.
+        (AR_DESK, "chase-invoice", {"invoice_id": "inv_1001"}, {"httpx"}),
+    ],
+    ids=["crash_app", "ar_desk"],
+)
+def test_runs_on_sqlite_loads_only_what_it_reads_with(
+    tmp_path: Path, app: Path, workflow: str, given: dict[str, object], its_own: set[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'remit.sqlite'}"
+    with Client.connect(app, url, by="user:ann") as client:
+        run = client.start(workflow, given)
+    seen = probe(["--app", str(app), "runs"], database_url=url)
+    assert seen.codes == [0]
+    assert run.run_id in seen.outputs[0]
+    assert "sqlalchemy" in seen.packages  # the probe sees what the command loaded
+    assert NOT_FOR_RUNS & set(seen.packages) == its_own
 
 
 @pytest.mark.parametrize("command", [["show"], ["cancel"]])

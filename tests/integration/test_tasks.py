@@ -389,6 +389,11 @@ def test_a_resolution_is_refused_with_every_reason_and_writes_nothing(database_u
         with pytest.raises(TaskRefused) as other_answer:
             harness.resolve(task.id, done=False, key="k-1")
         assert "already resolved it done" in str(other_answer.value)
+        # Someone else's key replays nothing for them (their answer would skip the policies).
+        with pytest.raises(TaskRefused, match="'k-1' is user:test's answer"):
+            harness.resolve(
+                task.id, done=True, output={"letter_id": "lt_1"}, key="k-1", by="user:eve"
+            )
 
         assert harness.wait(run.run_id).status == "done"
         assert harness.runs.get(run.run_id).attempt == 2

@@ -315,3 +315,36 @@ def test_an_uncertain_failure_with_a_task_suspends_the_run() -> None:
         Failed(failure=failure).unwrap("shop.orders.create")
 
     assert (raised.value.status, raised.value.task_id) == ("waiting", "tsk_1")
+
+
+def test_a_driver_failure_is_read_as_leniently_as_drivers_write_it() -> None:
+    # A vendor's numeric error code, a null flag and a status as text.
+    recorded = {
+        "kind": "driver",
+        "message": "card declined",
+        "retryable": None,
+        "status": "402",
+        "vendor_code": 42,
+        "maybe_applied": 0,
+    }
+    raised = _raised(lambda: parse_outcome({"error": recorded}).unwrap("shop.charge"))
+
+    assert isinstance(raised, DriverError)
+    assert (raised.retryable, raised.status, raised.vendor_code, raised.maybe_applied) == (
+        False,
+        402,
+        "42",
+        False,
+    )
+    made = DriverFailure.of(DriverError("card declined", retryable=False, vendor_code=42))  # type: ignore[arg-type]
+    assert made.vendor_code == "42"
+
+
+def test_a_failure_its_model_cannot_read_still_fails_the_call_with_its_message() -> None:
+    recorded = {"kind": "budget", "message": "over the limit", "scope": "app"}
+
+    raised = _raised(lambda: parse_outcome({"error": recorded}).unwrap("llm.chat.complete"))
+
+    assert type(raised) is OpError
+    assert str(raised) == "over the limit"
+    assert isinstance(parse_failure(recorded), CallFailure)

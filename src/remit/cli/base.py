@@ -94,13 +94,14 @@ def load(app_dir: Path | None) -> tuple["App", "Settings"]:
 
 
 @contextlib.contextmanager
-def client_of(app_dir: Path | None) -> Iterator["Client"]:
+def client_of(app_dir: Path | None, *, pool_size: int = 4) -> Iterator["Client"]:
     """A `remit.Client` on the app in `app_dir` (its settings from the environment), closed on
-    leaving: what every command that reads or acts on the app's database goes through."""
+    leaving: what every command that reads or acts on the app's database goes through.
+    `pool_size`: the database connections it keeps (a server answering at once needs more)."""
     from remit.client import Client
 
     app, settings = load(app_dir)
-    with Client(app, settings) as client:
+    with Client(app, settings, pool_size=pool_size) as client:
         yield client
 
 

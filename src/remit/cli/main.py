@@ -473,7 +473,8 @@ def serve(
     from remit.serve.api import create_api
     from remit.serve.api import serve as serve_http
 
-    with client_of(app_dir) as remit:
+    # As many connections as requests it answers at once, up to 16 (each waits on one).
+    with client_of(app_dir, pool_size=16) as remit:
         app, settings = remit.app, remit.settings
         serve_http(
             create_api(remit),

@@ -26,15 +26,20 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from cryptography.fernet import Fernet, InvalidToken
 
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.errors import RemitError, SettingsError
 from remit.core.schema import secrets
 from remit.core.settings import Settings
+
+if TYPE_CHECKING:
+    # cryptography is imported where a key is read or made, or a value decrypted: listing the
+    # secrets, or an app that stores none, does not load it.
+    from cryptography.fernet import Fernet
 
 log = logging.getLogger("remit.secrets")
 
@@ -72,6 +77,8 @@ def check_name(name: str) -> str:
 
 def _parse_key(raw: bytes | str) -> Fernet:
     """A Fernet from a key (urlsafe base64 of 32 bytes); ValueError if it is not one."""
+    from cryptography.fernet import Fernet
+
     try:
         return Fernet(raw.strip())
     except (ValueError, TypeError) as error:
@@ -159,6 +166,8 @@ def create_key_file(path: Path) -> bytes:
     """
     if path.exists():
         return read_key_file(path)
+    from cryptography.fernet import Fernet
+
     key = Fernet.generate_key()
     draft = path.with_name(f".{path.name}.{os.urandom(6).hex()}.new")
     try:
@@ -271,6 +280,8 @@ class Secrets:
                 f"key), or set the secret again with `remit secrets set {name}`",
                 name=name,
             )
+        from cryptography.fernet import InvalidToken
+
         try:
             return fernet.decrypt(str(ciphertext).encode()).decode()
         except InvalidToken:

@@ -27,15 +27,19 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import httpx
 from pydantic import BaseModel, Field
 
 from remit.budgets.model import Price
 from remit.connectors.base import CallContext, Connector, Driver, Fake, implements
 from remit.core.errors import DriverError, OpError
 from remit.declare.ops import op
+
+if TYPE_CHECKING:
+    # httpx is imported where the live driver calls the API: an app that declares the connector
+    # loads it only when a call is made.
+    import httpx
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -144,6 +148,8 @@ class LLMDriver(Driver):
 
     @implements(chat_complete)
     def complete(self, input: ChatRequest, call: CallContext) -> ChatReply:
+        import httpx
+
         base_url = (call.environ.get("LLM_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         body: dict[str, Any] = {
             "model": input.model,

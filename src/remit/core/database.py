@@ -9,13 +9,17 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
-from dbos import DBOS, DBOSClient, DBOSPortableJSONSerializer
 
 from remit.core.errors import DatabaseError
 from remit.core.schema import SCHEMA_VERSION, meta, metadata
+
+if TYPE_CHECKING:
+    # DBOS is imported where a client, a serializer or a migration is made: a process that
+    # only reads remit's tables (`remit runs`) never loads it.
+    from dbos import DBOSClient, DBOSPortableJSONSerializer
 
 log = logging.getLogger("remit.store")
 
@@ -27,6 +31,8 @@ _PREPARE_LOCK = 0x72656D6974  # "remit"
 
 def portable_serializer() -> DBOSPortableJSONSerializer:
     """JSON for every value DBOS stores, never its default binary Python format."""
+    from dbos import DBOSPortableJSONSerializer
+
     return DBOSPortableJSONSerializer()
 
 
@@ -141,6 +147,8 @@ class Database:
     def client(self, app_name: str, *, pool_size: int = 2, lazy: bool = False) -> DBOSClient:
         """A DBOS client on this database: enqueues and manages runs without a worker. `lazy`:
         it connects on its first use rather than now."""
+        from dbos import DBOSClient
+
         return DBOSClient(
             system_database_url=self.dbos_url,
             serializer=portable_serializer(),
@@ -157,6 +165,8 @@ class Database:
         with self._prepare_lock():
             if self._prepared():
                 return
+            from dbos import DBOS
+
             try:
                 DBOS.migrate(self.dbos_url)
                 metadata.create_all(self.engine, checkfirst=True)

@@ -26,7 +26,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from remit.core import fence
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
-from remit.core.outcome import Failed, Ok, Outcome, parse_failure
+from remit.core.outcome import Ok, Outcome, failed
 from remit.core.schema import ledger
 
 LedgerStatus = Literal["started", "ok", "failed", "uncertain", "not_done", "abandoned"]
@@ -86,7 +86,7 @@ class LedgerRow:
             return Ok(output=self.output)
         info = {**(self.error_info or {}), "message": self.error or "the call failed"}
         info.setdefault("kind", "failed")
-        return Failed(failure=parse_failure(info))
+        return failed(info)
 
 
 @dataclass(frozen=True)
@@ -165,12 +165,16 @@ class LedgerStore:
             },
         )
 
-    def abandon(self, key: str) -> bool:
-        """Mark a read `started` in an attempt that has ended `abandoned`; False when the row
-        is no longer `started` (it answered, or its run called it again, meanwhile)."""
+    def abandon(self, key: str, attempt: int) -> bool:
+        """Mark a read `started` in attempt `attempt`, which has ended, `abandoned`; False when
+        the row is no longer so (it answered, or a later attempt called it again, meanwhile)."""
         statement = (
             ledger.update()
-            .where(ledger.c.idempotency_key == key, ledger.c.status == "started")
+            .where(
+                ledger.c.idempotency_key == key,
+                ledger.c.status == "started",
+                ledger.c.attempt == attempt,
+            )
             .values(status="abandoned", finished_at=self.clock.now())
         )
         return bool(

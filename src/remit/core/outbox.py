@@ -15,14 +15,16 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from dbos import DBOSClient, SetWorkflowID
 
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.schema import resumes
+
+if TYPE_CHECKING:
+    from dbos import DBOSClient
 
 log = logging.getLogger("remit.resumes")
 
@@ -76,6 +78,8 @@ class Resumer:
     def fork(self, resume: Resume) -> bool:
         """Fork the attempt `resume` names and take it out of the outbox. False if it was
         already forked (by another process completing the same outbox row)."""
+        from dbos import SetWorkflowID
+
         made = True
         try:
             with SetWorkflowID(resume.workflow_id):

@@ -22,7 +22,16 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Annotated, Any, Literal, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
 
 from remit.core.errors import (
     BudgetExceeded,
@@ -58,6 +67,33 @@ class DriverFailure(_Failure):
     status: int | None = None
     vendor_code: str | None = None
     maybe_applied: bool | None = None
+
+    # Read as leniently as drivers write them (a vendor's numeric code, a null flag), and as
+    # earlier versions read their records: a failure recorded is never one that cannot be read.
+    @field_validator("retryable", mode="before")
+    @classmethod
+    def _flag(cls, value: Any) -> bool:
+        return bool(value)
+
+    @field_validator("maybe_applied", mode="before")
+    @classmethod
+    def _maybe(cls, value: Any) -> bool | None:
+        return None if value is None else bool(value)
+
+    @field_validator("vendor_code", mode="before")
+    @classmethod
+    def _code(cls, value: Any) -> str | None:
+        return None if value is None else str(value)
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _status(cls, value: Any) -> int | None:
+        if isinstance(value, bool) or value is None:
+            return None
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            return None
 
     @classmethod
     def of(cls, error: DriverError) -> DriverFailure:
@@ -244,9 +280,27 @@ _failures: TypeAdapter[Failure] = TypeAdapter(Failure)
 
 def parse_outcome(value: Any) -> Outcome:
     """An outcome from its JSON form (a step's checkpoint, of this version or an earlier one)."""
+    if _outcome_tag(value) == "error" and isinstance(value, Mapping):
+        error = value.get("error")
+        if isinstance(error, Mapping):
+            return failed(error)
     return _outcomes.validate_python(value)
 
 
+def failed(value: Mapping[str, Any]) -> Failed:
+    """A failed outcome from its failure's JSON form (see `parse_failure`)."""
+    # Built as it is: a failure read as a `CallFailure` keeps the kind it was recorded with,
+    # which the union would send back to that kind's model.
+    return Failed.model_construct(failure=parse_failure(value))
+
+
 def parse_failure(value: Mapping[str, Any]) -> Failure:
-    """A failure from its JSON form (a ledger row's `error_info`)."""
-    return _failures.validate_python(value)
+    """A failure from its JSON form (a ledger row's `error_info`). One recorded with fields its
+    kind's model cannot read is read as a `CallFailure` with them all: it raises `OpError`
+    with its message rather than failing the run that reads it back."""
+    try:
+        return _failures.validate_python(value)
+    except ValidationError:
+        fields = {str(name): field for name, field in value.items() if name != "kind"}
+        fields["message"] = str(value.get("message") or "the call failed")
+        return CallFailure(kind=str(value.get("kind") or "failed"), **fields)

@@ -18,7 +18,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import sqlalchemy as sa
-from dbos import DBOSClient
 from pydantic import BaseModel, ValidationError
 
 from remit.core.clock import Clock, SystemClock
@@ -30,6 +29,8 @@ from remit.core.fence import lock, next_attempt, status_write
 from remit.core.schema import runs
 
 if TYPE_CHECKING:
+    from dbos import DBOSClient
+
     # Only for annotations: runs are below the declarations that start them.
     from remit.declare.workflows import Workflow
 

@@ -34,10 +34,6 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from dbos import DBOS
-from opentelemetry import trace
-from opentelemetry.trace import Span, Status, StatusCode, format_span_id, format_trace_id
-
 from remit._version import __version__
 from remit.core.errors import RemitError, SettingsError
 from remit.core.outcome import Ok, Outcome
@@ -45,13 +41,15 @@ from remit.core.settings import Settings
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor
+    from opentelemetry.trace import Span, Tracer
 
     from remit.core.runs import RunInfo
     from remit.declare.ops import Op
 
-F = TypeVar("F", bound=Callable[..., Any])
+# OpenTelemetry and DBOS are imported where a span is made or exported, or a log line written
+# as JSON: a process that makes none (`remit runs`) loads neither.
 
-_tracer = trace.get_tracer("remit", __version__)
+F = TypeVar("F", bound=Callable[..., Any])
 
 # What a log line says about the work its thread or task is doing: run, attempt, workflow, op.
 _work: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
@@ -74,6 +72,15 @@ _DBOS_NO_LOG_EXPORT = "OTLP is enabled but logger provider not set"
 
 
 # -- spans -------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _tracer() -> Tracer:
+    """remit's tracer, from the process's tracer provider (a proxy to the one set up later, if
+    none is yet)."""
+    from opentelemetry import trace
+
+    return trace.get_tracer("remit", __version__)
 
 
 def traced_attempt(workflow: str, version: str, fn: F, outcome: Callable[[Any], str]) -> F:
@@ -115,6 +122,9 @@ def moved_on() -> None:
 def _attempt_span(
     workflow: str, version: str, run_id: str, attempt: int, actor: str
 ) -> Iterator[Callable[[str], None]]:
+    from dbos import DBOS
+    from opentelemetry.trace import Status, StatusCode
+
     workflow_id = DBOS.workflow_id or ""
     # A resumed attempt is a fork that received its first attempt's arguments: its number is
     # the one in its own workflow id.
@@ -124,7 +134,7 @@ def _attempt_span(
     work = _work.set({"run_id": run_id, "attempt": attempt, "workflow": workflow})
     ended = _ending.set(ending)
     try:
-        with _tracer.start_as_current_span(
+        with _tracer().start_as_current_span(
             "remit.run",
             attributes={
                 "remit.run_id": run_id,
@@ -173,7 +183,7 @@ def traced_call(call: F) -> F:
     ) -> Any:
         work = _work.set({**(_work.get() or {}), "run_id": run.run_id, "op": op.id})
         try:
-            with _tracer.start_as_current_span(
+            with _tracer().start_as_current_span(
                 "remit.op",
                 attributes={
                     "remit.op.id": op.id,
@@ -196,12 +206,16 @@ def traced_call(call: F) -> F:
 
 def call_settled(values: Mapping[str, Any]) -> None:
     """Put what the ledger records of an op call (its tries) on the call's span."""
+    from opentelemetry import trace
+
     tries = values.get("tries")
     if isinstance(tries, int):
         trace.get_current_span().set_attribute("remit.op.tries", tries)
 
 
 def _record_call(span: Span, outcome: Outcome, payload: Mapping[str, Any]) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
     if isinstance(outcome, Ok):
         span.set_attribute("remit.op.status", "ok")
         if isinstance(outcome.output, Mapping):
@@ -288,17 +302,21 @@ def traced_step(kind: str, name: str, *, seconds: float | None = None) -> Callab
 @contextmanager
 def step_span(kind: str, name: str, *, seconds: float | None = None) -> Iterator[Span]:
     """A `remit.step` span around a step's work (with its DBOS step id when inside one)."""
+    from dbos import DBOS
+
     attributes: dict[str, str | int | float] = {"remit.step.kind": kind, "remit.step.name": name}
     step_id = DBOS.step_id
     if step_id is not None:
         attributes["remit.step.id"] = step_id
     if seconds is not None:
         attributes["remit.sleep.seconds"] = seconds
-    with _tracer.start_as_current_span("remit.step", attributes=attributes) as span:
+    with _tracer().start_as_current_span("remit.step", attributes=attributes) as span:
         yield span
 
 
 def _record_step(span: Span, kind: str, result: Any) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
     if not span.is_recording() or not isinstance(result, Mapping):
         return
     error = result.get("error")
@@ -322,6 +340,8 @@ def tracing(settings: Settings, *, service: str, version: str, instance: str) ->
     `service`, `version` and `instance` name the process in the resource of a provider set up
     here (`service.name`, `service.version`, `service.instance.id`).
     """
+    from opentelemetry import trace
+
     if settings.otlp_endpoint is not None:
         _export_to(settings.otlp_endpoint, service=service, version=version, instance=instance)
     provider = trace.get_tracer_provider()
@@ -334,6 +354,7 @@ def tracing(settings: Settings, *, service: str, version: str, instance: str) ->
 
 
 def _export_to(endpoint: str, *, service: str, version: str, instance: str) -> None:
+    from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
@@ -367,6 +388,7 @@ def _export_to(endpoint: str, *, service: str, version: str, instance: str) -> N
 def flush(timeout: float = 5.0) -> None:
     """Export the spans this process has ended and not yet sent, waiting up to `timeout`
     seconds: a worker does this as it stops, before its process ends."""
+    from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
 
     provider = trace.get_tracer_provider()
@@ -433,6 +455,9 @@ class JsonFormatter(logging.Formatter):
     """Formats a log record as one line of JSON (see the module's docstring for its fields)."""
 
     def format(self, record: logging.LogRecord) -> str:
+        from opentelemetry import trace
+        from opentelemetry.trace import format_span_id, format_trace_id
+
         line: dict[str, Any] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,

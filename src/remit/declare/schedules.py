@@ -35,7 +35,6 @@ from functools import cached_property
 from typing import Any, Literal, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from croniter import CroniterBadDateError, CroniterError, croniter
 from pydantic import BaseModel, ValidationError
 
 from remit.core.errors import AppError
@@ -77,6 +76,10 @@ class Schedule:
     backfill: Backfill = "none"
 
     def __post_init__(self) -> None:
+        # croniter is imported where a schedule is made or walked: an app that declares none
+        # does not load it.
+        from croniter import CroniterBadDateError
+
         _check_cron(self.cron)
         _check_zone(self.cron, self.tz)
         if self.backfill not in BACKFILLS:
@@ -99,6 +102,8 @@ class Schedule:
 
     def next_after(self, moment: datetime) -> datetime:
         """The first instant strictly after `moment` (timezone-aware), in UTC."""
+        from croniter import croniter
+
         moment = moment.astimezone(UTC)
         walls = croniter(self.cron, _wall(moment, self.zone), day_or=True)
         while True:
@@ -111,6 +116,8 @@ class Schedule:
 
         Walks back from `upto`, so the work is bounded by `limit` however long the span.
         """
+        from croniter import croniter
+
         after, upto = after.astimezone(UTC), upto.astimezone(UTC)
         # A wall time a little after `upto`'s own can still map to an instant before it: while
         # the clocks repeat an hour, that hour's wall times map to its first pass. The margin is
@@ -203,6 +210,8 @@ def check_scheduled_input(workflow: str, model: type[BaseModel]) -> None:
 
 
 def _check_cron(cron: object) -> None:
+    from croniter import CroniterError, croniter
+
     if not isinstance(cron, str):
         raise AppError(
             f"schedule({cron!r}): give the cron expression as text, e.g. '0 9 * * MON-FRI'"

@@ -15,11 +15,9 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any, Protocol, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, overload
 
 import sqlalchemy as sa
-from dbos import DBOS, StepOptions, StepReservation
-from dbos._context import get_local_dbos_context
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
@@ -35,6 +33,11 @@ from remit.execution.calls import CallMemo, OpCaller
 from remit.execution.journal import Journal, Mark, gate_mark, op_mark, sleep_mark, step_mark
 from remit.execution.timers import Timers
 from remit.people.approvals import Decision, Gates
+
+if TYPE_CHECKING:
+    # DBOS runs the steps; it is imported where a live attempt calls it, so that an app's
+    # module, which imports `Context` for its annotations, does not load it.
+    from dbos import StepOptions, StepReservation
 
 Out = TypeVar("Out", bound=BaseModel)
 Draft = TypeVar("Draft", bound=BaseModel)
@@ -97,9 +100,13 @@ class LiveSteps:
         self.journal = journal
 
     def reserve(self) -> Slot:
+        from dbos import DBOS
+
         return _LiveSlot(DBOS.reserve_step(), self.journal)
 
     def patch(self, name: str) -> bool:
+        from dbos import DBOS
+
         position = _next_position()
         if self.journal.patch_taken(position, name) is False:
             return False
@@ -109,6 +116,8 @@ class LiveSteps:
         return taken
 
     async def patch_async(self, name: str) -> bool:
+        from dbos import DBOS
+
         position = _next_position()
         if self.journal.patch_taken(position, name) is False:
             return False
@@ -118,11 +127,15 @@ class LiveSteps:
         return taken
 
     def short_sleep(self, seconds: float) -> None:
+        from dbos import DBOS
+
         if seconds > 0:
             self.journal.check(_next_position(), sleep_mark(short=True))
         DBOS.sleep(seconds)
 
     async def short_sleep_async(self, seconds: float) -> None:
+        from dbos import DBOS
+
         if seconds > 0:
             self.journal.check(_next_position(), sleep_mark(short=True))
         await DBOS.sleep_async(seconds)
@@ -132,6 +145,8 @@ def _next_position() -> int:
     """The position the next operation of this workflow takes. DBOS has no call that tells it
     without taking it (a reservation does), and `ctx.patch` must look before it takes: this
     reads DBOS's workflow context, as `DBOS.patch` does."""
+    from dbos._context import get_local_dbos_context
+
     context = get_local_dbos_context()
     if context is None or not context.is_workflow():
         raise RemitError("ctx is used only inside the workflow it was given to")
@@ -182,6 +197,8 @@ class _Base:
 
         @telemetry.traced_step("sleep", "sleep", seconds=float(seconds))
         def body() -> dict[str, Any]:
+            from dbos import DBOS
+
             step_id = DBOS.step_id
             assert step_id is not None, "a sleep runs as a DBOS step"
             return self._timers.open(self._run, step_id, float(seconds))
@@ -255,6 +272,8 @@ class _Base:
 
         @telemetry.traced_step("approval", key)
         def body() -> dict[str, Any]:
+            from dbos import DBOS
+
             step_id = DBOS.step_id
             assert step_id is not None, "an approval gate runs as a DBOS step"
             return self._gates.open(

@@ -21,7 +21,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import sqlalchemy as sa
-from dbos import DBOSClient
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from remit.budgets.store import Budgets
@@ -44,6 +43,8 @@ from remit.policy.cedar import HELD
 from remit.policy.guard import Guard, check_actor
 
 if TYPE_CHECKING:
+    from dbos import DBOSClient
+
     from remit.app import App
 
 

@@ -232,7 +232,16 @@ def load_marks_of(conn: sa.Connection, run_ids: list[str]) -> dict[str, dict[int
         for row in conn.execute(
             sa.select(
                 ledger.c.run_id, ledger.c.step_id, ledger.c.op_id, ledger.c.idempotency_key
-            ).where(ledger.c.run_id.in_(chunk))
+            ).where(
+                ledger.c.run_id.in_(chunk),
+                # A read that never answered (one with a cost leaves a row as it starts) is not
+                # a step the run passed: the code there may change.
+                sa.not_(
+                    sa.and_(
+                        ledger.c.effect == "read", ledger.c.status.in_(("started", "abandoned"))
+                    )
+                ),
+            )
         ):
             found.setdefault(row.run_id, {})[row.step_id] = op_mark(row.op_id, row.idempotency_key)
     return found

@@ -14,10 +14,9 @@ import functools
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from dbos import DBOSClient
 from sqlalchemy.dialects import postgresql, sqlite
 
 from remit.core.clock import Clock, SystemClock
@@ -27,6 +26,9 @@ from remit.core.fence import advance, hold, is_current, lock
 from remit.core.outbox import Resume, Resumer
 from remit.core.runs import RunInfo
 from remit.core.schema import runs, timers
+
+if TYPE_CHECKING:
+    from dbos import DBOSClient
 
 log = logging.getLogger("remit.timers")
 

@@ -21,10 +21,9 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from dbos import DBOSClient, StepOptions
 from pydantic import ValidationError
 
 from remit.app import App
@@ -42,6 +41,9 @@ from remit.execution.journal import Journal, Mark, load_marks_of, passed_steps, 
 from remit.execution.timers import DEFAULT_SUSPEND_AFTER, Timers
 from remit.people.approvals import Gates
 from remit.people.tasks import TaskOpener
+
+if TYPE_CHECKING:
+    from dbos import DBOSClient, StepOptions
 
 log = logging.getLogger("remit.deploy")
 

@@ -24,9 +24,9 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from dbos import DBOSClient
 
 from remit.app import App, Queue
 from remit.core.clock import Clock, SystemClock
@@ -35,6 +35,9 @@ from remit.core.fence import advance, lock
 from remit.core.outbox import Resume, Resumer
 from remit.core.periodic import Periodic
 from remit.core.schema import app_state, runs
+
+if TYPE_CHECKING:
+    from dbos import DBOSClient
 
 log = logging.getLogger("remit.pause")
 

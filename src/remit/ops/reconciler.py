@@ -46,10 +46,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from dbos import DBOSClient, WorkflowStatus
 
 from remit.budgets.model import DIRECT_LEASE, Drift, orphaned, usd
 from remit.budgets.store import Budgets
@@ -70,6 +69,9 @@ from remit.execution.calls import DIRECT_CALL_PREFIX
 from remit.ops.pause import AppState
 from remit.ops.runtime import SUSPENDED
 from remit.people.tasks import Held, TaskOpener
+
+if TYPE_CHECKING:
+    from dbos import DBOSClient, WorkflowStatus
 
 log = logging.getLogger("remit.reconciler")
 
@@ -331,7 +333,7 @@ class Reconciler:
         reaches the call again calls anew (a read cannot double anything). Its reservation, if
         any, is released by the `reservations` pass."""
         for row, workflow_id, reason in self._ended_calls("read"):
-            if apply and not self.ledger.abandon(row.idempotency_key):
+            if apply and not self.ledger.abandon(row.idempotency_key, row.attempt):
                 continue  # answered, or re-entered by its run, meanwhile
             log.info("reconciler: run %s: %s is abandoned (%s)", row.run_id, row.op_id, reason)
             report.actions.append(Action(row.run_id, workflow_id, "abandoned", reason, "abandoned"))

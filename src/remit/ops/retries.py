@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from dbos import DBOSClient
 
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
@@ -32,6 +32,9 @@ from remit.core.runs import Run, RunStore
 from remit.core.schema import approvals, audit, ledger, retries
 from remit.execution.journal import after_last_finished
 from remit.policy.guard import Guard, check_actor
+
+if TYPE_CHECKING:
+    from dbos import DBOSClient
 
 log = logging.getLogger("remit.retries")
 

@@ -15,11 +15,9 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from dbos import DBOS, StepInfo
-from dbos import error as dbos_error
 from pydantic_core import to_jsonable_python
 
 from remit.app import App
@@ -44,6 +42,9 @@ from remit.execution.timers import DEFAULT_SUSPEND_AFTER, Timers
 from remit.people.approvals import Gates
 from remit.people.notify import Notifications, Notifier
 from remit.people.tasks import TaskOpener
+
+if TYPE_CHECKING:
+    from dbos import StepInfo
 
 log = logging.getLogger("remit.runtime")
 
@@ -107,6 +108,8 @@ class Runtime:
 
     def register(self) -> None:
         """Register every workflow of the app with DBOS, under its own name."""
+        from dbos import DBOS
+
         for wf in self.app.workflows.values():
             body = self._async_attempt(wf) if wf.is_async else self._sync_attempt(wf)
             DBOS.workflow(name=wf.name)(
@@ -139,6 +142,8 @@ class Runtime:
         return Journal.of(run.run_id, steps, marks, passed=passed)
 
     def _begin(self, wf: Workflow, run_id: str, actor: str) -> RunInfo | None:
+        from dbos import DBOS
+
         workflow_id = DBOS.workflow_id
         assert workflow_id is not None
         # A resumed attempt is a fork: it gets its first attempt's inputs, so its number is
@@ -180,6 +185,8 @@ class Runtime:
         it is and the attempt stays with DBOS, for the next worker with this executor id. If
         the write itself fails, the reconciler concludes the run from DBOS's record later.
         """
+        from dbos import error as dbos_error
+
         if self.stopping and isinstance(error, sa.exc.SQLAlchemyError | dbos_error.DBOSException):
             log.error(
                 "attempt %s of run %s stopped by %s: %s; left for recovery",
@@ -292,6 +299,8 @@ def _no_steps(workflow_id: str) -> list[StepInfo]:
 def _failure(run: RunInfo, error: Exception) -> str:
     """What a failed run's row says. A workflow whose code no longer matches the steps its run
     recorded is named with the step, and nothing at that step ran."""
+    from dbos import error as dbos_error
+
     if isinstance(error, dbos_error.DBOSUnexpectedStepError):
         _, step_id, expected, recorded = error.inputs
         return (

@@ -17,10 +17,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from dbos import DBOSClient
 from sqlalchemy.dialects import postgresql, sqlite
 
 from remit.app import App
@@ -30,6 +29,9 @@ from remit.core.runs import RunStore
 from remit.core.schema import runs, schedules
 from remit.declare.schedules import ON_TIME, Schedule, scheduled_input, scheduled_run_id
 from remit.declare.workflows import Workflow
+
+if TYPE_CHECKING:
+    from dbos import DBOSClient
 
 log = logging.getLogger("remit.scheduler")
 

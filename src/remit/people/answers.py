@@ -29,7 +29,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import sqlalchemy as sa
-from dbos import DBOSClient
 
 from remit.core.audit import audit_of
 from remit.core.clock import Clock, SystemClock
@@ -40,6 +39,8 @@ from remit.core.schema import audit
 from remit.policy.refusals import PolicyChecks
 
 if TYPE_CHECKING:
+    from dbos import DBOSClient
+
     from remit.policy.guard import Guard
 
 L = TypeVar("L")

@@ -25,7 +25,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal
 
 import sqlalchemy as sa
-from dbos import DBOSClient
 from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 from typing_extensions import TypeVar
@@ -50,6 +49,8 @@ from remit.people.answers import Answer, Answers, Replayed, Turn, as_json, audit
 from remit.policy.refusals import DecideCall, check_call, refusals
 
 if TYPE_CHECKING:
+    from dbos import DBOSClient
+
     from remit.policy.guard import Guard
 
 log = logging.getLogger("remit.approvals")

@@ -17,15 +17,17 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import httpx
 import sqlalchemy as sa
 
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.schema import approvals, notifications, runs
 from remit.people.answers import as_json
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("remit.notify")
 
@@ -102,6 +104,8 @@ class WebhookNotifier:
         timeout: float = 10.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        import httpx
+
         self.url = url
         self.secret = secret
         self._client = httpx.Client(timeout=timeout, transport=transport)

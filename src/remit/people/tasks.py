@@ -31,7 +31,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import sqlalchemy as sa
-from dbos import DBOSClient
 from pydantic import ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 
@@ -47,6 +46,8 @@ from remit.people.answers import Answer, Answers, Replayed, Turn, as_json, audit
 from remit.policy.cedar import SYSTEM_PREFIX
 
 if TYPE_CHECKING:
+    from dbos import DBOSClient
+
     from remit.policy.guard import Guard
 
 log = logging.getLogger("remit.tasks")
@@ -366,6 +367,12 @@ class _TaskAnswer(Answer[_TaskRows, Resolved]):
                     f"key {self.key!r} already resolved it {task.status}: use a new key "
                     "for another answer"
                 ],
+            )
+        if task.resolved_by != self.by:
+            # A key replays its own answer only: someone else's would skip the policies.
+            raise TaskRefused(
+                task.id,
+                [f"key {self.key!r} is {task.resolved_by}'s answer: use a key of your own"],
             )
         then: Then = "continue"
         if not self.done:

@@ -36,7 +36,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
-import cedarpy
 from pydantic import BaseModel
 
 from remit.core.errors import RemitError
@@ -166,6 +165,10 @@ class Policy:
         return policy
 
     def _compile(self, folder: Path, catalog: Catalog) -> None:
+        # cedarpy is imported where policies are compiled or checked: an app without any does
+        # not load it.
+        import cedarpy
+
         statements: list[_Statement] = []
         files = sorted(folder.glob("*.cedar"))
         for file in files:
@@ -261,6 +264,8 @@ class Policy:
             return Verdict(
                 False, f"context.{attribute} cannot be given to the policies: {unfit.why}"
             )
+        import cedarpy
+
         request = {
             "principal": who.uid(),
             "action": {"type": "Action", "id": action},

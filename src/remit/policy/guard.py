@@ -17,7 +17,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from dbos import DBOSClient
 from pydantic import BaseModel
 
 from remit.core.clock import Clock, SystemClock
@@ -29,6 +28,8 @@ from remit.declare.workflows import Workflow
 from remit.policy.cedar import HELD, SYSTEM_PREFIX, Action, Policy, Verdict, denied
 
 if TYPE_CHECKING:
+    from dbos import DBOSClient
+
     from remit.app import App
 
 log = logging.getLogger("remit.guard")
