@@ -3,7 +3,7 @@
 Four processes each make 50 LLM calls at once (`tests/budget_caller.py`), each call reserving
 $0.10 against a $10.00 monthly budget, twice what it allows. One process is killed (SIGKILL)
 while its calls wait on the vendor: their reservations are orphaned, and a reconciler pass
-releases them. Throughout, the test reads the period's counters: committed spend, and spend
+releases them and marks their calls `abandoned`. Throughout, the test reads the period's counters: committed spend, and spend
 with what calls in flight reserved, never pass $10.00. After, nothing is reserved, the ledger's
 costs add up to the counter, and the calls settled are the counter's worth of dimes.
 """
@@ -110,6 +110,12 @@ def test_racing_processes_never_overspend_and_orphans_are_released(
                 .where(reservations.c.status == "reserved")
             ).scalar_one()
         assert orphans > 0, "the victim died holding no reservation: the test proved nothing"
+        with db.engine.connect() as conn:
+            cut_off = conn.execute(
+                sa.select(sa.func.count()).select_from(ledger).where(ledger.c.status == "started")
+            ).scalar_one()
+        # Each reservation belongs to a call whose row was written before it was reserved.
+        assert cut_off >= orphans
 
         # A pass two hours on: the dead process's direct calls are past their lease.
         later = ManualClock(SystemClock().now() + timedelta(hours=2))
@@ -125,7 +131,15 @@ def test_racing_processes_never_overspend_and_orphans_are_released(
         finally:
             client.destroy()
         assert report.errors == []
-        assert [a.kind for a in report.actions] == ["release"] * orphans
+        kinds = [a.kind for a in report.actions]
+        # The dead process's calls are abandoned, and what they reserved is released.
+        assert (kinds.count("abandoned"), kinds.count("release")) == (cut_off, orphans)
+        assert len(kinds) == cut_off + orphans
+        with db.engine.connect() as conn:
+            left = conn.execute(
+                sa.select(sa.func.count()).select_from(ledger).where(ledger.c.status == "started")
+            ).scalar_one()
+        assert left == 0
 
         with db.engine.connect() as conn:
             spent, reserved = counters(conn)
