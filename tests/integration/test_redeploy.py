@@ -146,10 +146,11 @@ def test_a_write_cut_off_then_a_step_inserted_before_it_fails_without_calling_it
     # The key cannot move: the write is not made again under another one.
     assert [e["idempotency_key"] for e in workers.effects()] == [f"{run_id}:2"]
     rows = LedgerStore(workers.db).list(run_id=run_id)
-    assert [(row.idempotency_key, row.status) for row in rows] == [
-        (f"{run_id}:1", "ok"),
-        (f"{run_id}:2", "started"),
-    ]
+    assert [row.idempotency_key for row in rows] == [f"{run_id}:1", f"{run_id}:2"]
+    # The cut-off write stays unknown: `started`, or `uncertain` (with its task) once a
+    # reconciler pass has seen the run fail.
+    assert rows[0].status == "ok"
+    assert rows[1].status in ("started", "uncertain")
 
 
 def test_a_write_cut_off_then_a_patched_step_before_it_is_applied_once(workers: Workers) -> None:
