@@ -138,6 +138,7 @@ class Worker:
         self.executor_id = ""
         self._stop = threading.Event()
         self._launched = False
+        self._stopped = False
         self._reconciler: Reconciler | None = None
         self._heartbeat: Heartbeat | None = None
         self._sweeper: Sweeper | None = None
@@ -150,7 +151,12 @@ class Worker:
 
     @property
     def client(self) -> DBOSClient:
-        """DBOS's client on the app's system database."""
+        """DBOS's client on the app's system database. Refused once the worker has stopped: a
+        step still running then opens no new client that nothing would close."""
+        if self._stopped:
+            raise RemitError(
+                f"worker {self.executor_id or '-'} has stopped: its DBOS client is closed"
+            )
         return self.remit.dbos
 
     @property
@@ -184,6 +190,7 @@ class Worker:
         `before_launch` runs after remit has registered its workflows and before DBOS launches:
         the place to register plain DBOS workflows of your own beside remit's.
         """
+        self._stopped = False
         self.db.prepare()
         self.executor_id = self.settings.executor_id or self._slot.acquire()
         config: DBOSConfig = {
@@ -302,6 +309,7 @@ class Worker:
         if self._dbos_engine is not None:
             self._dbos_engine.dispose()
             self._dbos_engine = None
+        self._stopped = True
         self.remit.close()
 
     def _sign_off(self) -> None:
