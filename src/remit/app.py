@@ -147,7 +147,7 @@ class App:
             self.use_policies(Path(policies))
 
     def use_policies(self, folder: Path) -> None:
-        """Govern the app by the Cedar policies in `folder` (see `policy.py`).
+        """Govern the app by the Cedar policies in `folder` (see `policy/cedar.py`).
 
         Adds the built-in workflow and approval type `call`, which a call held by a policy
         waits in. A policy set that does not parse or validate refuses every action.

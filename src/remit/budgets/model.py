@@ -18,7 +18,7 @@ step runs again, or released by the reconciler once the call's attempt has ended
 calls' ledger costs and reports any drift; it never corrects it.
 
 This module declares and decides: budgets, prices, periods, the arithmetic and the refusals, as
-plain functions over frozen values. `budget_store.py` keeps the periods and reservations in the
+plain functions over frozen values. `budgets/store.py` keeps the periods and reservations in the
 app's database.
 """
 

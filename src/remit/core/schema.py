@@ -253,7 +253,7 @@ app_state = sa.Table(
 )
 
 # An app's stored credentials (`remit secrets`): each value encrypted with the app's secret key
-# (see `secrets.py`); no column ever holds a value in the clear.
+# (see `connectors/credentials.py`); no column ever holds a value in the clear.
 secrets = sa.Table(
     "remit_secrets",
     metadata,

@@ -45,7 +45,7 @@ class Settings:
     - `http_host`, `http_port`: `REMIT_HTTP_HOST` (127.0.0.1) and `REMIT_HTTP_PORT` (8700), where
       `remit serve` listens.
     - `secret_key`: `REMIT_SECRET_KEY`, the key that encrypts the app's stored credentials (see
-      `secrets.py`); kept out of the settings' repr.
+      `connectors/credentials.py`); kept out of the settings' repr.
     - `secret_key_file`: `REMIT_SECRET_KEY_FILE`, where the key is kept when `REMIT_SECRET_KEY` is
       not set (default `.remit/secret.key` in the app's folder, made by the first
       `remit secrets set`).

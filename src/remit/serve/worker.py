@@ -5,7 +5,7 @@ other's running work. A remit worker takes its own id: `REMIT_EXECUTOR_ID` if se
 lowest free *slot* on its host, `<host>-<n>`, held by an exclusive file lock for the life of the
 process. A worker restarted after a crash gets the slot (and so the id) its predecessor held, and
 DBOS's recovery at launch completes that predecessor's unfinished attempts. A worker that never
-comes back is taken over by a live one (`Heartbeat`, and the registry in `workers.py`).
+comes back is taken over by a live one (`Heartbeat`, and the registry in `ops/registry.py`).
 
 Version. Every worker runs under the app's explicit version (`App.version`): a hash of remit's
 version and the code of every workflow, or what `REMIT_VERSION` says (a build's SHA).
