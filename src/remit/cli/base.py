@@ -105,6 +105,14 @@ def client_of(app_dir: Path | None, *, pool_size: int = 4) -> Iterator["Client"]
         yield client
 
 
+def run_id_of(remit: "Client", given: str) -> str:
+    """The whole id of the run `given` names, in full or by an unambiguous prefix."""
+    from remit.core.ids import full_id
+    from remit.core.schema import runs
+
+    return full_id(remit.db, runs.c.run_id, given, what="run")
+
+
 def whole_ids(table: "Table", *columns: int) -> "Table":
     """Keep the id columns of `table` whole, however narrow the terminal: an id cut short
     cannot be typed back (other columns wrap instead)."""

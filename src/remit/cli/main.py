@@ -19,7 +19,7 @@ from rich.table import Table
 # Imported for what they do on import: register their commands on `cli`.
 from remit.cli import budgets, credentials, deploy, direct  # noqa: F401
 from remit.cli import tasks as task_commands
-from remit.cli.base import AppDir, cli, client_of, err, load, out, parse_json, whole_ids
+from remit.cli.base import AppDir, cli, client_of, err, load, out, parse_json, run_id_of, whole_ids
 
 if TYPE_CHECKING:
     from dbos import DBOSClient
@@ -275,11 +275,8 @@ def show(
     app_dir: AppDir = None,
 ) -> None:
     """Show a run: status, attempts, each step with its timing and output, and its ledger."""
-    from remit.core.ids import full_id
-    from remit.core.schema import runs as runs_table
-
     with client_of(app_dir) as remit:
-        run_id = full_id(remit.db, runs_table.c.run_id, run_id, what="run")
+        run_id = run_id_of(remit, run_id)
         _show(remit.get_run(run_id), remit.dbos, remit.ledger(run_id))
         task_commands.show_open(remit, run_id)
 
@@ -290,11 +287,8 @@ def cancel(
     app_dir: AppDir = None,
 ) -> None:
     """Cancel a run that has not finished."""
-    from remit.core.ids import full_id
-    from remit.core.schema import runs as runs_table
-
     with client_of(app_dir) as remit:
-        run_id = full_id(remit.db, runs_table.c.run_id, run_id, what="run")
+        run_id = run_id_of(remit, run_id)
         before = remit.get_run(run_id)
         after = remit.cancel(run_id)
     if before.finished:
@@ -310,12 +304,9 @@ def ledger(
     app_dir: AppDir = None,
 ) -> None:
     """List op calls from the ledger."""
-    from remit.core.ids import full_id
-    from remit.core.schema import runs as runs_table
-
     with client_of(app_dir) as remit:
         if run is not None:
-            run = full_id(remit.db, runs_table.c.run_id, run, what="run")
+            run = run_id_of(remit, run)
             remit.get_run(run)  # an unknown run is an error, not an empty ledger
         rows = remit.ledger(run, limit=limit)
     out.print(_ledger_table(rows, with_run=run is None) if rows else "no calls")
@@ -362,12 +353,9 @@ def approvals(
     app_dir: AppDir = None,
 ) -> None:
     """List approvals, newest first."""
-    from remit.core.ids import full_id
-    from remit.core.schema import runs as runs_table
-
     with client_of(app_dir) as remit:
         if run is not None:
-            run = full_id(remit.db, runs_table.c.run_id, run, what="run")
+            run = run_id_of(remit, run)
         found = remit.approvals.list(status="pending" if pending else None, run_id=run, limit=limit)
     if quiet:
         for each in found:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from remit.cli.base import AppDir, cli, client_of, err, out, parse_json, whole_ids
+from remit.cli.base import AppDir, cli, client_of, err, out, parse_json, run_id_of, whole_ids
 
 if TYPE_CHECKING:
     from remit.client import Client
@@ -38,12 +38,9 @@ def list_tasks(
     app_dir: AppDir = None,
 ) -> None:
     """List tasks, newest first: writes whose outcome a person must confirm."""
-    from remit.core.ids import full_id
-    from remit.core.schema import runs as runs_table
-
     with client_of(app_dir) as remit:
         if run is not None:
-            run = full_id(remit.db, runs_table.c.run_id, run, what="run")
+            run = run_id_of(remit, run)
             remit.get_run(run)  # an unknown run is an error, not an empty list
         found = remit.tasks.list(status="open" if open_only else None, run_id=run, limit=limit)
     if not found:
