@@ -28,10 +28,11 @@ from remit.budgets.model import (
     refusal,
     usd,
 )
+from remit.core.audit import audit_row
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.errors import RemitError
-from remit.core.schema import UTCDateTime, audit, budget_periods, reservations, runs
+from remit.core.schema import UTCDateTime, budget_periods, reservations, runs
 
 log = logging.getLogger("remit.budgets")
 
@@ -363,14 +364,13 @@ class Budgets:
                     )
                     .values(limit_usd=new_limit, limit_set_by=by, updated_at=now)
                 )
-                conn.execute(
-                    audit.insert().values(
-                        at=now,
-                        actor=by,
-                        action="budget.set_limit",
-                        target=f"budget:{self.app}:{scope}:{key}",
-                        meta={"from": str(state.limit_usd), "to": str(new_limit)},
-                    )
+                audit_row(
+                    conn,
+                    at=now,
+                    actor=by,
+                    action="budget.set_limit",
+                    target=f"budget:{self.app}:{scope}:{key}",
+                    meta={"from": str(state.limit_usd), "to": str(new_limit)},
                 )
                 return PeriodState(
                     scope,

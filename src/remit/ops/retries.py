@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
+from remit.core.audit import audit_row
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.errors import RetryRefused
@@ -29,7 +30,7 @@ from remit.core.fence import advance, lock
 from remit.core.keys import key_problem
 from remit.core.outbox import Resume, Resumer
 from remit.core.runs import Run, RunStore
-from remit.core.schema import approvals, audit, ledger, retries
+from remit.core.schema import approvals, ledger, retries
 from remit.execution.journal import after_last_finished
 from remit.policy.guard import Guard, check_actor
 
@@ -199,22 +200,21 @@ class Retries:
                     resumed_workflow_id=None,
                 )
             ).rowcount
-            conn.execute(
-                audit.insert().values(
-                    at=now,
-                    actor=by,
-                    action="run.retry",
-                    target=run.run_id,
-                    meta={
-                        "was": run.status,
-                        "from_workflow_id": run.workflow_id,
-                        "workflow_id": resume.workflow_id,
-                        "from_step": start,
-                        "calls_again": again,
-                        "gates_reopened": reopened,
-                        "key": key,
-                    },
-                )
+            audit_row(
+                conn,
+                at=now,
+                actor=by,
+                action="run.retry",
+                target=run.run_id,
+                meta={
+                    "was": run.status,
+                    "from_workflow_id": run.workflow_id,
+                    "workflow_id": resume.workflow_id,
+                    "from_step": start,
+                    "calls_again": again,
+                    "gates_reopened": reopened,
+                    "key": key,
+                },
             )
             if key is not None:
                 conn.execute(

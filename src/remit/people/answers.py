@@ -35,7 +35,6 @@ from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.fence import LockedRun, advance, lock_all
 from remit.core.outbox import Resume, Resumer
-from remit.core.schema import audit
 from remit.policy.refusals import PolicyChecks
 
 if TYPE_CHECKING:
@@ -180,22 +179,6 @@ class Answers:
             query = query.where(table.c.run_id == run_id)
         with self.db.engine.connect() as conn:
             return builtins.list(conn.execute(query))
-
-
-def audit_row(
-    conn: sa.Connection,
-    *,
-    at: datetime,
-    actor: str,
-    action: str,
-    target: str,
-    meta: Mapping[str, Any],
-) -> None:
-    """Write one audit row (who did what to an approval or a task) in the caller's
-    transaction, the one that did it."""
-    conn.execute(
-        audit.insert().values(at=at, actor=actor, action=action, target=target, meta=dict(meta))
-    )
 
 
 def as_json(fields: Mapping[str, Any]) -> dict[str, Any]:

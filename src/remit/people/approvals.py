@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 from typing_extensions import TypeVar
 
+from remit.core.audit import audit_row
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.errors import (
@@ -45,7 +46,7 @@ from remit.core.keys import key_problem
 from remit.core.runs import Run, RunInfo, RunStore
 from remit.core.schema import approvals, decisions, notifications, runs
 from remit.declare.workflows import check_name
-from remit.people.answers import Answer, Answers, Replayed, Turn, as_json, audit_row
+from remit.people.answers import Answer, Answers, Replayed, Turn, as_json
 from remit.policy.refusals import DecideCall, check_call, refusals
 
 if TYPE_CHECKING:

@@ -34,6 +34,7 @@ import sqlalchemy as sa
 from pydantic import ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 
+from remit.core.audit import audit_row
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.errors import RemitError, TaskNotFound, TaskRefused
@@ -42,7 +43,7 @@ from remit.core.keys import key_problem
 from remit.core.ledger import LedgerRow, read_row
 from remit.core.schema import ledger, tasks
 from remit.declare.ops import Op
-from remit.people.answers import Answer, Answers, Replayed, Turn, as_json, audit_row
+from remit.people.answers import Answer, Answers, Replayed, Turn, as_json
 from remit.policy.cedar import SYSTEM_PREFIX
 
 if TYPE_CHECKING:
