@@ -31,6 +31,7 @@ from remit.core.errors import InputInvalid, RemitError
 from remit.core.keys import key_problem
 from remit.core.ledger import LedgerStore, input_hash
 from remit.core.outcome import Ok, Outcome
+from remit.core.principals import check_actor
 from remit.core.runs import RunInfo, RunStore, json_input
 from remit.declare.ops import Op
 from remit.declare.workflows import Workflow, workflow
@@ -40,7 +41,7 @@ from remit.execution.reentry import Conflict, Hold, Replay, reenter
 from remit.people.approvals import ApprovalType
 from remit.people.tasks import TaskOpener
 from remit.policy.cedar import HELD
-from remit.policy.guard import Guard, check_actor
+from remit.policy.guard import Guard
 
 if TYPE_CHECKING:
     from dbos import DBOSClient

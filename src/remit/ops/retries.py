@@ -29,10 +29,11 @@ from remit.core.errors import RetryRefused
 from remit.core.fence import advance, lock
 from remit.core.keys import key_problem
 from remit.core.outbox import Resume, Resumer
+from remit.core.principals import check_actor
 from remit.core.runs import Run, RunStore
 from remit.core.schema import approvals, ledger, retries
 from remit.execution.journal import after_last_finished
-from remit.policy.guard import Guard, check_actor
+from remit.policy.guard import Guard
 
 if TYPE_CHECKING:
     from dbos import DBOSClient

@@ -41,10 +41,10 @@ from remit.core.errors import RemitError, TaskNotFound, TaskRefused
 from remit.core.fence import attempt_workflow_id, lock
 from remit.core.keys import key_problem
 from remit.core.ledger import LedgerRow, read_row
+from remit.core.principals import SYSTEM_PREFIX
 from remit.core.schema import ledger, tasks
 from remit.declare.ops import Op
 from remit.people.answers import Answer, Answers, Replayed, Turn, as_json
-from remit.policy.cedar import SYSTEM_PREFIX
 
 if TYPE_CHECKING:
     from dbos import DBOSClient

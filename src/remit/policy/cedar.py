@@ -59,7 +59,6 @@ HOLD = "hold"
 HELD = "call"
 # Principals that are remit itself (the expiry sweep, schedules): never checked, and refused
 # as `--as` or `by` on every surface.
-SYSTEM_PREFIX = "remit:"
 
 _CEDAR_PRINCIPAL = re.compile(r'^(User|Agent)::"([^"\\]+)"$')
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,199}$")

@@ -22,10 +22,11 @@ from pydantic import BaseModel
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.errors import RemitError
+from remit.core.principals import SYSTEM_PREFIX, check_actor
 from remit.core.runs import Run, RunStore, parse_input
 from remit.core.schema import denials
 from remit.declare.workflows import Workflow
-from remit.policy.cedar import HELD, SYSTEM_PREFIX, Action, Policy, Verdict, denied
+from remit.policy.cedar import HELD, Action, Policy, Verdict, denied
 
 if TYPE_CHECKING:
     from dbos import DBOSClient
@@ -33,16 +34,6 @@ if TYPE_CHECKING:
     from remit.app import App
 
 log = logging.getLogger("remit.guard")
-
-
-def check_actor(actor: str, *, where: str = "--as") -> str:
-    """Refuse remit's own principals on a surface people and agents use."""
-    if actor.startswith(SYSTEM_PREFIX):
-        raise RemitError(
-            f"{where} {actor}: `{SYSTEM_PREFIX}` principals are remit's own; act as "
-            "user:<name> or agent:<name>"
-        )
-    return actor
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ from pydantic import BaseModel, ValidationError
 from remit.core.errors import DecisionRefused, RemitError
 from remit.core.fence import FINISHED, LockedRun
 from remit.core.keys import key_problem
-from remit.policy.cedar import SYSTEM_PREFIX, Action, denied
+from remit.core.principals import SYSTEM_PREFIX
+from remit.policy.cedar import Action, denied
 
 if TYPE_CHECKING:
     from remit.people.approvals import Approval, ApprovalType
