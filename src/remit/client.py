@@ -28,33 +28,33 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, TypeAdapter
-
-from remit.app import App, load_app
-from remit.budgets.store import Budgets
-from remit.connectors.base import Implementation
-from remit.connectors.credentials import SecretKey, Secrets
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.errors import RemitError
-from remit.core.ledger import LedgerRow, LedgerStore
-from remit.core.runs import Run, RunStore
+from remit.core.principals import check_actor
 from remit.core.settings import Settings
-from remit.declare.workflows import Workflow
-from remit.execution.direct import CallResult, DirectCalls
-from remit.ops.deadlines import Deadline, upcoming_deadlines
-from remit.ops.deploy import DeployCheck, DeployReport
-from remit.ops.pause import AppState
-from remit.ops.reconciler import Reconciler, Report
-from remit.ops.registry import WorkerRegistry, WorkerRow, live_versions
-from remit.ops.retries import Retried, Retries
-from remit.ops.runtime import implementations_for
-from remit.people.approvals import Approvals, DecideResult, cancel_run
-from remit.people.tasks import Resolved, TaskOpener, Tasks
-from remit.policy.guard import Guard, check_actor
 
 if TYPE_CHECKING:
     from dbos import DBOSClient
+    from pydantic import BaseModel
+
+    from remit.app import App
+    from remit.budgets.store import Budgets
+    from remit.connectors.base import Implementation
+    from remit.connectors.credentials import Secrets
+    from remit.core.ledger import LedgerRow
+    from remit.core.runs import Run, RunStore
+    from remit.declare.workflows import Workflow
+    from remit.execution.direct import CallResult, DirectCalls
+    from remit.ops.deadlines import Deadline
+    from remit.ops.deploy import DeployReport
+    from remit.ops.pause import AppState
+    from remit.ops.reconciler import Report
+    from remit.ops.registry import WorkerRow
+    from remit.ops.retries import Retried, Retries
+    from remit.people.approvals import Approvals, DecideResult
+    from remit.people.tasks import Resolved, Tasks
+    from remit.policy.guard import Guard
 
 
 class RunHandle:
@@ -93,7 +93,11 @@ class RunHandle:
         if run.status != "done":
             raise RemitError(f"run {self.run_id} is {run.status}: {run.error or 'no output'}")
         returns = _return_type(self.workflow)
-        return run.output if returns is None else TypeAdapter(returns).validate_python(run.output)
+        if returns is None:
+            return run.output
+        from pydantic import TypeAdapter
+
+        return TypeAdapter(returns).validate_python(run.output)
 
 
 class Client:
@@ -104,7 +108,7 @@ class Client:
 
     def __init__(
         self,
-        app: App,
+        app: App | Path,
         settings: Settings,
         *,
         by: str | None = None,
@@ -114,7 +118,12 @@ class Client:
         pool_size: int = 4,
         prepare: bool = True,
     ) -> None:
-        self.app = app
+        # An app's folder is loaded (its workflows and connectors imported) when a verb first
+        # needs the app: reading runs, the ledger or deadlines does not.
+        if isinstance(app, Path):
+            self._folder = app
+        else:
+            self.app = app
         self.settings = settings
         self.by = check_actor(by or settings.actor, where="by")
         self.clock = clock or SystemClock()
@@ -145,13 +154,13 @@ class Client:
         loads it, with its policies). The database is `database_url`, else `REMIT_DATABASE_URL`,
         else the app folder's SQLite file; other settings come from the environment."""
         _not_in_a_workflow("connect")
-        folder = Path(".") if isinstance(app, App) else Path(app)
-        loaded = app if isinstance(app, App) else load_app(folder)
+        given = Path(app) if isinstance(app, str | Path) else app
+        folder = given if isinstance(given, Path) else Path(".")
         env = dict(environ) if environ is not None else None
         settings = Settings.from_env(folder, environ=env)
         if database_url is not None:
             settings = replace(settings, database_url=database_url)
-        return cls(loaded, settings, by=by, clock=clock)
+        return cls(given, settings, by=by, clock=clock)
 
     def close(self) -> None:
         """Release every connection the client holds: its DBOS client's and its database's.
@@ -176,6 +185,14 @@ class Client:
     ) -> None:
         self.close()
 
+    @cached_property
+    def app(self) -> App:
+        """The app, loaded from its folder on first use (as `remit` loads it, with its
+        policies) when the client was given the folder."""
+        from remit.app import load_app
+
+        return load_app(self._folder)
+
     # The services, each built once (and again after `close`).
 
     @cached_property
@@ -187,16 +204,22 @@ class Client:
 
     @cached_property
     def runs_store(self) -> RunStore:
+        from remit.core.runs import RunStore
+
         return RunStore(self.db, clock=self.clock)
 
     @cached_property
     def guard(self) -> Guard:
         """The app's policies, enforced, with the record of what they refused."""
+        from remit.policy.guard import Guard
+
         return Guard.of(self.app, self.db, clock=self.clock)
 
     @cached_property
     def approvals(self) -> Approvals:
         """List, read, audit and decide the app's approvals."""
+        from remit.people.approvals import Approvals
+
         return Approvals(
             self.db,
             self.dbos,
@@ -209,26 +232,36 @@ class Client:
     @cached_property
     def tasks(self) -> Tasks:
         """List, read, audit and resolve the app's tasks."""
+        from remit.people.tasks import Tasks
+
         return Tasks(
             self.db, self.dbos, self.app.name, self.app.ops, clock=self.clock, guard=self.guard
         )
 
     @cached_property
     def retries(self) -> Retries:
+        from remit.ops.retries import Retries
+
         return Retries(self.db, self.dbos, guard=self.guard, clock=self.clock)
 
     @cached_property
     def budgets(self) -> Budgets:
         """The app's budget periods: `periods`, `drift`, `raise_limit`."""
+        from remit.budgets.store import Budgets
+
         return Budgets(self.db, self.app.name, self.app.budgets, clock=self.clock)
 
     @cached_property
     def secrets(self) -> Secrets:
         """The app's stored credentials: `set`, `list`, `delete` (values are never shown)."""
+        from remit.connectors.credentials import SecretKey, Secrets
+
         return Secrets(self.db, self.app.name, SecretKey.from_settings(self.settings))
 
     @cached_property
     def app_state(self) -> AppState:
+        from remit.ops.pause import AppState
+
         return AppState(
             self.db,
             self.dbos,
@@ -239,6 +272,9 @@ class Client:
 
     @cached_property
     def direct(self) -> DirectCalls:
+        from remit.execution.direct import DirectCalls
+        from remit.ops.runtime import implementations_for
+
         implementations, credentials = implementations_for(
             self.app,
             self.db,
@@ -301,6 +337,8 @@ class Client:
     def cancel(self, run_id: str, *, by: str | None = None) -> Run:
         """Cancel a run that has not finished (a finished one is left as it is)."""
         _not_in_a_workflow("cancel")
+        from remit.people.approvals import cancel_run
+
         return cancel_run(self.runs_store, self.dbos, run_id, by=self._who(by))
 
     def retry(
@@ -377,6 +415,10 @@ class Client:
     def reconcile(self, *, dry_run: bool = False) -> Report:
         """Run one reconciler pass now (`dry_run`: say what it would do)."""
         _not_in_a_workflow("reconcile")
+        from remit.ops.reconciler import Reconciler
+        from remit.ops.registry import WorkerRegistry, live_versions
+        from remit.people.tasks import TaskOpener
+
         registry = WorkerRegistry(self.db, clock=self.clock)
         return Reconciler(
             self.runs_store,
@@ -394,6 +436,8 @@ class Client:
 
     def deploy_check(self, run_ids: Iterable[str] | None = None) -> DeployReport:
         """Replay the unfinished runs against this client's app (see `remit deploy check`)."""
+        from remit.ops.deploy import DeployCheck
+
         return DeployCheck(
             self.app,
             self.db,
@@ -405,14 +449,20 @@ class Client:
 
     def deadlines(self, limit: int = 20) -> list[Deadline]:
         """What is due without anyone asking, earliest first."""
+        from remit.ops.deadlines import upcoming_deadlines
+
         return upcoming_deadlines(self.db, limit=limit)
 
     def ledger(self, run_id: str | None = None, *, limit: int = 200) -> list[LedgerRow]:
         """Op calls: one run's in order, or the latest."""
+        from remit.core.ledger import LedgerStore
+
         return LedgerStore(self.db, clock=self.clock).list(run_id=run_id, limit=limit)
 
     def workers(self) -> list[WorkerRow]:
         """The app's workers, as `remit workers` lists them."""
+        from remit.ops.registry import WorkerRegistry
+
         return WorkerRegistry(self.db, clock=self.clock).list(app=self.app.name)
 
     def _who(self, by: str | None) -> str:
@@ -442,4 +492,5 @@ def _return_type(workflow: Workflow) -> Any:
 
 
 def _built_once(attribute: object) -> bool:
-    return isinstance(attribute, cached_property)
+    """A service `close` drops, to build anew on next use (the app itself is kept)."""
+    return isinstance(attribute, cached_property) and attribute.attrname != "app"

@@ -66,7 +66,7 @@ def start(
     app_dir: AppDir = None,
 ) -> None:
     """Start a run and print its id. No worker needs to run in this process."""
-    from remit.policy.guard import check_actor
+    from remit.core.principals import check_actor
 
     payload = parse_json(input, "--input")
     with client_of(app_dir) as remit:
@@ -90,7 +90,8 @@ def run(
     the run waits at an approval, it says how to decide it and goes on serving: decide it from
     another terminal (`remit approve ID`) and the run carries on here.
     """
-    from remit.policy.guard import Guard, check_actor
+    from remit.core.principals import check_actor
+    from remit.policy.guard import Guard
     from remit.serve.worker import Worker
 
     app, settings = load(app_dir)
@@ -487,8 +488,8 @@ def _decide(
     app_dir: Path | None,
 ) -> None:
     from remit.core.ids import full_id
+    from remit.core.principals import check_actor
     from remit.core.schema import approvals as approvals_table
-    from remit.policy.guard import check_actor
 
     with client_of(app_dir) as remit:
         approval_id = full_id(remit.db, approvals_table.c.id, approval_id, what="approval")

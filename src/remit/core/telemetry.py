@@ -36,13 +36,13 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from remit._version import __version__
 from remit.core.errors import RemitError, SettingsError
-from remit.core.outcome import Ok, Outcome
 from remit.core.settings import Settings
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor
     from opentelemetry.trace import Span, Tracer
 
+    from remit.core.outcome import Outcome
     from remit.core.runs import RunInfo
     from remit.declare.ops import Op
 
@@ -215,6 +215,8 @@ def call_settled(values: Mapping[str, Any]) -> None:
 
 def _record_call(span: Span, outcome: Outcome, payload: Mapping[str, Any]) -> None:
     from opentelemetry.trace import Status, StatusCode
+
+    from remit.core.outcome import Ok
 
     if isinstance(outcome, Ok):
         span.set_attribute("remit.op.status", "ok")
