@@ -16,10 +16,14 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import typer
+import typer.core
 from rich.console import Console
+
+# Typer carries its own copy of Click: a group's help is formatted with that copy's types.
+from typer import _click
 
 from remit._version import __version__
 
@@ -30,11 +34,65 @@ if TYPE_CHECKING:
     from remit.client import Client
     from remit.core.settings import Settings
 
-cli = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    help="remit: durable workflows for a business's operations.",
-    pretty_exceptions_enable=False,
+
+class HelpGroup(typer.core.TyperGroup):
+    """A command group whose help is plain text: its commands under the headings of `sections`,
+    each with its first sentence in full. Typer's Rich help would import Rich's Markdown and
+    syntax highlighting, which took longer than all the rest of `remit --help`."""
+
+    # Headings and the commands under each, in order; the rest go under "Commands".
+    sections: ClassVar[dict[str, list[str]]] = {}
+
+    def format_commands(self, ctx: _click.Context, formatter: _click.HelpFormatter) -> None:
+        found = {
+            name: command
+            for name in self.list_commands(ctx)
+            if (command := self.get_command(ctx, name)) is not None and not command.hidden
+        }
+        placed = {name for names in self.sections.values() for name in names}
+        listed = {title: [n for n in names if n in found] for title, names in self.sections.items()}
+        listed["Other commands" if self.sections else "Commands"] = [
+            name for name in found if name not in placed
+        ]
+        for title, names in listed.items():
+            if names:
+                with formatter.section(title):
+                    formatter.write_dl([(n, found[n].get_short_help_str(limit=500)) for n in names])
+
+
+class _RemitGroup(HelpGroup):
+    sections: ClassVar[dict[str, list[str]]] = {
+        "Runs": ["start", "run", "runs", "show", "cancel", "retry"],
+        "People": ["approvals", "approve", "reject", "tasks", "task"],
+        "Ops, data and money": ["call", "data", "ledger", "budgets", "secrets"],
+        "Policies": ["policies", "denials"],
+        "Running the app": [
+            "worker",
+            "serve",
+            "workers",
+            "pause",
+            "resume",
+            "reconcile",
+            "deadlines",
+            "deploy",
+        ],
+    }
+
+
+def command_group(help: str, *, cls: type[HelpGroup] = HelpGroup, **settings: Any) -> typer.Typer:
+    """A `remit` command group (the top one, or one like `remit budgets`) with plain help."""
+    return typer.Typer(
+        cls=cls,
+        help=help,
+        add_completion=False,
+        rich_markup_mode=None,
+        pretty_exceptions_enable=False,
+        **settings,
+    )
+
+
+cli = command_group(
+    "remit: durable workflows for a business's operations.", cls=_RemitGroup, no_args_is_help=True
 )
 # Piped output (CI logs, `make demo` in a pipe) gets a readable width instead of 80 columns.
 _WIDTH = None if sys.stdout.isatty() else 150
@@ -83,25 +141,32 @@ def load(app_dir: Path | None) -> tuple["App", "Settings"]:
     """The app in `app_dir` (else the folder `remit --app` named) and its settings from the
     environment, with this process's logging set up as they say."""
     from remit.app import load_app
+
+    folder, settings = _settings(app_dir)
+    return load_app(folder), settings
+
+
+def _settings(app_dir: Path | None) -> tuple[Path, "Settings"]:
+    """The app's folder and its settings from the environment, with logging set up."""
     from remit.core import telemetry
     from remit.core.settings import Settings
 
     folder = app_dir or _state.app_path
-    app = load_app(folder)
     settings = Settings.from_env(folder)
     telemetry.configure_logging(settings)
-    return app, settings
+    return folder, settings
 
 
 @contextlib.contextmanager
 def client_of(app_dir: Path | None, *, pool_size: int = 4) -> Iterator["Client"]:
     """A `remit.Client` on the app in `app_dir` (its settings from the environment), closed on
-    leaving: what every command that reads or acts on the app's database goes through.
+    leaving: what every command that reads or acts on the app's database goes through. The
+    app's code is imported when a verb first needs it (listing runs does not).
     `pool_size`: the database connections it keeps (a server answering at once needs more)."""
     from remit.client import Client
 
-    app, settings = load(app_dir)
-    with Client(app, settings, pool_size=pool_size) as client:
+    folder, settings = _settings(app_dir)
+    with Client(folder, settings, pool_size=pool_size) as client:
         yield client
 
 

@@ -10,11 +10,11 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from remit.cli.base import AppDir, cli, client_of, out
+from remit.cli.base import AppDir, cli, client_of, command_group, out
 
-budgets_cli = typer.Typer(
+budgets_cli = command_group(
+    "The app's budgets: each period's limit, spend, reservations and drift.",
     invoke_without_command=True,
-    help="The app's budgets: each period's limit, spend, reservations and drift.",
 )
 cli.add_typer(budgets_cli, name="budgets")
 
@@ -90,7 +90,7 @@ def set_limit(
     """Set one budget period's limit (raise it, or lower it), recorded in the audit log. Later
     periods start at the app's declared limit again."""
     from remit.budgets.model import usd
-    from remit.policy.guard import check_actor
+    from remit.core.principals import check_actor
 
     with client_of(app_dir) as remit:
         by = check_actor(as_ or remit.settings.actor)

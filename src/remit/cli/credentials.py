@@ -15,12 +15,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from remit.cli.base import AppDir, cli, client_of, out
+from remit.cli.base import AppDir, cli, client_of, command_group, out
 
-secrets_cli = typer.Typer(
-    no_args_is_help=True,
-    help="Credentials stored encrypted in the app's database, which drivers read as "
+secrets_cli = command_group(
+    "Credentials stored encrypted in the app's database, which drivers read as "
     "environment variables.",
+    no_args_is_help=True,
 )
 cli.add_typer(secrets_cli, name="secrets")
 

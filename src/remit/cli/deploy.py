@@ -13,10 +13,10 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from remit.cli.base import AppDir, cli, client_of, err, out
+from remit.cli.base import AppDir, cli, client_of, command_group, err, out
 
-deploy_cli = typer.Typer(
-    no_args_is_help=True, help="Check new code against the runs still going before shipping it."
+deploy_cli = command_group(
+    "Check new code against the runs still going before shipping it.", no_args_is_help=True
 )
 cli.add_typer(deploy_cli, name="deploy")
 
@@ -76,8 +76,8 @@ def retry(
 ) -> None:
     """Retry a failed or cancelled run: its next attempt, on the code workers run now."""
     from remit.core.ids import full_id
+    from remit.core.principals import check_actor
     from remit.core.schema import runs
-    from remit.policy.guard import check_actor
 
     with client_of(app_dir) as remit:
         run_id = full_id(remit.db, runs.c.run_id, run_id, what="run")

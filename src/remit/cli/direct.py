@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from remit.cli.base import AppDir, cli, client_of, err, load, out, parse_json
+from remit.cli.base import AppDir, cli, client_of, command_group, err, load, out, parse_json
 
 if TYPE_CHECKING:
     from remit.execution.direct import CallResult
@@ -53,7 +53,7 @@ def call_op(
     a run of the built-in `call` workflow, which makes the call once someone approves it.
     """
     from remit.core.errors import RemitError
-    from remit.policy.guard import check_actor
+    from remit.core.principals import check_actor
 
     payload = parse_json(input, "--input")
     if not isinstance(payload, dict):
@@ -89,7 +89,7 @@ def data(
     """Get, put, list or delete a collection's records: the op data.<collection>.<verb>,
     called directly as the app's policies allow."""
     from remit.core.errors import RemitError
-    from remit.policy.guard import check_actor
+    from remit.core.principals import check_actor
 
     if verb not in VERBS:
         raise RemitError(f"{verb!r} is not one of {', '.join(VERBS)}: remit data NAME get KEY")
@@ -116,7 +116,7 @@ def data(
     print_call(result)
 
 
-policies_cli = typer.Typer(help="Show and check the app's Cedar policies.", no_args_is_help=False)
+policies_cli = command_group("Show and check the app's Cedar policies.", no_args_is_help=False)
 cli.add_typer(policies_cli, name="policies")
 
 

@@ -15,15 +15,24 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from remit.cli.base import AppDir, cli, client_of, err, out, parse_json, run_id_of, whole_ids
+from remit.cli.base import (
+    AppDir,
+    cli,
+    client_of,
+    command_group,
+    err,
+    out,
+    parse_json,
+    run_id_of,
+    whole_ids,
+)
 
 if TYPE_CHECKING:
     from remit.client import Client
     from remit.people.tasks import Resolved, Task
 
-task_cli = typer.Typer(
-    no_args_is_help=True,
-    help="Answer a task: say whether a write whose outcome is unknown happened.",
+task_cli = command_group(
+    "Answer a task: say whether a write whose outcome is unknown happened.", no_args_is_help=True
 )
 cli.add_typer(task_cli, name="task")
 
@@ -91,8 +100,8 @@ def resolve(
     """Say whether a task's call happened, and carry its run on."""
     from remit.core.errors import RemitError
     from remit.core.ids import full_id
+    from remit.core.principals import check_actor
     from remit.core.schema import tasks as tasks_table
-    from remit.policy.guard import check_actor
 
     if done == not_done:
         raise RemitError(
