@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from examples.ar_desk.connectors.mail import FakeMail, Message, Sent
 
-from remit import Client, load_app
+from remit import CallContext, Client, DriverError, load_app
 from remit.testing import Harness
 from tests.e2e.cli_support import ROOT
 from tests.support import Purchase, Receipt, make_app, purchase
@@ -18,11 +19,12 @@ from tests.support import Purchase, Receipt, make_app, purchase
 README = ROOT / "README.md"
 
 
-def _snippet(section: str) -> str:
+def _snippet(section: str, number: int = 0) -> str:
+    """The README section's python example `number` (counting from 0)."""
     text = README.read_text().split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
-    found = re.search(r"```python\n(.*?)```", text, re.S)
-    assert found is not None, f"the README's {section} section has no python example"
-    return found.group(1)
+    found = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(found) > number, f"the README's {section} section has no python example {number}"
+    return str(found[number])
 
 
 def test_the_testing_example_runs(database_url: str, tmp_path: Path) -> None:
@@ -51,6 +53,41 @@ def test_the_client_example_runs_against_a_worker(
     with Harness(desk, database_url=database_url):  # the worker that serves the runs
         exec(compile(code, "README.md", "exec"), {})
     assert capsys.readouterr().out.strip() == "written off"
+
+
+class _TimedOutMail(FakeMail):
+    """A mail API that sends the email but times out before it says so."""
+
+    def send(self, input: Message, call: CallContext) -> Sent:
+        super().send(input, call)
+        raise DriverError("the mail API did not answer in time", retryable=True, status=504)
+
+
+def test_the_client_example_resolves_a_task(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("REMIT_DATABASE_URL", database_url)
+    monkeypatch.chdir(ROOT)
+    desk = load_app(ROOT / "examples" / "ar_desk")
+    mail = _TimedOutMail()
+    with (
+        Harness(desk, database_url=database_url, implementations={"mail": mail}) as worker,
+        Client.connect(desk, by="user:ann") as client,
+    ):
+        invoice = {"invoice_id": "inv_1003", "reason": "customer in administration"}
+        run = client.start("write-off", invoice)
+        approval = worker.gate(run.run_id)
+        client.decide(approval.id, "approved", key="ok", by="user:carol")
+        worker.task(run.run_id)
+        exec(compile(_snippet("Public API", 1), "README.md", "exec"), {})
+        assert client.get_run(run.run_id).status == "done"
+        (sent,) = [row for row in client.ledger(run.run_id) if row.op_id == "mail.messages.send"]
+        assert (sent.status, sent.tries) == ("ok", 1)
+        assert sent.output == {"message_id": "msg_8812", "to": "ap@northwind.example"}
+    assert len(mail.outbox) == 1  # sent once, and never again after the timeout
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("did mail.messages.send happen? ")
+    assert printed[1:] == ["written off"]
 
 
 def test_a_client_verb_inside_a_workflow_is_refused(database_url: str) -> None:
