@@ -198,9 +198,9 @@ def measure(*, quick: bool, folder: Path) -> list[Figure]:
         "cli_runs_work_ms",
         work,
         "ms",
-        "of `remit runs`, what is not remit's imports: the app loaded (with what its own modules "
-        "import), a client opened on it, the runs read and printed, the client closed (median "
-        "of 5, remit's imports done first)",
+        "of `remit runs`, what is not remit's imports: the settings read, a client opened on the "
+        "app's folder, the runs read and printed, the client closed (median of 5, remit's "
+        "imports done first)",
     )
     for package, ms in help_packages:
         report(
