@@ -22,6 +22,7 @@ from remit.connectors.data import VENDOR as DATA_VENDOR
 from remit.connectors.data import Collection
 from remit.connectors.llm import DEFAULT_PRICES, chat_complete
 from remit.core.errors import AppError, UnknownWorkflow
+from remit.core.settings import app_folder
 from remit.declare.ops import Op
 from remit.declare.workflows import DEFAULT_QUEUE, Workflow, check_name
 from remit.execution.direct import held_call_type, held_call_workflow
@@ -393,9 +394,7 @@ def load_app(path: Path | str = ".") -> App:
     `App(...)`; without one, the workflows in `workflows/*.py` and the connectors in
     `connectors/*.py` are discovered and the app is named after the folder.
     """
-    folder = Path(path).resolve()
-    if not folder.is_dir():
-        raise AppError(f"--app {path}: no such folder; point --app at the folder of your app")
+    folder = app_folder(path)
     package = folder.name
     if not package.isidentifier():
         raise AppError(

@@ -28,20 +28,24 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from remit.core.audit import audit_row
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.errors import RemitError
 from remit.core.principals import check_actor
-from remit.core.settings import Settings
+from remit.core.settings import Settings, app_folder
 
 if TYPE_CHECKING:
+    from decimal import Decimal
+
     from dbos import DBOSClient
     from pydantic import BaseModel
 
     from remit.app import App
+    from remit.budgets.model import PeriodState
     from remit.budgets.store import Budgets
     from remit.connectors.base import Implementation
-    from remit.connectors.credentials import Secrets
+    from remit.connectors.credentials import SecretInfo, Secrets
     from remit.core.ledger import LedgerRow
     from remit.core.runs import Run, RunStore
     from remit.declare.workflows import Workflow
@@ -121,7 +125,7 @@ class Client:
         # An app's folder is loaded (its workflows and connectors imported) when a verb first
         # needs the app: reading runs, the ledger or deadlines does not.
         if isinstance(app, Path):
-            self._folder = app
+            self._folder = app_folder(app)
         else:
             self.app = app
         self.settings = settings
@@ -335,11 +339,15 @@ class Client:
         return self.runs_store.list(status=status, workflow=workflow, limit=limit)
 
     def cancel(self, run_id: str, *, by: str | None = None) -> Run:
-        """Cancel a run that has not finished (a finished one is left as it is)."""
+        """Cancel a run that has not finished, as the policies allow (`cancel` on its
+        workflow); a finished one is left as it is."""
         _not_in_a_workflow("cancel")
         from remit.people.approvals import cancel_run
 
-        return cancel_run(self.runs_store, self.dbos, run_id, by=self._who(by))
+        who = self._person(by)
+        run = self.get_run(run_id)
+        self.guard.require(who, "cancel", run.workflow, {"input": run.input, "status": run.status})
+        return cancel_run(self.runs_store, self.dbos, run_id, by=who)
 
     def retry(
         self,
@@ -403,24 +411,60 @@ class Client:
         return self.call(f"data.{collection}.{verb}", input, by=by)
 
     def pause(self, *, by: str | None = None) -> list[str]:
-        """Pause the app; returns the queues this stopped."""
+        """Pause the app, as the policies allow; returns the queues this stopped."""
         _not_in_a_workflow("pause")
-        return self.app_state.pause(by=self._who(by))
+        who = self._person(by)
+        self.guard.require(who, "pause", self.app.name, {})
+        return self.app_state.pause(by=who)
 
     def resume(self, *, by: str | None = None) -> tuple[list[str], list[str]]:
-        """Resume the app; returns the queues restored and the parked runs carried on."""
+        """Resume the app, as the policies allow; returns the queues restored and the parked
+        runs carried on."""
         _not_in_a_workflow("resume")
-        return self.app_state.resume(by=self._who(by))
+        who = self._person(by)
+        self.guard.require(who, "resume", self.app.name, {})
+        return self.app_state.resume(by=who)
 
-    def reconcile(self, *, dry_run: bool = False) -> Report:
-        """Run one reconciler pass now (`dry_run`: say what it would do)."""
+    def set_secret(self, name: str, value: str, *, by: str | None = None) -> SecretInfo:
+        """Store secret `name` (replacing its value), as the policies allow."""
+        who = self._person(by)
+        self.guard.require(who, "set_secret", name, {})
+        return self.secrets.set(name, value, by=who)
+
+    def delete_secret(self, name: str, *, by: str | None = None) -> bool:
+        """Delete secret `name`, as the policies allow; False if there was none."""
+        who = self._person(by)
+        self.guard.require(who, "delete_secret", name, {})
+        return self.secrets.delete(name, by=who)
+
+    def set_budget(
+        self,
+        scope: str,
+        limit: Decimal | int | str,
+        *,
+        period: str | None = None,
+        by: str | None = None,
+    ) -> PeriodState:
+        """Set the limit of a budget's period (None: the current one), as the policies allow
+        (`set_budget` on the budget's scope, with the period and the new limit)."""
+        who = self._person(by)
+        context = {"period": period or "current", "limit": str(limit)}
+        self.guard.require(who, "set_budget", scope, context)
+        return self.budgets.raise_limit(scope, period, limit, by=who)
+
+    def reconcile(self, *, dry_run: bool = False, by: str | None = None) -> Report:
+        """Run one reconciler pass now (`dry_run`: say what it would do), as the policies
+        allow. The pass (not a dry run) is in the audit log as `app.reconciled`, with how many
+        actions it took."""
         _not_in_a_workflow("reconcile")
+        who = self._person(by)
+        self.guard.require(who, "reconcile", self.app.name, {})
         from remit.ops.reconciler import Reconciler
         from remit.ops.registry import WorkerRegistry, live_versions
         from remit.people.tasks import TaskOpener
 
         registry = WorkerRegistry(self.db, clock=self.clock)
-        return Reconciler(
+        report = Reconciler(
             self.runs_store,
             self.dbos,
             version=self.settings.version or self.app.version,
@@ -433,6 +477,18 @@ class Client:
             tasks=TaskOpener(self.db, self.app.name, clock=self.clock),
             budgets=self.budgets,
         ).run_pass(dry_run=dry_run)
+        if not dry_run:
+            meta = {"actions": len(report.actions), "errors": len(report.errors)}
+            with self.db.begin() as conn:
+                audit_row(
+                    conn,
+                    at=self.clock.now(),
+                    actor=who,
+                    action="app.reconciled",
+                    target=f"app:{self.app.name}",
+                    meta=meta,
+                )
+        return report
 
     def deploy_check(self, run_ids: Iterable[str] | None = None) -> DeployReport:
         """Replay the unfinished runs against this client's app (see `remit deploy check`)."""
@@ -468,6 +524,11 @@ class Client:
     def _who(self, by: str | None) -> str:
         """Who acts: `by`, else the client's own. Each service checks it as it always does."""
         return by or self.by
+
+    def _person(self, by: str | None) -> str:
+        """Who acts, for an act only people and agents take: remit's own principals are
+        refused (the policies do not check them)."""
+        return check_actor(self._who(by), where="by")
 
 
 def _not_in_a_workflow(verb: str) -> None:

@@ -35,10 +35,11 @@ class Cli:
         self.logs: list[IO[str]] = []
 
     def __call__(
-        self, *args: str, app: Path = AR_DESK, check: bool = True
+        self, *args: str, app: Path = AR_DESK, check: bool = True, stdin: str | None = None
     ) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
             [sys.executable, "-m", "remit", "--app", str(app), *args],
+            input=stdin,
             env=self.env,
             capture_output=True,
             text=True,

@@ -46,7 +46,10 @@ def test_start_list_serve_show_and_ledger(cli: Cli) -> None:
     assert ledger.count(run_id) == 6
     assert "uncertain" not in ledger
     assert cli("runs", "--status", "done").stdout.count(run_id) == 1
-    assert cli("cancel", run_id).stdout.strip() == f"{run_id} had already finished: done"
+    assert (
+        cli("cancel", run_id, "--as", "user:carol").stdout.strip()
+        == f"{run_id} had already finished: done"
+    )
 
 
 def test_run_in_the_foreground_prints_steps_and_ledger(cli: Cli) -> None:
@@ -66,7 +69,7 @@ def test_a_run_that_fails_exits_1(cli: Cli) -> None:
 
 def test_cancel_a_queued_run(cli: Cli) -> None:
     run_id = cli("start", "chase-invoice", "--input", '{"invoice_id": "inv_1001"}').stdout.strip()
-    assert cli("cancel", run_id).stdout.strip() == f"{run_id} cancelled"
+    assert cli("cancel", run_id, "--as", "user:carol").stdout.strip() == f"{run_id} cancelled"
     assert "cancelled" in cli("show", run_id).stdout
 
 
@@ -184,7 +187,7 @@ def test_an_unknown_status_or_run_is_an_error_not_an_empty_list(cli: Cli) -> Non
 
 
 def test_reconcile_reports_and_with_dry_run_changes_nothing(cli: Cli) -> None:
-    assert cli("reconcile").stdout.strip() == "nothing to do"
+    assert cli("reconcile", "--as", "user:carol").stdout.strip() == "nothing to do"
     done = cli("run", "chase-invoice", "--input", '{"invoice_id": "inv_1001"}')
     run_id = done.stderr.split("started ", 1)[1].split()[0]
     with cli.db.begin() as conn:  # the window: the attempt ended, the run was never marked
@@ -192,13 +195,13 @@ def test_reconcile_reports_and_with_dry_run_changes_nothing(cli: Cli) -> None:
             runs_table.update().where(runs_table.c.run_id == run_id).values(status="running")
         )
 
-    planned = cli("reconcile", "--dry-run").stdout
+    planned = cli("reconcile", "--dry-run", "--as", "user:carol").stdout
     assert "the pass would do 1 action:" in planned
     assert run_id in planned
     assert "conclude" in planned
     assert RunStore(cli.db).get(run_id).status == "running"
 
-    assert "the pass did 1 action:" in cli("reconcile").stdout
+    assert "the pass did 1 action:" in cli("reconcile", "--as", "user:carol").stdout
     assert RunStore(cli.db).get(run_id).status == "done"
 
 

@@ -27,16 +27,36 @@ def test_budgets_show_spend_take_a_new_limit_and_reconcile_reports_drift(cli: Cl
     assert f"budget app {period}: limit $7.50, set by user:carol ({cost} spent" in raised
     assert re.search(rf"\$7\.50\s+\{cost}.*user:carol", cli("budgets").stdout)
 
-    refused = cli("budgets", "set-limit", "--scope", "workflow:nope", "--limit", "1", check=False)
+    refused = cli(
+        "budgets",
+        "set-limit",
+        "--scope",
+        "workflow:nope",
+        "--limit",
+        "1",
+        "--as",
+        "user:carol",
+        check=False,
+    )
     assert refused.returncode == 1
     assert "declares no budget for scope `workflow:nope` (it has: app)" in refused.stderr
-    refused = cli("budgets", "set-limit", "--period", "2026-W48", "--limit", "1", check=False)
+    refused = cli(
+        "budgets",
+        "set-limit",
+        "--period",
+        "2026-W48",
+        "--limit",
+        "1",
+        "--as",
+        "user:carol",
+        check=False,
+    )
     assert refused.returncode == 1
     assert "scope `app` has no weekly budget" in refused.stderr
 
     with cli.db.begin() as conn:
         conn.execute(budget_periods.update().values(spent_usd=Decimal(1)))
-    reconciled = cli("reconcile").stdout
+    reconciled = cli("reconcile", "--as", "user:carol").stdout
     assert (
         f"drift: budget app {period}: the counter says $1.00 spent, the ledger {cost}"
         in " ".join(reconciled.split())

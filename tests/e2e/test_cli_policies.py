@@ -9,7 +9,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from remit.core.schema import ledger, runs
+from remit.core.schema import audit, denials, ledger, runs
 from tests.e2e.cli_support import AR_DESK, Cli
 
 
@@ -133,3 +133,31 @@ def test_collection_records_from_the_command_line(cli: Cli) -> None:
     ]
     unknown = cli("data", "customers", "list", check=False)
     assert "has no collection `customers` (it has: contacts)" in unknown.stderr
+
+
+def test_a_stranger_is_refused_every_act_and_each_refusal_is_recorded(cli: Cli) -> None:
+    run_id = cli("start", "chase-invoice", "--input", '{"invoice_id": "inv_1001"}').stdout.strip()
+    acts = [
+        (["start", "write-off", "--input", '{"invoice_id": "inv_1003", "reason": "x"}'], "start"),
+        (["cancel", run_id], "cancel"),
+        (["pause"], "pause"),
+        (["resume"], "resume"),
+        (["reconcile"], "reconcile"),
+        (["budgets", "set-limit", "--limit", "1000000"], "set_budget"),
+        (["secrets", "delete", "MAIL_FROM"], "delete_secret"),
+    ]
+    for args, action in acts:
+        refused = cli(*args, "--as", "user:dave", check=False)
+        assert refused.returncode == 1, (args, refused.stdout)
+        assert f"user:dave may not {action} " in refused.stderr, (args, refused.stderr)
+    forged = cli("secrets", "set", "MAIL_FROM", "--as", "user:dave", check=False, stdin="x@y.z")
+    assert forged.returncode == 1
+    assert "user:dave may not set_secret " in forged.stderr
+    with cli.db.engine.connect() as conn:
+        refused_actions = conn.execute(
+            sa.select(denials.c.action).where(denials.c.principal == "user:dave")
+        ).scalars()
+        assert sorted(refused_actions) == sorted([a for _, a in acts] + ["set_secret"])
+        assert conn.execute(sa.select(runs.c.status)).scalars().all() == ["queued"]
+        assert conn.execute(sa.select(audit)).all() == []
+    assert "$5.00" in cli("budgets").stdout

@@ -66,8 +66,8 @@ def test_set_list_get_and_delete(store: Secrets, db: Database) -> None:
     assert store.get("SHOP_TOKEN") == "rotated"
     assert [s.set_by for s in store.list()] == ["user:bob", "user:cy"]
 
-    assert store.delete("SHOP_TOKEN") is True
-    assert store.delete("SHOP_TOKEN") is False
+    assert store.delete("SHOP_TOKEN", by="user:ops") is True
+    assert store.delete("SHOP_TOKEN", by="user:ops") is False
     assert store.get("SHOP_TOKEN") is None
     assert [s.name for s in store.list()] == ["MAIL_KEY"]
     assert TOKEN not in dump_database(db)
@@ -79,7 +79,7 @@ def test_each_app_has_its_own_secrets(store: Secrets, db: Database, key_file: Pa
 
     assert other.get("SHOP_TOKEN") is None
     assert other.list() == []
-    assert other.delete("SHOP_TOKEN") is False
+    assert other.delete("SHOP_TOKEN", by="user:ops") is False
     assert store.get("SHOP_TOKEN") == TOKEN
 
 

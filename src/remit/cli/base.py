@@ -131,6 +131,16 @@ def _main(
     _state.app_path = app
 
 
+# Who acts on the command line, checked by the app's policies like anyone else. With direct
+# access to the database this is trusted as given: database access is full trust.
+ActAs = Annotated[
+    str | None,
+    typer.Option(
+        "--as",
+        help="Who acts: user:<name> or agent:<name> (default REMIT_AS, else user:<login>).",
+    ),
+]
+
 # `--app` is taken before the command (`remit --app X runs`) or after it (`remit runs --app X`).
 AppDir = Annotated[
     Path | None, typer.Option("--app", help="The app's folder (default: the current folder).")

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from remit.cli.base import AppDir, cli, client_of, command_group, out
+from remit.cli.base import ActAs, AppDir, cli, client_of, command_group, out
 
 budgets_cli = command_group(
     "The app's budgets: each period's limit, spend, reservations and drift.",
@@ -82,20 +82,16 @@ def set_limit(
             help="The period: 2026-11, 2026-W48 or 2026-11-29 (default: the current one).",
         ),
     ] = None,
-    as_: Annotated[
-        str | None, typer.Option("--as", help="Who sets it (default: REMIT_ACTOR).")
-    ] = None,
+    as_: ActAs = None,
     app_dir: AppDir = None,
 ) -> None:
     """Set one budget period's limit (raise it, or lower it), recorded in the audit log. Later
     periods start at the app's declared limit again."""
     from remit.budgets.model import usd
-    from remit.core.principals import check_actor
 
     with client_of(app_dir) as remit:
-        by = check_actor(as_ or remit.settings.actor)
-        state = remit.budgets.raise_limit(scope, period, limit, by=by)
+        state = remit.set_budget(scope, limit, period=period, by=as_)
     out.print(
-        f"budget {state.scope} {state.period}: limit {usd(state.limit_usd)}, set by {by} "
+        f"budget {state.scope} {state.period}: limit {usd(state.limit_usd)}, set by {state.limit_set_by} "
         f"({usd(state.spent_usd)} spent, {usd(state.reserved_usd)} reserved)"
     )

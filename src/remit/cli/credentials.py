@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from remit.cli.base import AppDir, cli, client_of, command_group, out
+from remit.cli.base import ActAs, AppDir, cli, client_of, command_group, out
 
 secrets_cli = command_group(
     "Credentials stored encrypted in the app's database, which drivers read as "
@@ -56,9 +56,7 @@ def _read_value(name: str) -> str:
 @secrets_cli.command("set")
 def set_secret(
     name: Annotated[str, typer.Argument(help="The secret's name, e.g. SHOP_TOKEN.")],
-    as_: Annotated[
-        str | None, typer.Option("--as", help="Who sets it (default: REMIT_ACTOR).")
-    ] = None,
+    as_: ActAs = None,
     app_dir: AppDir = None,
 ) -> None:
     """Store a secret, reading its value from stdin (no echo at a terminal)."""
@@ -68,7 +66,7 @@ def set_secret(
     value = _read_value(name)
     with client_of(app_dir) as remit:
         app = remit.app
-        remit.secrets.set(name, value, by=as_ or remit.settings.actor)
+        remit.set_secret(name, value, by=as_)
     note = (
         " (the environment variable of that name overrides it here)" if os.environ.get(name) else ""
     )
@@ -96,6 +94,7 @@ def list_secrets(app_dir: AppDir = None) -> None:
 @secrets_cli.command("delete")
 def delete_secret(
     name: Annotated[str, typer.Argument(help="The secret's name.")],
+    as_: ActAs = None,
     app_dir: AppDir = None,
 ) -> None:
     """Delete a secret."""
@@ -105,7 +104,7 @@ def delete_secret(
     check_name(name)
     with client_of(app_dir) as remit:
         app = remit.app
-        deleted = remit.secrets.delete(name)
+        deleted = remit.delete_secret(name, by=as_)
     if not deleted:
         raise RemitError(
             f"no secret named {name} is stored for {app.name}: `remit secrets list` shows them"

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from remit.cli.base import AppDir, cli, client_of, command_group, err, out
+from remit.cli.base import ActAs, AppDir, cli, client_of, command_group, err, out
 
 deploy_cli = command_group(
     "Check new code against the runs still going before shipping it.", no_args_is_help=True
@@ -71,7 +71,7 @@ def retry(
         str | None,
         typer.Option("--key", help="Makes it idempotent: the same key again replays the first."),
     ] = None,
-    as_: Annotated[str | None, typer.Option("--as", help="Who retries it.")] = None,
+    as_: ActAs = None,
     app_dir: AppDir = None,
 ) -> None:
     """Retry a failed or cancelled run: its next attempt, on the code workers run now."""

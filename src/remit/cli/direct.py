@@ -10,15 +10,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from remit.cli.base import AppDir, cli, client_of, command_group, err, load, out, parse_json
+from remit.cli.base import ActAs, AppDir, cli, client_of, command_group, err, load, out, parse_json
 
 if TYPE_CHECKING:
     from remit.execution.direct import CallResult
-
-AsWho = Annotated[
-    str | None,
-    typer.Option("--as", help="Who acts, user:<name> or agent:<name> (default REMIT_ACTOR)."),
-]
 
 
 def print_call(result: "CallResult") -> None:
@@ -40,7 +35,7 @@ def print_call(result: "CallResult") -> None:
 def call_op(
     op: Annotated[str, typer.Argument(help="The op's id, <vendor>.<resource>.<op>.")],
     input: Annotated[str, typer.Option("--input", help="The op's input as JSON.")] = "{}",
-    as_: AsWho = None,
+    as_: ActAs = None,
     key: Annotated[
         str | None,
         typer.Option(help="Makes the call idempotent: the same key again calls nothing again."),
@@ -79,7 +74,7 @@ def data(
     after: Annotated[
         str | None, typer.Option(help="list: start after this key (the last page's next).")
     ] = None,
-    as_: AsWho = None,
+    as_: ActAs = None,
     call_key: Annotated[
         str | None,
         typer.Option("--key", help="Makes a put or delete idempotent, as for `remit call`."),
@@ -160,7 +155,7 @@ def explain(
     context: Annotated[
         str, typer.Option(help="The context as JSON, e.g. '{\"input\": {}}'.")
     ] = "{}",
-    as_: AsWho = None,
+    as_: ActAs = None,
     app_dir: AppDir = None,
 ) -> None:
     """Ask the policies whether someone may take an action, without taking it or recording

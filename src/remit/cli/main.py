@@ -19,7 +19,18 @@ from rich.table import Table
 # Imported for what they do on import: register their commands on `cli`.
 from remit.cli import budgets, credentials, deploy, direct  # noqa: F401
 from remit.cli import tasks as task_commands
-from remit.cli.base import AppDir, cli, client_of, err, load, out, parse_json, run_id_of, whole_ids
+from remit.cli.base import (
+    ActAs,
+    AppDir,
+    cli,
+    client_of,
+    err,
+    load,
+    out,
+    parse_json,
+    run_id_of,
+    whole_ids,
+)
 
 if TYPE_CHECKING:
     from dbos import DBOSClient
@@ -59,10 +70,7 @@ def worker(
 def start(
     name: Annotated[str, typer.Argument(help="The workflow's name.")],
     input: Annotated[str, typer.Option("--input", help="The run's input as JSON.")] = "{}",
-    as_: Annotated[
-        str | None,
-        typer.Option("--as", help="Who starts it (default REMIT_ACTOR or user:<login>)."),
-    ] = None,
+    as_: ActAs = None,
     app_dir: AppDir = None,
 ) -> None:
     """Start a run and print its id. No worker needs to run in this process."""
@@ -79,7 +87,7 @@ def start(
 def run(
     name: Annotated[str, typer.Argument(help="The workflow's name.")],
     input: Annotated[str, typer.Option("--input", help="The run's input as JSON.")] = "{}",
-    as_: Annotated[str | None, typer.Option("--as", help="Who starts it.")] = None,
+    as_: ActAs = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the run to finish.")] = 300.0,
     app_dir: AppDir = None,
 ) -> None:
@@ -129,13 +137,14 @@ def reconcile(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Say what a pass would do, and do nothing.")
     ] = False,
+    as_: ActAs = None,
     app_dir: AppDir = None,
 ) -> None:
     """Run one reconciler pass now and print what it did (workers run one every minute)."""
     from remit.budgets.model import usd
 
     with client_of(app_dir) as remit:
-        report = remit.reconcile(dry_run=dry_run)
+        report = remit.reconcile(dry_run=dry_run, by=as_)
     verb = "would do" if dry_run else "did"
     if not report.actions:
         out.print(f"nothing to do{' (dry run)' if dry_run else ''}")
@@ -166,14 +175,12 @@ def reconcile(
 
 @cli.command()
 def pause(
-    by: Annotated[
-        str | None, typer.Option("--as", help="Who pauses (default: REMIT_ACTOR).")
-    ] = None,
+    as_: ActAs = None,
     app_dir: AppDir = None,
 ) -> None:
     """Pause the app: its queues stop dequeuing; running runs park at their next step."""
     with client_of(app_dir) as remit:
-        remit.pause(by=by)
+        remit.pause(by=as_)
         count = len(remit.app.queues)
         settings = remit.settings
     out.print(
@@ -184,14 +191,12 @@ def pause(
 
 @cli.command()
 def resume(
-    by: Annotated[
-        str | None, typer.Option("--as", help="Who resumes (default: REMIT_ACTOR).")
-    ] = None,
+    as_: ActAs = None,
     app_dir: AppDir = None,
 ) -> None:
     """Resume a paused app: its queues dequeue again and its parked runs carry on."""
     with client_of(app_dir) as remit:
-        _, resumed = remit.resume(by=by)
+        _, resumed = remit.resume(by=as_)
     count = len(resumed)
     out.print(f"resumed: {count} parked {'run carries' if count == 1 else 'runs carry'} on")
     for run_id in resumed:
@@ -285,13 +290,14 @@ def show(
 @cli.command()
 def cancel(
     run_id: Annotated[str, typer.Argument(help="The run's id.")],
+    as_: ActAs = None,
     app_dir: AppDir = None,
 ) -> None:
     """Cancel a run that has not finished."""
     with client_of(app_dir) as remit:
         run_id = run_id_of(remit, run_id)
         before = remit.get_run(run_id)
-        after = remit.cancel(run_id)
+        after = remit.cancel(run_id, by=as_)
     if before.finished:
         out.print(f"{run_id} had already finished: {before.status}")
     else:
@@ -400,7 +406,6 @@ DecisionKey = Annotated[
     ),
 ]
 Reason = Annotated[str | None, typer.Option("--reason", help="Why, kept with the decision.")]
-As = Annotated[str | None, typer.Option("--as", help="Who decides (default REMIT_ACTOR).")]
 
 
 @cli.command()
@@ -412,7 +417,7 @@ def approve(
     ] = None,
     reason: Reason = None,
     key: DecisionKey = None,
-    as_: As = None,
+    as_: ActAs = None,
     app_dir: AppDir = None,
 ) -> None:
     """Approve a pending approval (with edits to its draft) and resume its run."""
@@ -434,7 +439,7 @@ def reject(
     approval_id: Annotated[str, typer.Argument(help="The approval's id.")],
     reason: Reason = None,
     key: DecisionKey = None,
-    as_: As = None,
+    as_: ActAs = None,
     app_dir: AppDir = None,
 ) -> None:
     """Reject a pending approval and resume its run."""

@@ -16,6 +16,7 @@ import typer
 from rich.table import Table
 
 from remit.cli.base import (
+    ActAs,
     AppDir,
     cli,
     client_of,
@@ -92,9 +93,7 @@ def resolve(
         str | None,
         typer.Option("--key", help="The same key again replays the first answer."),
     ] = None,
-    as_: Annotated[
-        str | None, typer.Option("--as", help="Who answers (default REMIT_ACTOR).")
-    ] = None,
+    as_: ActAs = None,
     app_dir: AppDir = None,
 ) -> None:
     """Say whether a task's call happened, and carry its run on."""

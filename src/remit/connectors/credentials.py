@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
+from remit.core.audit import audit_row
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.errors import RemitError, SettingsError
@@ -245,6 +246,7 @@ class Secrets:
                         conn.execute(
                             secrets.insert().values(app=self.app_name, name=name, **values)
                         )
+                    self._audit(conn, "secret.set", name, by, info.set_at)
                     return
             raise SecretError(f"secret {name}: could not store it; try again", name=name)
 
@@ -252,16 +254,25 @@ class Secrets:
         log.info("secret %s of app %s set by %s", name, self.app_name, by)
         return info
 
-    def delete(self, name: str) -> bool:
+    def delete(self, name: str, *, by: str) -> bool:
         """Delete secret `name`; False if there was none."""
         check_name(name)
-        gone = self.db.retrying(
-            f"app {self.app_name}: deleting secret {name}",
-            lambda: self.db.execute_one(secrets.delete().where(self._row(name))),
-        )
+
+        def write() -> int:
+            with self.db.begin() as conn:
+                gone = conn.execute(secrets.delete().where(self._row(name))).rowcount
+                if gone:
+                    self._audit(conn, "secret.deleted", name, by, self.clock.now())
+                return gone
+
+        gone = self.db.retrying(f"app {self.app_name}: deleting secret {name}", write)
         if gone:
-            log.info("secret %s of app %s deleted", name, self.app_name)
+            log.info("secret %s of app %s deleted by %s", name, self.app_name, by)
         return gone > 0
+
+    def _audit(self, conn: sa.Connection, action: str, name: str, by: str, at: datetime) -> None:
+        """The audit row of a change to secret `name`: who and when, never the value."""
+        audit_row(conn, at=at, actor=by, action=action, target=f"secret:{name}", meta={})
 
     def get(self, name: str) -> str | None:
         """The value of secret `name`, decrypted; None if none is stored."""

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import SplitResult, urlsplit
 
-from remit.core.errors import SettingsError
+from remit.core.errors import AppError, SettingsError
 
 N = TypeVar("N", int, float)
 
@@ -30,7 +30,8 @@ class Settings:
     - `threads`: `REMIT_WORKER_THREADS`, the bound on a worker's executor threads (default 64).
     - `poll_interval`: `REMIT_POLL_INTERVAL`, seconds between queue polls (default 0.1).
     - `drain_timeout`: `REMIT_DRAIN_TIMEOUT`, seconds a worker waits on SIGTERM (default 30).
-    - `actor`: `REMIT_ACTOR`, who the CLI acts as (default `user:<login name>`).
+    - `actor`: `REMIT_AS` (or its older name `REMIT_ACTOR`), who the CLI and a client act as
+      (default `user:<login name>`).
     - `reconcile_interval`: `REMIT_RECONCILE_INTERVAL`, seconds between reconciler passes (60).
     - `heartbeat_interval`: `REMIT_HEARTBEAT_INTERVAL`, seconds between heartbeats (5).
     - `dead_after`: `REMIT_DEAD_AFTER`, seconds without a heartbeat before a worker is dead (30).
@@ -100,7 +101,8 @@ class Settings:
             threads=_number(env, "REMIT_WORKER_THREADS", 64, int),
             poll_interval=_number(env, "REMIT_POLL_INTERVAL", 0.1, float),
             drain_timeout=_number(env, "REMIT_DRAIN_TIMEOUT", 30.0, float, zero=True),
-            actor=env.get("REMIT_ACTOR")
+            actor=env.get("REMIT_AS")
+            or env.get("REMIT_ACTOR")
             or f"user:{env.get('USER') or env.get('LOGNAME') or _login()}",
             log_level=_log_level(env),
             reconcile_interval=_number(env, "REMIT_RECONCILE_INTERVAL", 60.0, float),
@@ -231,3 +233,11 @@ def _login() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return "unknown"
+
+
+def app_folder(path: str | Path) -> Path:
+    """The app folder `path` names, resolved; `AppError` if there is no such folder."""
+    folder = Path(path).resolve()
+    if not folder.is_dir():
+        raise AppError(f"--app {path}: no such folder; point --app at the folder of your app")
+    return folder

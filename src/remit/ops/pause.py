@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from remit.app import App, Queue
+from remit.core.audit import audit_row
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.fence import advance, lock
@@ -132,6 +133,14 @@ class AppState:
                             app=self.app.name, paused=value, changed_at=now, changed_by=by
                         )
                     )
+                audit_row(
+                    conn,
+                    at=now,
+                    actor=by,
+                    action="app.paused" if value else "app.resumed",
+                    target=f"app:{self.app.name}",
+                    meta={},
+                )
 
         self.db.retrying(f"app {self.app.name}: pause flag", write)
         log.warning("app %s %s by %s", self.app.name, "paused" if value else "resumed", by)

@@ -633,6 +633,14 @@ def cancel_run(runs_store: RunStore, client: DBOSClient, run_id: str, *, by: str
         if not cancel(conn, run, now=now):
             return runs_store.get(run_id)
         cancel_gates(conn, run_id, by=by, now=now)
+        audit_row(
+            conn,
+            at=now,
+            actor=by,
+            action="run.cancelled",
+            target=run_id,
+            meta={"workflow": run.workflow, "was": run.status},
+        )
     client.cancel_workflow(run.workflow_id)
     return runs_store.get(run_id)
 

@@ -1,15 +1,23 @@
 """Who may do what: an app's Cedar policies, checked in-process with `cedarpy`.
 
 An app with a `policies/` folder is governed by the `*.cedar` files in it, deny by default: an
-action goes ahead only when some `permit` matches it and no `forbid` does. Five actions are
-checked, each on its own kind of resource:
+action goes ahead only when some `permit` matches it and no `forbid` does. Every act a person or
+an agent takes is one of these actions, each on its own kind of resource:
 
-    Action::"start"   on Workflow::"<name>"       context { input }
-    Action::"retry"   on Workflow::"<name>"       context { input, status }
-    Action::"resolve" on Op::"<vendor.resource.op>" context { done, workflow, input }
-    Action::"call"    on Op::"<vendor.resource.op>" context { input }
-    Action::"decide"  on ApprovalType::"<name>"   context { decision, workflow, input, draft,
-                                                            op, call }
+    Action::"start"         on Workflow::"<name>"         context { input }
+    Action::"cancel"        on Workflow::"<name>"         context { input, status }
+    Action::"retry"         on Workflow::"<name>"         context { input, status }
+    Action::"resolve"       on Op::"<vendor.resource.op>" context { done, workflow, input }
+    Action::"call"          on Op::"<vendor.resource.op>" context { input }
+    Action::"decide"        on ApprovalType::"<name>"     context { decision, workflow, input,
+                                                                    draft, op, call }
+    Action::"pause"         on App::"<app>"               context { }
+    Action::"resume"        on App::"<app>"               context { }
+    Action::"reconcile"     on App::"<app>"               context { }
+    Action::"manage_tokens" on App::"<app>"               context { verb, subject }
+    Action::"set_secret"    on Secret::"<NAME>"           context { }
+    Action::"delete_secret" on Secret::"<NAME>"           context { }
+    Action::"set_budget"    on Budget::"<scope>"          context { period, limit }
 
 Principals are `User::"<name>"` and `Agent::"<name>"` (`user:<name>` and `agent:<name>` on the
 command line), members of the groups `policies/principals.toml` lists. The Cedar schema is
@@ -42,14 +50,36 @@ from remit.core.errors import RemitError
 
 log = logging.getLogger("remit.policy")
 
-Action = Literal["start", "call", "decide", "retry", "resolve"]
-ACTIONS: tuple[Action, ...] = ("start", "call", "decide", "retry", "resolve")
+Action = Literal[
+    "start",
+    "call",
+    "decide",
+    "retry",
+    "resolve",
+    "cancel",
+    "pause",
+    "resume",
+    "reconcile",
+    "manage_tokens",
+    "set_secret",
+    "delete_secret",
+    "set_budget",
+]
+ACTIONS: tuple[Action, ...] = typing.get_args(Action)
 RESOURCE_TYPES: dict[Action, str] = {
     "start": "Workflow",
     "call": "Op",
     "decide": "ApprovalType",
     "retry": "Workflow",
     "resolve": "Op",
+    "cancel": "Workflow",
+    "pause": "App",
+    "resume": "App",
+    "reconcile": "App",
+    "manage_tokens": "App",
+    "set_secret": "Secret",
+    "delete_secret": "Secret",
+    "set_budget": "Budget",
 }
 PRINCIPAL_TYPES = {"user": "User", "agent": "Agent"}
 PRINCIPALS_FILE = "principals.toml"
@@ -141,6 +171,8 @@ class Policy:
     _where: dict[str, str] = field(default_factory=dict)
     _holds: dict[str, str] = field(default_factory=dict)
     _contexts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The people and agents `principals.toml` names in its groups (`user:ann`, ...).
+    members: list[str] = field(default_factory=list)
 
     @classmethod
     def open(cls) -> Policy:
@@ -221,6 +253,11 @@ class Policy:
             )
         self._set = cedarpy.PolicySet.from_str(text)
         entities = _entities(folder / PRINCIPALS_FILE, catalog)
+        self.members = sorted(
+            f"{e['uid']['type'].lower()}:{e['uid']['id']}"
+            for e in entities
+            if e["uid"]["type"] in PRINCIPAL_TYPES.values()
+        )
         try:
             self._entities = cedarpy.Entities.from_json_str(json.dumps(entities))
         except ValueError as error:
@@ -398,6 +435,16 @@ def build_schema(
         "start": _record({"input": workflow_inputs}),
         "call": _record({"input": op_inputs}),
         "retry": _record({"input": workflow_inputs, "status": string}),
+        "cancel": _record({"input": workflow_inputs, "status": string}),
+        "pause": _record({}),
+        "resume": _record({}),
+        "reconcile": _record({}),
+        "manage_tokens": _record({"verb": string, "subject": string}),
+        "set_secret": _record({}),
+        "delete_secret": _record({}),
+        "set_budget": _record(
+            {"period": string, "limit": {"type": "Extension", "name": "decimal"}}
+        ),
         "resolve": _record(
             {"done": {"type": "Boolean"}, "workflow": string, "input": workflow_inputs}
         ),
@@ -430,6 +477,9 @@ def build_schema(
                     )
                 },
                 "ApprovalType": {},
+                "App": {},
+                "Secret": {},
+                "Budget": {},
             },
             "actions": {
                 action: {
@@ -572,11 +622,13 @@ def _entities(principals_file: Path, catalog: Catalog) -> list[dict[str, Any]]:
         except (OSError, tomllib.TOMLDecodeError) as error:
             raise _Broken(f"{name}: {_one_line(error)}") from None
         groups = declared.get("groups", {})
-        unknown = sorted(set(declared) - {"groups"})
+        unknown = sorted(set(declared) - {"groups", "telegram"})
         if unknown or not isinstance(groups, dict):
             raise _Broken(
-                f"{name}: holds only a [groups] table, each group a list of members "
-                f'(e.g. clerks = ["user:ann", "agent:ops-bot", "group:controllers"])'
+                f"{name}: holds a [groups] table, each group a list of members "
+                f'(e.g. clerks = ["user:ann", "agent:ops-bot", "group:controllers"]), and '
+                f"optionally a [telegram] table of principals' Telegram user ids; not "
+                f"{', '.join(f'[{table}]' for table in unknown) or 'that [groups]'}"
             )
         for group, members in groups.items():
             if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
