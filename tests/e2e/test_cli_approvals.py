@@ -63,8 +63,14 @@ def test_reject_and_a_repeated_key_replays(cli: Cli) -> None:
     approval = _pending(cli, run_id)
     first = cli("reject", approval, "--reason", "still collectable", "--key", "desk-42")
     assert f"{approval} rejected by user:ann" in first.stdout
-    replay = cli("reject", approval, "--key", "desk-42")
+    replay = cli("reject", approval, "--reason", "still collectable", "--key", "desk-42")
     assert "replayed" in replay.stdout
+    # The key names that one request: another decision under it is refused, naming the first.
+    other = cli("approve", approval, "--key", "desk-42", "--edit", '{"amount": 100}', check=False)
+    assert other.returncode == 1
+    assert f"decision key 'desk-42' was first used to reject {approval} as user:ann" in (
+        other.stderr
+    )
     cli.wait_for(run_id, "done")
     run = RunStore(cli.db).get(run_id)
     assert run.output is not None

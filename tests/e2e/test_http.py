@@ -87,6 +87,13 @@ def test_approve_with_edits_resumes_the_run_and_the_same_key_replays_it(
     again = decide(client, gate.id, body, key="ann-1")
     assert again.status_code == 200
     assert again.json() == {**decided, "replayed": True}
+    # The key names that one request: sent with another body it is refused (422), naming it.
+    other = decide(client, gate.id, {**body, "edits": {"quantity": 2}}, key="ann-1")
+    assert other.status_code == 422, other.text
+    assert (
+        f"'ann-1' was first used to approve {gate.id} with edits as user:ann"
+        in (other.json()["error"])
+    )
     assert len(harness.approvals.audit(gate.id)) == 1
     assert harness.runs.get(gate.run_id).attempt == 2
 

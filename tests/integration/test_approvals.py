@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from remit import ApprovalNotice, DecisionRefused, WebhookNotifier
+from remit import ApprovalNotice, DecisionRefused, KeyReused, WebhookNotifier
 from remit.core.schema import decisions
 from remit.people.approvals import Approvals, UndeclaredDraft
 from remit.testing import Harness, ManualClock
@@ -122,8 +122,8 @@ def test_a_repeated_decision_key_replays_the_first_result(database_url: str) -> 
     with Harness(make_app(), database_url=database_url) as h:
         run = h.start("refund", {"sku": "sku-1"})
         gate = h.gate(run.run_id)
-        first = h.decide(gate.id, "approved", decision_key="k-1")
-        again = h.decide(gate.id, "rejected", decision_key="k-1", by="user:someone-else")
+        first = h.decide(gate.id, "approved", decision_key="k-1", edits={"quantity": 2})
+        again = h.decide(gate.id, "approved", decision_key="k-1", edits={"quantity": 2})
         assert again.replayed
         assert not first.replayed
         assert again.decided == first.decided
@@ -132,9 +132,24 @@ def test_a_repeated_decision_key_replays_the_first_result(database_url: str) -> 
         assert h.runs.get(run.run_id).attempt == 2
         assert h.attempt_status(run.run_id, 3) is None
 
-        other = h.gate(h.start("refund", {"sku": "sku-2"}).run_id)
-        with pytest.raises(DecisionRefused, match="was already used to decide"):
-            h.decide(other.id, "approved", decision_key="k-1")
+        # The key names that one request: sent with any other, it is refused, naming the first.
+        first_request = f"approve {gate.id} with edits as user:test"
+        for other in (
+            {"decision": "rejected"},
+            {"decision": "approved", "edits": {"quantity": 3}},
+            {"decision": "approved", "edits": {"quantity": 2}, "reason": "changed my mind"},
+            {"decision": "approved", "edits": {"quantity": 2}, "by": "user:someone-else"},
+        ):
+            with pytest.raises(
+                KeyReused, match=f"decision key 'k-1' was first used to {first_request}"
+            ):
+                h.decide(gate.id, decision_key="k-1", **other)  # type: ignore[arg-type]
+        assert len(h.approvals.audit(gate.id)) == 1
+
+        other_gate = h.gate(h.start("refund", {"sku": "sku-2"}).run_id)
+        with pytest.raises(KeyReused, match="was first used to approve"):
+            h.decide(other_gate.id, "approved", decision_key="k-1")
+        assert h.approvals.get(other_gate.id).status == "pending"
 
 
 def test_a_batch_is_refused_whole_with_every_reason(database_url: str) -> None:

@@ -26,6 +26,7 @@ from remit import (
     Driver,
     DriverError,
     Fake,
+    KeyReused,
     TaskRefused,
     implements,
     op,
@@ -386,11 +387,14 @@ def test_a_resolution_is_refused_with_every_reason_and_writes_nothing(database_u
         with pytest.raises(TaskRefused) as twice:
             harness.resolve(task.id, done=False)
         assert "already resolved done by user:test" in str(twice.value)
-        with pytest.raises(TaskRefused) as other_answer:
+        # The key names that one request: another answer, another output or someone else's
+        # answer under it is refused, naming the first (someone else's would skip the policies).
+        first_request = f"key 'k-1' was first used to answer task {task.id} done as user:test"
+        with pytest.raises(KeyReused, match=first_request):
             harness.resolve(task.id, done=False, key="k-1")
-        assert "already resolved it done" in str(other_answer.value)
-        # Someone else's key replays nothing for them (their answer would skip the policies).
-        with pytest.raises(TaskRefused, match="'k-1' is user:test's answer"):
+        with pytest.raises(KeyReused, match=first_request):
+            harness.resolve(task.id, done=True, output={"letter_id": "lt_forged"}, key="k-1")
+        with pytest.raises(KeyReused, match=first_request):
             harness.resolve(
                 task.id, done=True, output={"letter_id": "lt_1"}, key="k-1", by="user:eve"
             )

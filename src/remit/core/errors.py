@@ -11,6 +11,7 @@
     ├── TaskNotFound          no task with that id
     ├── TaskRefused           `Tasks.resolve` refused, listing every reason; nothing was written
     ├── RetryRefused          `retry` refused (the run is not failed or cancelled, a bad step)
+    ├── KeyReused             a key sent again with another request than its first; nothing done
     └── OpError               an operation call did not succeed (raised inside a run)
         ├── OpNotDeclared     the workflow called an op it did not list in `uses`
         ├── MissingCredential the driver needs an environment variable that is not set
@@ -241,6 +242,19 @@ class StepFailed(RemitError):
 
 class ApprovalNotFound(RemitError):
     """No approval has that id."""
+
+
+class KeyReused(RemitError):
+    """A key sent again with another request than the one it was first sent with. Nothing was
+    written: a key names one request (send the first again to read its result)."""
+
+    def __init__(self, what: str, key: str, first: str) -> None:
+        super().__init__(
+            f"{what} {key!r} was first used to {first}; this request is another one, so nothing "
+            "was done: send it with a new key (the same key again replays only the first request)"
+        )
+        self.key = key
+        self.first = first
 
 
 class DecisionRefused(RemitError):

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "10"
+SCHEMA_VERSION = "11"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -158,6 +158,18 @@ decisions = sa.Table(
     sa.Column("via", sa.String(50), nullable=False),
     sa.Column("batch_id", sa.String(64)),
     sa.Column("decided_at", UTCDateTime, nullable=False),
+)
+
+# The request each key a person sent was first sent with (see `core/keys.py`): a key sent again
+# with another request is refused.
+request_keys = sa.Table(
+    "remit_request_keys",
+    metadata,
+    sa.Column("scope", sa.String(20), primary_key=True),
+    sa.Column("key", sa.String(200), primary_key=True),
+    sa.Column("fingerprint", sa.String(64), nullable=False),
+    sa.Column("summary", sa.String(500), nullable=False),
+    sa.Column("first_at", UTCDateTime, nullable=False),
 )
 
 audit = sa.Table(

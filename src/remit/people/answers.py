@@ -5,8 +5,8 @@ about a write whose outcome is unknown (`Tasks.resolve`). Each kind of answer sa
 locks, refuses and writes (an `Answer`); `Answers._give` runs it, the same for both, in one
 transaction that
 
-1. returns the first answer given under the same key, if there is one, and writes and resumes
-   nothing again (the kind refuses a key reused for another answer);
+1. refuses a key sent before with another request (`core/keys.py`), and returns the first
+   answer given under the same key, if there is one, writing and resuming nothing again;
 2. locks the runs the answer concerns (`fence.lock_all`), then the kind's own rows: the run
    always first, as a gate's step, a task's opening and a wake take it too;
 3. looks for the first answer under the key again, since one may have committed meanwhile;
@@ -34,6 +34,7 @@ from remit.core.audit import audit_of
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.fence import LockedRun, advance, lock_all
+from remit.core.keys import check_reuse, record_use
 from remit.core.outbox import Resume, Resumer
 from remit.policy.refusals import PolicyChecks
 
@@ -75,6 +76,19 @@ class Turn:
         return resume
 
 
+@dataclass(frozen=True)
+class KeyedRequest:
+    """An answer's request as its key names it: a key sent again with another `body` is
+    refused. `scope` keeps kinds of keys apart; `what` names the key in the refusal;
+    `summary` says what the request did, for the refusal of another under its key."""
+
+    scope: str
+    key: str
+    what: str
+    body: Mapping[str, Any]
+    summary: str
+
+
 class Answer(ABC, Generic[L, R]):
     """One kind of answer's part of the transaction: `L` is what it locks, `R` what it
     returns. Each step runs inside the transaction; `give` runs once per try of it."""
@@ -92,6 +106,10 @@ class Answer(ABC, Generic[L, R]):
     def replay(self, conn: sa.Connection) -> Replayed[R] | None:
         """The first answer given under the same key, or None. Raises the kind's refusal when
         the key was given with another answer."""
+
+    def keyed(self) -> KeyedRequest | None:
+        """The request under its key, or None when it was given without one."""
+        return None
 
     @abstractmethod
     def give(self, turn: Turn, locked: L) -> R:
@@ -145,7 +163,10 @@ class Answers:
     def _once(self, answer: Answer[L, R], policy: PolicyChecks) -> tuple[R, builtins.list[Resume]]:
         policy.clear()
         now = self.clock.now()
+        keyed = answer.keyed()
         with self.db.begin() as conn:
+            if keyed is not None:
+                check_reuse(conn, keyed.scope, keyed.key, keyed.body, what=keyed.what)
             replayed = answer.replay(conn)
             if replayed is None:
                 runs = lock_all(conn, answer.run_ids(conn))
@@ -154,7 +175,12 @@ class Answers:
                 replayed = answer.replay(conn)
                 if replayed is None:
                     turn = Turn(conn, now, runs, policy)
-                    return answer.give(turn, locked), turn.resumes
+                    result = answer.give(turn, locked)
+                    if keyed is not None:
+                        record_use(
+                            conn, keyed.scope, keyed.key, keyed.body, summary=keyed.summary, at=now
+                        )
+                    return result, turn.resumes
             # A resume the first answer did not live to fork is still in the outbox: fork it.
             return replayed.result, self.resumer.pending(conn, replayed.resumed)
 

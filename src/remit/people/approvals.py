@@ -46,7 +46,7 @@ from remit.core.keys import key_problem
 from remit.core.runs import Run, RunInfo, RunStore
 from remit.core.schema import approvals, decisions, notifications, runs
 from remit.declare.workflows import check_name
-from remit.people.answers import Answer, Answers, Replayed, Turn, as_json
+from remit.people.answers import Answer, Answers, KeyedRequest, Replayed, Turn, as_json
 from remit.policy.refusals import DecideCall, check_call, refusals
 
 if TYPE_CHECKING:
@@ -481,6 +481,20 @@ class _Decision(Answer[list[Approval[Any]], DecideResult]):
             .with_for_update()
         )
         return [_approval(row, self.types) for row in rows]
+
+    def keyed(self) -> KeyedRequest:
+        call = self.call
+        body = {
+            "ids": call.ids,
+            "decision": call.decision,
+            "by": call.by,
+            "edits": call.edits,
+            "reason": call.reason,
+        }
+        edited = " with edits" if call.edits else ""
+        verb = {"approved": "approve", "rejected": "reject"}.get(call.decision, call.decision)
+        summary = f"{verb} {', '.join(call.ids)}{edited} as {call.by}"
+        return KeyedRequest("decision", call.decision_key, "decision key", body, summary)
 
     def replay(self, conn: sa.Connection) -> Replayed[DecideResult] | None:
         call = self.call

@@ -44,7 +44,7 @@ from remit.core.ledger import LedgerRow, read_row
 from remit.core.principals import SYSTEM_PREFIX
 from remit.core.schema import ledger, tasks
 from remit.declare.ops import Op
-from remit.people.answers import Answer, Answers, Replayed, Turn, as_json
+from remit.people.answers import Answer, Answers, KeyedRequest, Replayed, Turn, as_json
 
 if TYPE_CHECKING:
     from dbos import DBOSClient
@@ -352,6 +352,13 @@ class _TaskAnswer(Answer[_TaskRows, Resolved]):
         if task is None:
             return None
         return task, read_row(conn, task.idempotency_key, for_update=True)
+
+    def keyed(self) -> KeyedRequest | None:
+        if self.key is None:
+            return None
+        body = {"task": self.task_id, "done": self.done, "output": self.output, "by": self.by}
+        summary = f"answer task {self.task_id} {self.status.replace('_', ' ')} as {self.by}"
+        return KeyedRequest("task", self.key, "key", body, summary)
 
     def replay(self, conn: sa.Connection) -> Replayed[Resolved] | None:
         """The same key again: the first answer, and its resume if it is still to fork."""

@@ -45,7 +45,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from remit._version import __version__
 from remit.client import Client
-from remit.core.errors import ApprovalNotFound, DatabaseError, DecisionRefused, RemitError
+from remit.core.errors import (
+    ApprovalNotFound,
+    DatabaseError,
+    DecisionRefused,
+    KeyReused,
+    RemitError,
+)
 from remit.people.approvals import Approval, Approvals, ApprovalStatus
 
 log = logging.getLogger("remit.http")
@@ -175,7 +181,8 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
         400: "The request needs a change: the error names it.",
         404: "No approval has that id.",
         409: "The decision was refused and nothing was written; every reason is listed.",
-        422: "The body or the query does not parse; every field is listed.",
+        422: "The body or the query does not parse (every field is listed), or the "
+        "Idempotency-Key was sent before with another request.",
         503: "The database did not answer; send the request again.",
     }
     return {status: {"model": ErrorBody, "description": described[status]} for status in statuses}
@@ -328,6 +335,9 @@ async def _error_response(request: Request, error: Exception) -> JSONResponse:
         status, message, reasons = error.status, error.error, error.reasons
     elif isinstance(error, RequestValidationError):
         status, message, reasons = _invalid(error, approval_id)
+    elif isinstance(error, KeyReused):
+        status, message = 422, str(error)
+        reasons = [ErrorReason(approval_id=approval_id, reason=message)]
     elif isinstance(error, DecisionRefused):
         status, message = 409, str(error)
         reasons = [ErrorReason(approval_id=i, reason=r) for i, r in error.reasons]
