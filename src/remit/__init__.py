@@ -62,6 +62,7 @@ if TYPE_CHECKING:
         StepFailed,
         TaskNotFound,
         TaskRefused,
+        Unauthenticated,
         UnknownWorkflow,
     )
     from remit.core.runs import Run
@@ -131,6 +132,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "StepFailed",
         "TaskNotFound",
         "TaskRefused",
+        "Unauthenticated",
         "UnknownWorkflow",
     ),
     "remit.core.runs": ("Run",),
@@ -218,6 +220,7 @@ __all__ = [
     "TaskNotFound",
     "TaskRefused",
     "Tasks",
+    "Unauthenticated",
     "UnknownWorkflow",
     "WebhookNotifier",
     "Workflow",

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from remit.people.approvals import Approvals, DecideResult
     from remit.people.tasks import Resolved, Tasks
     from remit.policy.guard import Guard
+    from remit.policy.tokens import TokenInfo, Tokens
 
 
 class RunHandle:
@@ -263,6 +264,14 @@ class Client:
         return Secrets(self.db, self.app.name, SecretKey.from_settings(self.settings))
 
     @cached_property
+    def tokens(self) -> Tokens:
+        """The app's API tokens (see `policy/tokens.py`); make and revoke them with
+        `create_token` and `revoke_token`, which the policies check."""
+        from remit.policy.tokens import Tokens
+
+        return Tokens(self.db, self.app.name, clock=self.clock)
+
+    @cached_property
     def app_state(self) -> AppState:
         from remit.ops.pause import AppState
 
@@ -451,6 +460,39 @@ class Client:
         context = {"period": period or "current", "limit": str(limit)}
         self.guard.require(who, "set_budget", scope, context)
         return self.budgets.raise_limit(scope, period, limit, by=who)
+
+    def create_token(
+        self,
+        principal: str,
+        *,
+        name: str = "",
+        expires_in: timedelta | None = None,
+        by: str | None = None,
+    ) -> tuple[TokenInfo, str]:
+        """Make an API token that acts as `principal`, as the policies allow (`manage_tokens`
+        with verb `create`). Returns it with the token itself, shown this once."""
+        who = self._person(by)
+        context = {"verb": "create", "subject": principal}
+        self.guard.require(who, "manage_tokens", self.app.name, context)
+        return self.tokens.create(principal, by=who, name=name, expires_in=expires_in)
+
+    def list_tokens(self, *, by: str | None = None) -> list[TokenInfo]:
+        """The app's API tokens (never their secrets), as the policies allow."""
+        who = self._person(by)
+        self.guard.require(who, "manage_tokens", self.app.name, {"verb": "list", "subject": ""})
+        return self.tokens.list()
+
+    def revoke_token(self, token_id: str, *, by: str | None = None) -> TokenInfo:
+        """Revoke an API token, as the policies allow (`manage_tokens` with verb `revoke`)."""
+        who = self._person(by)
+        token = self.tokens.get(token_id)
+        context = {"verb": "revoke", "subject": token.principal}
+        self.guard.require(who, "manage_tokens", self.app.name, context)
+        return self.tokens.revoke(token_id, by=who)
+
+    def authenticate(self, token: str) -> str:
+        """The principal an API token acts as; `Unauthenticated` saying why it does not."""
+        return self.tokens.authenticate(token)
 
     def reconcile(self, *, dry_run: bool = False, by: str | None = None) -> Report:
         """Run one reconciler pass now (`dry_run`: say what it would do), as the policies

@@ -65,7 +65,13 @@ def test_help_loads_no_heavy_module() -> None:
 def test_help_lists_every_command_under_a_heading_with_its_whole_first_sentence() -> None:
     [printed] = probe(["--help"]).outputs
     headings = [line[:-1] for line in printed.splitlines() if line and not line[0].isspace()]
-    assert headings[-5:] == ["Runs", "People", "Ops, data and money", "Policies", "Running the app"]
+    assert headings[-5:] == [
+        "Runs",
+        "People",
+        "Ops, data and money",
+        "Policies and access",
+        "Running the app",
+    ]
     commands = printed.split("Runs:\n", 1)[1].splitlines()
     listed = {line.split()[0] for line in commands if line[:2] == "  " and line[2:3].strip()}
     assert listed == {command[0] for command in COMMANDS}
@@ -113,6 +119,9 @@ COMMANDS = [
     ["secrets", "delete"],
     ["deploy", "check"],
     ["retry"],
+    ["tokens", "create"],
+    ["tokens", "list"],
+    ["tokens", "revoke"],
 ]
 
 

@@ -39,8 +39,17 @@ def harness(database_url: str) -> Iterator[Harness]:
 
 @pytest.fixture
 def client(harness: Harness) -> Iterator[TestClient]:
-    with TestClient(create_api(harness.client)) as http:
+    """The API over the harness's app, called as ann (with her API token) unless a request
+    says otherwise."""
+    api = create_api(harness.client, allowed_hosts=["testserver"])
+    with TestClient(api, headers=bearer(harness, "user:ann")) as http:
         yield http
+
+
+def bearer(harness: Harness, principal: str) -> dict[str, str]:
+    """The `Authorization` header of a new API token for `principal`."""
+    _, token = harness.client.tokens.create(principal, by="user:admin")
+    return {"Authorization": f"Bearer {token}"}
 
 
 def waiting_refund(harness: Harness, quantity: int = 2) -> Approval:
@@ -49,10 +58,15 @@ def waiting_refund(harness: Harness, quantity: int = 2) -> Approval:
 
 
 def decide(
-    client: TestClient, approval_id: str, body: Any, *, key: str | None = None
+    client: TestClient,
+    approval_id: str,
+    body: Any,
+    *,
+    key: str | None = None,
+    headers: dict[str, str] | None = None,
 ) -> httpx2.Response:
-    headers = {} if key is None else {"Idempotency-Key": key}
-    return client.post(f"/approvals/{approval_id}/decision", json=body, headers=headers)
+    sent = {**(headers or {}), **({} if key is None else {"Idempotency-Key": key})}
+    return client.post(f"/approvals/{approval_id}/decision", json=body, headers=sent)
 
 
 def test_approve_with_edits_resumes_the_run_and_the_same_key_replays_it(
@@ -68,7 +82,7 @@ def test_approve_with_edits_resumes_the_run_and_the_same_key_replays_it(
         gate.id
     ]
 
-    body = {"decision": "approved", "by": "user:ann", "edits": {"quantity": 1}, "reason": "one"}
+    body = {"decision": "approved", "edits": {"quantity": 1}, "reason": "one"}
     first = decide(client, gate.id, body, key="ann-1")
     assert first.status_code == 200, first.text
     decided = first.json()
@@ -108,8 +122,9 @@ def test_approve_with_edits_resumes_the_run_and_the_same_key_replays_it(
 
 def test_reject_resumes_the_run_with_the_rejection(harness: Harness, client: TestClient) -> None:
     gate = waiting_refund(harness)
+    bob = bearer(harness, "user:bob")
     response = decide(
-        client, gate.id, {"decision": "rejected", "by": "user:bob", "reason": "no"}, key="b"
+        client, gate.id, {"decision": "rejected", "reason": "no"}, key="b", headers=bob
     )
     assert response.status_code == 200, response.text
     assert response.json()["approval"]["status"] == "rejected"
@@ -122,7 +137,7 @@ def test_an_unknown_approval_is_404(client: TestClient) -> None:
     assert shown.status_code == 404
     assert "no approval `apr_nope`" in shown.json()["error"]
     assert shown.json()["reasons"][0]["approval_id"] == "apr_nope"
-    decided = decide(client, "apr_nope", {"decision": "approved", "by": "user:ann"}, key="k")
+    decided = decide(client, "apr_nope", {"decision": "approved"}, key="k")
     assert decided.status_code == 404
     assert "GET /approvals lists the approvals" in decided.json()["error"]
 
@@ -131,9 +146,10 @@ def test_deciding_a_decided_approval_is_409_with_every_reason(
     harness: Harness, client: TestClient
 ) -> None:
     gate = waiting_refund(harness)
-    rejected = decide(client, gate.id, {"decision": "rejected", "by": "user:bob"}, key="bob-1")
+    bob = bearer(harness, "user:bob")
+    rejected = decide(client, gate.id, {"decision": "rejected"}, key="bob-1", headers=bob)
     assert rejected.status_code == 200
-    response = decide(client, gate.id, {"decision": "approved", "by": "user:ann"}, key="ann-1")
+    response = decide(client, gate.id, {"decision": "approved"}, key="ann-1")
     assert response.status_code == 409
     assert "nothing was written" in response.json()["error"]
     assert response.json()["reasons"] == [
@@ -143,15 +159,12 @@ def test_deciding_a_decided_approval_is_409_with_every_reason(
     assert harness.wait(gate.run_id).output == {"status": "rejected", "by": "user:bob"}
 
     other = waiting_refund(harness, quantity=3)
-    reused = decide(client, other.id, {"decision": "approved", "by": "user:ann"}, key="bob-1")
-    assert reused.status_code == 409
-    assert reused.json()["reasons"] == [
-        {
-            "approval_id": other.id,
-            "reason": f"decision key 'bob-1' was already used to decide {gate.id}: "
-            "use a new key for another decision",
-        }
-    ]
+    reused = decide(client, other.id, {"decision": "approved"}, key="bob-1", headers=bob)
+    assert reused.status_code == 422
+    assert (
+        f"decision key 'bob-1' was first used to reject {gate.id} as user:bob"
+        in (reused.json()["reasons"][0]["reason"])
+    )
     assert harness.approvals.get(other.id).status == "pending"
 
 
@@ -160,29 +173,32 @@ def test_a_decision_without_a_usable_idempotency_key_is_400(
     harness: Harness, client: TestClient, key: str | None
 ) -> None:
     gate = waiting_refund(harness)
-    response = decide(client, gate.id, {"decision": "approved", "by": "user:ann"}, key=key)
+    response = decide(client, gate.id, {"decision": "approved"}, key=key)
     assert response.status_code == 400
     assert "send an Idempotency-Key header" in response.json()["error"]
     assert harness.approvals.get(gate.id).status == "pending"
 
 
 BAD_DECISIONS: list[tuple[Any, str]] = [
-    ({"decision": "maybe", "by": "user:ann"}, "`decision`: Input should be 'approved' or"),
-    ({"decision": "approved"}, "`by`: Field required"),
-    ({"decision": "approved", "by": "  "}, "`by`: String should have at least 1 character"),
-    ({"decision": "approved", "by": "user:ann", "edit": {}}, "`edit` is not a field"),
-    ({"decision": "approved", "by": "user:ann", "edits": [1]}, "`edits`: Input should be a"),
+    ({"decision": "maybe"}, "`decision`: Input should be 'approved' or"),
+    (
+        {"decision": "approved", "by": "user:carol"},
+        "`by` is not a field of a decision: the decision is made as the principal of the "
+        "request's API token",
+    ),
+    ({"decision": "approved", "edit": {}}, "`edit` is not a field"),
+    ({"decision": "approved", "edits": [1]}, "`edits`: Input should be a"),
     ("approve it", "Input should be a valid dictionary or object"),
     (
-        {"decision": "rejected", "by": "user:ann", "edits": {"quantity": 1}},
+        {"decision": "rejected", "edits": {"quantity": 1}},
         "edits go with an approval, not a decision of 'rejected'",
     ),
     (
-        {"decision": "approved", "by": "user:ann", "edits": {"quantity": "lots"}},
+        {"decision": "approved", "edits": {"quantity": "lots"}},
         "edits.quantity: Input should be a valid integer",
     ),
     (
-        {"decision": "approved", "by": "user:ann", "edits": {"quantiy": 1}},
+        {"decision": "approved", "edits": {"quantiy": 1}},
         "edits.quantiy: RefundDraft has no field `quantiy` (its fields: sku, quantity, note)",
     ),
 ]
@@ -238,7 +254,7 @@ def test_health_routes_and_the_openapi_spec(client: TestClient) -> None:
     missing = client.get("/approval")
     assert missing.status_code == 404
     assert missing.json() == {
-        "error": "GET /approval is not a route of this API: GET /docs lists the routes",
+        "error": "GET /approval is not a route of this API: GET /openapi.json lists the routes",
         "reasons": [],
     }
     assert client.delete("/approvals").status_code == 405
@@ -256,7 +272,7 @@ def test_health_routes_and_the_openapi_spec(client: TestClient) -> None:
     }
     header = next(p for p in decision["parameters"] if p["in"] == "header")
     assert (header["name"], header["required"]) == ("Idempotency-Key", True)
-    for status in ("400", "404", "409", "422", "503"):
+    for status in ("400", "401", "403", "404", "409", "422", "503"):
         schema = decision["responses"][status]["content"]["application/json"]["schema"]
         assert schema == {"$ref": "#/components/schemas/ErrorBody"}, status
     assert "HTTPValidationError" not in spec["components"]["schemas"]
@@ -267,6 +283,7 @@ def test_remit_serve_answers_over_http_and_stops_on_sigterm(
 ) -> None:
     with Harness(make_app(), database_url=database_url) as harness:
         gate = waiting_refund(harness)
+        ann = bearer(harness, "user:ann")
     folder = tmp_path / "shop_app"
     folder.mkdir()
     (folder / "app.py").write_text("from tests.support import make_app\n\napp = make_app()\n")
@@ -288,13 +305,14 @@ def test_remit_serve_answers_over_http_and_stops_on_sigterm(
         url = _wait_listening(serving, log)
         with httpx.Client(base_url=url, timeout=5) as http:
             _wait_healthy(http, serving, log)
-            listed = http.get("/approvals", params={"status": "pending"})
+            assert http.get("/approvals").status_code == 401
+            listed = http.get("/approvals", params={"status": "pending"}, headers=ann)
             assert listed.status_code == 200
             assert [a["id"] for a in listed.json()] == [gate.id]
             decided = http.post(
                 f"/approvals/{gate.id}/decision",
-                json={"decision": "approved", "by": "user:ann"},
-                headers={"Idempotency-Key": "over-the-wire"},
+                json={"decision": "approved"},
+                headers={"Idempotency-Key": "over-the-wire", **ann},
             )
             assert decided.status_code == 200, decided.text
             assert decided.json()["approval"]["resumed_workflow_id"] == f"{gate.run_id}:2"
@@ -305,7 +323,7 @@ def test_remit_serve_answers_over_http_and_stops_on_sigterm(
             serving.kill()
             serving.wait(10)
     printed = log.read_text()
-    assert f"serving approvals of shop on {url}" in printed
+    assert f"serving the API of shop on {url}" in printed
     assert "serve stopped" in printed
     assert "Traceback" not in printed
 
@@ -339,14 +357,16 @@ def test_a_database_that_does_not_answer_is_503_with_a_reason(tmp_path: Path) ->
     # reached: the database's refusal is the whole story.
     down = Settings.from_env(tmp_path, environ={"REMIT_DATABASE_URL": DOWN})
     remit = Client(make_app(), down, prepare=False)
-    api = create_api(remit)
+    api = create_api(remit, allowed_hosts=["testserver"])
+    # A token of the right form: checking it is the first thing to reach the database.
+    token = {"Authorization": f"Bearer rmt_{'0' * 12}_{'x' * 43}"}
     try:
-        with TestClient(api) as http:
+        with TestClient(api, headers=token) as http:
             for response in (
                 http.get("/health"),
                 http.get("/approvals"),
                 http.get("/approvals/apr_1"),
-                decide(http, "apr_1", {"decision": "approved", "by": "user:ann"}, key="k"),
+                decide(http, "apr_1", {"decision": "approved"}, key="k"),
             ):
                 assert response.status_code == 503
                 assert response.headers["Retry-After"] == "1"

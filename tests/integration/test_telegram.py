@@ -135,7 +135,7 @@ def telegram_app(
 
 
 def webhook(h: Harness, telegram: FakeTelegram) -> tuple[FastAPI, TelegramBot]:
-    api = create_api(h.client)
+    api = create_api(h.client, allowed_hosts=["testserver"])
     bot = TelegramBot(TOKEN, api_base=telegram.url)
     add_telegram_routes(api, h.client, secret_token=SECRET, bot=bot)
     return api, bot

@@ -28,6 +28,8 @@ from typer import _click
 from remit._version import __version__
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from rich.table import Table
 
     from remit.app import App
@@ -65,7 +67,7 @@ class _RemitGroup(HelpGroup):
         "Runs": ["start", "run", "runs", "show", "cancel", "retry"],
         "People": ["approvals", "approve", "reject", "tasks", "task"],
         "Ops, data and money": ["call", "data", "ledger", "budgets", "secrets"],
-        "Policies": ["policies", "denials"],
+        "Policies and access": ["policies", "denials", "tokens"],
         "Running the app": [
             "worker",
             "serve",
@@ -196,6 +198,13 @@ def whole_ids(table: "Table", *columns: int) -> "Table":
         column.no_wrap = True
         column.min_width = max((len(str(cell)) for cell in column.cells), default=0)
     return table
+
+
+def moment(value: "datetime | None") -> str:
+    """A time as the command line prints it: UTC, to the second; `-` for none."""
+    from datetime import UTC
+
+    return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def parse_json(raw: str, what: str) -> Any:

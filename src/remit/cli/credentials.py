@@ -9,13 +9,12 @@ names, when each was set and by whom, and whether an environment variable overri
 import getpass
 import os
 import sys
-from datetime import UTC
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from remit.cli.base import ActAs, AppDir, cli, client_of, command_group, out
+from remit.cli.base import ActAs, AppDir, cli, client_of, command_group, moment, out
 
 secrets_cli = command_group(
     "Credentials stored encrypted in the app's database, which drivers read as "
@@ -85,9 +84,7 @@ def list_secrets(app_dir: AppDir = None) -> None:
     table = Table("name", "set at (UTC)", "set by", "environment", box=None)
     for each in stored:
         env = "overrides it" if os.environ.get(each.name) else "-"
-        table.add_row(
-            each.name, each.set_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"), each.set_by, env
-        )
+        table.add_row(each.name, moment(each.set_at), each.set_by, env)
     out.print(table)
 
 

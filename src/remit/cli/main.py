@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 # Imported for what they do on import: register their commands on `cli`.
-from remit.cli import budgets, credentials, deploy, direct  # noqa: F401
+from remit.cli import budgets, credentials, deploy, direct, tokens  # noqa: F401
 from remit.cli import tasks as task_commands
 from remit.cli.base import (
     ActAs,
@@ -26,6 +26,7 @@ from remit.cli.base import (
     client_of,
     err,
     load,
+    moment,
     out,
     parse_json,
     run_id_of,
@@ -217,7 +218,7 @@ def deadlines(
     table = Table("at", "in", "kind", "run", "what", box=None)
     now = datetime.now(UTC)
     for each in found:
-        table.add_row(_time(each.at), _until(each.at - now), each.kind, each.run_id, each.target)
+        table.add_row(moment(each.at), _until(each.at - now), each.kind, each.run_id, each.target)
     out.print(table)
 
 
@@ -269,8 +270,8 @@ def runs(
             _status(each.status),
             str(each.attempt),
             each.started_by,
-            _time(each.created_at),
-            _time(each.finished_at),
+            moment(each.created_at),
+            moment(each.finished_at),
         )
     out.print(whole_ids(table, 0) if found else "no runs")
 
@@ -343,7 +344,7 @@ def workers(app_dir: AppDir = None) -> None:
             row.host,
             str(row.pid),
             row.version,
-            _time(row.started_at),
+            moment(row.started_at),
             f"{age}s ago",
         )
     out.print(table)
@@ -391,8 +392,8 @@ def approvals(
             each.title,
             _status(each.status),
             each.assignee or "-",
-            _time(each.created_at),
-            _time(each.expires_at),
+            moment(each.created_at),
+            moment(each.expires_at),
             f"{each.decided_by} via {each.decided_via}" if each.decided_by else "-",
         )
     out.print(whole_ids(table, 0, 1))
@@ -458,25 +459,54 @@ def serve(
             min=0, max=65535, help="The port (default REMIT_HTTP_PORT, 8700; 0: a free one)."
         ),
     ] = None,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            help="A name clients call this server by (its Host header); repeat for more. "
+            "Always: localhost, 127.0.0.1, ::1 and --host.",
+        ),
+    ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option("--tls-cert", help="Serve HTTPS with this certificate (PEM).")
+    ] = None,
+    tls_key: Annotated[
+        Path | None, typer.Option("--tls-key", help="The certificate's private key (PEM).")
+    ] = None,
+    behind_proxy: Annotated[
+        bool,
+        typer.Option(
+            "--behind-proxy",
+            help="Serve plain HTTP on an address other machines reach, because a proxy in "
+            "front of it terminates TLS.",
+        ),
+    ] = False,
     app_dir: AppDir = None,
 ) -> None:
-    """Serve the HTTP API for approvals until SIGTERM or Ctrl-C.
+    """Serve the HTTP API until SIGTERM or Ctrl-C; every route but /health needs an API token.
 
     It runs no worker: a decision's run resumes on a worker that serves its queue.
     """
-    from remit.serve.api import create_api
+    from remit.serve.api import LOCAL_NAMES, check_exposure, create_api
     from remit.serve.api import serve as serve_http
 
     # As many connections as requests it answers at once, up to 16 (each waits on one).
     with client_of(app_dir, pool_size=16) as remit:
         app, settings = remit.app, remit.settings
+        address = host or settings.http_host
+        tls = check_exposure(address, cert=tls_cert, key=tls_key, behind_proxy=behind_proxy)
+        names = [*LOCAL_NAMES, address, *(allowed_host or [])]
+        scheme = "https" if tls else "http"
         serve_http(
-            create_api(remit),
-            host=host or settings.http_host,
+            create_api(remit, allowed_hosts=names),
+            host=address,
             port=settings.http_port if port is None else port,
             drain_timeout=settings.drain_timeout,
+            tls=tls,
             listening=lambda url: err.print(
-                f"serving approvals of [bold]{app.name}[/] on {url} (routes at {url}/docs)"
+                f"serving the API of [bold]{app.name}[/] on {scheme}{url.removeprefix('http')} "
+                f"(its spec at /openapi.json; send `Authorization: Bearer <token>`, from `remit tokens "
+                "create`)"
             ),
         )
     err.print("serve stopped")
@@ -528,7 +558,7 @@ def _show(run: "Run", client: "DBOSClient", rows: list["LedgerRow"]) -> None:
     out.print(f"[bold]{run.run_id}[/]  {run.workflow}  {_status(run.status)}")
     out.print(
         f"  attempt {run.attempt} · version {run.version or '-'} · started by {run.started_by} · "
-        f"created {_time(run.created_at)} · finished {_time(run.finished_at)}"
+        f"created {moment(run.created_at)} · finished {moment(run.finished_at)}"
     )
     out.print(f"  input  {json.dumps(run.input)}")
     if run.output is not None:
@@ -620,10 +650,6 @@ _COLOURS = {
 def _status(status: str) -> str:
     colour = _COLOURS.get(status)
     return f"[{colour}]{status}[/]" if colour else status
-
-
-def _time(value: datetime | None) -> str:
-    return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _outcome(output: Any, error: Any) -> str:

@@ -9,7 +9,6 @@ did not: the op is called again with the same key, or the run fails, as the op d
 # No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
 
 import json
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -22,6 +21,7 @@ from remit.cli.base import (
     client_of,
     command_group,
     err,
+    moment,
     out,
     parse_json,
     run_id_of,
@@ -65,7 +65,7 @@ def list_tasks(
             each.idempotency_key,
             _status(each.status),
             each.title,
-            _time(each.created_at),
+            moment(each.created_at),
         )
     out.print(whole_ids(table, 0, 1, 3))
 
@@ -171,7 +171,3 @@ def _waits_at(task: "Task") -> str:
 def _status(status: str) -> str:
     colour = _COLOURS.get(status)
     return f"[{colour}]{status}[/]" if colour else status
-
-
-def _time(value: datetime | None) -> str:
-    return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")

@@ -12,6 +12,7 @@
     ├── TaskRefused           `Tasks.resolve` refused, listing every reason; nothing was written
     ├── RetryRefused          `retry` refused (the run is not failed or cancelled, a bad step)
     ├── KeyReused             a key sent again with another request than its first; nothing done
+    ├── Unauthenticated       an API token is missing, unknown, expired or revoked
     └── OpError               an operation call did not succeed (raised inside a run)
         ├── OpNotDeclared     the workflow called an op it did not list in `uses`
         ├── MissingCredential the driver needs an environment variable that is not set
@@ -244,6 +245,11 @@ class ApprovalNotFound(RemitError):
     """No approval has that id."""
 
 
+class Unauthenticated(RemitError):
+    """A request's API token is missing, malformed, unknown, expired or revoked. The message
+    says which, and never repeats the token."""
+
+
 class KeyReused(RemitError):
     """A key sent again with another request than the one it was first sent with. Nothing was
     written: a key names one request (send the first again to read its result)."""
@@ -264,10 +270,12 @@ class DecisionRefused(RemitError):
     everything to fix.
     """
 
-    def __init__(self, reasons: list[tuple[str, str]]) -> None:
+    def __init__(self, reasons: list[tuple[str, str]], *, by_policy: bool = False) -> None:
         listed = "; ".join(f"{approval_id} {reason}" for approval_id, reason in reasons)
         super().__init__(f"decision refused, nothing was written: {listed}")
         self.reasons = reasons
+        # Every reason is the policies' refusal (the caller may not; nothing else is wrong).
+        self.by_policy = by_policy
 
 
 class Suspended(BaseException):

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "11"
+SCHEMA_VERSION = "12"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -170,6 +170,22 @@ request_keys = sa.Table(
     sa.Column("fingerprint", sa.String(64), nullable=False),
     sa.Column("summary", sa.String(500), nullable=False),
     sa.Column("first_at", UTCDateTime, nullable=False),
+)
+
+# API tokens (see `policy/tokens.py`): only each token's SHA-256 is kept, never the token.
+tokens = sa.Table(
+    "remit_tokens",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("app", sa.String(200), nullable=False),
+    sa.Column("principal", sa.String(200), nullable=False),
+    sa.Column("name", sa.String(100), nullable=False),
+    sa.Column("digest", sa.String(64), nullable=False, unique=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("created_by", sa.String(200), nullable=False),
+    sa.Column("expires_at", UTCDateTime),
+    sa.Column("revoked_at", UTCDateTime),
+    sa.Column("revoked_by", sa.String(200)),
 )
 
 audit = sa.Table(

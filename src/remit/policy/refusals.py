@@ -173,7 +173,7 @@ def refusals(
             if refused is not None:
                 reasons.append((row.id, refused))
     if reasons:
-        raise DecisionRefused(reasons)
+        raise DecisionRefused(reasons, by_policy=len(policy.found) == len(reasons))
     return parsed
 
 

@@ -2,9 +2,16 @@
 
     GET  /approvals                   ?status=pending&run=run_…&limit=100, newest first
     GET  /approvals/{id}              the approval with its audit rows
-    POST /approvals/{id}/decision     {"decision": "approved", "by": "user:ann", "edits": {...}}
+    POST /approvals/{id}/decision     {"decision": "approved", "edits": {...}, "reason": "..."}
                                       with an `Idempotency-Key` header
     GET  /health                      {"ok": true} while the database answers
+
+Every route but `/health` needs `Authorization: Bearer rmt_...`, an API token (`remit tokens
+create --for user:ann`): the request acts as the token's principal, under the app's policies,
+and nothing in a body says who acts. No token, or an unknown, expired or revoked one, is 401; an
+act the policies refuse is 403, with their reason. The `Host` header must name one of the
+server's names (`allowed_hosts`), so that a page on another site cannot reach a server on
+localhost by rebinding its own name to it.
 
 `create_api(client)` builds the app on a `remit.Client` and `remit serve` runs it. A decision
 goes through `Client.decide()` with the `Idempotency-Key` header as its decision key, so a request sent
@@ -13,31 +20,30 @@ again returns the first decision and decides nothing twice. Every error has one 
 whose move it is: 400 and 422 for a request to fix, 404 for an unknown approval, 409 for a
 decision refused, 503 while the database does not answer.
 
-The API decides as whoever the body's `by` names and checks no credentials: serve it on a
-private address or behind a proxy that authenticates.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import math
 import signal
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path as FilePath
 from types import FrameType
 from typing import Annotated, Any, Literal
 
 import sqlalchemy as sa
 import uvicorn
-from fastapi import FastAPI, Header, Path, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    StringConstraints,
     ValidationError,
     model_validator,
 )
@@ -51,8 +57,10 @@ from remit.core.errors import (
     DecisionRefused,
     KeyReused,
     RemitError,
+    Unauthenticated,
 )
 from remit.people.approvals import Approval, Approvals, ApprovalStatus
+from remit.policy.cedar import PolicyDenied
 
 log = logging.getLogger("remit.http")
 
@@ -62,7 +70,25 @@ _KEY_HINT = (
     "(a UUID will do); sending the request again with the same key returns the first decision"
 )
 
-Actor = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+# The names a server on this machine answers to when none are configured.
+LOCAL_NAMES = ("localhost", "127.0.0.1", "::1", "[::1]")
+_BEARER = "Bearer "
+
+
+def _principal(request: Request) -> str:
+    """The principal the request's API token acts as; 401 without a working one."""
+    given = request.headers.get("Authorization", "")
+    if not given.startswith(_BEARER):
+        raise Unauthenticated(
+            "send an API token as `Authorization: Bearer rmt_...` (make one with `remit tokens "
+            "create --for user:<name>`)"
+        )
+    client: Client = request.app.state.remit
+    return client.authenticate(given.removeprefix(_BEARER).strip())
+
+
+# Who acts in a route: the principal of the request's API token.
+Who = Annotated[str, Depends(_principal)]
 
 
 class ErrorReason(BaseModel):
@@ -133,7 +159,6 @@ class DecisionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     decision: Literal["approved", "rejected"]
-    by: Actor = Field(description="Who decides, e.g. user:ann.")
     edits: dict[str, Any] | None = Field(
         default=None,
         description="Draft fields to change, approving only: merged over the draft and "
@@ -179,6 +204,8 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """The error responses of a route, for the OpenAPI spec."""
     described = {
         400: "The request needs a change: the error names it.",
+        401: "No API token, or one that is unknown, expired or revoked.",
+        403: "The app's policies refuse the token's principal this act; the reason is given.",
         404: "No approval has that id.",
         409: "The decision was refused and nothing was written; every reason is listed.",
         422: "The body or the query does not parse (every field is listed), or the "
@@ -188,15 +215,45 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": ErrorBody, "description": described[status]} for status in statuses}
 
 
-def create_api(client: Client, *, title: str | None = None, version: str = __version__) -> FastAPI:
+def create_api(
+    client: Client,
+    *,
+    title: str | None = None,
+    version: str = __version__,
+    allowed_hosts: Sequence[str] = LOCAL_NAMES,
+) -> FastAPI:
     """The HTTP API over `client`'s app. Route functions are synchronous (the database calls
-    block), so FastAPI runs each in its threadpool."""
+    block), so FastAPI runs each in its threadpool. `allowed_hosts`: the names (`Host` header)
+    it answers to; `*` answers to any (behind a proxy that checks them)."""
     approvals = client.approvals
     api = FastAPI(
         title=title or f"remit: {client.app.name}",
         version=version,
-        description="Approvals of durable runs: list them, show one, decide one.",
+        description="Approvals of durable runs: list them, show one, decide one. Every route "
+        "but /health needs `Authorization: Bearer <API token>` (`remit tokens create`).",
+        # The spec is served behind the token like every other route; no browsable page
+        # (it would load its scripts from elsewhere).
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
     )
+    names = {name.lower() for name in allowed_hosts}
+
+    @api.middleware("http")
+    async def check_host(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        host = _host_name(request.headers.get("host", ""))
+        if "*" in names or host in names:
+            return await call_next(request)
+        message = (
+            f"this server does not answer to the name {host!r}: call it by one of "
+            f"{', '.join(sorted(names))} (`remit serve --allowed-host` adds a name)"
+        )
+        return JSONResponse(ErrorBody(error=message).model_dump(mode="json"), status_code=400)
+
+    api.state.remit = client
+    routes = APIRouter(dependencies=[Depends(_principal)])
     for error in (
         _Problem,
         RequestValidationError,
@@ -216,7 +273,7 @@ def create_api(client: Client, *, title: str | None = None, version: str = __ver
             conn.execute(sa.text("SELECT 1"))
         return Health(ok=True)
 
-    @api.get("/approvals", responses=_errors(422, 503))
+    @routes.get("/approvals", responses=_errors(401, 422, 503))
     def list_approvals(
         status: Annotated[ApprovalStatus | None, Query(description="Only this status.")] = None,
         run: Annotated[
@@ -228,17 +285,20 @@ def create_api(client: Client, *, title: str | None = None, version: str = __ver
         found = approvals.list(status=status, run_id=run, limit=limit)
         return [ApprovalView.of(each) for each in found]
 
-    @api.get("/approvals/{approval_id}", responses=_errors(404, 422, 503))
+    @routes.get("/approvals/{approval_id}", responses=_errors(401, 404, 422, 503))
     def get_approval(approval_id: Annotated[str, Path()]) -> ApprovalDetail:
         """Show one approval with its audit rows."""
         approval = _find(approvals, approval_id)
         audit = [AuditEntry.model_validate(row) for row in approvals.audit(approval_id)]
         return ApprovalDetail.model_validate({**_fields(approval), "audit": audit})
 
-    @api.post("/approvals/{approval_id}/decision", responses=_errors(400, 404, 409, 422, 503))
+    @routes.post(
+        "/approvals/{approval_id}/decision", responses=_errors(400, 401, 403, 404, 409, 422, 503)
+    )
     def decide(
         approval_id: Annotated[str, Path()],
         body: DecisionRequest,
+        who: Who,
         idempotency_key: Annotated[
             str,
             Header(
@@ -268,14 +328,29 @@ def create_api(client: Client, *, title: str | None = None, version: str = __ver
             key=idempotency_key,
             edits=None if edits is None else {approval_id: edits},
             reason=body.reason,
-            by=body.by,
+            by=who,
             via="http",
         )
         return DecisionResponse(
             replayed=result.replayed, approval=ApprovalView.of(approvals.get(approval_id))
         )
 
+    @routes.get("/openapi.json", include_in_schema=False)
+    def openapi() -> dict[str, Any]:
+        """The OpenAPI spec of these routes."""
+        return api.openapi()
+
+    api.include_router(routes)
     return api
+
+
+def _host_name(header: str) -> str:
+    """The name in a `Host` header, without its port: `localhost:8080` is `localhost`,
+    `[::1]:8080` is `[::1]`."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header.split("]", 1)[0] + "]"
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
 def _fields(approval: Approval) -> dict[str, Any]:
@@ -335,6 +410,14 @@ async def _error_response(request: Request, error: Exception) -> JSONResponse:
         status, message, reasons = error.status, error.error, error.reasons
     elif isinstance(error, RequestValidationError):
         status, message, reasons = _invalid(error, approval_id)
+    elif isinstance(error, Unauthenticated):
+        status, message = 401, str(error)
+        headers = {"WWW-Authenticate": 'Bearer realm="remit"'}
+    elif isinstance(error, PolicyDenied):
+        status, message = 403, str(error)
+    elif isinstance(error, DecisionRefused) and error.by_policy:
+        status, message = 403, str(error)
+        reasons = [ErrorReason(approval_id=i, reason=r) for i, r in error.reasons]
     elif isinstance(error, KeyReused):
         status, message = 422, str(error)
         reasons = [ErrorReason(approval_id=approval_id, reason=message)]
@@ -385,6 +468,11 @@ def _problem(error: Mapping[str, Any]) -> str:
         return f"the body: {error.get('msg', 'is not valid')}{hint}"
     if kind == "extra_forbidden":
         allowed = ", ".join(DecisionRequest.model_fields)
+        if field == "by":
+            return (
+                "`by` is not a field of a decision: the decision is made as the principal of "
+                f"the request's API token; send only {allowed}"
+            )
         return f"`{field}` is not a field of a decision: send only {allowed}"
     label = {"query": "query parameter", "header": "header", "path": "path"}.get(str(where), "")
     return f"{label} `{field}`: {error.get('msg', 'is not valid')}".strip()
@@ -393,14 +481,45 @@ def _problem(error: Mapping[str, Any]) -> str:
 def _http_message(request: Request, error: StarletteHTTPException) -> str:
     route = f"{request.method} {request.url.path}"
     if error.status_code == 404:
-        return f"{route} is not a route of this API: GET /docs lists the routes"
+        return f"{route} is not a route of this API: GET /openapi.json lists the routes"
     if error.status_code == 405:
-        return f"{route}: the method is not allowed there: GET /docs lists the routes"
+        return f"{route}: the method is not allowed there: GET /openapi.json lists the routes"
     return f"{route}: {error.detail}"
 
 
 class _Stopped(Exception):
     """SIGTERM or Ctrl-C reached the server: it has finished its requests and stops."""
+
+
+def check_exposure(
+    host: str, *, cert: FilePath | None, key: FilePath | None, behind_proxy: bool
+) -> tuple[FilePath, FilePath] | None:
+    """The certificate and key to serve HTTPS with, or None for plain HTTP; `RemitError` for
+    plain HTTP on an address other machines reach, unless a proxy in front terminates TLS.
+    Tokens and decisions must not cross a network in the clear."""
+    if (cert is None) != (key is None):
+        raise RemitError("give both --tls-cert and --tls-key, or neither")
+    if cert is not None and key is not None:
+        for given, flag in ((cert, "--tls-cert"), (key, "--tls-key")):
+            if not given.is_file():
+                raise RemitError(f"{flag} {given}: no such file")
+        return cert, key
+    if behind_proxy or _loopback(host):
+        return None
+    raise RemitError(
+        f"--host {host} is reached from other machines, and API tokens would cross the network "
+        "in plain HTTP: give --tls-cert and --tls-key, or serve behind a proxy that terminates "
+        "TLS and pass --behind-proxy (or listen on 127.0.0.1)"
+    )
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def serve(
@@ -409,6 +528,7 @@ def serve(
     host: str,
     port: int,
     drain_timeout: float = 30.0,
+    tls: tuple[FilePath, FilePath] | None = None,
     listening: Callable[[str], None] = lambda url: None,
 ) -> None:
     """Serve `api` on `host:port` (port 0: a free one) until SIGTERM or Ctrl-C, then return.
@@ -426,6 +546,8 @@ def serve(
         log_config=None,
         lifespan="off",
         timeout_graceful_shutdown=math.ceil(drain_timeout),
+        ssl_certfile=None if tls is None else str(tls[0]),
+        ssl_keyfile=None if tls is None else str(tls[1]),
     )
     server = uvicorn.Server(config)
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
