@@ -161,3 +161,14 @@ def test_a_stranger_is_refused_every_act_and_each_refusal_is_recorded(cli: Cli) 
         assert conn.execute(sa.select(runs.c.status)).scalars().all() == ["queued"]
         assert conn.execute(sa.select(audit)).all() == []
     assert "$5.00" in cli("budgets").stdout
+
+
+def test_a_principal_with_control_characters_is_refused_and_shown_escaped(cli: Cli) -> None:
+    forged = "user:x\x1b[2J\nFAKE LINE"
+    refused = cli("start", "chase-invoice", "--as", forged, check=False)
+    assert refused.returncode == 1
+    assert "user:x\\x1b[2J\\nFAKE LINE" in refused.stderr
+    assert "\x1b[2J" not in refused.stderr + refused.stdout
+    with cli.db.engine.connect() as conn:
+        assert conn.execute(sa.select(runs)).all() == []
+        assert conn.execute(sa.select(denials)).all() == []

@@ -20,17 +20,18 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import typer
 import typer.core
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.table import Table
+from rich.text import Text
 
 # Typer carries its own copy of Click: a group's help is formatted with that copy's types.
 from typer import _click
 
 from remit._version import __version__
+from remit.core.text import printable
 
 if TYPE_CHECKING:
     from datetime import datetime
-
-    from rich.table import Table
 
     from remit.app import App
     from remit.client import Client
@@ -188,6 +189,24 @@ def run_id_of(remit: "Client", given: str) -> str:
     from remit.core.schema import runs
 
     return full_id(remit.db, runs.c.run_id, given, what="run")
+
+
+class PlainTable(Table):
+    """A table whose text cells show exactly what they hold: never read as Rich markup, with
+    control characters escaped, so that a principal, a title or a reason someone typed cannot
+    restyle the terminal or forge a row. A cell meant to be styled is a `Text` (see
+    `styled`)."""
+
+    def add_row(self, *cells: "RenderableType | None", **options: Any) -> None:
+        super().add_row(
+            *(Text(printable(cell)) if isinstance(cell, str) else cell for cell in cells),
+            **options,
+        )
+
+
+def styled(text: str, style: str | None) -> Text:
+    """`text` in `style` (a colour, say), as a table cell or a printed line shows it."""
+    return Text(printable(text), style=style or "")
 
 
 def whole_ids(table: "Table", *columns: int) -> "Table":

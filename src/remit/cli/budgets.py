@@ -8,9 +8,8 @@ from decimal import Decimal
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from remit.cli.base import ActAs, AppDir, cli, client_of, command_group, out
+from remit.cli.base import ActAs, AppDir, PlainTable, cli, client_of, command_group, out, styled
 
 budgets_cli = command_group(
     "The app's budgets: each period's limit, spend, reservations and drift.",
@@ -42,7 +41,7 @@ def show(
             "limit what calls with a cost may spend"
         )
         return
-    table = Table(
+    table = PlainTable(
         "scope",
         "period",
         "limit",
@@ -62,8 +61,8 @@ def show(
             usd(state.limit_usd),
             usd(state.spent_usd),
             usd(state.reserved_usd),
-            usd(left) if left >= 0 else f"[red]{usd(left)}[/]",
-            "0" if off == 0 else f"[red]{usd(off)}[/]",
+            usd(left) if left >= 0 else styled(usd(left), "red"),
+            "0" if off == 0 else styled(usd(off), "red"),
             state.limit_set_by or "declared",
         )
     out.print(table)

@@ -12,9 +12,8 @@ import sys
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from remit.cli.base import ActAs, AppDir, cli, client_of, command_group, moment, out
+from remit.cli.base import ActAs, AppDir, PlainTable, cli, client_of, command_group, moment, out
 
 secrets_cli = command_group(
     "Credentials stored encrypted in the app's database, which drivers read as "
@@ -81,7 +80,7 @@ def list_secrets(app_dir: AppDir = None) -> None:
     if not stored:
         out.print(f"no secrets stored for {app.name}")
         return
-    table = Table("name", "set at (UTC)", "set by", "environment", box=None)
+    table = PlainTable("name", "set at (UTC)", "set by", "environment", box=None)
     for each in stored:
         env = "overrides it" if os.environ.get(each.name) else "-"
         table.add_row(each.name, moment(each.set_at), each.set_by, env)

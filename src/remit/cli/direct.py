@@ -8,9 +8,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
-from remit.cli.base import ActAs, AppDir, cli, client_of, command_group, err, load, out, parse_json
+from remit.cli.base import (
+    ActAs,
+    AppDir,
+    PlainTable,
+    cli,
+    client_of,
+    command_group,
+    err,
+    load,
+    out,
+    parse_json,
+)
 
 if TYPE_CHECKING:
     from remit.execution.direct import CallResult
@@ -186,7 +196,7 @@ def denials(
     """List the actions the app's policies refused, newest first."""
     with client_of(app_dir) as remit:
         rows = remit.guard.denials(limit=limit)
-    table = Table(show_edge=False, pad_edge=False)
+    table = PlainTable(show_edge=False, pad_edge=False)
     for column in ("at", "who", "action", "resource", "why"):
         table.add_column(column)
     for row in rows:

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
-# Imported for what they do on import: register their commands on `cli`.
 from remit.cli import budgets, credentials, deploy, direct, tokens  # noqa: F401
 from remit.cli import tasks as task_commands
 from remit.cli.base import (
     ActAs,
     AppDir,
+    PlainTable,
     cli,
     client_of,
     err,
@@ -30,8 +30,12 @@ from remit.cli.base import (
     out,
     parse_json,
     run_id_of,
+    styled,
     whole_ids,
 )
+
+# Imported for what they do on import: register their commands on `cli`.
+from remit.core.text import printable
 
 if TYPE_CHECKING:
     from dbos import DBOSClient
@@ -150,7 +154,7 @@ def reconcile(
     if not report.actions:
         out.print(f"nothing to do{' (dry run)' if dry_run else ''}")
     else:
-        table = Table("step", "run", "attempt", "status", "why", box=None)
+        table = PlainTable("step", "run", "attempt", "status", "why", box=None)
         for action in report.actions:
             table.add_row(
                 action.kind,
@@ -215,7 +219,7 @@ def deadlines(
     if not found:
         out.print("no deadlines")
         return
-    table = Table("at", "in", "kind", "run", "what", box=None)
+    table = PlainTable("at", "in", "kind", "run", "what", box=None)
     now = datetime.now(UTC)
     for each in found:
         table.add_row(moment(each.at), _until(each.at - now), each.kind, each.run_id, each.target)
@@ -260,7 +264,7 @@ def runs(
         )
     with client_of(app_dir) as remit:
         found = remit.runs(status=status, workflow=workflow, limit=limit)
-    table = Table(
+    table = PlainTable(
         "run", "workflow", "status", "attempt", "started by", "created", "finished", box=None
     )
     for each in found:
@@ -333,7 +337,9 @@ def workers(app_dir: AppDir = None) -> None:
         return
     now = datetime.now(UTC)
     dead_after = timedelta(seconds=settings.dead_after)
-    table = Table("worker", "state", "host", "pid", "version", "started", "heartbeat", box=None)
+    table = PlainTable(
+        "worker", "state", "host", "pid", "version", "started", "heartbeat", box=None
+    )
     for row in rows:
         shown = state(row, now=now, dead_after=dead_after)
         label = f"taken over by {row.taken_over_by}" if shown == "taken over" else shown
@@ -372,7 +378,7 @@ def approvals(
     if not found:
         out.print("no pending approvals" if pending else "no approvals")
         return
-    table = Table(
+    table = PlainTable(
         "approval",
         "run",
         "type",
@@ -544,7 +550,7 @@ def _decide(
 def _print_decision(result: "DecideResult", approval: "Approval") -> None:
     decided = result.decided[0]
     again = " (replayed: this key had already decided it)" if result.replayed else ""
-    out.print(f"{approval.id} {_status(decided.status)} by {approval.decided_by}{again}")
+    out.print(f"{approval.id} {_status(decided.status).markup} by {approval.decided_by}{again}")
     if approval.edited_draft_json is not None:
         out.print(f"  draft  {json.dumps(approval.edited_draft_json)}")
     if decided.resumed_workflow_id:
@@ -555,7 +561,7 @@ def _show(run: "Run", client: "DBOSClient", rows: list["LedgerRow"]) -> None:
     """A run, each attempt's steps as DBOS checkpointed them, and its ledger rows."""
     from remit.core.runs import attempt_workflow_id
 
-    out.print(f"[bold]{run.run_id}[/]  {run.workflow}  {_status(run.status)}")
+    out.print(f"[bold]{run.run_id}[/]  {run.workflow}  {_status(run.status).markup}")
     out.print(
         f"  attempt {run.attempt} · version {run.version or '-'} · started by {run.started_by} · "
         f"created {moment(run.created_at)} · finished {moment(run.finished_at)}"
@@ -565,7 +571,7 @@ def _show(run: "Run", client: "DBOSClient", rows: list["LedgerRow"]) -> None:
         out.print(f"  output {json.dumps(run.output)}")
     if run.error:
         out.print(f"  [red]error  {run.error}[/]")
-    steps = Table(
+    steps = PlainTable(
         "attempt", "#", "step", "ms", "output", box=None, title="steps", title_justify="left"
     )
     earlier: dict[int, Any] = {}
@@ -590,10 +596,10 @@ def _show(run: "Run", client: "DBOSClient", rows: list["LedgerRow"]) -> None:
     out.print(_ledger_table(rows, with_run=False) if rows else "  no op calls")
 
 
-def _ledger_table(rows: list["LedgerRow"], *, with_run: bool) -> Table:
+def _ledger_table(rows: list["LedgerRow"], *, with_run: bool) -> PlainTable:
     from remit.budgets.model import usd
 
-    table = Table(box=None, title="ledger", title_justify="left")
+    table = PlainTable(box=None, title="ledger", title_justify="left")
     columns = ["run"] if with_run else []
     for column in [
         *columns,
@@ -613,7 +619,7 @@ def _ledger_table(rows: list["LedgerRow"], *, with_run: bool) -> Table:
         took = "-"
         if row.finished_at is not None:
             took = str(int((row.finished_at - row.started_at).total_seconds() * 1000))
-        cells = [row.run_id] if with_run else []
+        cells: list[str | Text] = [row.run_id] if with_run else []
         effect = row.effect + (" (idempotent)" if row.effect == "write" and row.idempotent else "")
         cells += [
             str(row.attempt),
@@ -647,23 +653,23 @@ _COLOURS = {
 }
 
 
-def _status(status: str) -> str:
+def _status(status: str) -> "Text":
     colour = _COLOURS.get(status)
-    return f"[{colour}]{status}[/]" if colour else status
+    return styled(status, colour)
 
 
-def _outcome(output: Any, error: Any) -> str:
+def _outcome(output: Any, error: Any) -> "str | Text":
     """A step's result as a person reads it: its value, or its error's message."""
     if error is not None:
-        return f"[red]{_short(str(error))}[/]"
+        return styled(_short(str(error)), "red")
     if isinstance(output, dict) and "error" in output:
-        return f"[red]{_short(output['error'].get('message', output['error']))}[/]"
+        return styled(_short(output["error"].get("message", output["error"])), "red")
     if isinstance(output, dict) and "ok" in output:
         return _short(output["ok"])
     return _short(output)
 
 
-def _gate(row: dict[str, Any]) -> str:
+def _gate(row: dict[str, Any]) -> "str | Text":
     """An approval step as a person reads it: which approval, and what it read."""
     text = f"{row.get('id')} {row.get('status')}"
     if row.get("decided_by"):
@@ -703,5 +709,5 @@ def main() -> None:
 
         if not isinstance(error, RemitError):
             raise
-        err.print(f"[red]error:[/] {escape(str(error))}")
+        err.print(f"[red]error:[/] {escape(printable(str(error)))}")
         sys.exit(1)

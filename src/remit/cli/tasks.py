@@ -12,11 +12,12 @@ import json
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
+from rich.text import Text
 
 from remit.cli.base import (
     ActAs,
     AppDir,
+    PlainTable,
     cli,
     client_of,
     command_group,
@@ -25,6 +26,7 @@ from remit.cli.base import (
     out,
     parse_json,
     run_id_of,
+    styled,
     whole_ids,
 )
 
@@ -56,7 +58,7 @@ def list_tasks(
     if not found:
         out.print("no open tasks" if open_only else "no tasks")
         return
-    table = Table("task", "run", "op", "key", "status", "title", "created", box=None)
+    table = PlainTable("task", "run", "op", "key", "status", "title", "created", box=None)
     for each in found:
         table.add_row(
             each.id,
@@ -127,7 +129,7 @@ def resolve(
 
 def _print_resolved(result: "Resolved", task: "Task", run_status: str | None) -> None:
     again = " (replayed: this key had already resolved it)" if result.replayed else ""
-    out.print(f"{task.id} {_status(result.status)} by {task.resolved_by}{again}")
+    out.print(f"{task.id} {_status(result.status).markup} by {task.resolved_by}{again}")
     then = {
         "continue": "the run carries on as if the call had returned this output",
         "retry": f"`{task.op_id}` is called again with the same key ({task.idempotency_key})",
@@ -168,6 +170,6 @@ def _waits_at(task: "Task") -> str:
     )
 
 
-def _status(status: str) -> str:
+def _status(status: str) -> Text:
     colour = _COLOURS.get(status)
-    return f"[{colour}]{status}[/]" if colour else status
+    return styled(status, colour)

@@ -10,11 +10,11 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from remit.cli.base import (
     ActAs,
     AppDir,
+    PlainTable,
     cli,
     client_of,
     command_group,
@@ -69,7 +69,7 @@ def list_tokens(as_: ActAs = None, app_dir: AppDir = None) -> None:
         out.print("no tokens: make one with `remit tokens create --for user:<name>`")
         return
     now = datetime.now(UTC)
-    table = Table("token", "acts as", "name", "state", "created", "by", "expires", box=None)
+    table = PlainTable("token", "acts as", "name", "state", "created", "by", "expires", box=None)
     for each in found:
         table.add_row(
             each.id,

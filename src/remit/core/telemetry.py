@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from remit._version import __version__
 from remit.core.errors import RemitError, SettingsError
 from remit.core.settings import Settings
+from remit.core.text import printable, unsafe
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor
@@ -436,6 +437,9 @@ def configure_logging(settings: Settings) -> None:
         logging.basicConfig(
             level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
+        for handler in logging.getLogger().handlers:
+            if not any(isinstance(each, OneLine) for each in handler.filters):
+                handler.addFilter(OneLine())
         return
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
@@ -451,6 +455,19 @@ def configure_logging(settings: Settings) -> None:
         dbos_logger.propagate = False
     for console in consoles:
         console.setFormatter(JsonFormatter())
+
+
+class OneLine(logging.Filter):
+    """Keeps each log line one line of what happened: control characters in its message (a
+    principal, a reason or a key someone typed) are written as escapes (`core/text.py`), so
+    they cannot forge a line or restyle the terminal. A traceback, added by the formatter, is
+    left as it is."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if unsafe(message):
+            record.msg, record.args = printable(message), None
+        return True
 
 
 class JsonFormatter(logging.Formatter):

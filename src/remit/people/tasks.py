@@ -41,7 +41,7 @@ from remit.core.errors import RemitError, TaskNotFound, TaskRefused
 from remit.core.fence import attempt_workflow_id, lock
 from remit.core.keys import key_problem
 from remit.core.ledger import LedgerRow, read_row
-from remit.core.principals import SYSTEM_PREFIX
+from remit.core.principals import SYSTEM_PREFIX, check_principal
 from remit.core.schema import ledger, tasks
 from remit.declare.ops import Op
 from remit.people.answers import Answer, Answers, KeyedRequest, Replayed, Turn, as_json
@@ -305,6 +305,10 @@ class Tasks(Answers):
         with not done, the app's policies), having written nothing.
         """
         reasons = []
+        try:
+            check_principal(by, where="by")
+        except RemitError as bad:
+            raise TaskRefused(task_id, [str(bad)]) from None
         if by.startswith(SYSTEM_PREFIX):
             reasons.append(
                 f"`{by}`: `{SYSTEM_PREFIX}` principals are remit's own; resolve as "

@@ -19,7 +19,8 @@ from pydantic import BaseModel, ValidationError
 from remit.core.errors import DecisionRefused, RemitError
 from remit.core.fence import FINISHED, LockedRun
 from remit.core.keys import key_problem
-from remit.core.principals import SYSTEM_PREFIX
+from remit.core.principals import SYSTEM_PREFIX, check_principal
+from remit.core.text import unsafe
 from remit.policy.cedar import Action, denied
 
 if TYPE_CHECKING:
@@ -105,9 +106,9 @@ def check_call(
         raise RemitError("decide() needs at least one approval id")
     if decision not in DECISIONS:
         raise RemitError(f"decision {decision!r} is not one of {', '.join(DECISIONS)}")
-    for name, value, longest in (("by", by, 200), ("via", via, 50)):
-        if not isinstance(value, str) or not value.strip() or len(value) > longest:
-            raise RemitError(f"decide(): {name} must be a non-empty string of at most {longest}")
+    check_principal(by, where="decide(): by")
+    if not isinstance(via, str) or not via.strip() or len(via) > 50 or unsafe(via):
+        raise RemitError("decide(): via must be 1 to 50 characters with no control characters")
     problem = key_problem(decision_key, what="decide(): decision_key", longest=200, example="d-1")
     if problem is not None:
         raise RemitError(problem)

@@ -1,0 +1,34 @@
+"""Text people type, made safe to show: a principal, a reason, a key or an id goes into log
+lines, terminal tables and error messages, where a control character could forge a line,
+clear the screen or recolour what follows."""
+
+from __future__ import annotations
+
+import unicodedata
+
+# Control characters, format characters (bidirectional overrides among them) and the Unicode
+# line and paragraph separators.
+_UNSAFE = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def unsafe(text: str) -> bool:
+    """Whether `text` holds a character `printable` would escape."""
+    return any(unicodedata.category(char) in _UNSAFE for char in text)
+
+
+def printable(text: str) -> str:
+    """`text` with each control, format or separator character written as its escape (`\\n`,
+    `\\x1b`, `\\u202e`), so that it shows as one line of what was typed."""
+    if not unsafe(text):
+        return text
+    return "".join(
+        _escape(char) if unicodedata.category(char) in _UNSAFE else char for char in text
+    )
+
+
+def _escape(char: str) -> str:
+    named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
