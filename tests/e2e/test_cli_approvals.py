@@ -3,6 +3,7 @@ waits at its gate while a worker serves, and `remit approve`/`reject` carry it o
 
 from __future__ import annotations
 
+import json
 import time
 
 from remit.core.runs import RunStore
@@ -133,3 +134,27 @@ def test_ids_are_taken_by_a_prefix_and_listed_whole(cli: Cli) -> None:
     assert f"{approval} approved by user:carol" in done.stdout
     cli.wait_for(first, "done")
     assert "no run `run_nope`" in cli("show", "run_nope", check=False).stderr
+
+
+def test_a_batch_decides_every_approval_or_none_listing_every_refusal(cli: Cli) -> None:
+    cli.worker()
+    runs = [
+        cli("start", "write-off", "--input", json.dumps({"invoice_id": invoice})).stdout.strip()
+        for invoice in ("inv_1003", "inv_1001", "inv_1003")
+    ]
+    first, second, third = (_pending(cli, run_id) for run_id in runs)
+    cli("reject", first, "--as", "user:carol")
+
+    refused = cli("approve", first, second, "--as", "user:carol", check=False)
+    assert refused.returncode == 1
+    assert f"{first} is already rejected by user:carol" in refused.stderr
+    assert set(cli("approvals", "--pending", "--quiet").stdout.split()) == {second, third}
+
+    both = cli("reject", second, third[:10], "--reason", "collected", "--as", "user:carol")
+    assert f"{second} rejected by user:carol" in both.stdout
+    assert f"{third} rejected by user:carol" in both.stdout
+    for run_id in runs[1:]:
+        cli.wait_for(run_id, "done")
+    edit_two = cli("approve", first, second, "--edit", '{"amount": 1}', check=False)
+    assert edit_two.returncode == 1
+    assert "--edit changes one draft, and 2 approvals were named" in edit_two.stderr

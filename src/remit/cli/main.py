@@ -16,7 +16,7 @@ import typer
 from rich.markup import escape
 from rich.text import Text
 
-from remit.cli import budgets, credentials, deploy, direct, tokens  # noqa: F401
+from remit.cli import activity, budgets, credentials, deploy, direct, tokens  # noqa: F401
 from remit.cli import tasks as task_commands
 from remit.cli.base import (
     ActAs,
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from remit.core.ledger import LedgerRow
     from remit.core.runs import Run
     from remit.core.settings import Settings
-    from remit.people.approvals import Approval, DecideResult
+    from remit.people.approvals import Approval
 
 
 @cli.command()
@@ -417,7 +417,9 @@ Reason = Annotated[str | None, typer.Option("--reason", help="Why, kept with the
 
 @cli.command()
 def approve(
-    approval_id: Annotated[str, typer.Argument(help="The approval's id.")],
+    approval_ids: Annotated[
+        list[str], typer.Argument(help="The approvals' ids (or unambiguous prefixes).")
+    ],
     edit: Annotated[
         str | None,
         typer.Option("--edit", help="Fields to change in the draft, as JSON: '{\"amount\": 120}'."),
@@ -427,7 +429,8 @@ def approve(
     as_: ActAs = None,
     app_dir: AppDir = None,
 ) -> None:
-    """Approve a pending approval (with edits to its draft) and resume its run."""
+    """Approve pending approvals (one with edits to its draft) and resume their runs: all of
+    them, or none when any is refused (every reason is listed)."""
     from remit.core.errors import RemitError
 
     edits = None
@@ -437,20 +440,28 @@ def approve(
             raise RemitError(
                 f"--edit must be a JSON object of fields, e.g. '{{\"amount\": 120}}', not {edit}"
             )
+        if len(approval_ids) > 1:
+            raise RemitError(
+                f"--edit changes one draft, and {len(approval_ids)} approvals were named: approve "
+                "the one to edit on its own"
+            )
         edits = fields
-    _decide(approval_id, "approved", edits=edits, reason=reason, key=key, as_=as_, app_dir=app_dir)
+    _decide(approval_ids, "approved", edits=edits, reason=reason, key=key, as_=as_, app_dir=app_dir)
 
 
 @cli.command()
 def reject(
-    approval_id: Annotated[str, typer.Argument(help="The approval's id.")],
+    approval_ids: Annotated[
+        list[str], typer.Argument(help="The approvals' ids (or unambiguous prefixes).")
+    ],
     reason: Reason = None,
     key: DecisionKey = None,
     as_: ActAs = None,
     app_dir: AppDir = None,
 ) -> None:
-    """Reject a pending approval and resume its run."""
-    _decide(approval_id, "rejected", edits=None, reason=reason, key=key, as_=as_, app_dir=app_dir)
+    """Reject pending approvals and resume their runs: all of them, or none when any is
+    refused (every reason is listed)."""
+    _decide(approval_ids, "rejected", edits=None, reason=reason, key=key, as_=as_, app_dir=app_dir)
 
 
 @cli.command()
@@ -519,7 +530,7 @@ def serve(
 
 
 def _decide(
-    approval_id: str,
+    given: list[str],
     decision: str,
     *,
     edits: dict[str, Any] | None,
@@ -533,28 +544,24 @@ def _decide(
     from remit.core.schema import approvals as approvals_table
 
     with client_of(app_dir) as remit:
-        approval_id = full_id(remit.db, approvals_table.c.id, approval_id, what="approval")
+        ids = [full_id(remit.db, approvals_table.c.id, each, what="approval") for each in given]
         result = remit.decide(
-            [approval_id],
+            ids,
             decision,
             key=key or f"cli:{uuid.uuid4().hex}",
-            edits=None if edits is None else {approval_id: edits},
+            edits=None if edits is None else {ids[0]: edits},
             reason=reason,
             by=check_actor(as_ or remit.settings.actor),
             via="cli",
         )
-        approval = remit.approvals.get(approval_id)
-    _print_decision(result, approval)
-
-
-def _print_decision(result: "DecideResult", approval: "Approval") -> None:
-    decided = result.decided[0]
+        decided = [(each, remit.approvals.get(each.approval_id)) for each in result.decided]
     again = " (replayed: this key had already decided it)" if result.replayed else ""
-    out.print(f"{approval.id} {_status(decided.status).markup} by {approval.decided_by}{again}")
-    if approval.edited_draft_json is not None:
-        out.print(f"  draft  {json.dumps(approval.edited_draft_json)}")
-    if decided.resumed_workflow_id:
-        out.print(f"  run {decided.run_id} resumes on attempt {decided.resumed_workflow_id}")
+    for each, approval in decided:
+        out.print(f"{approval.id} {_status(each.status).markup} by {approval.decided_by}{again}")
+        if approval.edited_draft_json is not None:
+            out.print(f"  draft  {json.dumps(approval.edited_draft_json)}")
+        if each.resumed_workflow_id:
+            out.print(f"  run {each.run_id} resumes on attempt {each.resumed_workflow_id}")
 
 
 def _show(run: "Run", client: "DBOSClient", rows: list["LedgerRow"]) -> None:
