@@ -5,7 +5,8 @@
 draft it is given), emails the customer, counts the reminder on the invoice and on the desk's
 record of the contact (the `contacts` collection). `write-off` proposes writing off an invoice's balance and waits for a
 person to approve it (they may change the amount); once approved it issues the credit note and
-tells the customer. Run both with `make demo` (SQLite, fakes).
+tells the customer. Both concern their invoice: `remit activity invoice inv_1003` lists the runs,
+gates and tasks about it. Run both with `make demo` (SQLite, fakes).
 Who may do what is in `policies/` (Cedar): clerks chase and propose, controllers approve.
 """
 
@@ -60,6 +61,8 @@ def tone_for(days_overdue: int) -> str:
     name="chase-invoice",
     input=ChaseInput,
     uses=[get_invoice, chat_complete, send_message, record_reminder, contacts.get, contacts.put],
+    # Each chase concerns its invoice: `remit activity invoice inv_1001` shows it.
+    record=lambda input: ("invoice", input.invoice_id),
 )
 def chase_invoice(ctx: Context, input: ChaseInput) -> ChaseResult:
     invoice = ctx.call(get_invoice, invoice_id=input.invoice_id)
@@ -146,6 +149,7 @@ class WriteOffResult(BaseModel):
     name="write-off",
     input=WriteOffInput,
     uses=[get_invoice, write_off, send_message],
+    record=lambda input: ("invoice", input.invoice_id),
 )
 def write_off_invoice(ctx: Context, input: WriteOffInput) -> WriteOffResult:
     invoice = ctx.call(get_invoice, invoice_id=input.invoice_id)
@@ -165,6 +169,7 @@ def write_off_invoice(ctx: Context, input: WriteOffInput) -> WriteOffResult:
         ),
         assignee=input.approver,
         expires_in=timedelta(days=7),
+        record=("invoice", invoice.invoice_id),
     )
     if not decision.approved:
         return WriteOffResult(

@@ -72,10 +72,12 @@ if TYPE_CHECKING:
     from remit.execution.context import AsyncContext, Context
     from remit.ops.deadlines import Deadline, next_deadline, upcoming_deadlines
     from remit.ops.retries import Retried, Retries
+    from remit.people.activity import Activity
     from remit.people.approvals import (
         Approval,
         Approvals,
         ApprovalType,
+        Archived,
         Decided,
         DecideResult,
         Decision,
@@ -142,10 +144,12 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "remit.execution.context": ("AsyncContext", "Context"),
     "remit.ops.deadlines": ("Deadline", "next_deadline", "upcoming_deadlines"),
     "remit.ops.retries": ("Retried", "Retries"),
+    "remit.people.activity": ("Activity",),
     "remit.people.approvals": (
         "Approval",
         "Approvals",
         "ApprovalType",
+        "Archived",
         "Decided",
         "DecideResult",
         "Decision",
@@ -157,6 +161,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
+    "Activity",
     "App",
     "AppError",
     "AppliedEffect",
@@ -165,6 +170,7 @@ __all__ = [
     "ApprovalNotice",
     "ApprovalType",
     "Approvals",
+    "Archived",
     "AsyncContext",
     "Budget",
     "BudgetExceeded",

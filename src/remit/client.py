@@ -21,12 +21,12 @@ from __future__ import annotations
 import time
 import typing
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from remit.core.audit import audit_row
 from remit.core.clock import Clock, SystemClock
@@ -56,10 +56,31 @@ if TYPE_CHECKING:
     from remit.ops.reconciler import Report
     from remit.ops.registry import WorkerRow
     from remit.ops.retries import Retried, Retries
-    from remit.people.approvals import Approvals, DecideResult
-    from remit.people.tasks import Resolved, Tasks
-    from remit.policy.guard import Guard
+    from remit.people.activity import Activity
+    from remit.people.approvals import Approval, Approvals, Archived, DecideResult
+    from remit.people.tasks import Resolved, Task, Tasks
+    from remit.policy.guard import Denial, Guard
     from remit.policy.tokens import TokenInfo, Tokens
+
+
+IdKind = Literal["run", "approval", "task"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One checkpointed step of a run's attempt: its name, when it ran (epoch milliseconds),
+    and its output or error."""
+
+    attempt: int
+    function_id: int
+    name: str
+    started_ms: int | None
+    finished_ms: int | None
+    output: Any
+    error: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
 
 
 class RunHandle:
@@ -314,10 +335,13 @@ class Client:
         input: Mapping[str, Any] | BaseModel,
         *,
         by: str | None = None,
+        record: tuple[str, str] | None = None,
     ) -> RunHandle:
         """Start a run of `workflow` (a name or the workflow itself) with `input` (its model or
-        a dict), under the policies; a worker serving its queue runs it."""
-        run = self.start_row(workflow, input, by=by)
+        a dict), under the policies; a worker serving its queue runs it. `record` names the
+        business record the run concerns, e.g. `("invoice", "inv_1003")` (default: the one its
+        workflow derives from the input, if it does): see `activity`."""
+        run = self.start_row(workflow, input, by=by, record=record)
         return RunHandle(self, run.run_id, self.app.workflow(run.workflow))
 
     def start_row(
@@ -326,11 +350,16 @@ class Client:
         input: Mapping[str, Any] | BaseModel,
         *,
         by: str | None = None,
+        record: tuple[str, str] | None = None,
     ) -> Run:
         """`start`, returning the run's row as it was written."""
         _not_in_a_workflow("start")
+        from remit.core.activity import check_record
+
+        named = None if record is None else check_record(record, where="start(record=...)")
         wf = self.app.workflow(workflow if isinstance(workflow, str) else workflow.name)
-        return self.guard.start(self.runs_store, self.dbos, wf, input, by=self._who(by))
+        runs = self.runs_store.naming(named, app=self.app.name)
+        return self.guard.start(runs, self.dbos, wf, input, by=self._who(by))
 
     def get_run(self, run_id: str) -> Run:
         """A run's row; `RunNotFound` if there is none."""
@@ -346,6 +375,77 @@ class Client:
     ) -> list[Run]:
         """Runs, newest first."""
         return self.runs_store.list(status=status, workflow=workflow, limit=limit)
+
+    # What the command line reads; a `RemoteClient` answers the same through the HTTP API.
+
+    @property
+    def app_name(self) -> str:
+        return self.app.name
+
+    def find_id(self, kind: IdKind, given: str) -> str:
+        """The whole id of the run, approval or task `given` names, in full or by an
+        unambiguous prefix (an unknown one is returned as given, for the lookup to refuse)."""
+        from remit.core.ids import full_id
+        from remit.core.schema import approvals, runs, tasks
+
+        column = {"run": runs.c.run_id, "approval": approvals.c.id, "task": tasks.c.id}[kind]
+        return full_id(self.db, column, given, what=kind)
+
+    def steps(self, run_id: str) -> list[Step]:
+        """Each attempt's steps as DBOS checkpointed them, attempt by attempt."""
+        from remit.core.runs import attempt_workflow_id
+
+        run = self.get_run(run_id)
+        found: list[Step] = []
+        for attempt in range(1, run.attempt + 1):
+            for step in self.dbos.list_workflow_steps(attempt_workflow_id(run_id, attempt)):
+                error = step["error"]
+                found.append(
+                    Step(
+                        attempt=attempt,
+                        function_id=step["function_id"],
+                        name=step["function_name"],
+                        started_ms=step["started_at_epoch_ms"],
+                        finished_ms=step["completed_at_epoch_ms"],
+                        output=step["output"],
+                        error=None if error is None else str(error),
+                    )
+                )
+        return found
+
+    def list_approvals(
+        self, *, status: str | None = None, run_id: str | None = None, limit: int = 100
+    ) -> list[Approval[Any]]:
+        """Approvals, newest first."""
+        return self.approvals.list(status=status, run_id=run_id, limit=limit)
+
+    def get_approval(self, approval_id: str) -> Approval[Any]:
+        return self.approvals.get(approval_id)
+
+    def list_tasks(
+        self, *, status: str | None = None, run_id: str | None = None, limit: int = 100
+    ) -> list[Task]:
+        """Tasks, newest first."""
+        return self.tasks.list(status=status, run_id=run_id, limit=limit)
+
+    def get_task(self, task_id: str) -> Task:
+        return self.tasks.get(task_id)
+
+    def list_secrets(self) -> list[SecretInfo]:
+        """The stored credentials' names, when and by whom each was set; never values."""
+        return self.secrets.list()
+
+    def budget_periods(self, *, limit: int = 50) -> list[tuple[PeriodState, Decimal]]:
+        """Each budget period, newest first, with its drift (the counter less its ledger)."""
+        from decimal import Decimal
+
+        states = self.budgets.periods(limit=limit)
+        drift = {(d.scope, d.period): d.drift_usd for d in self.budgets.drift(states)}
+        return [(state, drift.get((state.scope, state.period), Decimal(0))) for state in states]
+
+    def denials(self, *, limit: int = 100) -> list[Denial]:
+        """The acts the policies refused, newest first."""
+        return self.guard.denials(limit=limit)
 
     def cancel(self, run_id: str, *, by: str | None = None) -> Run:
         """Cancel a run that has not finished, as the policies allow (`cancel` on its
@@ -562,6 +662,36 @@ class Client:
         from remit.ops.registry import WorkerRegistry
 
         return WorkerRegistry(self.db, clock=self.clock).list(app=self.app.name)
+
+    def activity(
+        self, record_type: str, record_id: str, *, limit: int = 100, after: int | None = None
+    ) -> list[Activity]:
+        """What happened about one of the business's records (e.g. `"invoice", "inv_1003"`),
+        oldest first: the runs about it started and ended, its gates opened and decided, its
+        writes whose outcome became unknown and their tasks answered, its archiving. At most
+        `limit` rows, those after the row `after` (an id) when given. See `people/activity.py`.
+        """
+        from remit.people.activity import timeline
+
+        return timeline(self.db, self.app.name, (record_type, record_id), limit=limit, after=after)
+
+    def archive_record(
+        self,
+        record_type: str,
+        record_id: str,
+        *,
+        by: str | None = None,
+        reason: str | None = None,
+    ) -> Archived:
+        """Cancel every pending gate about a record, as one decision `cancelled` via `archive`,
+        and return what it cancelled (nothing, when none was pending: a second archive does
+        nothing). The policies check it as they check any decision: `decide` on each gate's
+        approval type with the decision `cancelled`; a refusal cancels none. Each run waiting
+        at one of the gates resumes and sees it cancelled. See `Approvals.archive`."""
+        _not_in_a_workflow("archive_record")
+        return self.approvals.archive(
+            self.app.name, (record_type, record_id), by=self._person(by), reason=reason
+        )
 
     def _who(self, by: str | None) -> str:
         """Who acts: `by`, else the client's own. Each service checks it as it always does."""

@@ -116,11 +116,17 @@ class Harness:
         return self._client
 
     def start(
-        self, workflow: str, input: Mapping[str, Any] | BaseModel, *, by: str | None = None
+        self,
+        workflow: str,
+        input: Mapping[str, Any] | BaseModel,
+        *,
+        by: str | None = None,
+        record: tuple[str, str] | None = None,
     ) -> Run:
         """Start a run (as `remit start` does) as `by` (default: the harness's actor), under
-        the app's policies, and return its row."""
-        return self.client.start_row(workflow, input, by=by)
+        the app's policies, and return its row. `record` names the business record it concerns
+        (see `Client.start`)."""
+        return self.client.start_row(workflow, input, by=by, record=record)
 
     def wait(self, run_id: str, *, timeout: float = 30.0, until: tuple[str, ...] = ()) -> Run:
         """Wait for the run to finish (or reach a status in `until`) and return its row."""

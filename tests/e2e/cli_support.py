@@ -51,10 +51,14 @@ class Cli:
         return done
 
     def worker(self, app: Path = AR_DESK, *extra: str) -> subprocess.Popen[str]:
+        return self.spawn("worker", *extra, app=app)
+
+    def spawn(self, *args: str, app: Path = AR_DESK) -> subprocess.Popen[str]:
+        """`remit ARGS` left running (a worker, a server), its output in `log(index)`."""
         log = (self.tmp / f"worker-{len(self.procs)}.log").open("w")
         self.logs.append(log)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "remit", "--app", str(app), "worker", *extra],
+            [sys.executable, "-m", "remit", "--app", str(app), *args],
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -75,7 +75,21 @@ def test_policies_are_shown_explained_and_a_broken_file_reported(cli: Cli, tmp_p
     denied = cli("policies", "explain", "start", "chase-invoice", "--as", "user:dave", check=False)
     assert (denied.returncode, denied.stderr.strip()) == (1, "denied: no policy permits it")
     schema = json.loads(cli("policies", "schema").stdout)
-    assert set(schema[""]["actions"]) == {"start", "call", "decide", "retry", "resolve"}
+    assert set(schema[""]["actions"]) == {
+        "start",
+        "call",
+        "decide",
+        "retry",
+        "resolve",
+        "cancel",
+        "pause",
+        "resume",
+        "reconcile",
+        "manage_tokens",
+        "set_secret",
+        "delete_secret",
+        "set_budget",
+    }
 
     broken = tmp_path / "ar_desk"
     shutil.copytree(AR_DESK, broken, ignore=shutil.ignore_patterns(".remit", "__pycache__"))

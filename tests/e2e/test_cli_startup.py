@@ -112,6 +112,8 @@ COMMANDS = [
     ["denials"],
     ["tasks"],
     ["task", "resolve"],
+    ["activity"],
+    ["telegram", "set-webhook"],
     ["budgets"],
     ["budgets", "set-limit"],
     ["secrets", "set"],

@@ -239,8 +239,14 @@ def test_the_decider_repeating_its_key_after_dying_completes_the_fork_itself(
     run_id, gate = waiting_run(database_url, shop)
     decide_in_a_process_that_dies(database_url, gate.id, "outbox-retry")
 
+    # The same request again (a key names one request: the edits are part of it).
     again = outside.approvals.decide(
-        [gate.id], "approved", by="user:ops", via="cli", decision_key="outbox-retry"
+        [gate.id],
+        "approved",
+        by="user:ops",
+        via="cli",
+        decision_key="outbox-retry",
+        edits={gate.id: {"quantity": 3}},
     )
 
     assert again.replayed

@@ -13,6 +13,7 @@ per parameter, took a third of its time. Names imported only for type checking a
 
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from remit.app import App
     from remit.client import Client
     from remit.core.settings import Settings
+    from remit.surface import Surface
 
 
 class HelpGroup(typer.core.TyperGroup):
@@ -66,7 +68,7 @@ class HelpGroup(typer.core.TyperGroup):
 class _RemitGroup(HelpGroup):
     sections: ClassVar[dict[str, list[str]]] = {
         "Runs": ["start", "run", "runs", "show", "cancel", "retry"],
-        "People": ["approvals", "approve", "reject", "tasks", "task"],
+        "People": ["approvals", "approve", "reject", "tasks", "task", "activity"],
         "Ops, data and money": ["call", "data", "ledger", "budgets", "secrets"],
         "Policies and access": ["policies", "denials", "tokens"],
         "Running the app": [
@@ -78,6 +80,7 @@ class _RemitGroup(HelpGroup):
             "reconcile",
             "deadlines",
             "deploy",
+            "telegram",
         ],
     }
 
@@ -105,6 +108,8 @@ err = Console(stderr=True, highlight=False, width=_WIDTH)
 
 class _State:
     app_path: Path = Path(".")
+    url: str | None = None
+    token: str | None = None
 
 
 _state = _State()
@@ -130,8 +135,21 @@ def _main(
             is_eager=True,
         ),
     ] = False,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            help="Act through this remit serve (default REMIT_URL) rather than on the database.",
+        ),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option("--token", help="The API token to act with there (default REMIT_TOKEN)."),
+    ] = None,
 ) -> None:
     _state.app_path = app
+    _state.url = url or os.environ.get("REMIT_URL") or None
+    _state.token = token or os.environ.get("REMIT_TOKEN") or None
 
 
 # Who acts on the command line, checked by the app's policies like anyone else. With direct
@@ -171,24 +189,53 @@ def _settings(app_dir: Path | None) -> tuple[Path, "Settings"]:
 
 
 @contextlib.contextmanager
-def client_of(app_dir: Path | None, *, pool_size: int = 4) -> Iterator["Client"]:
+def client_of(app_dir: Path | None) -> Iterator["Surface"]:
+    """The client every command that reads or acts on an app goes through, closed on leaving:
+    through `remit serve` as an API token's principal when `--url` (or `REMIT_URL`) is given,
+    else a `remit.Client` on the app's database (see `local_client`)."""
+    if _state.url is None:
+        with local_client(app_dir) as client:
+            yield client
+        return
+    from remit.core.errors import RemitError
+    from remit.remote import RemoteClient
+
+    if _state.token is None:
+        raise RemitError(
+            f"acting through {_state.url} needs an API token: pass --token or set REMIT_TOKEN "
+            "(an admin makes one with `remit tokens create --for user:<name>`)"
+        )
+    _, settings = _settings(app_dir)
+    with RemoteClient(_state.url, _state.token, settings=settings) as remote:
+        yield remote
+
+
+@contextlib.contextmanager
+def local_client(
+    app_dir: Path | None, *, pool_size: int = 4, command: str | None = None
+) -> Iterator["Client"]:
     """A `remit.Client` on the app in `app_dir` (its settings from the environment), closed on
-    leaving: what every command that reads or acts on the app's database goes through. The
-    app's code is imported when a verb first needs it (listing runs does not).
-    `pool_size`: the database connections it keeps (a server answering at once needs more)."""
+    leaving. The app's code is imported when a verb first needs it (listing runs does not).
+    `pool_size`: the database connections it keeps (a server answering at once needs more).
+    `command` names a command that works only on the app's folder and database: it is refused
+    when `--url` (`REMIT_URL`) is given rather than run on a database the caller did not mean."""
     from remit.client import Client
 
+    if command is not None and _state.url is not None:
+        from remit.core.errors import RemitError
+
+        raise RemitError(
+            f"`remit {command}` works on the app's folder and its database, not through "
+            f"{_state.url}: run it where the app and REMIT_DATABASE_URL are, without REMIT_URL"
+        )
     folder, settings = _settings(app_dir)
     with Client(folder, settings, pool_size=pool_size) as client:
         yield client
 
 
-def run_id_of(remit: "Client", given: str) -> str:
+def run_id_of(remit: "Surface", given: str) -> str:
     """The whole id of the run `given` names, in full or by an unambiguous prefix."""
-    from remit.core.ids import full_id
-    from remit.core.schema import runs
-
-    return full_id(remit.db, runs.c.run_id, given, what="run")
+    return remit.find_id("run", given)
 
 
 class PlainTable(Table):

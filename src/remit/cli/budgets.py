@@ -4,7 +4,6 @@ limit, as someone does once spending more is approved."""
 
 # No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
 
-from decimal import Decimal
 from typing import Annotated
 
 import typer
@@ -32,12 +31,11 @@ def show(
     from remit.budgets.model import usd
 
     with client_of(app_dir) as remit:
-        app = remit.app
-        states = remit.budgets.periods(limit=limit)
-        drift = {(d.scope, d.period): d.drift_usd for d in remit.budgets.drift(states)}
-    if not states:
+        app_name = remit.app_name
+        periods = remit.budget_periods(limit=limit)
+    if not periods:
         out.print(
-            f"app {app.name} declares no budgets: add Budget(...) to App(budgets=[...]) to "
+            f"app {app_name} declares no budgets: add Budget(...) to App(budgets=[...]) to "
             "limit what calls with a cost may spend"
         )
         return
@@ -52,9 +50,8 @@ def show(
         "limit set by",
         box=None,
     )
-    for state in states:
+    for state, off in periods:
         left = state.limit_usd - state.spent_usd - state.reserved_usd
-        off = drift.get((state.scope, state.period), Decimal(0))
         table.add_row(
             state.scope,
             state.period,

@@ -63,22 +63,22 @@ def set_secret(
     check_name(name)
     value = _read_value(name)
     with client_of(app_dir) as remit:
-        app = remit.app
+        app_name = remit.app_name
         remit.set_secret(name, value, by=as_)
     note = (
         " (the environment variable of that name overrides it here)" if os.environ.get(name) else ""
     )
-    out.print(f"secret {name} set for {app.name}{note}")
+    out.print(f"secret {name} set for {app_name}{note}")
 
 
 @secrets_cli.command("list")
 def list_secrets(app_dir: AppDir = None) -> None:
     """List the app's secrets: names, when and by whom each was set. Never values."""
     with client_of(app_dir) as remit:
-        app = remit.app
-        stored = remit.secrets.list()
+        app_name = remit.app_name
+        stored = remit.list_secrets()
     if not stored:
-        out.print(f"no secrets stored for {app.name}")
+        out.print(f"no secrets stored for {app_name}")
         return
     table = PlainTable("name", "set at (UTC)", "set by", "environment", box=None)
     for each in stored:
@@ -99,10 +99,10 @@ def delete_secret(
 
     check_name(name)
     with client_of(app_dir) as remit:
-        app = remit.app
+        app_name = remit.app_name
         deleted = remit.delete_secret(name, by=as_)
     if not deleted:
         raise RemitError(
-            f"no secret named {name} is stored for {app.name}: `remit secrets list` shows them"
+            f"no secret named {name} is stored for {app_name}: `remit secrets list` shows them"
         )
-    out.print(f"secret {name} deleted from {app.name}")
+    out.print(f"secret {name} deleted from {app_name}")

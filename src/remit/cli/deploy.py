@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from remit.cli.base import ActAs, AppDir, cli, client_of, command_group, err, out
+from remit.cli.base import ActAs, AppDir, cli, client_of, command_group, err, local_client, out
 
 deploy_cli = command_group(
     "Check new code against the runs still going before shipping it.", no_args_is_help=True
@@ -33,13 +33,8 @@ def check(
     Prints each run that would fail when it resumes, with why, and how many would carry on.
     Exits 1 if any would fail.
     """
-    from remit.core.ids import full_id
-    from remit.core.schema import runs
-
-    with client_of(app_dir) as remit:
-        run = (
-            None if run is None else [full_id(remit.db, runs.c.run_id, r, what="run") for r in run]
-        )
+    with local_client(app_dir, command="deploy check") as remit:
+        run = None if run is None else [remit.find_id("run", r) for r in run]
         report = remit.deploy_check(run)
     for failing in report.failing:
         out.print(
@@ -75,14 +70,9 @@ def retry(
     app_dir: AppDir = None,
 ) -> None:
     """Retry a failed or cancelled run: its next attempt, on the code workers run now."""
-    from remit.core.ids import full_id
-    from remit.core.principals import check_actor
-    from remit.core.schema import runs
-
     with client_of(app_dir) as remit:
-        run_id = full_id(remit.db, runs.c.run_id, run_id, what="run")
-        by = check_actor(as_ or remit.settings.actor)
-        done = remit.retry(run_id, from_step=from_step, key=key, by=by)
+        run_id = remit.find_id("run", run_id)
+        done = remit.retry(run_id, from_step=from_step, key=key, by=as_)
     if done.replayed:
         err.print(f"key {key!r} was used before: this is that retry's result")
     out.print(

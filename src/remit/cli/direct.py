@@ -58,14 +58,12 @@ def call_op(
     a run of the built-in `call` workflow, which makes the call once someone approves it.
     """
     from remit.core.errors import RemitError
-    from remit.core.principals import check_actor
 
     payload = parse_json(input, "--input")
     if not isinstance(payload, dict):
         raise RemitError(f"--input must be a JSON object of the op's fields, not {input!r}")
     with client_of(app_dir) as remit:
-        by = check_actor(as_ or remit.settings.actor)
-        result = remit.call(op, payload, by=by, key=key)
+        result = remit.call(op, payload, by=as_, key=key)
     print_call(result)
 
 
@@ -94,12 +92,12 @@ def data(
     """Get, put, list or delete a collection's records: the op data.<collection>.<verb>,
     called directly as the app's policies allow."""
     from remit.core.errors import RemitError
-    from remit.core.principals import check_actor
 
     if verb not in VERBS:
         raise RemitError(f"{verb!r} is not one of {', '.join(VERBS)}: remit data NAME get KEY")
+    # The collection's declaration (its key field) is the app's code, read here either way.
+    app, _ = load(app_dir)
     with client_of(app_dir) as remit:
-        app = remit.app
         declared = app.collections.get(collection)
         if declared is None:
             known = ", ".join(sorted(app.collections)) or "none"
@@ -116,8 +114,7 @@ def data(
             payload = record
         else:
             payload = {"limit": limit, "after": after}
-        by = check_actor(as_ or remit.settings.actor)
-        result = remit.call(f"data.{collection}.{verb}", payload, by=by, key=call_key)
+        result = remit.call(f"data.{collection}.{verb}", payload, by=as_, key=call_key)
     print_call(result)
 
 
@@ -195,7 +192,7 @@ def denials(
 ) -> None:
     """List the actions the app's policies refused, newest first."""
     with client_of(app_dir) as remit:
-        rows = remit.guard.denials(limit=limit)
+        rows = remit.denials(limit=limit)
     table = PlainTable(show_edge=False, pad_edge=False)
     for column in ("at", "who", "action", "resource", "why"):
         table.add_column(column)

@@ -16,7 +16,7 @@ import typer
 from rich.markup import escape
 from rich.text import Text
 
-from remit.cli import activity, budgets, credentials, deploy, direct, tokens  # noqa: F401
+from remit.cli import activity, budgets, credentials, deploy, direct, telegram, tokens  # noqa: F401
 from remit.cli import tasks as task_commands
 from remit.cli.base import (
     ActAs,
@@ -26,6 +26,7 @@ from remit.cli.base import (
     client_of,
     err,
     load,
+    local_client,
     moment,
     out,
     parse_json,
@@ -38,8 +39,9 @@ from remit.cli.base import (
 from remit.core.text import printable
 
 if TYPE_CHECKING:
-    from dbos import DBOSClient
+    from fastapi import FastAPI
 
+    from remit.client import Client, Step
     from remit.core.ledger import LedgerRow
     from remit.core.runs import Run
     from remit.core.settings import Settings
@@ -79,12 +81,9 @@ def start(
     app_dir: AppDir = None,
 ) -> None:
     """Start a run and print its id. No worker needs to run in this process."""
-    from remit.core.principals import check_actor
-
     payload = parse_json(input, "--input")
     with client_of(app_dir) as remit:
-        by = check_actor(as_ or remit.settings.actor)
-        run = remit.start_row(name, payload, by=by)
+        run = remit.start_row(name, payload, by=as_)
     out.print(run.run_id)
 
 
@@ -131,7 +130,7 @@ def run(
                 task_commands.tell_waiting(
                     running.tasks.list(run_id=current.run_id, status="open"), told
                 )
-        _show(current, running.client, running.runtime.ledger.list(run_id=current.run_id))
+        _show(current, running.remit.steps(current.run_id), running.remit.ledger(current.run_id))
     finally:
         running.stop(keep_slot=True)
     _exit_now(0 if current.status == "done" else 1)
@@ -185,8 +184,7 @@ def pause(
 ) -> None:
     """Pause the app: its queues stop dequeuing; running runs park at their next step."""
     with client_of(app_dir) as remit:
-        remit.pause(by=as_)
-        count = len(remit.app.queues)
+        count = len(remit.pause(by=as_))
         settings = remit.settings
     out.print(
         f"paused: {count} {'queue' if count == 1 else 'queues'} stopped; running runs park at "
@@ -288,7 +286,7 @@ def show(
     """Show a run: status, attempts, each step with its timing and output, and its ledger."""
     with client_of(app_dir) as remit:
         run_id = run_id_of(remit, run_id)
-        _show(remit.get_run(run_id), remit.dbos, remit.ledger(run_id))
+        _show(remit.get_run(run_id), remit.steps(run_id), remit.ledger(run_id))
         task_commands.show_open(remit, run_id)
 
 
@@ -370,7 +368,7 @@ def approvals(
     with client_of(app_dir) as remit:
         if run is not None:
             run = run_id_of(remit, run)
-        found = remit.approvals.list(status="pending" if pending else None, run_id=run, limit=limit)
+        found = remit.list_approvals(status="pending" if pending else None, run_id=run, limit=limit)
     if quiet:
         for each in found:
             out.print(each.id)
@@ -508,14 +506,17 @@ def serve(
     from remit.serve.api import serve as serve_http
 
     # As many connections as requests it answers at once, up to 16 (each waits on one).
-    with client_of(app_dir, pool_size=16) as remit:
+    with local_client(app_dir, pool_size=16, command="serve") as remit:
         app, settings = remit.app, remit.settings
         address = host or settings.http_host
         tls = check_exposure(address, cert=tls_cert, key=tls_key, behind_proxy=behind_proxy)
         names = [*LOCAL_NAMES, address, *(allowed_host or [])]
         scheme = "https" if tls else "http"
+        api = create_api(remit, allowed_hosts=names)
+        if settings.telegram_api is not None:
+            _take_telegram_taps(api, remit, settings.telegram_api)
         serve_http(
-            create_api(remit, allowed_hosts=names),
+            api,
             host=address,
             port=settings.http_port if port is None else port,
             drain_timeout=settings.drain_timeout,
@@ -529,6 +530,23 @@ def serve(
     err.print("serve stopped")
 
 
+def _take_telegram_taps(api: "FastAPI", remit: "Client", telegram_api: str) -> None:
+    """Mount Telegram's webhook on `api`, if `remit telegram set-webhook` stored its secret."""
+    from remit.connectors.credentials import Credentials
+    from remit.people.telegram import WEBHOOK_SECRET, TelegramBot, stored_token
+    from remit.serve.telegram import WEBHOOK_PATH, add_telegram_routes
+
+    secret = Credentials(remit.secrets, os.environ).get(WEBHOOK_SECRET)
+    if not secret:
+        err.print(
+            f"[yellow]Telegram taps are not taken:[/] no {WEBHOOK_SECRET} is stored; run `remit "
+            f"telegram set-webhook https://<host>{WEBHOOK_PATH}`"
+        )
+        return
+    bot = TelegramBot(stored_token(remit.secrets, environ=os.environ), api_base=telegram_api)
+    add_telegram_routes(api, remit, secret_token=secret, bot=bot)
+
+
 def _decide(
     given: list[str],
     decision: str,
@@ -539,22 +557,18 @@ def _decide(
     as_: str | None,
     app_dir: Path | None,
 ) -> None:
-    from remit.core.ids import full_id
-    from remit.core.principals import check_actor
-    from remit.core.schema import approvals as approvals_table
-
     with client_of(app_dir) as remit:
-        ids = [full_id(remit.db, approvals_table.c.id, each, what="approval") for each in given]
+        ids = [remit.find_id("approval", each) for each in given]
         result = remit.decide(
             ids,
             decision,
             key=key or f"cli:{uuid.uuid4().hex}",
             edits=None if edits is None else {ids[0]: edits},
             reason=reason,
-            by=check_actor(as_ or remit.settings.actor),
+            by=as_,
             via="cli",
         )
-        decided = [(each, remit.approvals.get(each.approval_id)) for each in result.decided]
+        decided = [(each, remit.get_approval(each.approval_id)) for each in result.decided]
     again = " (replayed: this key had already decided it)" if result.replayed else ""
     for each, approval in decided:
         out.print(f"{approval.id} {_status(each.status).markup} by {approval.decided_by}{again}")
@@ -564,10 +578,8 @@ def _decide(
             out.print(f"  run {each.run_id} resumes on attempt {each.resumed_workflow_id}")
 
 
-def _show(run: "Run", client: "DBOSClient", rows: list["LedgerRow"]) -> None:
+def _show(run: "Run", checkpointed: list["Step"], rows: list["LedgerRow"]) -> None:
     """A run, each attempt's steps as DBOS checkpointed them, and its ledger rows."""
-    from remit.core.runs import attempt_workflow_id
-
     out.print(f"[bold]{run.run_id}[/]  {run.workflow}  {_status(run.status).markup}")
     out.print(
         f"  attempt {run.attempt} · version {run.version or '-'} · started by {run.started_by} · "
@@ -581,24 +593,18 @@ def _show(run: "Run", client: "DBOSClient", rows: list["LedgerRow"]) -> None:
     steps = PlainTable(
         "attempt", "#", "step", "ms", "output", box=None, title="steps", title_justify="left"
     )
-    earlier: dict[int, Any] = {}
-    for attempt in range(1, run.attempt + 1):
-        for step in client.list_workflow_steps(attempt_workflow_id(run.run_id, attempt)):
-            started, finished = step["started_at_epoch_ms"], step["completed_at_epoch_ms"]
-            took = "-" if started is None or finished is None else str(finished - started)
-            before = earlier.get(step["function_id"])
-            if before is not None and (before["started_at_epoch_ms"], before["output"]) == (
-                started,
-                step["output"],
-            ):
-                took = "copied"  # a resumed attempt's fork copied it: it did not run again
-            earlier[step["function_id"]] = step
-            result = _outcome(step["output"], step["error"])
-            if step["function_name"].startswith("approval:") and isinstance(step["output"], dict):
-                result = _gate(step["output"])
-            steps.add_row(
-                str(attempt), str(step["function_id"]), step["function_name"], took, result
-            )
+    earlier: dict[int, Step] = {}
+    for step in checkpointed:
+        started, finished = step.started_ms, step.finished_ms
+        took = "-" if started is None or finished is None else str(finished - started)
+        before = earlier.get(step.function_id)
+        if before is not None and (before.started_ms, before.output) == (started, step.output):
+            took = "copied"  # a resumed attempt's fork copied it: it did not run again
+        earlier[step.function_id] = step
+        result = _outcome(step.output, step.error)
+        if step.name.startswith("approval:") and isinstance(step.output, dict):
+            result = _gate(step.output)
+        steps.add_row(str(step.attempt), str(step.function_id), step.name, took, result)
     out.print(steps)
     out.print(_ledger_table(rows, with_run=False) if rows else "  no op calls")
 

@@ -31,8 +31,8 @@ from remit.cli.base import (
 )
 
 if TYPE_CHECKING:
-    from remit.client import Client
     from remit.people.tasks import Resolved, Task
+    from remit.surface import Surface
 
 task_cli = command_group(
     "Answer a task: say whether a write whose outcome is unknown happened.", no_args_is_help=True
@@ -54,7 +54,7 @@ def list_tasks(
         if run is not None:
             run = run_id_of(remit, run)
             remit.get_run(run)  # an unknown run is an error, not an empty list
-        found = remit.tasks.list(status="open" if open_only else None, run_id=run, limit=limit)
+        found = remit.list_tasks(status="open" if open_only else None, run_id=run, limit=limit)
     if not found:
         out.print("no open tasks" if open_only else "no tasks")
         return
@@ -100,9 +100,6 @@ def resolve(
 ) -> None:
     """Say whether a task's call happened, and carry its run on."""
     from remit.core.errors import RemitError
-    from remit.core.ids import full_id
-    from remit.core.principals import check_actor
-    from remit.core.schema import tasks as tasks_table
 
     if done == not_done:
         raise RemitError(
@@ -119,12 +116,11 @@ def resolve(
             )
         payload = parsed
     with client_of(app_dir) as remit:
-        by = check_actor(as_ or remit.settings.actor)
-        task_id = full_id(remit.db, tasks_table.c.id, task_id, what="task")
-        result = remit.resolve(task_id, done=done, output=payload, key=key, by=by)
-        task = remit.tasks.get(task_id)
-        run = remit.runs_store.find(task.run_id)
-    _print_resolved(result, task, None if run is None else run.status)
+        task_id = remit.find_id("task", task_id)
+        result = remit.resolve(task_id, done=done, output=payload, key=key, by=as_)
+        task = remit.get_task(task_id)
+        run_status = _status_of(remit, result.run_id)
+    _print_resolved(result, task, run_status)
 
 
 def _print_resolved(result: "Resolved", task: "Task", run_status: str | None) -> None:
@@ -156,9 +152,20 @@ def tell_waiting(waiting: list["Task"], told: set[str]) -> None:
             err.print(_waits_at(task))
 
 
-def show_open(remit: "Client", run_id: str) -> None:
+def _status_of(remit: "Surface", run_id: str) -> str | None:
+    """The run's status; None when there is no such run (a direct call's task)."""
+    from remit.core.errors import RunNotFound
+
+    try:
+        status: str = remit.get_run(run_id).status
+    except RunNotFound:
+        return None
+    return status
+
+
+def show_open(remit: "Surface", run_id: str) -> None:
     """Under `remit show`: the run's open tasks and how to answer each."""
-    for task in remit.tasks.list(run_id=run_id, status="open"):
+    for task in remit.list_tasks(run_id=run_id, status="open"):
         out.print(_waits_at(task))
 
 

@@ -20,9 +20,18 @@ from typing import TYPE_CHECKING, Any, Literal
 import sqlalchemy as sa
 from pydantic import BaseModel, ValidationError
 
+from remit.core.activity import (
+    RUN_STARTED,
+    Record,
+    RecordRef,
+    activity_row,
+    check_record,
+    record_of_run,
+    run_ended,
+)
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
-from remit.core.errors import InputInvalid, RunNotFound
+from remit.core.errors import InputInvalid, RemitError, RunNotFound
 from remit.core.fence import FINISHED as FINISHED
 from remit.core.fence import attempt_workflow_id as attempt_workflow_id
 from remit.core.fence import lock, next_attempt, status_write
@@ -96,11 +105,29 @@ class Run:
 
 
 class RunStore:
-    """Reads and writes of the runs table. Every status write an attempt makes is fenced."""
+    """Reads and writes of the runs table. Every status write an attempt makes is fenced.
 
-    def __init__(self, db: Database, *, clock: Clock | None = None) -> None:
+    `app` names the app whose runs this store starts, and `record` the record they concern
+    unless a start names its own (see `naming`).
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        clock: Clock | None = None,
+        app: str | None = None,
+        record: Record | None = None,
+    ) -> None:
         self.db = db
         self.clock = clock or SystemClock()
+        self.app = app
+        self.record = None if record is None else check_record(record, where="RunStore(record=...)")
+
+    def naming(self, record: Record | None, *, app: str) -> RunStore:
+        """The same store, whose starts are the app `app`'s and concern `record` (None: the
+        record the workflow derives from its input, if it does)."""
+        return RunStore(self.db, clock=self.clock, app=app, record=record)
 
     def start(
         self,
@@ -110,13 +137,28 @@ class RunStore:
         *,
         started_by: str,
         run_id: str | None = None,
+        record: Record | None = None,
     ) -> Run:
         """Write the run's row and enqueue its first attempt, in one transaction.
 
         The input is parsed first: one that does not parse raises `InputInvalid` and nothing
         is written. Works from any process; no worker needs to run here.
+
+        The run concerns `record`, else the store's, else the one its workflow derives from
+        its input (`@workflow(record=...)`), if any: its start is then written to the record's
+        activity in the same transaction.
         """
         payload = parse_input(workflow, input)
+        if record is not None:
+            record = check_record(record, where=f"start of workflow `{workflow.name}`")
+        record = record or self.record or derived_record(workflow, payload)
+        app = None if record is None else self.app
+        if record is not None and app is None:
+            raise RemitError(
+                f"a run of `{workflow.name}` names the record {record!r}, but the app it belongs "
+                "to is unknown: start it through the app's client (`Client.start`) or a "
+                "RunStore(app=...)"
+            )
         run_id = run_id or new_run_id()
         workflow_id = attempt_workflow_id(run_id, 1)
         now = self.clock.now()
@@ -141,6 +183,17 @@ class RunStore:
                 runs.insert().values({k: v for k, v in run.__dict__.items() if v is not None})
             )
             enqueue_first(conn, client, run)
+            if record is not None and app is not None:
+                activity_row(
+                    conn,
+                    RecordRef(app, *record),
+                    at=now,
+                    kind=RUN_STARTED,
+                    actor=started_by,
+                    summary=f"started {workflow.name}",
+                    run_id=run_id,
+                    meta={"workflow": workflow.name, "attempt": 1},
+                )
         return run
 
     def get(self, run_id: str) -> Run:
@@ -206,11 +259,19 @@ class RunStore:
         output: Any = None,
         error: str | None = None,
     ) -> bool:
-        """Write the outcome of the attempt `workflow_id`. False when the fence refused it."""
+        """Write the outcome of the attempt `workflow_id`. False when the fence refused it.
+
+        A run that concerns a record and finishes has its end written to the record's activity
+        in the same transaction.
+        """
         values: dict[str, Any] = {"status": status, "output": output, "error": error}
         if status in FINISHED:
             values["finished_at"] = self.clock.now()
-        written = self._fenced(run_id, workflow_id, values, from_statuses=("queued", "running"))
+        ref = self._record_of(run_id) if status in FINISHED else None
+        if ref is not None:
+            written = self._ended(run_id, workflow_id, status, values, ref, error=error)
+        else:
+            written = self._fenced(run_id, workflow_id, values, from_statuses=("queued", "running"))
         if not written:
             log.info(
                 "status write refused: run %s has moved on from attempt %s (wanted %s)",
@@ -244,6 +305,41 @@ class RunStore:
         # Repeating the write is harmless: the fence and the status guard make it idempotent.
         return self.db.retrying(f"run {run_id}: status write", write)
 
+    def _record_of(self, run_id: str) -> RecordRef | None:
+        """The record the run concerns: written with its start, so read before the end's own
+        transaction, which then needs no more than its one write for a run that has none."""
+
+        def read() -> RecordRef | None:
+            with self.db.engine.connect() as conn:
+                return record_of_run(conn, run_id)
+
+        return self.db.retrying(f"run {run_id}: its record", read)
+
+    def _ended(
+        self,
+        run_id: str,
+        workflow_id: str,
+        status: str,
+        values: dict[str, Any],
+        ref: RecordRef,
+        *,
+        error: str | None,
+    ) -> bool:
+        """The fenced status write that ends a run concerning `ref`, with its activity row."""
+        now = self.clock.now()
+        statement = status_write(
+            run_id, workflow_id, {**values, "updated_at": now}, from_statuses=("queued", "running")
+        )
+
+        def write() -> bool:
+            with self.db.begin() as conn:
+                if conn.execute(statement).rowcount != 1:
+                    return False
+                run_ended(conn, run_id, status, at=now, error=error, ref=ref)
+                return True
+
+        return self.db.retrying(f"run {run_id}: status write", write)
+
     def bump(self, conn: sa.Connection, run_id: str, *, reopen: bool = False) -> tuple[int, str]:
         """Lock the run and move it to its next attempt inside the caller's transaction; see
         `fence.next_attempt`. Returns the new attempt number and its DBOS workflow id."""
@@ -270,6 +366,26 @@ def enqueue_first(conn: sa.Connection, client: DBOSClient, run: Run) -> None:
         run.input,
         run.started_by,
     )
+
+
+def derived_record(workflow: Workflow, payload: Mapping[str, Any]) -> Record | None:
+    """The record the workflow derives from a run's parsed input (`@workflow(record=...)`), or
+    None when it declares none or derives none for this input. Raises `InputInvalid` naming
+    the workflow when its function raises or gives something that is not a record."""
+    derive = getattr(workflow, "record", None)
+    if derive is None:
+        return None
+    where = f"the record workflow `{workflow.name}` derives from its input (record=...)"
+    try:
+        given = derive(workflow.input.model_validate(payload))
+    except Exception as error:
+        raise InputInvalid(
+            f"{where} raised {type(error).__name__}: {error}. Fix the function given as "
+            "@workflow(record=...); nothing was written",
+            target=workflow.name,
+            errors=[],
+        ) from error
+    return None if given is None else check_record(given, where=where)
 
 
 def _not_found(run_id: str) -> RunNotFound:

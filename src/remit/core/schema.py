@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "12"
+SCHEMA_VERSION = "13"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -405,4 +405,30 @@ retries = sa.Table(
     sa.Column("from_step", sa.Integer, nullable=False),
     sa.Column("retried_by", sa.String(200), nullable=False),
     sa.Column("retried_at", UTCDateTime, nullable=False),
+)
+
+# What happened about each of the business's records (an invoice, say): one row per run
+# started or ended, gate opened or decided, task opened or answered, and record archived, for
+# the runs, gates and tasks that name a record (see `activity.py`). The row of a run's start,
+# a gate's opening and a task's opening is also where the record that run, gate or task
+# concerns is kept.
+activity = sa.Table(
+    "remit_activity",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("app", sa.String(200), nullable=False),
+    sa.Column("record_type", sa.String(100), nullable=False),
+    sa.Column("record_id", sa.String(200), nullable=False),
+    sa.Column("at", UTCDateTime, nullable=False),
+    # e.g. run.started, approval.opened, approval.approved, task.done, record.archived
+    sa.Column("kind", sa.String(50), nullable=False),
+    sa.Column("actor", sa.String(200), nullable=False),
+    sa.Column("run_id", sa.String(64)),
+    # The approval or task the row is about, if any.
+    sa.Column("target", sa.String(64)),
+    sa.Column("summary", sa.Text, nullable=False),
+    sa.Column("meta", sa.JSON, nullable=False),
+    sa.Index("remit_activity_record", "app", "record_type", "record_id", "id"),
+    sa.Index("remit_activity_run", "run_id", "kind"),
+    sa.Index("remit_activity_target", "target", "kind"),
 )

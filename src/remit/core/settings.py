@@ -45,6 +45,9 @@ class Settings:
       `REMIT_WEBHOOK_SECRET` (signs the body).
     - `http_host`, `http_port`: `REMIT_HTTP_HOST` (127.0.0.1) and `REMIT_HTTP_PORT` (8700), where
       `remit serve` listens.
+    - `telegram_api`: `REMIT_TELEGRAM_API`, the Telegram Bot API's address: set, workers send
+      each gate's recipients Approve and Reject buttons there and `remit serve` takes their taps
+      at `/telegram/webhook` (`people/telegram.py`). `https://api.telegram.org` is Telegram's.
     - `secret_key`: `REMIT_SECRET_KEY`, the key that encrypts the app's stored credentials (see
       `connectors/credentials.py`); kept out of the settings' repr.
     - `secret_key_file`: `REMIT_SECRET_KEY_FILE`, where the key is kept when `REMIT_SECRET_KEY` is
@@ -77,6 +80,7 @@ class Settings:
     webhook_secret: str | None = None
     http_host: str = "127.0.0.1"
     http_port: int = 8700
+    telegram_api: str | None = None
     secret_key: str | None = field(default=None, repr=False)
     secret_key_file: Path = Path(DATA_DIR, "secret.key")
     otlp_endpoint: str | None = None
@@ -117,6 +121,7 @@ class Settings:
             webhook_secret=env.get("REMIT_WEBHOOK_SECRET") or None,
             http_host=env.get("REMIT_HTTP_HOST") or "127.0.0.1",
             http_port=_number(env, "REMIT_HTTP_PORT", 8700, int),
+            telegram_api=_url(env, "REMIT_TELEGRAM_API"),
             secret_key=env.get("REMIT_SECRET_KEY") or None,
             secret_key_file=Path(
                 env.get("REMIT_SECRET_KEY_FILE") or Path(app_dir) / DATA_DIR / "secret.key"

@@ -8,7 +8,7 @@ import re
 import textwrap
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -18,6 +18,8 @@ from remit.declare.schedules import Schedule, check_scheduled_input
 
 _NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 DEFAULT_QUEUE = "default"
+
+In = TypeVar("In", bound=BaseModel)
 
 
 def check_name(kind: str, name: str) -> None:
@@ -44,6 +46,9 @@ class Workflow:
     is_async: bool
     # When runs start on their own, if they do (`@workflow(..., trigger=schedule(...))`).
     trigger: Schedule | None = None
+    # The record a run concerns, derived from its parsed input: `(type, id)`, or None for none
+    # (`@workflow(..., record=lambda input: ("invoice", input.invoice_id))`).
+    record: Callable[[Any], tuple[str, str] | None] | None = None
 
     @property
     def op_ids(self) -> frozenset[str]:
@@ -74,16 +79,21 @@ class Workflow:
 def workflow(
     *,
     name: str,
-    input: type[BaseModel],
+    input: type[In],
     uses: Iterable[Op[Any, Any]] = (),
     queue: str = DEFAULT_QUEUE,
     trigger: Schedule | None = None,
+    record: Callable[[In], tuple[str, str] | None] | None = None,
 ) -> Callable[[Callable[..., Any]], Workflow]:
     """Declare a workflow. The function receives `(ctx, input)`; it may be sync or async.
 
     `uses` lists every op the workflow may call; calling any other fails the run. With
     `trigger=schedule(...)` a worker starts a run at every instant of the schedule; its input
     is built from nothing, or from `scheduled_at` (the instant) when the model has that field.
+    `record` derives the business record a run concerns from its parsed input, e.g.
+    `record=lambda input: ("invoice", input.invoice_id)`: the run's start and end, and its
+    gates and tasks, are written to that record's activity (`remit activity invoice ID`). A
+    start that names a record itself overrides it.
     """
     check_name("workflow", name)
     if not (isinstance(input, type) and issubclass(input, BaseModel)):
@@ -95,6 +105,12 @@ def workflow(
                 f"workflow `{name}` lists {each!r} in `uses`: list ops (made with `remit.op`)"
             )
     check_name("queue", queue)
+    if record is not None and not callable(record):
+        raise AppError(
+            f"workflow `{name}`: record={record!r} is not a function: give one that takes the "
+            "run's input and returns (type, id), e.g. "
+            'record=lambda input: ("invoice", input.invoice_id)'
+        )
     if trigger is not None:
         if not isinstance(trigger, Schedule):
             raise AppError(
@@ -122,6 +138,7 @@ def workflow(
             queue=queue,
             is_async=inspect.iscoroutinefunction(fn),
             trigger=trigger,
+            record=record,
         )
 
     return declare

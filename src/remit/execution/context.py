@@ -23,6 +23,7 @@ from pydantic_core import to_jsonable_python
 
 from remit.connectors.llm import ChatMessage, ChatReply, chat_complete
 from remit.core import telemetry
+from remit.core.activity import Record, check_record
 from remit.core.errors import InputInvalid, OpNotDeclared, RemitError, Suspended
 from remit.core.keys import key_problem
 from remit.core.outcome import Failed, Ok, StepFailure, parse_outcome
@@ -266,9 +267,11 @@ class _Base:
         draft: BaseModel | Mapping[str, Any],
         assignee: str | None,
         expires_in: timedelta | float | None,
+        record: Record | None,
     ) -> tuple[StepOptions, Callable[[], dict[str, Any]], Callable[[dict[str, Any]], Any]]:
         """The gate's DBOS step, and what turns its row into a decision (or a suspension)."""
         declared, payload, seconds = self._gates.prepare(key, type, draft, expires_in)
+        named = None if record is None else check_record(record, where=f"approval `{key}`")
 
         @telemetry.traced_step("approval", key)
         def body() -> dict[str, Any]:
@@ -285,6 +288,8 @@ class _Base:
                 draft=payload,
                 assignee=assignee,
                 expires_in=seconds,
+                record=named,
+                app=self._caller.tasks.app,
             )
 
         def outcome(row: dict[str, Any]) -> Any:
@@ -515,6 +520,7 @@ class Context(_Base):
         draft: Draft,
         assignee: str | None = None,
         expires_in: timedelta | float | None = None,
+        record: Record | None = None,
     ) -> Decision[Draft]:
         """Wait for a person to decide the approval `key` of this run, and return the decision.
 
@@ -524,9 +530,14 @@ class Context(_Base):
         `assignee` limits who may decide it (an admin may too); `expires_in` (seconds or a
         timedelta) decides it `expired` if no one has by then. The decision's `status` is
         approved, rejected, expired or cancelled; its `draft` is the edited one, if edited.
+        `record` names the business record the gate concerns, e.g. `("invoice", "inv_1003")`
+        (default: the run's, if it names one): its opening and decision go to that record's
+        activity.
         """
         self._park_if_paused()
-        options, body, outcome = self._gate_step(key, type, title, draft, assignee, expires_in)
+        options, body, outcome = self._gate_step(
+            key, type, title, draft, assignee, expires_in, record
+        )
         row = self._steps.reserve().run(gate_mark(key), options, body)
         return cast(Decision[Draft], outcome(row))
 
@@ -625,10 +636,13 @@ class AsyncContext(_Base):
         draft: Draft,
         assignee: str | None = None,
         expires_in: timedelta | float | None = None,
+        record: Record | None = None,
     ) -> Decision[Draft]:
         """Wait for a decision on the approval `key`; see `Context.approval`."""
         self._park_if_paused()
-        options, body, outcome = self._gate_step(key, type, title, draft, assignee, expires_in)
+        options, body, outcome = self._gate_step(
+            key, type, title, draft, assignee, expires_in, record
+        )
 
         async def in_thread() -> dict[str, Any]:
             return await asyncio.to_thread(body)

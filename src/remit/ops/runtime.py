@@ -87,7 +87,7 @@ class Runtime:
         # it is set, an attempt parks before its next step, or before its first if it begins.
         self.paused = threading.Event()
         self.clock = clock
-        self.runs = RunStore(db, clock=clock)
+        self.runs = RunStore(db, clock=clock, app=app.name)
         self.ledger = LedgerStore(db, clock=clock)
         self.caller = OpCaller(
             implementations=implementations,

@@ -12,11 +12,17 @@ before the fork).
 
 An `Approval` read back carries its draft parsed as its type's model (`draft`), and the JSON
 stored (`draft_json`), which is what the command line, the HTTP API and notifiers show.
+
+A gate may concern one of the business's records (`ctx.approval(..., record=("invoice", id))`,
+else its run's): its opening and its decision are written to that record's activity in the
+transactions that make them (`core/activity.py`). `Approvals.archive` cancels every pending
+gate about a record, as one decision.
 """
 
 from __future__ import annotations
 
 import builtins
+import hashlib
 import logging
 import uuid
 from collections.abc import Iterable, Mapping
@@ -29,6 +35,17 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 from typing_extensions import TypeVar
 
+from remit.core.activity import (
+    APPROVAL_OPENED,
+    RECORD_ARCHIVED,
+    Record,
+    RecordRef,
+    activity_row,
+    check_record,
+    record_of,
+    record_of_run,
+    run_ended,
+)
 from remit.core.audit import audit_row
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
@@ -44,7 +61,7 @@ from remit.core.errors import (
 from remit.core.fence import FINISHED, cancel, hold, lock
 from remit.core.keys import key_problem
 from remit.core.runs import Run, RunInfo, RunStore
-from remit.core.schema import approvals, decisions, notifications, runs
+from remit.core.schema import activity, approvals, decisions, notifications, runs
 from remit.declare.workflows import check_name
 from remit.people.answers import Answer, Answers, KeyedRequest, Replayed, Turn, as_json
 from remit.policy.refusals import DecideCall, check_call, refusals
@@ -172,6 +189,26 @@ class DecideResult:
     decided: list[Decided]
 
 
+@dataclass(frozen=True)
+class Archived:
+    """What archiving a record did: the gates about it that were pending, now cancelled (none
+    when none was pending, and nothing was written). `replayed` when an archive of the same
+    gates by the same person committed first, and this one returns what that one did."""
+
+    record_type: str
+    record_id: str
+    cancelled: tuple[Decided, ...]
+    replayed: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "record_type": self.record_type,
+            "record_id": self.record_id,
+            "cancelled": [as_json(d.__dict__) for d in self.cancelled],
+            "replayed": self.replayed,
+        }
+
+
 def new_approval_id() -> str:
     return f"apr_{uuid.uuid4().hex[:16]}"
 
@@ -241,6 +278,8 @@ class Gates:
         draft: dict[str, Any],
         assignee: str | None,
         expires_in: float | None,
+        record: Record | None = None,
+        app: str | None = None,
     ) -> dict[str, Any]:
         """Create the gate's row, or read it back: the body of the gate's step.
 
@@ -248,8 +287,14 @@ class Gates:
         `decide()` takes them in. A pending gate is moved to the current attempt, which is the
         one a decision must resume. Raises `RunMovedOn` if the run has left this attempt or
         finished (it was cancelled), and `AppError` if an earlier gate of the run took the key.
+
+        The gate concerns `record` (of the app `app`), else its run's record, if any: its
+        opening is written to that record's activity with the row.
         """
         now = self.clock.now()
+        if record is not None and app is None:
+            raise RemitError(f"approval {key}: a gate naming a record needs its app's name")
+        named = None if record is None or app is None else RecordRef(app, *record)
 
         def write() -> dict[str, Any]:
             with self.db.begin() as conn:
@@ -257,7 +302,17 @@ class Gates:
                 row = _by_key(conn, run.run_id, key, self.types)
                 if row is None:
                     row = self._create(
-                        conn, run, step_id, key, type, title, draft, assignee, expires_in, now
+                        conn,
+                        run,
+                        step_id,
+                        key,
+                        type,
+                        title,
+                        draft,
+                        assignee,
+                        expires_in,
+                        now,
+                        named,
                     )
                 elif row.step_id != step_id:
                     # A step keeps its number across attempts (forks copy them), so another
@@ -291,6 +346,7 @@ class Gates:
         assignee: str | None,
         expires_in: float | None,
         now: datetime,
+        named: RecordRef | None,
     ) -> Approval[Any]:
         approval_id = new_approval_id()
         # Another execution of this same step may have inserted the row meanwhile: keep theirs.
@@ -320,6 +376,28 @@ class Gates:
             )
         row = _by_key(conn, run.run_id, key, self.types)
         assert row is not None
+        if inserted:
+            ref = named or record_of_run(conn, run.run_id)
+            if ref is not None:
+                activity_row(
+                    conn,
+                    ref,
+                    at=now,
+                    kind=APPROVAL_OPENED,
+                    actor=run.actor,
+                    summary=f"{title}: waits for a decision",
+                    run_id=run.run_id,
+                    target=row.id,
+                    meta={
+                        "key": key,
+                        "type": type,
+                        "assignee": assignee,
+                        "expires_at": None
+                        if row.expires_at is None
+                        else row.expires_at.isoformat(),
+                        "draft": draft,
+                    },
+                )
         return row
 
     def _insert_new(self) -> Any:
@@ -413,6 +491,70 @@ class Approvals(Answers):
             wanted, decision, by, via, decision_key, dict(edits or {}), reason, is_admin
         )
         return self._give(f"decide {decision_key}", _Decision(call, self.types))
+
+    def archive(
+        self,
+        app: str,
+        record: Record,
+        *,
+        by: str,
+        reason: str | None = None,
+        admin: bool | None = None,
+    ) -> Archived:
+        """Archive the record `record` (`(type, id)`) of the app `app`: cancel every pending gate
+        that concerns it, all or none, through `decide()` as `cancelled` via `archive`.
+
+        It is a decision like any other: the policies are asked `decide` on each gate's
+        approval type with the decision `cancelled` (a principal who may not cancel one of the
+        gates is refused, and nothing is written), the assignee rule applies, each gate gets
+        its audit row, and each run waiting at one resumes and sees its gate cancelled. One
+        `record.archived` row is written to the record's activity in the same transaction.
+        A record with no pending gate (archived already, say) is left as it is.
+        """
+        record_type, record_id = check_record(record, where="archive_record")
+        ref = RecordRef(app, record_type, record_id)
+        why = reason or f"{record_type} {record_id} was archived"
+        is_admin = by in self.admins if admin is None else admin
+        for tries_left in (2, 1, 0):
+            ids = self._pending_about(ref)
+            if not ids:
+                return Archived(record_type, record_id, ())
+            named = "\n".join([app, record_type, record_id, by, why, *ids])
+            key = "archive:" + hashlib.sha256(named.encode()).hexdigest()[:40]
+            check_call(ids, "cancelled", by=by, via="archive", decision_key=key, edits=None)
+            call = DecideCall(ids, "cancelled", by, "archive", key, {}, why, is_admin)
+            try:
+                result = self._give(
+                    f"archive {record_type} {record_id}", _Archive(call, self.types, ref)
+                )
+            except DecisionRefused as refused:
+                # A gate decided meanwhile by someone else: archive what is still pending.
+                if tries_left == 0 or refused.by_policy or self._pending_about(ref) == ids:
+                    raise
+                continue
+            return Archived(record_type, record_id, tuple(result.decided), result.replayed)
+        raise AssertionError("unreachable")
+
+    def _pending_about(self, ref: RecordRef) -> builtins.list[str]:
+        """The ids of the pending gates that concern `ref`, of runs that have not finished."""
+        with self.db.engine.connect() as conn:
+            return sorted(
+                set(
+                    conn.execute(
+                        sa.select(approvals.c.id)
+                        .join(activity, activity.c.target == approvals.c.id)
+                        .join(runs, runs.c.run_id == approvals.c.run_id)
+                        .where(
+                            activity.c.app == ref.app,
+                            activity.c.record_type == ref.record_type,
+                            activity.c.record_id == ref.record_id,
+                            activity.c.kind == APPROVAL_OPENED,
+                            approvals.c.status == "pending",
+                            runs.c.status.not_in(tuple(FINISHED)),
+                        )
+                    ).scalars()
+                )
+            )
 
     def expire_due(self, *, limit: int = 100) -> builtins.list[Decided]:
         """Decide every pending approval past its expiry as `expired`, through `decide()`.
@@ -570,6 +712,36 @@ class _Decision(Answer[list[Approval[Any]], DecideResult]):
         return DecideResult(replayed=False, batch_id=batch_id, decided=decided)
 
 
+@dataclass(frozen=True)
+class _Archive(_Decision):
+    """An archive as an answer: the decision cancelling the record's pending gates, and the
+    record's `record.archived` activity row with it."""
+
+    ref: RecordRef
+
+    def give(self, turn: Turn, locked: list[Approval[Any]]) -> DecideResult:
+        result = super().give(turn, locked)
+        count = len(result.decided)
+        activity_row(
+            turn.conn,
+            self.ref,
+            at=turn.now,
+            kind=RECORD_ARCHIVED,
+            actor=self.call.by,
+            summary=(
+                f"archived: {count} pending gate{'s' if count != 1 else ''} cancelled "
+                f"({', '.join(d.approval_id for d in result.decided)}): {self.call.reason}"
+            ),
+            meta={
+                "cancelled": [d.approval_id for d in result.decided],
+                "runs": sorted({d.run_id for d in result.decided}),
+                "reason": self.call.reason,
+                "decision_key": self.call.decision_key,
+            },
+        )
+        return result
+
+
 def write_decision(
     conn: sa.Connection,
     row: Approval[Any],
@@ -584,7 +756,8 @@ def write_decision(
     resumed_workflow_id: str | None,
     now: datetime,
 ) -> Decided:
-    """Write one decision and its audit row inside the caller's transaction.
+    """Write one decision and its audit row inside the caller's transaction, and its activity
+    row when the gate concerns a record.
 
     The caller holds the approval's row lock; the write is still conditional on `pending`, and
     anything else is a bug that must roll the whole transaction back.
@@ -629,6 +802,29 @@ def write_decision(
             "resumed_workflow_id": resumed_workflow_id,
         },
     )
+    ref = record_of(conn, row.id, APPROVAL_OPENED)
+    if ref is not None:
+        edited = " with edits" if edited_draft is not None else ""
+        because = f": {reason}" if reason else ""
+        activity_row(
+            conn,
+            ref,
+            at=now,
+            kind=f"approval.{status}",
+            actor=by,
+            summary=f"{row.title}: {status}{edited} via {via}{because}",
+            run_id=row.run_id,
+            target=row.id,
+            meta={
+                "key": row.key,
+                "type": row.type,
+                "via": via,
+                "reason": reason,
+                "decision_key": decision_key,
+                "edited_draft": edited_draft,
+                "resumed_workflow_id": resumed_workflow_id,
+            },
+        )
     return Decided(row.id, row.run_id, row.key, status, resumed_workflow_id)
 
 
@@ -637,7 +833,8 @@ def cancel_run(runs_store: RunStore, client: DBOSClient, run_id: str, *, by: str
 
     A finished run is left as it is. An attempt in flight stops at its next step; its later
     status writes are refused because the run is no longer running. The run's pending gates are
-    cancelled in the same transaction, each with its audit row.
+    cancelled in the same transaction, each with its audit row, and the run's end is written
+    to its record's activity, if it concerns one.
     """
     now = runs_store.clock.now()
     with runs_store.db.begin() as conn:
@@ -647,6 +844,7 @@ def cancel_run(runs_store: RunStore, client: DBOSClient, run_id: str, *, by: str
         if not cancel(conn, run, now=now):
             return runs_store.get(run_id)
         cancel_gates(conn, run_id, by=by, now=now)
+        run_ended(conn, run_id, "cancelled", at=now, actor=by)
         audit_row(
             conn,
             at=now,

@@ -18,6 +18,9 @@ attempt, it moves the run to its next attempt, forked from the op's step (`outbo
 before the call runs again). The step, run again, finds the row answered: it returns the
 output, calls again, or fails the run. A task of a run that has finished, or of a direct call,
 records the answer only.
+
+A task concerns its run's record, if the run names one: its opening and its answer are written
+to that record's activity in the transactions that make them (`core/activity.py`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import sqlalchemy as sa
 from pydantic import ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 
+from remit.core.activity import TASK_OPENED, activity_row, record_of_run
 from remit.core.audit import audit_row
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
@@ -144,6 +148,9 @@ class TaskOpener:
         the attempt `attempt` when that is the run's current one: a resolution resumes the
         attempt that waits. Returns the row instead when a person has answered the task
         meanwhile (it is `ok`, `failed` or `not_done`): the caller acts on the answer.
+
+        When the row becomes `uncertain` and the run concerns a record, the task's opening is
+        written to the record's activity in the same transaction.
         """
         key = idempotency_key
         workflow_id = attempt_workflow_id(run_id, attempt)
@@ -205,6 +212,27 @@ class TaskOpener:
                     self._reopen(conn, task, place, now)
                 elif current and task.workflow_id != workflow_id:
                     conn.execute(tasks.update().where(tasks.c.id == task.id).values(**place))
+                ref = record_of_run(conn, run_id) if opened else None
+                if ref is not None:
+                    activity_row(
+                        conn,
+                        ref,
+                        at=now,
+                        kind=TASK_OPENED,
+                        actor=LEDGER_ACTOR,
+                        summary=(
+                            f"{op_id} may or may not have happened: task {task_id} asks a "
+                            "person whether it did"
+                        ),
+                        run_id=run_id,
+                        target=task_id,
+                        meta={
+                            "op": op_id,
+                            "idempotency_key": key,
+                            "reason": reason,
+                            "reopened": task is not None,
+                        },
+                    )
                 return Held(task_id, message, opened)
 
         return self.db.retrying(f"ledger {key}: uncertain", write)
@@ -447,6 +475,26 @@ class _TaskAnswer(Answer[_TaskRows, Resolved]):
                 "resumed_workflow_id": resumed,
             },
         )
+        ref = record_of_run(turn.conn, task.run_id)
+        if ref is not None:
+            happened = "happened" if self.done else "did not happen"
+            activity_row(
+                turn.conn,
+                ref,
+                at=turn.now,
+                kind=f"task.{self.status}",
+                actor=self.by,
+                summary=f"{task.op_id} {happened}, as {self.by} confirmed (task {task.id})",
+                run_id=task.run_id,
+                target=task.id,
+                meta={
+                    "op": task.op_id,
+                    "idempotency_key": task.idempotency_key,
+                    "output": output,
+                    "then": then,
+                    "resumed_workflow_id": resumed,
+                },
+            )
         return Resolved(task.id, task.run_id, self.status, then, resumed)
 
 

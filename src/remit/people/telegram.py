@@ -43,6 +43,9 @@ log = logging.getLogger("remit.telegram")
 
 DEFAULT_API_BASE = "https://api.telegram.org"
 TOKEN_SECRET = "TELEGRAM_BOT_TOKEN"
+# The stored secret Telegram signs each update to the webhook with (`remit telegram
+# set-webhook` makes it).
+WEBHOOK_SECRET = "TELEGRAM_WEBHOOK_SECRET"
 # Telegram's limit on a button's callback data, in bytes.
 CALLBACK_LIMIT = 64
 CALLBACK_VERSION = "r1"

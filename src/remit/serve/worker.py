@@ -48,7 +48,7 @@ from remit.ops.retries import Retries
 from remit.ops.runtime import Runtime, implementations_for
 from remit.ops.scheduler import Scheduler
 from remit.people.approvals import Approvals
-from remit.people.notify import default_notifiers
+from remit.people.notify import Notifier, default_notifiers
 from remit.people.tasks import TaskOpener, Tasks
 from remit.policy.guard import Guard
 
@@ -128,9 +128,7 @@ class Worker:
             implementations=self.implementations,
             clock=clock,
             environ=credentials,
-            notifiers=app.notifiers
-            if app.notifiers is not None
-            else default_notifiers(settings.webhook_url, settings.webhook_secret),
+            notifiers=app.notifiers if app.notifiers is not None else self._notifiers(environ),
             suspend_after=settings.suspend_after,
             version=settings.version,
         )
@@ -146,6 +144,20 @@ class Worker:
         self._dbos_engine: sa.Engine | None = None
         self.registry = WorkerRegistry(self.db, clock=self.runtime.clock)
         self.on_taken_over = on_taken_over or _taken_over
+
+    def _notifiers(self, environ: Mapping[str, str] | None) -> list[Notifier]:
+        """The notifiers of an app that names none: the log, a webhook if one is set, and
+        Telegram if `REMIT_TELEGRAM_API` is set (its bot token a stored secret)."""
+        chosen = default_notifiers(self.settings.webhook_url, self.settings.webhook_secret)
+        if self.settings.telegram_api is not None:
+            from remit.people.telegram import TelegramNotifier, stored_token
+
+            app = self.app
+            token = stored_token(self.remit.secrets, environ=environ)
+            chosen.append(
+                TelegramNotifier(lambda: app.policy, token, api_base=self.settings.telegram_api)
+            )
+        return chosen
 
     # The services are the worker's client's, built once (and again after the worker stops).
 

@@ -1,0 +1,57 @@
+"""`remit activity TYPE ID`: everything that happened about one of the business's records.
+
+Runs, gates and tasks that name a record (`("invoice", "inv_1003")`) write what happened to
+it: runs started and ended, gates opened and decided, writes whose outcome became unknown and
+their tasks answered, the record archived. This prints a record's rows, oldest first.
+"""
+
+# No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
+
+from typing import Annotated
+
+import typer
+
+from remit.cli.base import AppDir, PlainTable, cli, client_of, moment, out, styled, whole_ids
+
+_COLOURS = {
+    "approved": "green",
+    "done": "green",
+    "rejected": "red",
+    "failed": "red",
+    "expired": "yellow",
+    "cancelled": "yellow",
+    "not_done": "yellow",
+    "opened": "cyan",
+    "started": "cyan",
+    "archived": "magenta",
+}
+
+
+@cli.command("activity")
+def activity(
+    record_type: Annotated[str, typer.Argument(help="The record's type, e.g. invoice.")],
+    record_id: Annotated[str, typer.Argument(help="The record's id, e.g. inv_1003.")],
+    limit: Annotated[int, typer.Option(help="How many, oldest first.")] = 100,
+    after: Annotated[
+        int | None, typer.Option("--after", help="Only the rows after this row number.")
+    ] = None,
+    app_dir: AppDir = None,
+) -> None:
+    """What happened about a record, oldest first: runs, gates and tasks that concern it."""
+    with client_of(app_dir) as remit:
+        found = remit.activity(record_type, record_id, limit=limit, after=after)
+    if not found:
+        out.print(f"no activity for {record_type} {record_id}")
+        return
+    table = PlainTable("#", "time", "kind", "actor", "run", "what", box=None)
+    for each in found:
+        colour = _COLOURS.get(each.kind.rsplit(".", 1)[-1])
+        table.add_row(
+            str(each.id),
+            moment(each.at),
+            styled(each.kind, colour),
+            each.actor,
+            each.run_id or "-",
+            each.summary,
+        )
+    out.print(whole_ids(table, 4))
