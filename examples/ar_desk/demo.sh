@@ -5,7 +5,9 @@
 #      (billed to the desk's monthly budget, shown by `remit budgets`) and sends it;
 #   2. ann proposes a write-off, which waits for a person's approval;
 #   3. ann may not approve it in full (over a clerk's 500.00): the policies refuse, and say why;
-#   4. carol, a controller, approves it for a lower amount, and the run carries on from the gate.
+#   4. carol, a controller, approves it for a lower amount through the HTTP API with her API
+#      token (the API refuses a request without one), and the run carries on from the gate;
+#   5. the invoice's activity: every run, gate and decision about it, in order.
 # Usage: examples/ar_desk/demo.sh [path/to/remit]
 set -euo pipefail
 
@@ -47,8 +49,47 @@ fi
 r denials
 
 echo
-echo "== 4. carol (a controller) approves it for 500.00 EUR instead of the full balance"
-r approve "$approval" --as user:carol --edit '{"amount": 50000}' \
+echo "== 4. carol decides from her laptop, through the HTTP API: it acts only with an API token"
+# sam, an admin, makes carol a token; it is printed once, and only its hash is kept.
+token="$(r tokens create --for user:carol --name laptop --expires 1d --as user:sam)"
+serve_log="$(mktemp)"
+r serve --port 0 >"$serve_log" 2>&1 &
+server=$!
+trap 'kill "$server" 2>/dev/null || true' EXIT
+url=""
+for _ in $(seq 1 300); do
+    url="$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$serve_log" | head -n 1 || true)"
+    [ -n "$url" ] && break
+    sleep 0.1
+done
+if [ -z "$url" ]; then
+    echo "remit serve did not start:" >&2
+    cat "$serve_log" >&2
+    exit 1
+fi
+remote() { REMIT_URL="$url" "$remit" --app "$app" "$@"; }
+echo "-- a decision sent without a token: the API answers 401 and decides nothing"
+python3 - "$url" "$approval" <<'PY'
+import json, sys, urllib.error, urllib.request
+
+url, approval = sys.argv[1:]
+request = urllib.request.Request(
+    f"{url}/approvals/{approval}/decision",
+    data=json.dumps({"decision": "approved"}).encode(),
+    headers={"Content-Type": "application/json", "Idempotency-Key": "no-token"},
+)
+try:
+    urllib.request.urlopen(request)
+    sys.exit("the API decided without a token")
+except urllib.error.HTTPError as refused:
+    print(f"POST /approvals/{approval}/decision: {refused.code} {json.load(refused)['error']}")
+PY
+echo "-- with carol's token, she approves it for 500.00 EUR instead of the full balance"
+REMIT_TOKEN="$token" remote approve "$approval" --edit '{"amount": 50000}' \
     --reason "settled 500.00 with the administrator"
 
 wait "$runner"
+
+echo
+echo "== 5. everything that happened about invoice inv_1003, in order"
+r activity invoice inv_1003

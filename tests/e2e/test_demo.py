@@ -1,0 +1,42 @@
+"""`make demo` runs the example desk's script on its embedded SQLite database, as a newcomer
+does on a fresh machine: it ends well and shows each step it promises (the demo is about that
+default, so it runs on SQLite only; every flow in it is tested on both databases elsewhere)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.e2e.cli_support import AR_DESK
+
+
+def test_the_demo_shows_each_step_and_ends_well(tmp_path: Path) -> None:
+    desk = tmp_path / "ar_desk"
+    shutil.copytree(AR_DESK, desk, ignore=shutil.ignore_patterns(".remit", "__pycache__"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMIT_")}
+    remit = Path(sys.executable).parent / "remit"
+    done = subprocess.run(
+        [str(desk / "demo.sh"), str(remit)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    shown = done.stdout + done.stderr
+    assert done.returncode == 0, shown
+    for step in (
+        "== 1. ann (a clerk) runs chase-invoice",
+        "== 3. ann tries to approve the full 612.50",
+        'user:ann may not decide ApprovalType::"write-off"',
+        "401 send an API token as `Authorization: Bearer rmt_...`",
+        "approved by user:carol",
+        "approval.approved",
+        "run.done",
+    ):
+        assert step in shown, step
+    assert "Traceback" not in shown
