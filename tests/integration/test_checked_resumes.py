@@ -523,8 +523,9 @@ def test_a_tasks_answer_is_checked_by_the_policies(database_url: str, tmp_path: 
         task = h.task(run_id)
         with pytest.raises(
             TaskRefused, match=re.escape('user:ann may not resolve Op::"shop.emails.send"')
-        ):
+        ) as refused:
             h.resolve(task.id, done=True, output={"message_id": "m-1"})
+        assert refused.value.by_policy  # the policies' is the only reason: 403 over HTTP
         with pytest.raises(
             TaskRefused, match=re.escape('user:carol may not resolve Op::"shop.emails.send"')
         ):

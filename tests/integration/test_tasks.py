@@ -350,6 +350,7 @@ def test_a_resolution_is_refused_with_every_reason_and_writes_nothing(database_u
         with pytest.raises(TaskRefused) as bad_output:
             harness.resolve(task.id, done=True, output={"letter_id": 7, "pages": "many"})
         reasons = bad_output.value.reasons
+        assert not bad_output.value.by_policy  # a request to fix: 409 over HTTP
         assert len(reasons) == 2
         assert "`letter_id`: Input should be a valid string" in reasons[0]
         assert "`pages`: Input should be a valid integer" in reasons[1]

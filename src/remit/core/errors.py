@@ -310,9 +310,11 @@ class TaskRefused(RemitError):
     """`Tasks.resolve` refused and wrote nothing. `reasons` lists every reason, so one answer
     tells the caller everything to fix."""
 
-    def __init__(self, task_id: str, reasons: list[str]) -> None:
+    def __init__(self, task_id: str, reasons: list[str], *, by_policy: bool = False) -> None:
         super().__init__(
             f"task {task_id} was not resolved, nothing was written: " + "; ".join(reasons)
         )
         self.task_id = task_id
         self.reasons = reasons
+        # The policies' refusal is the only reason (the caller may not; nothing else is wrong).
+        self.by_policy = by_policy

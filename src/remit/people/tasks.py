@@ -574,7 +574,7 @@ def _refusals(
     if refused is not None:
         reasons.append(refused)
     if reasons:
-        raise TaskRefused(task.id, reasons)
+        raise TaskRefused(task.id, reasons, by_policy=reasons == [refused])
     return output
 
 

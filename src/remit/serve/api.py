@@ -1798,8 +1798,7 @@ async def _error_response(request: Request, error: Exception) -> JSONResponse:
         status, message = 409, str(error)
         reasons = [ErrorReason(approval_id=i, reason=r) for i, r in error.reasons]
     elif isinstance(error, TaskRefused):
-        # Refused by the policies too: a task's refusal does not say which reasons are theirs.
-        status, message = 409, str(error)
+        status, message = 403 if error.by_policy else 409, str(error)
         reasons = [ErrorReason(approval_id=None, reason=r) for r in error.reasons]
     elif isinstance(error, RetryRefused):
         status, message = 409, str(error)
