@@ -53,7 +53,7 @@ echo "== 4. carol decides from her laptop, through the HTTP API: it acts only wi
 # sam, an admin, makes carol a token; it is printed once, and only its hash is kept.
 token="$(r tokens create --for user:carol --name laptop --expires 1d --as user:sam)"
 serve_log="$(mktemp)"
-r serve --port 0 >"$serve_log" 2>&1 &
+"$remit" --app "$app" serve --port 0 >"$serve_log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null || true' EXIT
 url=""

@@ -40,3 +40,6 @@ def test_the_demo_shows_each_step_and_ends_well(tmp_path: Path) -> None:
     ):
         assert step in shown, step
     assert "Traceback" not in shown
+    # The server the demo started is gone with it.
+    left = subprocess.run(["pgrep", "-f", f"--app {desk} serve"], capture_output=True, text=True)
+    assert left.stdout == "", left.stdout
