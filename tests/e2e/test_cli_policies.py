@@ -173,7 +173,8 @@ def test_a_stranger_is_refused_every_act_and_each_refusal_is_recorded(cli: Cli) 
         ).scalars()
         assert sorted(refused_actions) == sorted([a for _, a in acts] + ["set_secret"])
         assert conn.execute(sa.select(runs.c.status)).scalars().all() == ["queued"]
-        assert conn.execute(sa.select(audit)).all() == []
+        acts = conn.execute(sa.select(audit.c.action, audit.c.actor)).all()
+        assert acts == [("run.started", "user:ann")]  # ann's run, and nothing dave did
     assert "$5.00" in cli("budgets").stdout
 
 

@@ -102,7 +102,8 @@ class Outside:
 
     def audit_count(self) -> int:
         with self.db.engine.connect() as conn:
-            return int(conn.execute(sa.select(sa.func.count()).select_from(audit)).scalar_one())
+            decisions = sa.select(sa.func.count()).where(audit.c.action.like("approval.%"))
+            return int(conn.execute(decisions).scalar_one())
 
     def close(self) -> None:
         self.client.destroy()

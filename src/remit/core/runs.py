@@ -29,6 +29,7 @@ from remit.core.activity import (
     record_of_run,
     run_ended,
 )
+from remit.core.audit import audit_row
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.errors import InputInvalid, RemitError, RunNotFound
@@ -183,6 +184,14 @@ class RunStore:
                 runs.insert().values({k: v for k, v in run.__dict__.items() if v is not None})
             )
             enqueue_first(conn, client, run)
+            audit_row(
+                conn,
+                at=now,
+                actor=started_by,
+                action="run.started",
+                target=run_id,
+                meta={"workflow": workflow.name},
+            )
             if record is not None and app is not None:
                 activity_row(
                     conn,

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from remit.budgets.store import Budgets
 from remit.connectors.base import Implementation
+from remit.core.audit import audit_row
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.errors import InputInvalid, RemitError
@@ -197,7 +198,19 @@ class DirectCalls:
                 return answered
         run = RunInfo(run_id=call_id, attempt=1, workflow_id=call_id, actor=by, direct=True)
         outcome = self.caller.call(run, op, parsed, step_id=0, key=ledger_key)
-        return CallResult.of(op, ledger_key, outcome, replayed=False)
+        result = CallResult.of(op, ledger_key, outcome, replayed=False)
+        # The ledger row holds the call; the audit row says who made it, beside every other act.
+        meta = {"op": op.id, "status": result.status}
+        with self.db.begin() as conn:
+            audit_row(
+                conn,
+                at=self.clock.now(),
+                actor=by,
+                action="op.called",
+                target=ledger_key,
+                meta=meta,
+            )
+        return result
 
     def _keyed(
         self, op: Op[Any, Any], parsed: dict[str, Any], key: str, ledger_key: str
