@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from remit import DecisionRefused
+from remit import DecisionRefused, KeyReused
 from remit.core.database import Database
 from remit.core.runs import RunInfo, RunStore
 from remit.core.schema import approvals, audit, decisions, resumes, runs
@@ -310,7 +310,8 @@ class Model:
     gates: list[Approval]
     status: dict[str, str] = field(default_factory=dict)
     decided_by: dict[str, str] = field(default_factory=dict)
-    first: dict[str, tuple[list[str], DecideResult]] = field(default_factory=dict)
+    # Each key's first request (ids, decision, who, edits) and what it decided.
+    first: dict[str, tuple[tuple[Any, ...], DecideResult]] = field(default_factory=dict)
 
     def refusals(
         self, ids: list[str], step: Step, edits: Mapping[str, Any]
@@ -380,27 +381,28 @@ def test_any_sequence_of_decide_calls_decides_each_gate_at_most_once(
         edits = {gates[i].id: EDITS[kind] for i, kind in step.edits.items()}
         key = f"{prefix}:k{step.key}"
         before = desk.snapshot()
-        outcome: DecideResult | DecisionRefused
+        request = (tuple(ids), step.decision, step.by, edits)
+        outcome: DecideResult | DecisionRefused | KeyReused
         try:
             outcome = desk.approvals.decide(
                 ids, step.decision, by=step.by, via="test", decision_key=key, edits=edits
             )
-        except DecisionRefused as refused:
+        except (DecisionRefused, KeyReused) as refused:
             outcome = refused
         after = desk.snapshot()
 
         if key in model.first:
-            first_ids, first = model.first[key]
-            if first_ids == ids:
+            first_request, first = model.first[key]
+            if first_request == request:
                 event("replayed")
-                # A repeated key returns the first result, whatever else the call says.
+                # The same request under its key returns the first result.
                 assert isinstance(outcome, DecideResult), outcome
                 assert outcome.replayed
                 assert (outcome.batch_id, outcome.decided) == (first.batch_id, first.decided)
             else:
-                event("refused: key used for other gates")
-                assert isinstance(outcome, DecisionRefused), outcome
-                assert_reasons(outcome.reasons, [(", ".join(ids), "was already used to decide")])
+                event("refused: key used for another request")
+                assert isinstance(outcome, KeyReused), outcome
+                assert f"decision key {key!r} was first used to" in str(outcome)
             assert after == before
             continue
 
@@ -459,7 +461,7 @@ def test_any_sequence_of_decide_calls_decides_each_gate_at_most_once(
             assert (run.status, run.attempt, run.workflow_id) == ("queued", 2, f"{run.run_id}:2")
             model.status[aid] = step.decision
             model.decided_by[aid] = step.by
-        model.first[key] = (ids, outcome)
+        model.first[key] = (request, outcome)
 
     # Each gate changed at most once, and its audit says so.
     for gate in gates:
