@@ -164,15 +164,20 @@ class Answers:
         policy.clear()
         now = self.clock.now()
         keyed = answer.keyed()
-        with self.db.begin() as conn:
+
+        def first_answer(conn: sa.Connection) -> Replayed[R] | None:
+            """The first answer under the key, if it was this request; refused if another."""
             if keyed is not None:
                 check_reuse(conn, keyed.scope, keyed.key, keyed.body, what=keyed.what)
-            replayed = answer.replay(conn)
+            return answer.replay(conn)
+
+        with self.db.begin() as conn:
+            replayed = first_answer(conn)
             if replayed is None:
                 runs = lock_all(conn, answer.run_ids(conn))
                 locked = answer.lock(conn)
                 # An answer under the same key may have committed while this one waited.
-                replayed = answer.replay(conn)
+                replayed = first_answer(conn)
                 if replayed is None:
                     turn = Turn(conn, now, runs, policy)
                     result = answer.give(turn, locked)
