@@ -18,6 +18,7 @@ checkpointed, and a client call from there would run again on every replay.
 
 from __future__ import annotations
 
+import json
 import time
 import typing
 from collections.abc import Iterable, Mapping
@@ -69,7 +70,8 @@ IdKind = Literal["run", "approval", "task"]
 @dataclass(frozen=True)
 class Step:
     """One checkpointed step of a run's attempt: its name, when it ran (epoch milliseconds),
-    and its output or error."""
+    its output or error, and whether the attempt's fork copied it from the attempt before (it
+    did not run again)."""
 
     attempt: int
     function_id: int
@@ -78,9 +80,37 @@ class Step:
     finished_ms: int | None
     output: Any
     error: str | None
+    copied: bool = False
 
     def as_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    def summary(self, width: int) -> tuple[str | None, str | None]:
+        """What the step came to as a person reads it, cut to `width` characters: its output
+        (an approval step's gate as `apr_… approved by user:ann via http`), or its error's
+        message."""
+        output, error = self.output, self.error
+        if error is not None:
+            return None, _cut(error, width)
+        if isinstance(output, dict) and isinstance(output.get("error"), dict):
+            return None, _cut(output["error"].get("message", output["error"]), width)
+        if isinstance(output, dict) and "error" in output:
+            return None, _cut(output["error"], width)
+        if self.name.startswith("approval:") and isinstance(output, dict):
+            text = f"{output.get('id')} {output.get('status')}"
+            if output.get("decided_by"):
+                text += f" by {output['decided_by']} via {output.get('decided_via')}"
+            if output.get("edited_draft") is not None:
+                text += " (edited)"
+            return text, None
+        if isinstance(output, dict) and "ok" in output:
+            return _cut(output["ok"], width), None
+        return (None if output is None else _cut(output, width)), None
+
+
+def _cut(value: Any, width: int) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 class RunHandle:
@@ -397,20 +427,25 @@ class Client:
 
         run = self.get_run(run_id)
         found: list[Step] = []
+        earlier: dict[int, Step] = {}
         for attempt in range(1, run.attempt + 1):
             for step in self.dbos.list_workflow_steps(attempt_workflow_id(run_id, attempt)):
-                error = step["error"]
-                found.append(
-                    Step(
-                        attempt=attempt,
-                        function_id=step["function_id"],
-                        name=step["function_name"],
-                        started_ms=step["started_at_epoch_ms"],
-                        finished_ms=step["completed_at_epoch_ms"],
-                        output=step["output"],
-                        error=None if error is None else str(error),
-                    )
+                error, started = step["error"], step["started_at_epoch_ms"]
+                before = earlier.get(step["function_id"])
+                read = Step(
+                    attempt=attempt,
+                    function_id=step["function_id"],
+                    name=step["function_name"],
+                    started_ms=started,
+                    finished_ms=step["completed_at_epoch_ms"],
+                    output=step["output"],
+                    error=None if error is None else str(error),
+                    # A fork copies a step as it was: the same start and the same output.
+                    copied=before is not None
+                    and (before.started_ms, before.output) == (started, step["output"]),
                 )
+                earlier[read.function_id] = read
+                found.append(read)
         return found
 
     def list_approvals(

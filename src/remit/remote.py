@@ -150,6 +150,7 @@ class RemoteClient:
                 finished_ms=_epoch_ms(each["finished_at"]),
                 output=each["output"],
                 error=each["error"],
+                copied=each["copied"],
             )
             for each in self._get(f"/runs/{_part(run_id)}/steps")
         ]

@@ -502,8 +502,9 @@ def serve(
 
     It runs no worker: a decision's run resumes on a worker that serves its queue.
     """
-    from remit.serve.api import LOCAL_NAMES, check_exposure, create_api
-    from remit.serve.api import serve as serve_http
+    from remit.serve.api import LOCAL_NAMES, create_api
+    from remit.serve.server import check_exposure
+    from remit.serve.server import serve as serve_http
 
     # As many connections as requests it answers at once, up to 16 (each waits on one).
     with local_client(app_dir, pool_size=16, command="serve") as remit:
@@ -593,17 +594,13 @@ def _show(run: "Run", checkpointed: list["Step"], rows: list["LedgerRow"]) -> No
     steps = PlainTable(
         "attempt", "#", "step", "ms", "output", box=None, title="steps", title_justify="left"
     )
-    earlier: dict[int, Step] = {}
     for step in checkpointed:
         started, finished = step.started_ms, step.finished_ms
         took = "-" if started is None or finished is None else str(finished - started)
-        before = earlier.get(step.function_id)
-        if before is not None and (before.started_ms, before.output) == (started, step.output):
+        if step.copied:
             took = "copied"  # a resumed attempt's fork copied it: it did not run again
-        earlier[step.function_id] = step
-        result = _outcome(step.output, step.error)
-        if step.name.startswith("approval:") and isinstance(step.output, dict):
-            result = _gate(step.output)
+        output, error = step.summary(width=80)
+        result = styled(error, "red") if error is not None else "null" if output is None else output
         steps.add_row(str(step.attempt), str(step.function_id), step.name, took, result)
     out.print(steps)
     out.print(_ledger_table(rows, with_run=False) if rows else "  no op calls")
@@ -669,32 +666,6 @@ _COLOURS = {
 def _status(status: str) -> "Text":
     colour = _COLOURS.get(status)
     return styled(status, colour)
-
-
-def _outcome(output: Any, error: Any) -> "str | Text":
-    """A step's result as a person reads it: its value, or its error's message."""
-    if error is not None:
-        return styled(_short(str(error)), "red")
-    if isinstance(output, dict) and "error" in output:
-        return styled(_short(output["error"].get("message", output["error"])), "red")
-    if isinstance(output, dict) and "ok" in output:
-        return _short(output["ok"])
-    return _short(output)
-
-
-def _gate(row: dict[str, Any]) -> "str | Text":
-    """An approval step as a person reads it: which approval, and what it read."""
-    text = f"{row.get('id')} {row.get('status')}"
-    if row.get("decided_by"):
-        text += f" by {row['decided_by']} via {row.get('decided_via')}"
-    if row.get("edited_draft") is not None:
-        text += " (edited)"
-    return _status(text) if row.get("status") != "pending" else text
-
-
-def _short(value: Any, width: int = 80) -> str:
-    text = json.dumps(value, default=str) if not isinstance(value, str) else value
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _exit_now(code: int) -> None:
