@@ -355,6 +355,7 @@ class Client:
             environ=credentials,
             guard=self.guard,
             clock=self.clock,
+            op_timeout=self.settings.op_timeout,
         )
 
     # The verbs.
@@ -636,7 +637,7 @@ class Client:
         _not_in_a_workflow("reconcile")
         who = self._person(by)
         self.guard.require(who, "reconcile", self.app.name, {})
-        from remit.ops.reconciler import Reconciler
+        from remit.ops.reconciler import Reconciler, Timeouts
         from remit.ops.registry import WorkerRegistry, live_versions
         from remit.people.tasks import TaskOpener
 
@@ -653,6 +654,7 @@ class Client:
             app_state=self.app_state,
             tasks=TaskOpener(self.db, self.app.name, clock=self.clock),
             budgets=self.budgets,
+            timeouts=Timeouts.of(self.app, self.settings.op_timeout),
         ).run_pass(dry_run=dry_run)
         if not dry_run:
             meta = {"actions": len(report.actions), "errors": len(report.errors)}

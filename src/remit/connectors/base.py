@@ -47,7 +47,9 @@ class CallContext:
     """What an implementation knows about the call it is making.
 
     `idempotency_key` is stable across retries, crash recovery and later attempts of the same
-    run: pass it to the vendor (e.g. Stripe's `Idempotency-Key` header).
+    run: pass it to the vendor (e.g. Stripe's `Idempotency-Key` header). `timeout` is the
+    seconds this try has before remit gives up on it: give the vendor's client a timeout
+    within it (`httpx.Client(timeout=call.timeout)`), so the call ends rather than being left.
     """
 
     op: Op[Any, Any]
@@ -56,6 +58,7 @@ class CallContext:
     attempt: int
     actor: str
     environ: Mapping[str, str] = field(repr=False, default_factory=lambda: dict(os.environ))
+    timeout: float = 120.0
 
     def credential(self, name: str) -> str:
         """The value of credential `name`, or `MissingCredential` naming it."""

@@ -104,9 +104,9 @@ class Database:
         with self.engine.connect() as conn:
             if not self.is_sqlite:
                 conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            rows = conn.execute(statement).rowcount
+            rows = count(conn.execute(statement))
             conn.commit()
-            return int(rows)
+            return rows
 
     def retrying(self, what: str, fn: Callable[[], T], *, within: float = 90.0) -> T:
         """Call `fn` (one short transaction), again on a lost connection or a busy database.
@@ -241,6 +241,11 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def count(result: sa.CursorResult[Any]) -> int:
+    """The rows a statement touched: those it returns, if it returns any, else its row count."""
+    return len(result.all()) if result.returns_rows else int(result.rowcount)
 
 
 def _sqlite_begin(conn: sa.Connection) -> None:

@@ -24,7 +24,8 @@ and, outside the root because a workflow must not swallow it:
 
     BaseException
     ├── RunMovedOn            the attempt was superseded or cancelled; it starts no new write
-    └── CodeChanged           the code no longer matches a step the run had passed; the run fails
+    ├── CodeChanged           the code no longer matches a step the run had passed; the run fails
+    └── RunTimedOut           the run went past its workflow's `timeout=`; the run fails
 
 Fields are keyword-only. Whether a retry can help is the `retryable` field, never parsed from a
 message.
@@ -217,6 +218,17 @@ class CodeChanged(BaseException):
         self.step = step
         self.recorded = recorded
         self.now = now
+
+
+class RunTimedOut(BaseException):
+    """The run went past its workflow's `timeout=` (counted from its start): raised before its
+    next step, and the run fails with this message. Not an `Exception`, so a workflow's
+    `except Exception` cannot swallow it and run on past its bound."""
+
+    def __init__(self, message: str, *, run_id: str, timeout: float) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.timeout = timeout
 
 
 class RetryRefused(RemitError):

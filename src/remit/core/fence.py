@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import sqlalchemy as sa
 
@@ -170,12 +170,23 @@ def advance(
     return resume
 
 
-def cancel(conn: sa.Connection, run: LockedRun, *, now: datetime) -> bool:
-    """End the locked run as `cancelled` inside the caller's transaction. False (and nothing
+def cancel(
+    conn: sa.Connection,
+    run: LockedRun,
+    *,
+    now: datetime,
+    status: Literal["cancelled", "failed"] = "cancelled",
+    error: str | None = None,
+) -> bool:
+    """End the locked run from outside its attempt, inside the caller's transaction:
+    `cancelled`, or `failed` with `error` (it went past its timeout). False (and nothing
     written) when it has already finished. Its current attempt's later status writes are
-    refused: none starts from `cancelled`."""
+    refused: none starts from a finished status."""
     if run.finished:
         return False
+    values: dict[str, Any] = {"status": status, "finished_at": now, "updated_at": now}
+    if error is not None:
+        values["error"] = error
     conn.execute(
         runs.update()
         .where(
@@ -183,7 +194,7 @@ def cancel(conn: sa.Connection, run: LockedRun, *, now: datetime) -> bool:
             runs.c.workflow_id == run.workflow_id,
             runs.c.status.in_(ACTIVE),
         )
-        .values(status="cancelled", finished_at=now, updated_at=now)
+        .values(**values)
     )
     return True
 

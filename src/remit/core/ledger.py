@@ -1,8 +1,8 @@
 """The ledger: one row per op call, and what a re-entered call may do.
 
-A write's row is `started` (durable) before its driver is called, and gets its outcome after
+A call's row is `started` (durable) before its driver is called, and gets its outcome after
 (`finish`): `ok` with the output, or `failed` with the `Failure` in `error_info` (see
-`outcome.py`; `LedgerRow.outcome` reads it back typed). A read gets its row when it answers.
+`outcome.py`; `LedgerRow.outcome` reads it back typed).
 A call that finds its own row already there is a re-entry (a step retried after a crash, or a
 later attempt reaching the same step): `on_reentry` says what its status allows, and
 `execution/reentry.py` decides from the whole row. A write whose outcome is unknown is
@@ -25,7 +25,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from remit.core import fence
 from remit.core.clock import Clock, SystemClock
-from remit.core.database import Database
+from remit.core.database import Database, count
 from remit.core.outcome import Ok, Outcome, failed
 from remit.core.schema import ledger
 
@@ -121,7 +121,7 @@ class LedgerStore:
         self.clock = clock or SystemClock()
 
     def begin(self, record: CallRecord, workflow_id: str | None) -> Begun:
-        """Write a write's `started` row, durable when this returns, if its attempt is current.
+        """Write a call's `started` row, durable when this returns, if its attempt is current.
 
         In the same transaction it checks that the run is still running on `workflow_id`: an
         attempt that was superseded or cancelled starts no new write. A direct call (no
@@ -193,9 +193,8 @@ class LedgerStore:
         started_at: datetime | None = None,
         cost: Decimal | None = None,
     ) -> bool:
-        """Record a call's outcome: the row becomes `ok` or `failed`; a read, which has no
-        `started` row, gets its row now. `cost` is what the call cost in USD, for an op with a
-        cost.
+        """Record a call's outcome: its `started` row becomes `ok` or `failed` (a call whose
+        row is gone gets one now). `cost` is what the call cost in USD, for an op with a cost.
 
         False when the idempotency key already belongs to another call (another op, or the
         same op with other input): nothing is written.
@@ -203,9 +202,8 @@ class LedgerStore:
         values, new_row = self._outcome(record, outcome, tries, started_at, cost)
 
         def write() -> bool:
-            # One statement each, most often only the first: a read's first and only row, or
-            # a write's outcome on its `started` row. Each is checked, so none needs the others
-            # in its transaction.
+            # One statement each, most often only the first: the outcome on the call's
+            # `started` row. Each is checked, so none needs the others in its transaction.
             return self._write_outcome(self.db.execute_one, record, values, new_row)
 
         return self.db.retrying(f"ledger {record.idempotency_key}: {values['status']}", write)
@@ -224,7 +222,7 @@ class LedgerStore:
         reservation in the transaction that records it (see `budgets.py`)."""
         values, new_row = self._outcome(record, outcome, tries, started_at, cost)
         return self._write_outcome(
-            lambda statement: int(conn.execute(statement).rowcount), record, values, new_row
+            lambda statement: count(conn.execute(statement)), record, values, new_row
         )
 
     def _outcome(
@@ -261,8 +259,6 @@ class LedgerStore:
             ledger.c.op_id == record.op_id,
             ledger.c.input_hash == record.input_hash,
         )
-        if record.effect == "read" and execute(self._insert_new(new_row)) == 1:
-            return True
         if execute(ledger.update().where(*same_call).values(**values)) == 1:
             return True
         return execute(self._insert_new(new_row)) == 1
@@ -270,8 +266,13 @@ class LedgerStore:
     def _insert_new(self, row: dict[str, Any]) -> sa.Insert:
         """An insert that does nothing when the key is taken."""
         insert = postgresql.insert if not self.db.is_sqlite else sqlite.insert
+        # The new row's id is returned: a driver's row count for such an insert is not always
+        # told (psycopg's is -1), the rows it returns are.
         return (
-            insert(ledger).values(**row).on_conflict_do_nothing(index_elements=["idempotency_key"])
+            insert(ledger)
+            .values(**row)
+            .on_conflict_do_nothing(index_elements=["idempotency_key"])
+            .returning(ledger.c.id)
         )
 
     def _update(self, key: str, values: dict[str, Any]) -> None:

@@ -75,6 +75,8 @@ class RunInfo:
     workflow: str | None = None
     # The attempt began before, and DBOS is running it again after its worker stopped.
     again: bool = False
+    # When the run must have ended by, from its workflow's `timeout=` (None: no bound).
+    deadline: datetime | None = None
 
 
 def new_run_id() -> str:

@@ -60,6 +60,10 @@ class Settings:
     - `log_format`: `REMIT_LOG_FORMAT`, `text` (default) or `json` (one JSON object a line).
     - `version`: `REMIT_VERSION`, the application version workers run under (a build's SHA, say)
       in place of the hash of the workflows' code (default).
+    - `op_timeout`: `REMIT_OP_TIMEOUT`, seconds one try of an op call may take unless the op
+      says otherwise (`op(..., timeout=...)`; default 120).
+    - `max_recoveries`: `REMIT_MAX_RECOVERIES`, how many times an attempt whose worker died
+      under it is recovered before its run fails (default 5).
     """
 
     database_url: str
@@ -86,6 +90,8 @@ class Settings:
     otlp_endpoint: str | None = None
     log_format: str = "text"
     version: str | None = None
+    op_timeout: float = 120.0
+    max_recoveries: int = 5
 
     @classmethod
     def from_env(cls, app_dir: Path | str, environ: Mapping[str, str] | None = None) -> Settings:
@@ -129,6 +135,8 @@ class Settings:
             otlp_endpoint=_otlp_endpoint(env),
             log_format=_log_format(env),
             version=_version(env),
+            op_timeout=_number(env, "REMIT_OP_TIMEOUT", 120.0, float),
+            max_recoveries=_number(env, "REMIT_MAX_RECOVERIES", 5, int, zero=True),
         )
 
 

@@ -32,3 +32,16 @@ def _escape(char: str) -> str:
         return named
     code = ord(char)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def describe_seconds(seconds: float) -> str:
+    """A length of time as a person reads it: `42s`, `1m30s`, `2d`."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{seconds:.3g}s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, whole = divmod(whole, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts)

@@ -36,6 +36,11 @@ class Op(Generic[In, Out]):
     `on_not_done` says what happens when a call's outcome was unknown and a person confirms it
     did not happen: `"retry"` calls the op again with the same idempotency key, `"fail"` (the
     default) fails the run saying so.
+
+    `timeout` bounds one try of a call, in seconds (default: `REMIT_OP_TIMEOUT`). A try that
+    takes longer is given up on: a read or an idempotent write is tried again under `retry`;
+    a write that is not idempotent may have reached the vendor, so its call becomes
+    `uncertain` and a person is asked (the driver's thread is left to finish on its own).
     """
 
     id: str
@@ -49,6 +54,7 @@ class Op(Generic[In, Out]):
     # What a call costs (see `budgets.CostModel`): a call of an op with a cost is billed to the
     # app's budgets, and refused before it is made when it could pass one.
     cost: CostModel | None = None
+    timeout: float | None = None
 
     def __post_init__(self) -> None:
         if not _OP_ID.fullmatch(self.id):
@@ -70,6 +76,15 @@ class Op(Generic[In, Out]):
             raise AppError(
                 f"op `{self.id}` is a read, whose outcome is never unknown: on_not_done applies "
                 "to writes only; leave it out"
+            )
+        if self.timeout is not None and not (
+            isinstance(self.timeout, int | float)
+            and not isinstance(self.timeout, bool)
+            and 0 < self.timeout < float("inf")
+        ):
+            raise AppError(
+                f"op `{self.id}` has timeout={self.timeout!r}: give the seconds one try may take, "
+                "a number greater than 0, e.g. timeout=30"
             )
         if self.cost is not None and not all(
             callable(getattr(self.cost, method, None)) for method in ("max_cost", "actual_cost")
@@ -111,6 +126,7 @@ def op(
     retry: RetryPolicy = DEFAULT_RETRY,
     on_not_done: NotDone = "fail",
     cost: CostModel | None = None,
+    timeout: float | None = None,
 ) -> Op[In, Out]:
     """Declare an operation. See `Op`."""
     return Op(
@@ -123,4 +139,5 @@ def op(
         retry=retry,
         on_not_done=on_not_done,
         cost=cost,
+        timeout=timeout,
     )

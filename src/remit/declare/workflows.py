@@ -8,6 +8,7 @@ import re
 import textwrap
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -49,6 +50,8 @@ class Workflow:
     # The record a run concerns, derived from its parsed input: `(type, id)`, or None for none
     # (`@workflow(..., record=lambda input: ("invoice", input.invoice_id))`).
     record: Callable[[Any], tuple[str, str] | None] | None = None
+    # Seconds a run may take from its start to its end, waits included; None for no bound.
+    timeout: float | None = None
 
     @property
     def op_ids(self) -> frozenset[str]:
@@ -84,6 +87,7 @@ def workflow(
     queue: str = DEFAULT_QUEUE,
     trigger: Schedule | None = None,
     record: Callable[[In], tuple[str, str] | None] | None = None,
+    timeout: timedelta | float | None = None,
 ) -> Callable[[Callable[..., Any]], Workflow]:
     """Declare a workflow. The function receives `(ctx, input)`; it may be sync or async.
 
@@ -94,8 +98,11 @@ def workflow(
     `record=lambda input: ("invoice", input.invoice_id)`: the run's start and end, and its
     gates and tasks, are written to that record's activity (`remit activity invoice ID`). A
     start that names a record itself overrides it.
+    `timeout` (seconds or a timedelta) bounds a run from its start to its end, time spent
+    waiting at gates and sleeping included: a run still going past it fails, saying so.
     """
     check_name("workflow", name)
+    seconds = _timeout_seconds(name, timeout)
     if not (isinstance(input, type) and issubclass(input, BaseModel)):
         raise AppError(f"workflow `{name}`: `input` must be a pydantic model class, got {input!r}")
     used = tuple(uses)
@@ -139,9 +146,28 @@ def workflow(
             is_async=inspect.iscoroutinefunction(fn),
             trigger=trigger,
             record=record,
+            timeout=seconds,
         )
 
     return declare
+
+
+def _timeout_seconds(name: str, timeout: timedelta | float | None) -> float | None:
+    if timeout is None:
+        return None
+    seconds = (
+        timeout.total_seconds()
+        if isinstance(timeout, timedelta)
+        else timeout
+        if isinstance(timeout, int | float) and not isinstance(timeout, bool)
+        else None
+    )
+    if seconds is None or not 0 < seconds < float("inf"):
+        raise AppError(
+            f"workflow `{name}` has timeout={timeout!r}: give how long a run may take, as "
+            "seconds greater than 0 or a timedelta, e.g. timeout=timedelta(days=7)"
+        )
+    return float(seconds)
 
 
 def _undecorated(source: str) -> str:

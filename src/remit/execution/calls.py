@@ -51,7 +51,7 @@ from remit.core.runs import RunInfo
 from remit.declare.ops import Op
 from remit.execution.billing import Bill
 from remit.execution.reentry import CallAgain, Conflict, Hold, Replay, conflict, reenter
-from remit.execution.tries import Answered, GaveUp, Unknown, make_tries
+from remit.execution.tries import DEFAULT_OP_TIMEOUT, Answered, GaveUp, Unknown, make_tries
 from remit.people.tasks import Held, TaskOpener
 
 log = logging.getLogger("remit.calls")
@@ -96,6 +96,7 @@ class OpCaller:
         tasks: TaskOpener,
         budgets: Budgets | None = None,
         prices: Mapping[str, Price] | None = None,
+        op_timeout: float = DEFAULT_OP_TIMEOUT,
     ) -> None:
         self.implementations = implementations
         self.ledger = ledger
@@ -106,6 +107,8 @@ class OpCaller:
         # What calls of ops with a cost are billed to, priced by the app's price table.
         self.budgets = budgets
         self.prices: Mapping[str, Price] = prices or {}
+        # Seconds one try may take, for an op that does not say (REMIT_OP_TIMEOUT).
+        self.op_timeout = op_timeout
 
     @telemetry.traced_call
     def call(
@@ -135,14 +138,13 @@ class OpCaller:
             actor=run.actor,
         )
         started_at = self.clock.now()
-        if op.effect == "write" or op.cost is not None:
-            entered = self._begin(op, record, run)
-            if entered is not None:
-                return entered
-        # A read with no cost has no row before the call: a key that belongs to another call
-        # is found when its outcome is recorded (calling it twice is harmless). A read with a
-        # cost has one, so a call cut off mid-flight shows (and is `abandoned` once its attempt
-        # has ended), and a call already answered replays rather than being paid for again.
+        # Every call's `started` row is durable before its driver is called, so a call in
+        # flight shows (`remit show`), one cut off mid-call is found (a read's is `abandoned`
+        # once its attempt has ended, a write's may be `uncertain`), and one already answered
+        # replays rather than being made, or paid for, again.
+        entered = self._begin(op, record, run)
+        if entered is not None:
+            return entered
         implementation = self.implementations[op.vendor]
         missing = self._missing_credential(op, implementation)
         if missing is not None:
@@ -160,9 +162,16 @@ class OpCaller:
             attempt=run.attempt,
             actor=run.actor,
             environ=self.environ,
+            timeout=op.timeout or self.op_timeout,
         )
         tried = make_tries(
-            op, implementation, request, call, clock=self.clock, retrying=self._retrying(op, key)
+            op,
+            implementation,
+            request,
+            call,
+            clock=self.clock,
+            retrying=self._retrying(op, key),
+            timeout=call.timeout,
         )
         if isinstance(tried, Unknown):
             return self._uncertain(record, tried.message, tries=tried.tries, bill=memo.bill)
@@ -265,11 +274,10 @@ class OpCaller:
         return None
 
     def _retrying(self, op: Op[Any, Any], key: str) -> Callable[[int], None]:
-        """What a try again notes first: a write's row counts its tries."""
+        """What a try again notes first: the call's row counts its tries."""
 
         def note(tries: int) -> None:
-            if op.effect == "write":
-                self.ledger.tried(key, tries)
+            self.ledger.tried(key, tries)
 
         return note
 

@@ -24,10 +24,11 @@ from pydantic_core import to_jsonable_python
 from remit.connectors.llm import ChatMessage, ChatReply, chat_complete
 from remit.core import telemetry
 from remit.core.activity import Record, check_record
-from remit.core.errors import InputInvalid, OpNotDeclared, RemitError, Suspended
+from remit.core.errors import InputInvalid, OpNotDeclared, RemitError, RunTimedOut, Suspended
 from remit.core.keys import key_problem
 from remit.core.outcome import Failed, Ok, StepFailure, parse_outcome
 from remit.core.runs import RunInfo
+from remit.core.text import describe_seconds
 from remit.declare.ops import Op
 from remit.declare.workflows import Workflow
 from remit.execution.calls import CallMemo, OpCaller
@@ -176,9 +177,20 @@ class _Base:
         # Where each operation takes its position: DBOS, checked against the run's journal.
         self._steps = steps or LiveSteps(Journal.empty(run.run_id))
 
-    def _park_if_paused(self) -> None:
-        """Before a step starts: while the app is paused, end the attempt with the run
-        `paused`. Its finished steps stay; a resume carries it on from here."""
+    def _before_step(self) -> None:
+        """Before a step starts: past the workflow's `timeout=`, the run fails
+        (`RunTimedOut`); while the app is paused, the attempt ends with the run `paused`. Its
+        finished steps stay; a resume carries it on from here."""
+        deadline = self._run.deadline
+        if deadline is not None and self._caller.clock.now() >= deadline:
+            timeout = self._workflow.timeout or 0.0
+            raise RunTimedOut(
+                f"run {self._run.run_id} went past its workflow's timeout of "
+                f"{describe_seconds(timeout)} (`{self._workflow.name}`, timeout=): it had to end "
+                f"by {deadline:%Y-%m-%d %H:%M:%S} UTC. Raise the timeout, or retry the run",
+                run_id=self._run.run_id,
+                timeout=timeout,
+            )
         if self._paused():
             raise Suspended("paused", "the app is paused")
 
@@ -447,7 +459,7 @@ class Context(_Base):
         With `output=SomeType` the JSON is parsed back into that type. If `fn` raises, the run
         sees `StepFailed` (now and on replay).
         """
-        self._park_if_paused()
+        self._before_step()
         cause: list[BaseException] = []
 
         @telemetry.traced_step("step", name)
@@ -468,7 +480,7 @@ class Context(_Base):
 
         `key` names the call for its idempotency key (default: the step's position in the run).
         """
-        self._park_if_paused()
+        self._before_step()
         declared, payload = self._prepare(op, input, fields, key)
         slot, mark, body = self._op_step(declared, payload, key)
         outcome = slot.run(mark, _op_options(declared), body)
@@ -534,7 +546,7 @@ class Context(_Base):
         (default: the run's, if it names one): its opening and decision go to that record's
         activity.
         """
-        self._park_if_paused()
+        self._before_step()
         options, body, outcome = self._gate_step(
             key, type, title, draft, assignee, expires_in, record
         )
@@ -557,7 +569,7 @@ class Context(_Base):
         Longer, the run is `sleeping` and holds nothing in any worker until its deadline,
         when a worker resumes it here without running a finished step again.
         """
-        self._park_if_paused()
+        self._before_step()
         seconds, body = self._sleep_step(duration)
         if body is None:
             with telemetry.step_span("sleep", "sleep", seconds=seconds):
@@ -571,7 +583,7 @@ class AsyncContext(_Base):
 
     async def step(self, name: str, fn: Callable[[], Any], *, output: Any = None) -> Any:
         """Run `fn` (sync or async) once as a checkpointed step; see `Context.step`."""
-        self._park_if_paused()
+        self._before_step()
         cause: list[BaseException] = []
 
         @telemetry.traced_step("step", name)
@@ -593,7 +605,7 @@ class AsyncContext(_Base):
         self, op: Op[Any, Out], input: Any = None, /, *, key: str | None = None, **fields: Any
     ) -> Out:
         """Call `op` as a checkpointed step; see `Context.call`."""
-        self._park_if_paused()
+        self._before_step()
         declared, payload = self._prepare(op, input, fields, key)
         slot, mark, body = self._op_step(declared, payload, key)
         outcome = await slot.run_async(mark, _op_options(declared), body)
@@ -639,7 +651,7 @@ class AsyncContext(_Base):
         record: Record | None = None,
     ) -> Decision[Draft]:
         """Wait for a decision on the approval `key`; see `Context.approval`."""
-        self._park_if_paused()
+        self._before_step()
         options, body, outcome = self._gate_step(
             key, type, title, draft, assignee, expires_in, record
         )
@@ -656,7 +668,7 @@ class AsyncContext(_Base):
 
     async def sleep(self, duration: timedelta | float) -> None:
         """Wait `duration` durably; see `Context.sleep`."""
-        self._park_if_paused()
+        self._before_step()
         seconds, body = self._sleep_step(duration)
         if body is None:
             with telemetry.step_span("sleep", "sleep", seconds=seconds):

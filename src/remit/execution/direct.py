@@ -39,6 +39,7 @@ from remit.declare.workflows import Workflow, workflow
 from remit.execution.calls import DIRECT_CALL_PREFIX, OpCaller
 from remit.execution.context import Context
 from remit.execution.reentry import Conflict, Hold, Replay, reenter
+from remit.execution.tries import DEFAULT_OP_TIMEOUT
 from remit.people.approvals import ApprovalType
 from remit.people.tasks import TaskOpener
 from remit.policy.cedar import HELD
@@ -155,6 +156,7 @@ class DirectCalls:
         environ: Mapping[str, str],
         guard: Guard,
         clock: Clock | None = None,
+        op_timeout: float = DEFAULT_OP_TIMEOUT,
     ) -> None:
         self.app = app
         self.db = db
@@ -170,6 +172,7 @@ class DirectCalls:
             tasks=TaskOpener(db, app.name, clock=self.clock),
             budgets=Budgets(db, app.name, app.budgets, clock=self.clock),
             prices=app.llm_prices,
+            op_timeout=op_timeout,
         )
 
     def call(

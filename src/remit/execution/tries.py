@@ -5,11 +5,20 @@ A failed try is tried again only when the error says a retry can help and repeat
 cannot double its effect, after the delay the op's retry policy gives (`core/backoff.py`),
 slept on the injected clock. A write that is not idempotent and may have reached the vendor is
 never tried again: its outcome is unknown, and a person is asked (`calls.py`).
+
+Each try runs on a thread of its own and is given up on after the op's timeout: Python cannot
+stop a thread, so a driver that hangs is left to finish (or not) on its own, its answer
+discarded. A try that timed out may have reached the vendor. The failures a driver's transport
+raises without saying what they mean (`TimeoutError`, `ConnectionError`,
+`httpx.TransportError`) are read as a `DriverError` a retry can help (`as_driver_error`).
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +34,9 @@ from remit.core.outcome import CredentialFailure, DriverFailure
 from remit.declare.ops import Op
 
 log = logging.getLogger("remit.calls")
+
+# Seconds one try of an op call may take unless the op says (REMIT_OP_TIMEOUT).
+DEFAULT_OP_TIMEOUT = 120.0
 
 
 @dataclass(frozen=True)
@@ -63,46 +75,150 @@ def make_tries(
     *,
     clock: Clock,
     retrying: Callable[[int], None],
+    timeout: float = DEFAULT_OP_TIMEOUT,
 ) -> Tried:
-    """Call `op`'s driver with `request` until the call comes to an end. `retrying(tries)` is
-    told before each try again, with the number of tries so far."""
+    """Call `op`'s driver with `request` until the call comes to an end, each try given
+    `timeout` seconds. `retrying(tries)` is told before each try again, with the number of
+    tries so far."""
     tries = 0
     while True:
         tries += 1
         try:
-            output = implementation.invoke(op, request, call)
-        except DriverError as error:
-            if op.effect == "write" and not op.idempotent and error.maybe_applied:
-                return Unknown(
-                    f"op `{op.id}` (key {call.idempotency_key}) failed in a way that may have "
-                    f"reached the vendor ({error}): it is not idempotent, so remit will not call "
-                    "it again; check with the vendor whether it happened",
-                    tries,
-                )
-            delay = next_delay(
-                op.retry,
-                safe_to_repeat=op.safe_to_repeat or not error.maybe_applied,
-                retryable=error.retryable,
-                tries=tries,
-            )
-            if delay is None:
-                return GaveUp(DriverFailure.of(error), tries)
-            log.info("%s failed (%s); trying again in %.2fs", op.id, error, delay)
-            retrying(tries)
-            clock.sleep(delay)
-            continue
+            output = invoke_within(implementation, op, request, call, timeout)
         except MissingCredential as error:
             return GaveUp(CredentialFailure(message=str(error), variable=error.variable), tries)
         except SecretError as error:
             message = f"op `{op.id}` cannot read the credential `{error.name}`: {error}"
             return GaveUp(CredentialFailure(message=message, variable=error.name or ""), tries)
-        except Exception as error:
-            # Not a DriverError: a bug, or output that does not parse. The vendor may have
-            # acted before it, so a write that cannot be repeated safely is uncertain.
-            message = f"op `{op.id}` raised {type(error).__name__}: {error}"
-            if op.effect == "write" and not op.safe_to_repeat:
-                return Unknown(message + "; its outcome is unknown", tries)
-            if isinstance(error, ValidationError):
-                message = f"op `{op.id}` returned output that does not parse: {error}"
-            return GaveUp(DriverFailure(message=message, retryable=False), tries)
-        return Answered(output, tries)
+        except BaseException as raised:  # what it means is decided below, any exception
+            after = _after_failure(op, raised, call, tries)
+        else:
+            return Answered(output, tries)
+        if not isinstance(after, float):
+            return after
+        retrying(tries)
+        clock.sleep(after)
+
+
+def _after_failure(
+    op: Op[Any, Any], raised: BaseException, call: CallContext, tries: int
+) -> Tried | float:
+    """What a failed try leads to: the call's end, or the seconds to wait before the next."""
+    error = as_driver_error(raised)
+    if error is None:
+        return _unexpected(op, raised, tries)
+    if op.effect == "write" and not op.idempotent and error.maybe_applied:
+        return Unknown(
+            f"op `{op.id}` (key {call.idempotency_key}) failed in a way that may have "
+            f"reached the vendor ({error}): it is not idempotent, so remit will not call "
+            "it again; check with the vendor whether it happened",
+            tries,
+        )
+    delay = next_delay(
+        op.retry,
+        safe_to_repeat=op.safe_to_repeat or not error.maybe_applied,
+        retryable=error.retryable,
+        tries=tries,
+    )
+    if delay is None:
+        return GaveUp(DriverFailure.of(error), tries)
+    log.info("%s failed (%s); trying again in %.2fs", op.id, error, delay)
+    return delay
+
+
+def _unexpected(op: Op[Any, Any], error: BaseException, tries: int) -> Tried:
+    """A try that raised what no driver should: a bug, output that does not parse, or a
+    `BaseException` such as `SystemExit`. The vendor may have acted before it, so a write that
+    cannot be repeated safely is uncertain; anything else fails for good."""
+    message = f"op `{op.id}` raised {type(error).__name__}: {error}"
+    if op.effect == "write" and not op.safe_to_repeat:
+        return Unknown(message + "; its outcome is unknown", tries)
+    if isinstance(error, ValidationError):
+        message = f"op `{op.id}` returned output that does not parse: {error}"
+    return GaveUp(DriverFailure(message=message, retryable=False), tries)
+
+
+class CallTimedOut(Exception):
+    """A try had no answer within its op's timeout (and is left running on its thread)."""
+
+    def __init__(self, op_id: str, timeout: float) -> None:
+        super().__init__(
+            f"no answer within {timeout:g}s, the op's timeout (op(..., timeout=...) or "
+            "REMIT_OP_TIMEOUT)"
+        )
+        self.op_id = op_id
+        self.timeout = timeout
+
+
+def invoke_within(
+    implementation: Implementation,
+    op: Op[Any, Any],
+    request: BaseModel,
+    call: CallContext,
+    timeout: float,
+) -> BaseModel:
+    """One try: the implementation's answer, or what it raised (any `BaseException`, raised
+    here on the caller's thread), or `CallTimedOut` after `timeout` seconds.
+
+    The try runs on a daemon thread, in a copy of the caller's context (its trace span), so
+    that the caller can stop waiting for it; a thread cannot be stopped from outside.
+    """
+    answer: list[BaseModel] = []
+    raised: list[BaseException] = []
+    done = threading.Event()
+    context = contextvars.copy_context()
+
+    def attempt() -> None:
+        try:
+            answer.append(context.run(implementation.invoke, op, request, call))
+        except BaseException as error:  # handed to the caller, which decides what it means
+            raised.append(error)
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=attempt, name=f"remit-call {op.id}", daemon=True)
+    worker.start()
+    if not done.wait(timeout):
+        log.warning(
+            "%s (key %s) has not answered within %gs: giving up on this try",
+            op.id,
+            call.idempotency_key,
+            timeout,
+        )
+        raise CallTimedOut(op.id, timeout)
+    if raised:
+        raise raised[0]
+    return answer[0]
+
+
+def as_driver_error(error: BaseException) -> DriverError | None:
+    """What a try's error says about the call, as a `DriverError`; None for an error that says
+    nothing about the vendor (a bug).
+
+    A timeout, a dropped connection and an HTTP transport failure can each be helped by trying
+    again, and may have reached the vendor, unless the connection was never made (refused, or
+    no connection to be had): then nothing was sent.
+    """
+    if isinstance(error, DriverError):
+        return error
+    if isinstance(error, CallTimedOut):
+        return DriverError(str(error), retryable=True, maybe_applied=True, op=error.op_id)
+    never_sent = _never_sent(error)
+    if never_sent is None:
+        return None
+    what = f"{type(error).__name__}: {error}".rstrip(": ")
+    return DriverError(what, retryable=True, maybe_applied=not never_sent)
+
+
+def _never_sent(error: BaseException) -> bool | None:
+    """For a transport failure, whether the request certainly never left; None for an error
+    that is no transport failure."""
+    # httpx is the drivers' HTTP client; an error can be one of its only if it was imported.
+    httpx = sys.modules.get("httpx")
+    if httpx is not None and isinstance(error, httpx.TransportError):
+        return isinstance(error, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
+    if isinstance(error, ConnectionRefusedError):
+        return True
+    if isinstance(error, ConnectionError | TimeoutError):
+        return False
+    return None

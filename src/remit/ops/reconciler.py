@@ -18,8 +18,8 @@ A pass, in order:
    happened at the vendor: it is marked `uncertain` and its task is opened for a person, in one
    transaction, never called again blindly. A row already `uncertain` is left as it is, so a
    row opens one task however many passes find it.
-5. `abandoned`: a read with a cost (an LLM call) whose `started` row outlived its attempt never
-   answered: the row is marked `abandoned` (a later attempt that reaches it calls it anew).
+5. `abandoned`: a read whose `started` row outlived its attempt never answered: the row is
+   marked `abandoned` (a later attempt that reaches it calls it anew).
 6. `queues`: every queue of the app gets the bounds the pause flag says (0 while paused, its
    declared ones otherwise), healing a pause or resume that died half way or raced a worker
    registering its queues as it booted.
@@ -31,6 +31,15 @@ A pass, in order:
    never settled: what the call cost, if it was made, is unknown (see `budgets.orphaned`).
 9. `drift`: each live budget period's `spent` counter is compared with the sum of its settled
    calls' ledger costs; a difference is reported (`Report.drift`, and the log), never corrected.
+10. `overdue`: a run still going past its workflow's `timeout=` (stuck in a step, or waiting
+   or sleeping past it) fails saying so, its pending gates cancelled and its attempt cancelled
+   in DBOS. A run that is working reaches the bound itself, before its next step.
+11. `stuck`: a call in flight for longer than its op's timeout allows, in an attempt still
+   running, is reported, never acted on: the worker making it has stopped answering (a thread
+   blocked where no timeout reaches, or a process hung), and only a person can tell which.
+
+An attempt that DBOS gave up recovering (its worker died under it more than
+`REMIT_MAX_RECOVERIES` times) is concluded `failed` by pass 1, naming the step it kept dying in.
 
 Approvals past their expiry are not a window: the worker's sweep expires them, on time, with the
 wakes and schedules (`Sweeper`).
@@ -44,15 +53,16 @@ and the pass goes on with the others; every action is logged with its run id.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from remit.budgets.model import DIRECT_LEASE, Drift, orphaned, usd
 from remit.budgets.store import Budgets
-from remit.core.fence import advance, lock
+from remit.core.fence import ACTIVE, advance, lock
 from remit.core.ledger import LedgerStore
 from remit.core.outbox import Resume, Resumer
 from remit.core.periodic import Periodic
@@ -65,17 +75,28 @@ from remit.core.runs import (
     enqueue_first,
 )
 from remit.core.schema import ledger, resumes, runs
+from remit.core.text import describe_seconds
 from remit.execution.calls import DIRECT_CALL_PREFIX
 from remit.ops.pause import AppState
 from remit.ops.runtime import SUSPENDED
+from remit.people.approvals import cancel_run
 from remit.people.tasks import Held, TaskOpener
 
 if TYPE_CHECKING:
     from dbos import DBOSClient, WorkflowStatus
 
+    from remit.app import App
+
 log = logging.getLogger("remit.reconciler")
 
 DEFAULT_INTERVAL = 60.0
+
+# Who the reconciler acts as when it ends a run (audit and activity rows).
+RECONCILER = "remit:reconciler"
+
+# How long past its op's timeout a call may stay in flight before it is reported stuck: the
+# worker gives up on a try at its timeout, and records that within moments.
+STUCK_GRACE = timedelta(seconds=60)
 
 # How an ended DBOS workflow concludes its run.
 _ENDED: dict[str, RunStatus] = {
@@ -109,8 +130,33 @@ class Report:
     drift: list[Drift] = field(default_factory=list)
 
 
-def conclusion(dbos_status: WorkflowStatus) -> tuple[RunStatus, Any, str | None] | None:
-    """The status, output and error an ended attempt gives its run; None while it runs."""
+@dataclass(frozen=True)
+class Timeouts:
+    """The bounds the `overdue` and `stuck` passes hold runs and calls to: each timed
+    workflow's `timeout=` and each op's timeout, by name, and the timeout of an op that
+    declares none (`REMIT_OP_TIMEOUT`)."""
+
+    workflows: Mapping[str, float] = field(default_factory=dict)
+    ops: Mapping[str, float] = field(default_factory=dict)
+    default_op: float = 120.0
+
+    def op(self, op_id: str) -> float:
+        return self.ops.get(op_id, self.default_op)
+
+    @classmethod
+    def of(cls, app: App, default_op: float) -> Timeouts:
+        return cls(
+            workflows={n: wf.timeout for n, wf in app.workflows.items() if wf.timeout is not None},
+            ops={op_id: op.timeout for op_id, op in app.ops.items() if op.timeout is not None},
+            default_op=default_op,
+        )
+
+
+def conclusion(
+    dbos_status: WorkflowStatus, dying_in: str = "an unknown step"
+) -> tuple[RunStatus, Any, str | None] | None:
+    """The status, output and error an ended attempt gives its run; None while it runs.
+    `dying_in` names the step an attempt DBOS stopped recovering was in."""
     status = _ENDED.get(dbos_status.status)
     if status is None:
         return None
@@ -122,7 +168,13 @@ def conclusion(dbos_status: WorkflowStatus) -> tuple[RunStatus, Any, str | None]
             return output[SUSPENDED], None, None
         return status, output, None
     if dbos_status.status == "MAX_RECOVERY_ATTEMPTS_EXCEEDED":
-        return status, None, "DBOS stopped recovering the attempt after too many recoveries"
+        return (
+            status,
+            None,
+            f"attempt {dbos_status.workflow_id} was recovered too many times "
+            f"(REMIT_MAX_RECOVERIES): its worker died each time in {dying_in}. Find why that "
+            "step kills its process (memory, a crash in native code, a kill), then retry the run",
+        )
     if dbos_status.status == "CANCELLED":
         return status, None, None
     error = dbos_status.error
@@ -134,8 +186,32 @@ def conclude_ended(runs_store: RunStore, client: DBOSClient) -> list[Action]:
     in_flight = runs_store.in_flight()
     found = _attempts(client, [workflow_id for _, workflow_id in in_flight])
     report = Report()
-    _conclude(runs_store, in_flight, found, report, apply=True)
+    dying = _DyingIn(LedgerStore(runs_store.db, clock=runs_store.clock), client)
+    _conclude(runs_store, in_flight, found, report, apply=True, dying_in=dying)
     return report.actions
+
+
+class _DyingIn:
+    """Names the step an attempt was in when its worker died: the call its ledger holds in
+    flight, or else the position after its last finished step."""
+
+    def __init__(self, ledger_store: LedgerStore, client: DBOSClient) -> None:
+        self.ledger = ledger_store
+        self.client = client
+
+    def __call__(self, run_id: str, workflow_id: str) -> str:
+        attempt = int(workflow_id.rsplit(":", 1)[1])
+        for row in reversed(self.ledger.list(run_id=run_id)):
+            if row.attempt == attempt and row.status in ("started", "abandoned"):
+                return (
+                    f"step {row.step_id}, the call of `{row.op_id}` (key {row.idempotency_key}, "
+                    f"started {row.started_at:%Y-%m-%d %H:%M:%S} UTC)"
+                )
+        steps = self.client.list_workflow_steps(workflow_id)
+        if not steps:
+            return "its first step"
+        last = max(steps, key=lambda step: step["function_id"])
+        return f"step {last['function_id'] + 1}, the one after `{last['function_name']}`"
 
 
 class Reconciler:
@@ -153,6 +229,7 @@ class Reconciler:
         tasks: TaskOpener | None = None,
         budgets: Budgets | None = None,
         interval: float = DEFAULT_INTERVAL,
+        timeouts: Timeouts | None = None,
     ) -> None:
         self.runs = runs_store
         self.db = runs_store.db
@@ -167,6 +244,8 @@ class Reconciler:
         self.resumer = Resumer(self.db, client, clock=runs_store.clock)
         self.ledger = LedgerStore(self.db, clock=runs_store.clock)
         self.interval = interval
+        self.timeouts = timeouts or Timeouts()
+        self._dying_in = _DyingIn(self.ledger, client)
         self._periodic: Periodic | None = None
 
     def run_pass(self, *, dry_run: bool = False) -> Report:
@@ -185,6 +264,8 @@ class Reconciler:
         if self.budgets is not None:
             steps.append(("reservations", lambda: self._release_orphans(report, apply)))
             steps.append(("drift", lambda: self._drift(report)))
+        steps.append(("overdue", lambda: self._overdue(report, apply)))
+        steps.append(("stuck", lambda: self._stuck(report)))
         for name, step in steps:
             try:
                 step()
@@ -199,7 +280,7 @@ class Reconciler:
         if not in_flight:
             return
         found = _attempts(self.client, [workflow_id for _, workflow_id in in_flight])
-        _conclude(self.runs, in_flight, found, report, apply=apply)
+        _conclude(self.runs, in_flight, found, report, apply=apply, dying_in=self._dying_in)
         live = set(self.live_versions()) | {self.version}
         with self.db.engine.connect() as conn:
             outboxed = set(
@@ -494,6 +575,110 @@ class Reconciler:
             )
             report.drift.append(found)
 
+    def _overdue(self, report: Report, apply: bool) -> None:
+        """Pass 10: fail the runs still going past their workflow's timeout."""
+        timed = self.timeouts.workflows
+        if not timed:
+            return
+        now = self.runs.clock.now()
+        past = sa.or_(
+            *(
+                sa.and_(runs.c.workflow == name, runs.c.created_at < now - timedelta(seconds=t))
+                for name, t in timed.items()
+            )
+        )
+        with self.db.engine.connect() as conn:
+            overdue = list(
+                conn.execute(
+                    sa.select(
+                        runs.c.run_id,
+                        runs.c.workflow,
+                        runs.c.workflow_id,
+                        runs.c.status,
+                        runs.c.created_at,
+                    ).where(runs.c.status.in_(ACTIVE), past)
+                )
+            )
+        for row in overdue:
+            timeout = timed[row.workflow]
+            reason = (
+                f"run {row.run_id} went past its workflow's timeout of "
+                f"{describe_seconds(timeout)} (`{row.workflow}`, timeout=) while {row.status}: "
+                f"it had to end by {row.created_at + timedelta(seconds=timeout):%Y-%m-%d %H:%M:%S} "
+                "UTC. Raise the timeout, or retry the run"
+            )
+            if apply:
+                try:
+                    ended = cancel_run(
+                        self.runs,
+                        self.client,
+                        row.run_id,
+                        by=RECONCILER,
+                        timed_out=reason,
+                        only_on=row.workflow_id,
+                    )
+                except Exception as error:
+                    log.exception(
+                        "reconciler: run %s: overdue failed; the pass goes on", row.run_id
+                    )
+                    report.errors.append(
+                        f"run {row.run_id}: overdue: {type(error).__name__}: {error}"
+                    )
+                    continue
+                if ended.status != "failed" or ended.error != reason:
+                    continue  # it ended, or moved on, meanwhile
+            log.warning("reconciler: run %s fails: %s", row.run_id, reason)
+            report.actions.append(Action(row.run_id, row.workflow_id, "failed", reason, "overdue"))
+
+    def _stuck(self, report: Report) -> None:
+        """Pass 11: report the calls in flight past their op's timeout in attempts still
+        running. Nothing is done to them: the worker that makes each one is not answering."""
+        now = self.runs.clock.now()
+        shortest = min([self.timeouts.default_op, *self.timeouts.ops.values()])
+        with self.db.engine.connect() as conn:
+            started = list(
+                conn.execute(
+                    sa.select(
+                        ledger.c.run_id,
+                        ledger.c.attempt,
+                        ledger.c.op_id,
+                        ledger.c.idempotency_key,
+                        ledger.c.started_at,
+                    )
+                    .join(runs, runs.c.run_id == ledger.c.run_id)
+                    .where(
+                        ledger.c.status == "started",
+                        ledger.c.attempt == runs.c.attempt,
+                        runs.c.status == "running",
+                        ledger.c.started_at < now - timedelta(seconds=shortest) - STUCK_GRACE,
+                    )
+                )
+            )
+        late = [
+            row
+            for row in started
+            if now - row.started_at > timedelta(seconds=self.timeouts.op(row.op_id)) + STUCK_GRACE
+        ]
+        if not late:
+            return
+        ids = sorted({attempt_workflow_id(row.run_id, row.attempt) for row in late})
+        found = _attempts(self.client, ids)
+        for row in late:
+            workflow_id = attempt_workflow_id(row.run_id, row.attempt)
+            attempt = found.get(workflow_id)
+            if attempt is None or attempt.status not in _GOING:
+                continue  # ended: the `uncertain` and `abandoned` passes see to it
+            timeout = self.timeouts.op(row.op_id)
+            reason = (
+                f"`{row.op_id}` (key {row.idempotency_key}) has been in flight for "
+                f"{describe_seconds((now - row.started_at).total_seconds())}, past its "
+                f"{describe_seconds(timeout)} timeout, in attempt {workflow_id} on executor "
+                f"{attempt.executor_id}: that worker is not answering (hung, or blocked where no "
+                "timeout reaches). Restart it; its attempts are then taken over"
+            )
+            log.error("reconciler: run %s: %s", row.run_id, reason)
+            report.actions.append(Action(row.run_id, workflow_id, "running", reason, "stuck"))
+
     def start(self) -> None:
         """A pass now, then one every `interval` seconds on a daemon thread."""
         self.run_pass()
@@ -527,10 +712,18 @@ def _conclude(
     report: Report,
     *,
     apply: bool,
+    dying_in: Callable[[str, str], str],
 ) -> None:
     for run_id, workflow_id in in_flight:
         attempt = found.get(workflow_id)
-        decided = None if attempt is None else conclusion(attempt)
+        if attempt is None:
+            continue
+        dying = (
+            dying_in(run_id, workflow_id)
+            if attempt.status == "MAX_RECOVERY_ATTEMPTS_EXCEEDED"
+            else "an unknown step"
+        )
+        decided = conclusion(attempt, dying)
         if attempt is None or decided is None:
             continue
         status, output, error = decided

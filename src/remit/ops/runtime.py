@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -29,7 +30,7 @@ from remit.connectors.data import CollectionStore
 from remit.core import telemetry
 from remit.core.clock import Clock
 from remit.core.database import Database
-from remit.core.errors import CodeChanged, RemitError, RunMovedOn, Suspended
+from remit.core.errors import CodeChanged, RemitError, RunMovedOn, RunTimedOut, Suspended
 from remit.core.ledger import LedgerStore
 from remit.core.runs import RunInfo, RunStore, attempt_workflow_id
 from remit.core.settings import Settings
@@ -39,6 +40,7 @@ from remit.execution.calls import OpCaller
 from remit.execution.context import AsyncContext, Context, LiveSteps
 from remit.execution.journal import Journal, load_marks, passed_steps
 from remit.execution.timers import DEFAULT_SUSPEND_AFTER, Timers
+from remit.execution.tries import DEFAULT_OP_TIMEOUT
 from remit.people.approvals import Gates
 from remit.people.notify import Notifications, Notifier
 from remit.people.tasks import TaskOpener
@@ -47,6 +49,9 @@ if TYPE_CHECKING:
     from dbos import StepInfo
 
 log = logging.getLogger("remit.runtime")
+
+# How many times an attempt may be recovered after its worker died (REMIT_MAX_RECOVERIES).
+DEFAULT_MAX_RECOVERIES = 5
 
 # What an attempt that stopped at a gate returns to DBOS: it ended, and the run waits.
 SUSPENDED = "remit:suspended"
@@ -78,11 +83,16 @@ class Runtime:
         notifiers: list[Notifier],
         suspend_after: float = DEFAULT_SUSPEND_AFTER,
         version: str | None = None,
+        max_recoveries: int = DEFAULT_MAX_RECOVERIES,
+        op_timeout: float = DEFAULT_OP_TIMEOUT,
     ) -> None:
         self.app = app
         # The app's code hash, unless REMIT_VERSION names the version (a build's SHA).
         self.version = version or app.version
         self.stopping = False
+        # How many times DBOS may recover an attempt whose worker died under it before it gives
+        # up and the run fails (`REMIT_MAX_RECOVERIES`).
+        self.max_recoveries = max_recoveries
         # This worker's copy of the app's pause flag (kept fresh by `pause.PauseWatch`): while
         # it is set, an attempt parks before its next step, or before its first if it begins.
         self.paused = threading.Event()
@@ -97,6 +107,7 @@ class Runtime:
             tasks=TaskOpener(db, app.name, clock=clock),
             budgets=Budgets(db, app.name, app.budgets, clock=clock),
             prices=app.llm_prices,
+            op_timeout=op_timeout,
         )
         self.notifications = Notifications(db, notifiers, clock=clock)
         self.gates = Gates(
@@ -112,7 +123,8 @@ class Runtime:
 
         for wf in self.app.workflows.values():
             body = self._async_attempt(wf) if wf.is_async else self._sync_attempt(wf)
-            DBOS.workflow(name=wf.name)(
+            # DBOS counts a first dispatch as one of its recovery attempts.
+            DBOS.workflow(name=wf.name, max_recovery_attempts=self.max_recoveries)(
                 telemetry.traced_attempt(wf.name, self.version, body, attempt_outcome)
             )
 
@@ -156,6 +168,9 @@ class Runtime:
             )
             telemetry.moved_on()
             return None
+        deadline = None
+        if wf.timeout is not None:
+            deadline = self.runs.get(run_id).created_at + timedelta(seconds=wf.timeout)
         return RunInfo(
             run_id=run_id,
             attempt=attempt,
@@ -163,6 +178,7 @@ class Runtime:
             actor=actor,
             workflow=wf.name,
             again=begun == "again",
+            deadline=deadline,
         )
 
     def _done(self, run: RunInfo, result: Any) -> Any:
@@ -203,6 +219,19 @@ class Runtime:
         the position that differs."""
         log.warning("run %s fails: %s", run.run_id, error)
         self.runs.conclude(run.run_id, run.workflow_id, "failed", error=str(error))
+
+    def _timed_out(self, run: RunInfo, error: RunTimedOut) -> None:
+        log.warning("run %s fails: %s", run.run_id, error)
+        self.runs.conclude(run.run_id, run.workflow_id, "failed", error=str(error))
+
+    def _raised(self, run: RunInfo, error: BaseException) -> RemitError:
+        """The workflow (or a driver under it) raised a `BaseException` that is not remit's own
+        (`SystemExit`, `KeyboardInterrupt`, `GeneratorExit`): the run fails naming it, and the
+        attempt ends as an error in DBOS rather than taking its worker's thread down with it."""
+        message = f"the workflow raised {type(error).__name__}: {error}".rstrip(": ")
+        log.error("run %s fails: %s", run.run_id, message)
+        self.runs.conclude(run.run_id, run.workflow_id, "failed", error=message)
+        return RemitError(message)
 
     def _moved_on(self, run: RunInfo, error: RunMovedOn) -> None:
         log.info("attempt %s stops: %s", run.workflow_id, error)
@@ -249,11 +278,16 @@ class Runtime:
             except CodeChanged as error:
                 self._changed(run, error)
                 raise RemitError(str(error)) from None
+            except RunTimedOut as error:
+                self._timed_out(run, error)
+                raise RemitError(str(error)) from None
             except Suspended as pause:
                 return self._suspend(run, pause)
             except Exception as error:
                 self._failed(run, error)
                 raise
+            except BaseException as error:
+                raise self._raised(run, error) from None
             return self._done(run, result)
 
         attempt.__qualname__ = f"remit:{wf.name}"
@@ -278,11 +312,18 @@ class Runtime:
             except CodeChanged as error:
                 await asyncio.to_thread(self._changed, run, error)
                 raise RemitError(str(error)) from None
+            except RunTimedOut as error:
+                await asyncio.to_thread(self._timed_out, run, error)
+                raise RemitError(str(error)) from None
             except Suspended as pause:
                 return await asyncio.to_thread(self._suspend, run, pause)
             except Exception as error:
                 await asyncio.to_thread(self._failed, run, error)
                 raise
+            except asyncio.CancelledError:
+                raise  # the task was cancelled under it: not the workflow's doing
+            except BaseException as error:
+                raise await asyncio.to_thread(self._raised, run, error) from None
             return await asyncio.to_thread(self._done, run, result)
 
         attempt.__qualname__ = f"remit:{wf.name}"

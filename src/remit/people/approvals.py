@@ -828,28 +828,41 @@ def write_decision(
     return Decided(row.id, row.run_id, row.key, status, resumed_workflow_id)
 
 
-def cancel_run(runs_store: RunStore, client: DBOSClient, run_id: str, *, by: str) -> Run:
-    """Cancel a run that has not finished, and its current attempt in DBOS.
+def cancel_run(
+    runs_store: RunStore,
+    client: DBOSClient,
+    run_id: str,
+    *,
+    by: str,
+    timed_out: str | None = None,
+    only_on: str | None = None,
+) -> Run:
+    """Cancel a run that has not finished, and its current attempt in DBOS; or, given
+    `timed_out` (why), fail it so.
 
-    A finished run is left as it is. An attempt in flight stops at its next step; its later
-    status writes are refused because the run is no longer running. The run's pending gates are
-    cancelled in the same transaction, each with its audit row, and the run's end is written
-    to its record's activity, if it concerns one.
+    A finished run is left as it is, and so is one that has moved past attempt `only_on`, when
+    given. An attempt in flight stops at its next step; its later status writes are refused
+    because the run is no longer running. The run's pending gates are cancelled in the same
+    transaction, each with its audit row, and the run's end is written to its record's
+    activity, if it concerns one.
     """
     now = runs_store.clock.now()
+    status: Literal["cancelled", "failed"] = "cancelled" if timed_out is None else "failed"
     with runs_store.db.begin() as conn:
         run = lock(conn, run_id)
         if run is None:
             raise RunNotFound(f"no run `{run_id}`: `remit runs` lists the runs")
-        if not cancel(conn, run, now=now):
+        if only_on is not None and run.workflow_id != only_on:
             return runs_store.get(run_id)
-        cancel_gates(conn, run_id, by=by, now=now)
-        run_ended(conn, run_id, "cancelled", at=now, actor=by)
+        if not cancel(conn, run, now=now, status=status, error=timed_out):
+            return runs_store.get(run_id)
+        cancel_gates(conn, run_id, by=by, now=now, why=timed_out)
+        run_ended(conn, run_id, status, at=now, actor=by, error=timed_out)
         audit_row(
             conn,
             at=now,
             actor=by,
-            action="run.cancelled",
+            action="run.cancelled" if timed_out is None else "run.timed_out",
             target=run_id,
             meta={"workflow": run.workflow, "was": run.status},
         )
@@ -857,8 +870,11 @@ def cancel_run(runs_store: RunStore, client: DBOSClient, run_id: str, *, by: str
     return runs_store.get(run_id)
 
 
-def cancel_gates(conn: sa.Connection, run_id: str, *, by: str, now: datetime) -> int:
-    """Cancel the pending gates of a run being cancelled, in the caller's transaction."""
+def cancel_gates(
+    conn: sa.Connection, run_id: str, *, by: str, now: datetime, why: str | None = None
+) -> int:
+    """Cancel the pending gates of a run being ended from outside (cancelled, or failed past
+    its timeout: `why`), in the caller's transaction."""
     pending = [
         _approval(row, {})
         for row in conn.execute(
@@ -877,7 +893,7 @@ def cancel_gates(conn: sa.Connection, run_id: str, *, by: str, now: datetime) ->
             via="cancel",
             decision_key=None,
             batch_id=None,
-            reason=f"run {run_id} was cancelled",
+            reason=f"run {run_id} was cancelled" if why is None else why,
             edited_draft=None,
             resumed_workflow_id=None,
             now=now,

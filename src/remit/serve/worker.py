@@ -42,7 +42,7 @@ from remit.core.periodic import Periodic
 from remit.core.settings import Settings
 from remit.execution.timers import Waker
 from remit.ops.pause import AppState, PauseWatch, paused, register_queue
-from remit.ops.reconciler import Reconciler
+from remit.ops.reconciler import Reconciler, Timeouts
 from remit.ops.registry import WorkerRegistry, live_versions, takeover_candidates
 from remit.ops.retries import Retries
 from remit.ops.runtime import Runtime, implementations_for
@@ -131,6 +131,8 @@ class Worker:
             notifiers=app.notifiers if app.notifiers is not None else self._notifiers(environ),
             suspend_after=settings.suspend_after,
             version=settings.version,
+            max_recoveries=settings.max_recoveries,
+            op_timeout=settings.op_timeout,
         )
         self._slot = ExecutorSlot(f"{self.db.dbos_url}\n{app.name}")
         self.executor_id = ""
@@ -275,6 +277,7 @@ class Worker:
             tasks=TaskOpener(self.db, self.app.name, clock=self.runtime.clock),
             budgets=self.runtime.caller.budgets,
             interval=self.settings.reconcile_interval,
+            timeouts=Timeouts.of(self.app, self.settings.op_timeout),
         )
         self._pause_watch.start()
         self._reconciler.start()
