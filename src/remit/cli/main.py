@@ -604,6 +604,24 @@ def _show(run: "Run", checkpointed: list["Step"], rows: list["LedgerRow"]) -> No
         steps.add_row(str(step.attempt), str(step.function_id), step.name, took, result)
     out.print(steps)
     out.print(_ledger_table(rows, with_run=False) if rows else "  no op calls")
+    for line in _in_flight(rows):
+        out.print(line)
+
+
+def _in_flight(rows: list["LedgerRow"]) -> list[str]:
+    """A line for each call that has started and not answered: which op, and for how long."""
+    from datetime import UTC, datetime
+
+    from remit.core.text import describe_seconds
+
+    now = datetime.now(UTC)
+    return [
+        f"  [yellow]in flight[/]  `{escape(row.op_id)}` (attempt {row.attempt}, key "
+        f"{escape(row.idempotency_key)}) has been called for "
+        f"{describe_seconds(max(0.0, (now - row.started_at).total_seconds()))} with no answer yet"
+        for row in rows
+        if row.status == "started"
+    ]
 
 
 def _ledger_table(rows: list["LedgerRow"], *, with_run: bool) -> PlainTable:

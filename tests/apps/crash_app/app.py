@@ -115,6 +115,7 @@ class FakeBank(Fake):
     @implements(read_balance)
     def read(self, input: Account, call: CallContext) -> Balance:
         jitter()
+        hold("reading-balance")  # a read in flight, as `remit show` shows it
         return Balance(account=input.account, balance=10_000)
 
     @implements(create_transfer)

@@ -1,0 +1,34 @@
+"""`remit show` shows a call in flight: which op, in which attempt, and for how long."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.processes import Workers
+
+
+@pytest.fixture
+def workers(database_url: str, tmp_path: Path) -> Iterator[Workers]:
+    started = Workers(database_url, tmp_path)
+    yield started
+    started.close()
+
+
+def test_remit_show_names_the_read_in_flight(workers: Workers) -> None:
+    # The fake's read answers after 4 seconds.
+    (workers.hold_dir / "slow-reading-balance").write_text("4")
+    run_id = workers.remit(
+        "start", "payout", "--input", '{"account": "acc-7", "amount": 900}', "--as", "user:ops"
+    )
+    worker = workers.start()
+    workers.wait_reached("reading-balance", worker)
+
+    shown = workers.remit("show", run_id)
+
+    assert "in flight" in shown
+    assert f"`bank.accounts.read` (attempt 1, key {run_id}:1) has been called for" in shown
+    assert "no op calls" not in shown
+    assert workers.wait_finished(run_id).status == "done"
