@@ -19,14 +19,13 @@ import os
 import sqlite3
 import stat
 from pathlib import Path
-from urllib.request import pathname2url
+from urllib.parse import quote
 
 from remit.core.errors import DatabaseError
+from remit.core.settings import DATA_DIR
 
 log = logging.getLogger("remit.store")
 
-# The folder of an app's own files (`core.settings.DATA_DIR`), made by remit when it is missing.
-APP_DATA_FOLDER = ".remit"
 FILE_MODE = 0o600
 FOLDER_MODE = 0o700
 
@@ -57,7 +56,7 @@ def private_file(path: str | Path) -> int:
 def check_sqlite_file(path: Path) -> None:
     """Raise `DatabaseError` unless the file at `path` opens as a SQLite database and passes
     `PRAGMA quick_check`. Reads only: the connection is read-only."""
-    uri = f"file:{pathname2url(str(path))}?mode=ro"
+    uri = f"file:{quote(str(path))}?mode=ro"
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=30)
     except sqlite3.Error as error:
@@ -86,7 +85,7 @@ def first_problem(answer: str) -> str | None:
 def _ensure_folder(folder: Path, path: Path) -> None:
     if folder.is_dir():
         return
-    if folder.name == APP_DATA_FOLDER and folder.parent.is_dir():
+    if folder.name == DATA_DIR and folder.parent.is_dir():
         try:
             folder.mkdir(mode=FOLDER_MODE)
         except FileExistsError:
