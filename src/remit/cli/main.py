@@ -711,5 +711,6 @@ def main() -> None:
 
         if not isinstance(error, RemitError):
             raise
-        err.print(f"[red]error:[/] {escape(printable(str(error)))}")
+        # One line, however long: a script greps it, a terminal wraps it.
+        err.print(f"[red]error:[/] {escape(printable(str(error)))}", soft_wrap=True)
         sys.exit(1)

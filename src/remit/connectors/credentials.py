@@ -118,15 +118,21 @@ class SecretKey:
         """Where the key comes from, for messages."""
         return "REMIT_SECRET_KEY" if self.from_env else f"the key file {self.file}"
 
-    def fernet(self, *, create: bool) -> Fernet | None:
+    def fernet(self, *, create: bool, secret: str | None = None) -> Fernet | None:
         """The key, reading the key file on first use. With `create`, a missing key file is
-        made; without it, None says there is none."""
+        made; without it, None says there is none. A key file that cannot be read raises
+        `SecretError` naming it and, given one, the `secret` being read or written."""
         with self._lock:
             if self._fernet is None:
-                if create:
-                    self._fernet = _parse_key(create_key_file(self.file))
-                elif self.file.exists():
-                    self._fernet = _parse_key(read_key_file(self.file))
+                try:
+                    if create:
+                        self._fernet = _parse_key(create_key_file(self.file))
+                    elif self.file.exists():
+                        self._fernet = _parse_key(read_key_file(self.file))
+                except SecretError as error:
+                    if secret is None:
+                        raise
+                    raise SecretError(f"secret `{secret}`: {error}", name=secret) from None
             return self._fernet
 
 
@@ -134,6 +140,11 @@ def read_key_file(path: Path) -> bytes:
     """The key held in the key file at `path`, checked to be private and to hold a key."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except PermissionError as error:
+        raise SecretError(
+            f"cannot read the key file {path}: {error.strerror}. Run remit as the file's owner, "
+            f"or set REMIT_SECRET_KEY to the key it holds"
+        ) from None
     except OSError as error:
         raise SecretError(
             f"cannot read the key file {path}: {error.strerror}. Restore it, or set "
@@ -143,8 +154,8 @@ def read_key_file(path: Path) -> bytes:
         mode = stat.S_IMODE(os.fstat(handle.fileno()).st_mode)
         if mode & 0o077:
             raise SecretError(
-                f"the key file {path} has mode {mode:04o}, so others than its owner may read "
-                f"it: make it private with `chmod 600 {path}`"
+                f"the key file {path} has mode {mode:04o}; it must be readable only by its "
+                f"owner: chmod 600 {path}"
             )
         raw = handle.read(1024)
     try:
@@ -172,7 +183,7 @@ def create_key_file(path: Path) -> bytes:
     key = Fernet.generate_key()
     draft = path.with_name(f".{path.name}.{os.urandom(6).hex()}.new")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.write(fd, key + b"\n")
@@ -229,7 +240,7 @@ class Secrets:
         check_name(name)
         if not value:
             raise SecretError(f"secret {name}: the value is empty; a secret needs a value")
-        fernet = self.key.fernet(create=True)
+        fernet = self.key.fernet(create=True, secret=name)
         assert fernet is not None
         ciphertext = fernet.encrypt(value.encode()).decode()
         info = SecretInfo(name, self.clock.now(), by)
@@ -283,7 +294,7 @@ class Secrets:
             ).scalar()
         if ciphertext is None:
             return None
-        fernet = self.key.fernet(create=False)
+        fernet = self.key.fernet(create=False, secret=name)
         if fernet is None:
             raise SecretError(
                 f"secret {name} of app {self.app_name} is stored, but there is no key to read "

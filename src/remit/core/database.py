@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import importlib.metadata
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ import sqlalchemy as sa
 
 from remit.core.errors import DatabaseError
 from remit.core.schema import SCHEMA_VERSION, meta, metadata
+from remit.core.sqlite_file import open_sqlite_file, private_file
 
 if TYPE_CHECKING:
     # DBOS is imported where a client, a serializer or a migration is made: a process that
@@ -62,14 +64,18 @@ def normalize_url(raw: str) -> sa.URL:
 
 
 class Database:
-    """An engine on remit's database, and the one-time preparation of its tables."""
+    """An engine on remit's database, and the one-time preparation of its tables.
+
+    On SQLite the file is made private, or checked before anything writes to it, when the
+    `Database` is made (see `sqlite_file.py`): a corrupt file raises `DatabaseError` here.
+    """
 
     def __init__(self, raw_url: str, *, pool_size: int = 8) -> None:
         self.url = normalize_url(raw_url)
         self.is_sqlite = self.url.get_backend_name() == "sqlite"
         if self.is_sqlite:
             assert self.url.database is not None
-            Path(self.url.database).parent.mkdir(parents=True, exist_ok=True)
+            open_sqlite_file(Path(self.url.database))
             self.engine = sa.create_engine(self.url, connect_args={"timeout": 30})
             sa.event.listen(self.engine, "connect", _sqlite_connect)
         else:
@@ -206,7 +212,7 @@ class Database:
     def _prepare_lock(self) -> Iterator[None]:
         if self.is_sqlite:
             assert self.url.database is not None
-            with open(f"{self.url.database}.prepare-lock", "w") as lock:
+            with os.fdopen(private_file(f"{self.url.database}.prepare-lock"), "w") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 try:
                     yield
