@@ -26,11 +26,13 @@ from remit.connectors.base import Implementation
 from remit.connectors.credentials import Credentials, SecretKey, Secrets
 from remit.connectors.data import VENDOR as DATA_VENDOR
 from remit.connectors.data import CollectionStore
+from remit.connectors.redaction import app_secrets
 from remit.core import telemetry
 from remit.core.clock import Clock
 from remit.core.database import Database
 from remit.core.errors import CodeChanged, RemitError, RunMovedOn, Suspended
 from remit.core.ledger import LedgerStore
+from remit.core.redact import Redactor
 from remit.core.runs import RunInfo, RunStore, attempt_workflow_id
 from remit.core.settings import Settings
 from remit.declare.ops import Op
@@ -110,6 +112,8 @@ class Runtime:
         """Register every workflow of the app with DBOS, under its own name."""
         from dbos import DBOS
 
+        # The app's secrets are known to the log filter before the first attempt logs a line.
+        self._secrets()
         for wf in self.app.workflows.values():
             body = self._async_attempt(wf) if wf.is_async else self._sync_attempt(wf)
             DBOS.workflow(name=wf.name)(
@@ -165,11 +169,16 @@ class Runtime:
             again=begun == "again",
         )
 
+    def _secrets(self) -> Redactor:
+        """The app's secrets, which a run's output and error must not hold (a workflow may
+        have read one some other way): see `connectors/redaction.py`."""
+        return app_secrets(self.caller.environ, self.caller.implementations.values())
+
     def _done(self, run: RunInfo, result: Any) -> Any:
         try:
-            output = to_jsonable_python(result)
+            output = self._secrets().json(to_jsonable_python(result))
         except Exception as error:
-            message = (
+            message = self._secrets().text(
                 f"the workflow returned a value that is not JSON ({type(error).__name__}: {error}): "
                 "return plain data or a pydantic model"
             )
@@ -178,8 +187,9 @@ class Runtime:
         self.runs.conclude(run.run_id, run.workflow_id, "done", output=output)
         return output
 
-    def _failed(self, run: RunInfo, error: Exception) -> None:
-        """Conclude the run as failed, unless the worker is shutting down under it.
+    def _failed(self, run: RunInfo, error: Exception) -> BaseException:
+        """Conclude the run as failed, unless the worker is shutting down under it; return the
+        error to raise to DBOS, with the app's secrets redacted.
 
         During shutdown a database or DBOS error says nothing about the run: its row stays as
         it is and the attempt stays with DBOS, for the next worker with this executor id. If
@@ -187,16 +197,18 @@ class Runtime:
         """
         from dbos import error as dbos_error
 
+        redacted = self._secrets().exception(error)
         if self.stopping and isinstance(error, sa.exc.SQLAlchemyError | dbos_error.DBOSException):
             log.error(
                 "attempt %s of run %s stopped by %s: %s; left for recovery",
                 run.workflow_id,
                 run.run_id,
                 type(error).__name__,
-                error,
+                redacted,
             )
-            return
-        self.runs.conclude(run.run_id, run.workflow_id, "failed", error=_failure(run, error))
+            return redacted
+        self.runs.conclude(run.run_id, run.workflow_id, "failed", error=_failure(run, redacted))
+        return redacted
 
     def _changed(self, run: RunInfo, error: CodeChanged) -> None:
         """The code no longer matches the run's record: fail the run, nothing having run at
@@ -252,8 +264,7 @@ class Runtime:
             except Suspended as pause:
                 return self._suspend(run, pause)
             except Exception as error:
-                self._failed(run, error)
-                raise
+                raise self._failed(run, error)  # the same error, its secrets redacted
             return self._done(run, result)
 
         attempt.__qualname__ = f"remit:{wf.name}"
@@ -281,8 +292,7 @@ class Runtime:
             except Suspended as pause:
                 return await asyncio.to_thread(self._suspend, run, pause)
             except Exception as error:
-                await asyncio.to_thread(self._failed, run, error)
-                raise
+                raise await asyncio.to_thread(self._failed, run, error)
             return await asyncio.to_thread(self._done, run, result)
 
         attempt.__qualname__ = f"remit:{wf.name}"
