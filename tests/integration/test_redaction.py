@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from cryptography.fernet import Fernet
 from pydantic import BaseModel, Field
 
 from remit import (
@@ -30,7 +31,8 @@ from remit import (
     op,
     workflow,
 )
-from remit.connectors.credentials import SecretKey, Secrets
+from remit.connectors.credentials import Credentials, SecretKey, Secrets
+from remit.connectors.redaction import call_secrets
 from remit.core.database import Database
 from remit.testing import Harness
 
@@ -374,3 +376,46 @@ def test_no_credential_a_run_leaks_is_stored_or_logged(
     for value in (STORED, ENV, ROTATED):
         assert value not in lines
         assert value not in logged.text
+
+
+class CountingSecrets(Secrets):
+    """The app's secrets, counting how many values it decrypts."""
+
+    decrypted = 0
+
+    def decrypt(self, ciphertext: str) -> str | None:
+        self.decrypted += 1
+        return super().decrypt(ciphertext)
+
+
+def test_the_known_values_follow_another_process_decrypting_only_what_changed(
+    db: Database, tmp_path: Path
+) -> None:
+    key_file = tmp_path / ".remit" / "secret.key"
+    worker = CountingSecrets(db, APP, SecretKey(file=key_file))
+    other_process = Secrets(db, APP, SecretKey(file=key_file))
+    credentials = Credentials(worker, {"ENV_TOKEN": ENV})
+    assert credentials.stored_values() == []
+    assert not key_file.exists()  # nothing stored: no key needed
+
+    other_process.set("MAIL_TOKEN", STORED, by="user:ann")
+    other_process.set("ROTATED_TOKEN", ROTATED, by="user:ann")
+    assert sorted(credentials.stored_values()) == [
+        ("MAIL_TOKEN", STORED),
+        ("ROTATED_TOKEN", ROTATED),
+    ]
+    assert worker.decrypted == 2
+    assert len(credentials.stored_values()) == 2
+    assert worker.decrypted == 2  # nothing changed: nothing decrypted again
+
+    other_process.set("MAIL_TOKEN", "mailtok_rotated_value", by="user:ann")
+    other_process.delete("ROTATED_TOKEN", by="user:ann")
+    assert credentials.stored_values() == [("MAIL_TOKEN", "mailtok_rotated_value")]
+    assert worker.decrypted == 3
+
+    other_key = SecretKey(file=key_file, value=Fernet.generate_key().decode())
+    Secrets(db, APP, other_key).set("OLD_KEY_TOKEN", "set-under-another-key", by="user:ann")
+    # A value no one can decrypt is left out; the others are still known.
+    assert credentials.stored_values() == [("MAIL_TOKEN", "mailtok_rotated_value")]
+    secrets = call_secrets(credentials, ["ENV_TOKEN", "OLD_KEY_TOKEN"])
+    assert secrets.text(f"{ENV} mailtok_rotated_value") == f"{MARK_ENV} {MARK_STORED}"

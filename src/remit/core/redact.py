@@ -25,7 +25,7 @@ import contextlib
 import json
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -125,20 +125,24 @@ class Redactor:
 
     def json(self, value: Any) -> Any:
         """`value` with every string inside it redacted: dict keys and values, list and tuple
-        items, at any depth. Other values are returned as they are."""
-        if not self.values:
+        items, at any depth. Other values are returned as they are; a value that holds no
+        secret is returned itself."""
+        if not self.values or not self.finds("\0".join(_strings(value))):
             return value
+        return self._json(value)
+
+    def _json(self, value: Any) -> Any:
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
             return {
-                (self.text(key) if isinstance(key, str) else key): self.json(item)
+                (self.text(key) if isinstance(key, str) else key): self._json(item)
                 for key, item in value.items()
             }
         if isinstance(value, list):
-            return [self.json(item) for item in value]
+            return [self._json(item) for item in value]
         if isinstance(value, tuple):
-            return tuple(self.json(item) for item in value)
+            return tuple(self._json(item) for item in value)
         return value
 
     @overload
@@ -202,6 +206,20 @@ class Redactor:
                 value = getattr(error, attr, None)
                 if isinstance(value, str) and self.finds(value):
                     setattr(error, attr, self.text(value))
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string inside a JSON value, keys too."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str):
+                yield key
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
 
 
 def _shown(error: BaseException) -> str:
