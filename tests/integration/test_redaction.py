@@ -91,6 +91,8 @@ class LeakyMailer(Driver):
 
     @implements(echo)
     def echo(self, input: Ask, call: CallContext) -> Said:
+        # A log line of its own, which the log filter redacts.
+        logging.getLogger("remit.drivers.mailer").info("sending with %s", self._both(call))
         return Said(
             note=f"sent to {input.to} with {self._both(call)}",
             headers={call.credential("ENV_TOKEN"): f"Bearer {call.credential('MAIL_TOKEN')}"},
@@ -373,6 +375,7 @@ def test_no_credential_a_run_leaks_is_stored_or_logged(
     lines = _lines(logged)
     assert "secret MAIL_TOKEN of app redact-app set by user:ann" in lines  # lines were caught
     assert "ValueError" in lines
+    assert f"sending with {both}" in lines
     for value in (STORED, ENV, ROTATED):
         assert value not in lines
         assert value not in logged.text
