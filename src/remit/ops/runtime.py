@@ -176,7 +176,7 @@ class Runtime:
 
     def _done(self, run: RunInfo, result: Any) -> Any:
         try:
-            output = self._secrets().json(to_jsonable_python(result))
+            output = to_jsonable_python(result)
         except Exception as error:
             message = self._secrets().text(
                 f"the workflow returned a value that is not JSON ({type(error).__name__}: {error}): "
@@ -184,6 +184,7 @@ class Runtime:
             )
             self.runs.conclude(run.run_id, run.workflow_id, "failed", error=message)
             raise TypeError(message) from error
+        output = self._secrets().json(output)
         self.runs.conclude(run.run_id, run.workflow_id, "done", output=output)
         return output
 
