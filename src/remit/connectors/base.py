@@ -19,6 +19,7 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
+from remit.connectors.redaction import call_secrets, redacted_output
 from remit.core.errors import AppError, MissingCredential
 from remit.declare.ops import Op
 
@@ -92,9 +93,15 @@ class Implementation:
         name = self._handlers.get(op.id)
         if name is None:
             raise AppError(f"{type(self).__name__} does not implement `{op.id}`")
-        result = getattr(self, name)(input, call)
-        output: BaseModel = op.output.model_validate(result)
-        return output
+        # Where the answer enters remit, secrets are redacted from it (`redaction.py`).
+        secrets = call_secrets(call.environ, getattr(self, "credentials", ()))
+        try:
+            result = getattr(self, name)(input, call)
+        except BaseException as error:  # SystemExit's text is stored too; re-raised as it is
+            failure = secrets.exception(error)
+        else:
+            return redacted_output(secrets, op, result)
+        raise failure
 
 
 class Driver(Implementation):

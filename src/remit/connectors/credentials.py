@@ -314,6 +314,28 @@ class Secrets:
                 name=name,
             ) from None
 
+    def ciphertexts(self) -> dict[str, str]:
+        """Every stored secret of the app by name, still encrypted: one query, no key needed."""
+        with self.db.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(secrets.c.name, secrets.c.ciphertext).where(
+                    secrets.c.app == self.app_name
+                )
+            )
+            return {row.name: str(row.ciphertext) for row in rows}
+
+    def decrypt(self, ciphertext: str) -> str | None:
+        """The value `ciphertext` holds, or None if there is no key or it is not this key's."""
+        fernet = self.key.fernet(create=False)
+        if fernet is None:
+            return None
+        from cryptography.fernet import InvalidToken
+
+        try:
+            return fernet.decrypt(ciphertext.encode()).decode()
+        except InvalidToken:
+            return None
+
     def list(self) -> builtins.list[SecretInfo]:
         """The app's secrets by name: names, when and by whom each was set; never values."""
         with self.db.engine.connect() as conn:
@@ -349,6 +371,8 @@ class Credentials(Mapping[str, str]):
         self.cache_seconds = cache_seconds
         self._cache: dict[str, tuple[float, str | None]] = {}
         self._lock = threading.Lock()
+        # Every stored secret's ciphertext and value, as last read (see `stored_values`).
+        self._values: dict[str, tuple[str, str | None]] = {}
 
     def __getitem__(self, name: str) -> str:
         value = self.environ.get(name)
@@ -373,6 +397,36 @@ class Credentials(Mapping[str, str]):
         with self._lock:
             self._cache[name] = (now, value)
         return value
+
+    def stored_values(self) -> builtins.list[tuple[str, str]]:
+        """Every stored secret of the app, as (name, value), for redaction. The ciphertexts are
+        read on each call (one query), so a value set by another process is known at once;
+        only a ciphertext not seen before is decrypted. One that cannot be decrypted (the key
+        changed) is left out: no one can read it in the clear. If the database cannot be read,
+        the values read last are given."""
+        try:
+            current = self.secrets.ciphertexts()
+        except sa.exc.SQLAlchemyError as error:
+            log.warning("secrets of app %s: cannot read them (%s)", self.secrets.app_name, error)
+            with self._lock:
+                return [(name, value) for name, (_, value) in self._values.items() if value]
+        with self._lock:
+            known = dict(self._values)
+        fresh = {
+            name: known[name]
+            if name in known and known[name][0] == ciphertext
+            else (ciphertext, self._decrypted(ciphertext))
+            for name, ciphertext in current.items()
+        }
+        with self._lock:
+            self._values = fresh
+        return [(name, value) for name, (_, value) in fresh.items() if value]
+
+    def _decrypted(self, ciphertext: str) -> str | None:
+        try:
+            return self.secrets.decrypt(ciphertext)
+        except SecretError:
+            return None  # the key file is unreadable: the call that reads the secret says so
 
     def __iter__(self) -> Iterator[str]:
         stored = [info.name for info in self.secrets.list()]

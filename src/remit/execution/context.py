@@ -22,6 +22,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
 from remit.connectors.llm import ChatMessage, ChatReply, chat_complete
+from remit.connectors.redaction import app_secrets
 from remit.core import telemetry
 from remit.core.activity import Record, check_record
 from remit.core.errors import InputInvalid, OpNotDeclared, RemitError, RunTimedOut, Suspended
@@ -193,6 +194,23 @@ class _Base:
             )
         if self._paused():
             raise Suspended("paused", "the app is paused")
+
+    # -- secrets: a step's value or error holds none (see `connectors/redaction.py`) ----------
+
+    def _redacted(
+        self,
+        checkpoint: dict[str, Any],
+        error: Exception | None = None,
+        cause: list[BaseException] | None = None,
+    ) -> dict[str, Any]:
+        """A `ctx.step`'s checkpoint with the app's secrets redacted, before DBOS stores it.
+        The error it failed with, if any, is redacted too and put in `cause` (the cause of
+        the `StepFailed` the workflow sees)."""
+        secrets = app_secrets(self._caller.environ, self._caller.implementations.values())
+        if error is not None and cause is not None:
+            cause.append(secrets.exception(error))
+        redacted: dict[str, Any] = secrets.json(checkpoint)
+        return redacted
 
     def _sleep_step(
         self, duration: timedelta | float
@@ -465,10 +483,9 @@ class Context(_Base):
         @telemetry.traced_step("step", name)
         def body() -> dict[str, Any]:
             try:
-                return _step_outcome(name, fn())
+                return self._redacted(_step_outcome(name, fn()))
             except Exception as error:
-                cause.append(error)
-                return _step_error(name, error)
+                return self._redacted(_step_error(name, error), error, cause)
 
         outcome = self._steps.reserve().run(step_mark(name), {"name": name}, body)
         return _step_value(name, outcome, output, cause[0] if cause else None)
@@ -593,10 +610,10 @@ class AsyncContext(_Base):
                 value = fn() if inspect.iscoroutinefunction(fn) else await asyncio.to_thread(fn)
                 if inspect.isawaitable(value):
                     value = await value
-                return _step_outcome(name, value)
+                return await asyncio.to_thread(self._redacted, _step_outcome(name, value))
             except Exception as error:
-                cause.append(error)
-                return _step_error(name, error)
+                checkpoint = _step_error(name, error)
+                return await asyncio.to_thread(self._redacted, checkpoint, error, cause)
 
         outcome = await self._steps.reserve().run_async(step_mark(name), {"name": name}, body)
         return _step_value(name, outcome, output, cause[0] if cause else None)

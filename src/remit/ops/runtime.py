@@ -27,11 +27,13 @@ from remit.connectors.base import Implementation
 from remit.connectors.credentials import Credentials, SecretKey, Secrets
 from remit.connectors.data import VENDOR as DATA_VENDOR
 from remit.connectors.data import CollectionStore
+from remit.connectors.redaction import app_secrets
 from remit.core import telemetry
 from remit.core.clock import Clock
 from remit.core.database import Database
 from remit.core.errors import CodeChanged, RemitError, RunMovedOn, RunTimedOut, Suspended
 from remit.core.ledger import LedgerStore
+from remit.core.redact import Redactor
 from remit.core.runs import RunInfo, RunStore, attempt_workflow_id
 from remit.core.settings import Settings
 from remit.declare.ops import Op
@@ -121,6 +123,8 @@ class Runtime:
         """Register every workflow of the app with DBOS, under its own name."""
         from dbos import DBOS
 
+        # The app's secrets are known to the log filter before the first attempt logs a line.
+        self._secrets()
         for wf in self.app.workflows.values():
             body = self._async_attempt(wf) if wf.is_async else self._sync_attempt(wf)
             # DBOS counts a first dispatch as one of its recovery attempts.
@@ -181,21 +185,28 @@ class Runtime:
             deadline=deadline,
         )
 
+    def _secrets(self) -> Redactor:
+        """The app's secrets, which a run's output and error must not hold (a workflow may
+        have read one some other way): see `connectors/redaction.py`."""
+        return app_secrets(self.caller.environ, self.caller.implementations.values())
+
     def _done(self, run: RunInfo, result: Any) -> Any:
         try:
             output = to_jsonable_python(result)
         except Exception as error:
-            message = (
+            message = self._secrets().text(
                 f"the workflow returned a value that is not JSON ({type(error).__name__}: {error}): "
                 "return plain data or a pydantic model"
             )
             self.runs.conclude(run.run_id, run.workflow_id, "failed", error=message)
             raise TypeError(message) from error
+        output = self._secrets().json(output)
         self.runs.conclude(run.run_id, run.workflow_id, "done", output=output)
         return output
 
-    def _failed(self, run: RunInfo, error: Exception) -> None:
-        """Conclude the run as failed, unless the worker is shutting down under it.
+    def _failed(self, run: RunInfo, error: Exception) -> BaseException:
+        """Conclude the run as failed, unless the worker is shutting down under it; return the
+        error to raise to DBOS, with the app's secrets redacted.
 
         During shutdown a database or DBOS error says nothing about the run: its row stays as
         it is and the attempt stays with DBOS, for the next worker with this executor id. If
@@ -203,16 +214,18 @@ class Runtime:
         """
         from dbos import error as dbos_error
 
+        redacted = self._secrets().exception(error)
         if self.stopping and isinstance(error, sa.exc.SQLAlchemyError | dbos_error.DBOSException):
             log.error(
                 "attempt %s of run %s stopped by %s: %s; left for recovery",
                 run.workflow_id,
                 run.run_id,
                 type(error).__name__,
-                error,
+                redacted,
             )
-            return
-        self.runs.conclude(run.run_id, run.workflow_id, "failed", error=_failure(run, error))
+            return redacted
+        self.runs.conclude(run.run_id, run.workflow_id, "failed", error=_failure(run, redacted))
+        return redacted
 
     def _changed(self, run: RunInfo, error: CodeChanged) -> None:
         """The code no longer matches the run's record: fail the run, nothing having run at
@@ -228,7 +241,8 @@ class Runtime:
         """The workflow (or a driver under it) raised a `BaseException` that is not remit's own
         (`SystemExit`, `KeyboardInterrupt`, `GeneratorExit`): the run fails naming it, and the
         attempt ends as an error in DBOS rather than taking its worker's thread down with it."""
-        message = f"the workflow raised {type(error).__name__}: {error}".rstrip(": ")
+        raised = f"the workflow raised {type(error).__name__}: {error}".rstrip(": ")
+        message = self._secrets().text(raised)
         log.error("run %s fails: %s", run.run_id, message)
         self.runs.conclude(run.run_id, run.workflow_id, "failed", error=message)
         return RemitError(message)
@@ -284,8 +298,7 @@ class Runtime:
             except Suspended as pause:
                 return self._suspend(run, pause)
             except Exception as error:
-                self._failed(run, error)
-                raise
+                raise self._failed(run, error)  # the same error, its secrets redacted
             except BaseException as error:
                 raise self._raised(run, error) from None
             return self._done(run, result)
@@ -318,8 +331,7 @@ class Runtime:
             except Suspended as pause:
                 return await asyncio.to_thread(self._suspend, run, pause)
             except Exception as error:
-                await asyncio.to_thread(self._failed, run, error)
-                raise
+                raise await asyncio.to_thread(self._failed, run, error)
             except asyncio.CancelledError:
                 raise  # the task was cancelled under it: not the workflow's doing
             except BaseException as error:
