@@ -9,6 +9,7 @@ import base64
 import binascii
 import logging
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -313,8 +314,12 @@ def test_no_credential_a_run_leaks_is_stored_or_logged(
         write = harness.start("leak-write", {"to": "ann@example.com"})
         task = harness.task(write.run_id)
         ledger["leak-write"] = harness.ledger(write.run_id)
-        # Set while the worker runs, as `remit secrets set` in another process does.
+        # Set while the worker runs, as `remit secrets set` in another process does: known
+        # once what the worker read of the secrets is as old as a secret's value may be.
         secrets.set("ROTATED_TOKEN", ROTATED, by="user:ann")
+        credentials = harness.worker.runtime.caller.environ
+        assert isinstance(credentials, Credentials)
+        time.sleep(credentials.cache_seconds)
         runs["leak-rotated"] = harness.run("leak-rotated", {"to": "ann@example.com"})
         ledger.update({name: harness.ledger(run.run_id) for name, run in runs.items()})
 
@@ -397,7 +402,7 @@ def test_the_known_values_follow_another_process_decrypting_only_what_changed(
     key_file = tmp_path / ".remit" / "secret.key"
     worker = CountingSecrets(db, APP, SecretKey(file=key_file))
     other_process = Secrets(db, APP, SecretKey(file=key_file))
-    credentials = Credentials(worker, {"ENV_TOKEN": ENV})
+    credentials = Credentials(worker, {"ENV_TOKEN": ENV}, cache_seconds=0)
     assert credentials.stored_values() == []
     assert not key_file.exists()  # nothing stored: no key needed
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import logging
+import math
 import os
 import re
 import stat
@@ -373,6 +374,7 @@ class Credentials(Mapping[str, str]):
         self._lock = threading.Lock()
         # Every stored secret's ciphertext and value, as last read (see `stored_values`).
         self._values: dict[str, tuple[str, str | None]] = {}
+        self._values_read_at = -math.inf
 
     def __getitem__(self, name: str) -> str:
         value = self.environ.get(name)
@@ -400,10 +402,15 @@ class Credentials(Mapping[str, str]):
 
     def stored_values(self) -> builtins.list[tuple[str, str]]:
         """Every stored secret of the app, as (name, value), for redaction. The ciphertexts are
-        read on each call (one query), so a value set by another process is known at once;
+        read again once what was read is `cache_seconds` old (one query), as a secret's value
+        is, so a value set by another process is known as soon as a driver can be given it;
         only a ciphertext not seen before is decrypted. One that cannot be decrypted (the key
         changed) is left out: no one can read it in the clear. If the database cannot be read,
         the values read last are given."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._values_read_at < self.cache_seconds:
+                return [(name, value) for name, (_, value) in self._values.items() if value]
         try:
             current = self.secrets.ciphertexts()
         except sa.exc.SQLAlchemyError as error:
@@ -420,6 +427,7 @@ class Credentials(Mapping[str, str]):
         }
         with self._lock:
             self._values = fresh
+            self._values_read_at = now
         return [(name, value) for name, (_, value) in fresh.items() if value]
 
     def _decrypted(self, ciphertext: str) -> str | None:

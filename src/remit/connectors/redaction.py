@@ -16,9 +16,10 @@ which secret the output held, and the value is kept nowhere.
 What is secret, for a call: the values of the credentials its driver declares
 (`Driver.credentials`, as the call's `CallContext.environ` gives them: the environment, else a
 stored secret) and the values of every secret the app stores (`remit secrets set`), whichever
-the driver read. The stored ciphertexts are read on each call (one small query) and only a
-ciphertext not seen before is decrypted, so a secret set by another process is known on the
-next call, at the cost of a query, not a decryption. A variable the driver reads without
+the driver read. The stored ciphertexts are read again once those read are as old as a
+secret's value may be in a worker (`Credentials.cache_seconds`, one small query), and only a
+ciphertext not seen before is decrypted: a secret set by another process is known by the time
+a driver can be given it, and a step pays a query every few seconds, not on every call. A variable the driver reads without
 declaring it is not known, unless it is also stored.
 
 The same secrets redact a `ctx.step`'s value and error and the workflow's return value and
