@@ -211,6 +211,8 @@ class OpCaller:
                 record.idempotency_key,
                 "a person confirmed it did not happen"
                 if decision.not_done
+                else "a read is made afresh"
+                if op.effect == "read" and existing.status in ("ok", "failed")
                 else "its earlier outcome is unknown",
             )
             return None

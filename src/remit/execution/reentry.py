@@ -56,6 +56,10 @@ def reenter(existing: LedgerRow, op: Op[Any, Any], input_hash: str) -> Reentry:
     other = conflict(existing, op.id, input_hash)
     if other is not None:
         return other
+    if op.effect == "read" and op.cost is None and existing.status in ("ok", "failed"):
+        # A read that costs nothing is made again whenever its step runs again (a retry from
+        # an earlier step reads afresh); its row only shows it. One with a cost replays.
+        return CallAgain(not_done=False)
     decision = on_reentry(existing.status, safe_to_repeat=op.safe_to_repeat)
     if decision == "call":
         return CallAgain(not_done=existing.status == "not_done")
