@@ -60,7 +60,7 @@ class MailDriver(Driver):
         }
         try:
             with httpx.Client(
-                base_url=self.base_url, transport=self.transport, timeout=30.0
+                base_url=self.base_url, transport=self.transport, timeout=call.timeout
             ) as client:
                 response = client.post("/email", json=payload, headers=headers)
         except httpx.ConnectError as error:

@@ -120,7 +120,7 @@ class PaymentsDriver(Driver):
         return httpx.Client(
             base_url=self.base_url,
             transport=self.transport,
-            timeout=30.0,
+            timeout=call.timeout,  # within the try remit gives it
             headers={"Authorization": f"Bearer {call.credential('PAYMENTS_API_KEY')}"},
         )
 

@@ -73,6 +73,8 @@ class Implementation:
     """What drivers and fakes have in common: a table from op id to method."""
 
     _handlers: ClassVar[dict[str, str]] = {}
+    # Called on the caller's thread, with no timeout of remit's (see `execution/tries.py`).
+    inline: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

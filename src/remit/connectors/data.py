@@ -17,7 +17,7 @@ import keyword
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Generic, TypeVar, cast
+from typing import Annotated, Any, ClassVar, Generic, TypeVar, cast
 
 import sqlalchemy as sa
 from pydantic import BaseModel, Field, ValidationError, create_model, model_validator
@@ -216,7 +216,13 @@ class CollectionStore(Implementation):
     The worker gives it the `data` ops in both modes, drivers and fakes. Rows are scoped by
     the app's name, so two apps on one database never see each other's records. `put` and
     `delete` are idempotent: repeating one with the same input leaves the same rows.
+
+    Its calls run on the caller's thread (`inline`), never on one given up on at a timeout:
+    a write of an earlier step must not land after the run has passed it. The database bounds
+    each statement instead.
     """
+
+    inline: ClassVar[bool] = True
 
     def __init__(
         self,

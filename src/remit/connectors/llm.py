@@ -163,7 +163,9 @@ class LLMDriver(Driver):
             "Accept": "application/json",
         }
         try:
-            with httpx.Client(transport=self.transport, timeout=self.timeout) as client:
+            with httpx.Client(
+                transport=self.transport, timeout=min(self.timeout, call.timeout)
+            ) as client:
                 response = client.post(f"{base_url}/chat/completions", json=body, headers=headers)
         except httpx.ConnectError as error:
             raise DriverError(

@@ -198,7 +198,9 @@ class OpCaller:
     def _reenter(self, op: Op[Any, Any], record: CallRecord, existing: LedgerRow) -> Outcome | None:
         """A call that found `existing` under its key, as `reenter` decides: None to go ahead
         and call, or the outcome to return."""
-        decision = reenter(existing, op, record.input_hash)
+        decision = reenter(
+            existing, op, record.input_hash, afresh=not record.run_id.startswith(DIRECT_CALL_PREFIX)
+        )
         if isinstance(decision, Conflict):
             return _key_taken(record.idempotency_key, decision)
         if isinstance(decision, Replay):

@@ -50,13 +50,16 @@ class Conflict:
 Reentry = Replay | CallAgain | Hold | Conflict
 
 
-def reenter(existing: LedgerRow, op: Op[Any, Any], input_hash: str) -> Reentry:
+def reenter(
+    existing: LedgerRow, op: Op[Any, Any], input_hash: str, *, afresh: bool = False
+) -> Reentry:
     """What the call of `op` with input hashing to `input_hash` may do, finding `existing`
-    under its key."""
+    under its key. `afresh`: a read that costs nothing is made again rather than replayed (a
+    run's step running again; a direct call's key replays)."""
     other = conflict(existing, op.id, input_hash)
     if other is not None:
         return other
-    if op.effect == "read" and op.cost is None and existing.status in ("ok", "failed"):
+    if afresh and op.effect == "read" and op.cost is None and existing.status in ("ok", "failed"):
         # A read that costs nothing is made again whenever its step runs again (a retry from
         # an earlier step reads afresh); its row only shows it. One with a cost replays.
         return CallAgain(not_done=False)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import socket
 import sys
 import threading
 from collections.abc import Callable
@@ -83,17 +84,16 @@ def make_tries(
     tries = 0
     while True:
         tries += 1
-        try:
-            output = invoke_within(implementation, op, request, call, timeout)
-        except MissingCredential as error:
+        answer = invoke_within(implementation, op, request, call, timeout)
+        if isinstance(answer, BaseModel):
+            return Answered(answer, tries)
+        error = answer.error
+        if isinstance(error, MissingCredential):
             return GaveUp(CredentialFailure(message=str(error), variable=error.variable), tries)
-        except SecretError as error:
+        if isinstance(error, SecretError):
             message = f"op `{op.id}` cannot read the credential `{error.name}`: {error}"
             return GaveUp(CredentialFailure(message=message, variable=error.name or ""), tries)
-        except BaseException as raised:  # what it means is decided below, any exception
-            after = _after_failure(op, raised, call, tries)
-        else:
-            return Answered(output, tries)
+        after = _after_failure(op, error, call, tries)
         if not isinstance(after, float):
             return after
         retrying(tries)
@@ -141,13 +141,32 @@ def _unexpected(op: Op[Any, Any], error: BaseException, tries: int) -> Tried:
 class CallTimedOut(Exception):
     """A try had no answer within its op's timeout (and is left running on its thread)."""
 
-    def __init__(self, op_id: str, timeout: float) -> None:
+    def __init__(self, op_id: str, timeout: float, *, earlier: bool = False) -> None:
+        what = (
+            f"an earlier try with this key, given up on, is still running after another {timeout:g}s"
+            if earlier
+            else f"no answer within {timeout:g}s"
+        )
         super().__init__(
-            f"no answer within {timeout:g}s, the op's timeout (op(..., timeout=...) or "
-            "REMIT_OP_TIMEOUT)"
+            f"{what}, the op's timeout (op(..., timeout=...) or REMIT_OP_TIMEOUT); the try may "
+            "still reach the vendor"
         )
         self.op_id = op_id
         self.timeout = timeout
+
+
+@dataclass(frozen=True)
+class Raised:
+    """What a try raised, handed back to the caller as a value: anything the caller's own
+    thread raises while it waits (Ctrl-C in `remit call`) is not the try's, and goes up."""
+
+    error: BaseException
+
+
+# The tries given up on that are still running, by idempotency key: a key has at most one, and
+# the next try of the key waits for it rather than racing it to the vendor.
+_abandoned: dict[str, threading.Event] = {}
+_abandoned_lock = threading.Lock()
 
 
 def invoke_within(
@@ -156,39 +175,62 @@ def invoke_within(
     request: BaseModel,
     call: CallContext,
     timeout: float,
-) -> BaseModel:
-    """One try: the implementation's answer, or what it raised (any `BaseException`, raised
-    here on the caller's thread), or `CallTimedOut` after `timeout` seconds.
+) -> BaseModel | Raised:
+    """One try: the implementation's answer, or what it raised (any `BaseException`), or
+    `CallTimedOut` after `timeout` seconds.
 
     The try runs on a daemon thread, in a copy of the caller's context (its trace span), so
-    that the caller can stop waiting for it; a thread cannot be stopped from outside.
+    that the caller can stop waiting for it: a thread cannot be stopped from outside. A driver
+    should end its own request within `call.timeout`; the thread is the bound for one that
+    does not. An implementation that marks itself `inline` (remit's collections, whose every
+    statement the database bounds) is called on the caller's thread.
     """
-    answer: list[BaseModel] = []
-    raised: list[BaseException] = []
+    if implementation.inline:
+        try:
+            return implementation.invoke(op, request, call)
+        except Exception as error:
+            return Raised(error)
+    key = call.idempotency_key
+    with _abandoned_lock:
+        earlier = _abandoned.get(key)
+    if earlier is not None and not earlier.wait(timeout):
+        return Raised(CallTimedOut(op.id, timeout, earlier=True))
+    outcome: list[BaseModel | Raised] = []
     done = threading.Event()
     context = contextvars.copy_context()
 
     def attempt() -> None:
         try:
-            answer.append(context.run(implementation.invoke, op, request, call))
+            outcome.append(context.run(implementation.invoke, op, request, call))
         except BaseException as error:  # handed to the caller, which decides what it means
-            raised.append(error)
+            outcome.append(Raised(error))
         finally:
             done.set()
+            with _abandoned_lock:
+                if _abandoned.get(key) is done:
+                    del _abandoned[key]
 
     worker = threading.Thread(target=attempt, name=f"remit-call {op.id}", daemon=True)
-    worker.start()
-    if not done.wait(timeout):
+    try:
+        worker.start()
+    except RuntimeError as error:  # no thread to be had: nothing was sent
+        failure = DriverError(
+            f"could not start the call ({error})", retryable=True, maybe_applied=False, op=op.id
+        )
+        return Raised(failure)
+    if not done.wait(timeout) and not done.is_set():
+        with _abandoned_lock:
+            _abandoned[key] = done
+            if done.is_set():  # it ended just now, before it could see itself registered
+                del _abandoned[key]
         log.warning(
             "%s (key %s) has not answered within %gs: giving up on this try",
             op.id,
-            call.idempotency_key,
+            key,
             timeout,
         )
-        raise CallTimedOut(op.id, timeout)
-    if raised:
-        raise raised[0]
-    return answer[0]
+        return Raised(CallTimedOut(op.id, timeout))
+    return outcome[0]
 
 
 def as_driver_error(error: BaseException) -> DriverError | None:
@@ -213,12 +255,16 @@ def as_driver_error(error: BaseException) -> DriverError | None:
 def _never_sent(error: BaseException) -> bool | None:
     """For a transport failure, whether the request certainly never left; None for an error
     that is no transport failure."""
-    # httpx is the drivers' HTTP client; an error can be one of its only if it was imported.
+    # The drivers' HTTP clients: an error can be one of theirs only if it was imported.
     httpx = sys.modules.get("httpx")
     if httpx is not None and isinstance(error, httpx.TransportError):
         return isinstance(error, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
-    if isinstance(error, ConnectionRefusedError):
-        return True
+    requests = sys.modules.get("requests")
+    if requests is not None and isinstance(error, requests.ConnectionError | requests.Timeout):
+        # Only its connect timeout says the request never left; the rest may have reached it.
+        return isinstance(error, requests.ConnectTimeout)
+    if isinstance(error, ConnectionRefusedError | socket.gaierror):
+        return True  # refused, or the host's name has no address: nothing was sent
     if isinstance(error, ConnectionError | TimeoutError):
         return False
     return None

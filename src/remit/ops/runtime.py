@@ -300,6 +300,8 @@ class Runtime:
             except Exception as error:
                 raise self._failed(run, error)  # the same error, its secrets redacted
             except BaseException as error:
+                if _dbos_own(error):
+                    raise  # DBOS's own signal (another worker owns the attempt now): not ours
                 raise self._raised(run, error) from None
             return self._done(run, result)
 
@@ -335,11 +337,21 @@ class Runtime:
             except asyncio.CancelledError:
                 raise  # the task was cancelled under it: not the workflow's doing
             except BaseException as error:
+                if _dbos_own(error):
+                    raise  # DBOS's own signal (another worker owns the attempt now): not ours
                 raise await asyncio.to_thread(self._raised, run, error) from None
             return await asyncio.to_thread(self._done, run, result)
 
         attempt.__qualname__ = f"remit:{wf.name}"
         return attempt
+
+
+def _dbos_own(error: BaseException) -> bool:
+    """Whether `error` is one DBOS raises through a workflow to its own handler (the attempt
+    was taken over by another worker, or cancelled), which must reach it untouched."""
+    from dbos import error as dbos_error
+
+    return isinstance(error, dbos_error.DBOSBaseException)
 
 
 def _no_steps(workflow_id: str) -> list[StepInfo]:
