@@ -181,7 +181,7 @@ class Client:
         else:
             self.app = app
         self.settings = settings
-        self.by = check_actor(by or settings.actor, where="by")
+        self.by = check_actor(settings.actor if by is None else by, where="by")
         self.clock = clock or SystemClock()
         # What direct calls are made on (default: each connector's driver, or its fake with
         # REMIT_FAKES), and the environment drivers see.
@@ -729,8 +729,9 @@ class Client:
         )
 
     def _who(self, by: str | None) -> str:
-        """Who acts: `by`, else the client's own. Each service checks it as it always does."""
-        return by or self.by
+        """Who acts: `by`, else (when None) the client's own; an empty `by` is no one, refused
+        by the services' checks. Each service checks it as it always does."""
+        return self.by if by is None else by
 
     def _person(self, by: str | None) -> str:
         """Who acts, for an act only people and agents take: remit's own principals are

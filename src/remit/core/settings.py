@@ -31,7 +31,7 @@ class Settings:
     - `poll_interval`: `REMIT_POLL_INTERVAL`, seconds between queue polls (default 0.1).
     - `drain_timeout`: `REMIT_DRAIN_TIMEOUT`, seconds a worker waits on SIGTERM (default 30).
     - `actor`: `REMIT_AS` (or its older name `REMIT_ACTOR`), who the CLI and a client act as
-      (default `user:<login name>`).
+      (default `user:<login name>`; set but empty is refused).
     - `reconcile_interval`: `REMIT_RECONCILE_INTERVAL`, seconds between reconciler passes (60).
     - `heartbeat_interval`: `REMIT_HEARTBEAT_INTERVAL`, seconds between heartbeats (5).
     - `dead_after`: `REMIT_DEAD_AFTER`, seconds without a heartbeat before a worker is dead (30).
@@ -105,9 +105,7 @@ class Settings:
             threads=_number(env, "REMIT_WORKER_THREADS", 64, int),
             poll_interval=_number(env, "REMIT_POLL_INTERVAL", 0.1, float),
             drain_timeout=_number(env, "REMIT_DRAIN_TIMEOUT", 30.0, float, zero=True),
-            actor=env.get("REMIT_AS")
-            or env.get("REMIT_ACTOR")
-            or f"user:{env.get('USER') or env.get('LOGNAME') or _login()}",
+            actor=_actor(env),
             log_level=_log_level(env),
             reconcile_interval=_number(env, "REMIT_RECONCILE_INTERVAL", 60.0, float),
             heartbeat_interval=heartbeat,
@@ -149,6 +147,20 @@ _VERSION = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 def default_database_url(app_dir: Path) -> str:
     return f"sqlite:///{(app_dir.resolve() / DATA_DIR / 'remit.sqlite')}"
+
+
+def _actor(env: Mapping[str, str]) -> str:
+    """`REMIT_AS` (else `REMIT_ACTOR`), else `user:<login>`. Set but empty is refused: a
+    variable meant to name someone that came out empty must not act as the login."""
+    for name in ("REMIT_AS", "REMIT_ACTOR"):
+        if name in env:
+            if not env[name].strip():
+                raise SettingsError(
+                    f"{name} is set but empty: set it to user:<name> or agent:<name>, or unset "
+                    "it to act as user:<login>"
+                )
+            return env[name]
+    return f"user:{env.get('USER') or env.get('LOGNAME') or _login()}"
 
 
 def _number(

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import unicodedata
 
-# Control characters, format characters (bidirectional overrides among them) and the Unicode
-# line and paragraph separators.
-_UNSAFE = frozenset({"Cc", "Cf", "Zl", "Zp"})
+# Control characters, format characters (bidirectional overrides among them), the Unicode
+# line and paragraph separators, and lone surrogates (undecodable bytes of a command line,
+# which no terminal, log file or database encoding can write).
+_UNSAFE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 
 
 def unsafe(text: str) -> bool:
