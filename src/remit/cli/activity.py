@@ -31,7 +31,7 @@ _COLOURS = {
 def activity(
     record_type: Annotated[str, typer.Argument(help="The record's type, e.g. invoice.")],
     record_id: Annotated[str, typer.Argument(help="The record's id, e.g. inv_1003.")],
-    limit: Annotated[int, typer.Option(help="How many, oldest first.")] = 100,
+    limit: Annotated[int, typer.Option(min=1, help="How many, oldest first.")] = 100,
     after: Annotated[
         int | None, typer.Option("--after", help="Only the rows after this row number.")
     ] = None,

@@ -152,6 +152,17 @@ def _main(
     _state.token = token or os.environ.get("REMIT_TOKEN") or None
 
 
+def _someone(given: str | None) -> str | None:
+    """`--as` as given, refused when it is empty: acting as no one must not become acting as
+    the default principal."""
+    if given is not None and not given.strip():
+        raise typer.BadParameter(
+            "an empty principal is no one: give user:<name> or agent:<name>, or leave --as "
+            "out to act as REMIT_AS (else user:<login>)"
+        )
+    return given
+
+
 # Who acts on the command line, checked by the app's policies like anyone else. With direct
 # access to the database this is trusted as given: database access is full trust.
 ActAs = Annotated[
@@ -159,8 +170,10 @@ ActAs = Annotated[
     typer.Option(
         "--as",
         help="Who acts: user:<name> or agent:<name> (default REMIT_AS, else user:<login>).",
+        callback=_someone,
     ),
 ]
+
 
 # `--app` is taken before the command (`remit --app X runs`) or after it (`remit runs --app X`).
 AppDir = Annotated[
@@ -273,12 +286,102 @@ def moment(value: "datetime | None") -> str:
     return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def parse_json(raw: str, what: str) -> Any:
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as error:
-        from remit.core.errors import RemitError
+# How much of a value `remit show` and an error message quote before cutting it short.
+SHOWN = 200
+QUOTED = 60
 
+
+def shortened(text: str, *, full: bool = False, width: int = SHOWN) -> str:
+    """`text` as a person reads it on one line: control characters escaped and, unless
+    `full`, cut at `width` characters with how many more there are."""
+    if full or len(text) <= width:
+        return printable(text)
+    return f"{printable(text[:width])}… ({len(text) - width} more characters; --full shows all)"
+
+
+def near(text: str, at: int = 0, *, width: int = QUOTED) -> str:
+    """A short quote of `text` around position `at`, control characters escaped, with `…`
+    where it was cut: enough to find a mistake, never the whole of a large input."""
+    start = max(0, at - width // 2)
+    end = min(len(text), start + width)
+    start = max(0, end - width)
+    quoted = printable(text[start:end])
+    return f"{'…' if start > 0 else ''}{quoted}{'…' if end < len(text) else ''}"
+
+
+def json_option(given: str, what: str, *, cap: int, setting: str) -> Any:
+    """The JSON value an option was given: the text itself, `@PATH` (a file's contents) or
+    `-` (standard input). Refused, naming the option, when the file cannot be read, the text
+    is not UTF-8 or not JSON (saying where), or it is larger than `cap` bytes (the setting
+    `setting`): a file or standard input is read no further than that."""
+    from remit.core.errors import RemitError
+
+    if given == "-":
+        source = f"{what} - (standard input)"
+        data = _read_capped(sys.stdin.buffer, source, cap=cap, setting=setting)
+    elif given.startswith("@"):
+        path = Path(given[1:]).expanduser()
+        source = f"{what} {near(given)}"
+        if not given[1:]:
+            raise RemitError(f"{what} @: name the file after @, e.g. {what} @input.json")
+        try:
+            with path.open("rb") as file:
+                data = _read_capped(file, source, cap=cap, setting=setting)
+        except OSError as error:
+            reason = error.strerror or type(error).__name__
+            raise RemitError(f"{source}: cannot read {path}: {reason}") from None
+    else:
+        source = what
+        data = given.encode("utf-8", "surrogatepass")
+        if len(data) > cap:
+            raise _too_large(source, cap=cap, setting=setting)
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
         raise RemitError(
-            f"{what} is not valid JSON ({error.msg} at column {error.colno}): {raw!r}"
+            f"{source} is not UTF-8 text (byte {error.start + 1} cannot be read): save it as UTF-8"
         ) from None
+    return parse_json(text, source)
+
+
+def _read_capped(file: Any, source: str, *, cap: int, setting: str) -> bytes:
+    data: bytes = file.read(cap + 1)
+    if len(data) > cap:
+        raise _too_large(source, cap=cap, setting=setting)
+    return data
+
+
+def _too_large(source: str, *, cap: int, setting: str) -> Exception:
+    from remit.core.errors import RemitError
+
+    return RemitError(
+        f"{source} is larger than {setting} ({cap:,} bytes): pass less, or raise {setting} "
+        "where remit runs"
+    )
+
+
+def parse_json(raw: str, what: str) -> Any:
+    """`raw` parsed as JSON, or an error naming `what`, the line and column, and a short quote
+    of the text there."""
+    from remit.core.errors import RemitError
+
+    try:
+        return json.loads(raw, parse_constant=_no_constant)
+    except json.JSONDecodeError as error:
+        raise RemitError(
+            f"{what} is not valid JSON: {error.msg} at line {error.lineno}, column "
+            f"{error.colno}, near '{near(raw, error.pos)}'"
+        ) from None
+    except _NotJson as error:
+        raise RemitError(
+            f"{what} is not valid JSON: it holds {error}, which is no JSON value: give a "
+            "number or null"
+        ) from None
+
+
+class _NotJson(ValueError):
+    """A constant Python's parser takes and JSON does not have (NaN, Infinity)."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotJson(name)

@@ -78,7 +78,7 @@ def data(
     input: Annotated[
         str | None, typer.Option("--input", help="The record to put, as JSON.")
     ] = None,
-    limit: Annotated[int, typer.Option(help="list: how many records.")] = 100,
+    limit: Annotated[int, typer.Option(min=1, help="list: how many records.")] = 100,
     after: Annotated[
         str | None, typer.Option(help="list: start after this key (the last page's next).")
     ] = None,
@@ -187,7 +187,7 @@ def explain(
 
 @cli.command()
 def denials(
-    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, help="How many, newest first.")] = 50,
     app_dir: AppDir = None,
 ) -> None:
     """List the actions the app's policies refused, newest first."""

@@ -19,6 +19,7 @@ from rich.text import Text
 from remit.cli import activity, budgets, credentials, deploy, direct, telegram, tokens  # noqa: F401
 from remit.cli import tasks as task_commands
 from remit.cli.base import (
+    SHOWN,
     ActAs,
     AppDir,
     PlainTable,
@@ -28,9 +29,11 @@ from remit.cli.base import (
     load,
     local_client,
     moment,
+    near,
     out,
     parse_json,
     run_id_of,
+    shortened,
     styled,
     whole_ids,
 )
@@ -208,7 +211,7 @@ def resume(
 
 @cli.command()
 def deadlines(
-    limit: Annotated[int, typer.Option(help="How many, earliest first.")] = 20,
+    limit: Annotated[int, typer.Option(min=1, help="How many, earliest first.")] = 20,
     app_dir: AppDir = None,
 ) -> None:
     """List what is due without anyone asking: sleeping runs' wake-ups, approvals' expiries."""
@@ -249,7 +252,7 @@ def _tell_waiting(pending: list["Approval"], told: set[str]) -> None:
 def runs(
     status: Annotated[str | None, typer.Option(help="Only runs with this status.")] = None,
     workflow: Annotated[str | None, typer.Option(help="Only runs of this workflow.")] = None,
-    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, help="How many, newest first.")] = 50,
     app_dir: AppDir = None,
 ) -> None:
     """List runs, newest first."""
@@ -281,12 +284,16 @@ def runs(
 @cli.command()
 def show(
     run_id: Annotated[str, typer.Argument(help="The run's id.")],
+    full: Annotated[
+        bool,
+        typer.Option("--full", help=f"Show long values whole (else cut at {SHOWN} characters)."),
+    ] = False,
     app_dir: AppDir = None,
 ) -> None:
     """Show a run: status, attempts, each step with its timing and output, and its ledger."""
     with client_of(app_dir) as remit:
         run_id = run_id_of(remit, run_id)
-        _show(remit.get_run(run_id), remit.steps(run_id), remit.ledger(run_id))
+        _show(remit.get_run(run_id), remit.steps(run_id), remit.ledger(run_id), full=full)
         task_commands.show_open(remit, run_id)
 
 
@@ -310,7 +317,9 @@ def cancel(
 @cli.command()
 def ledger(
     run: Annotated[str | None, typer.Option("--run", help="Only this run's calls.")] = None,
-    limit: Annotated[int, typer.Option(help="How many, newest first (without --run).")] = 200,
+    limit: Annotated[
+        int, typer.Option(min=1, help="How many, newest first (without --run).")
+    ] = 200,
     app_dir: AppDir = None,
 ) -> None:
     """List op calls from the ledger."""
@@ -361,7 +370,7 @@ def approvals(
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only their ids.")] = False,
     run: Annotated[str | None, typer.Option("--run", help="Only this run's approvals.")] = None,
-    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 100,
+    limit: Annotated[int, typer.Option(min=1, help="How many, newest first.")] = 100,
     app_dir: AppDir = None,
 ) -> None:
     """List approvals, newest first."""
@@ -579,18 +588,28 @@ def _decide(
             out.print(f"  run {each.run_id} resumes on attempt {each.resumed_workflow_id}")
 
 
-def _show(run: "Run", checkpointed: list["Step"], rows: list["LedgerRow"]) -> None:
-    """A run, each attempt's steps as DBOS checkpointed them, and its ledger rows."""
-    out.print(f"[bold]{run.run_id}[/]  {run.workflow}  {_status(run.status).markup}")
+def _show(
+    run: "Run", checkpointed: list["Step"], rows: list["LedgerRow"], *, full: bool = False
+) -> None:
+    """A run, each attempt's steps as DBOS checkpointed them, and its ledger rows: each long
+    value cut short unless `full`."""
     out.print(
-        f"  attempt {run.attempt} · version {run.version or '-'} · started by {run.started_by} · "
-        f"created {moment(run.created_at)} · finished {moment(run.finished_at)}"
+        Text.assemble((run.run_id, "bold"), f"  {printable(run.workflow)}  ", _status(run.status))
     )
-    out.print(f"  input  {json.dumps(run.input)}")
+    out.print(
+        Text(
+            printable(
+                f"  attempt {run.attempt} · version {run.version or '-'} · started by "
+                f"{run.started_by} · created {moment(run.created_at)} · finished "
+                f"{moment(run.finished_at)}"
+            )
+        )
+    )
+    out.print(Text(f"  input  {shortened(json.dumps(run.input), full=full)}"))
     if run.output is not None:
-        out.print(f"  output {json.dumps(run.output)}")
+        out.print(Text(f"  output {shortened(json.dumps(run.output), full=full)}"))
     if run.error:
-        out.print(f"  [red]error  {run.error}[/]")
+        out.print(styled(f"  error  {shortened(run.error, full=full)}", "red"))
     steps = PlainTable(
         "attempt", "#", "step", "ms", "output", box=None, title="steps", title_justify="left"
     )
@@ -599,14 +618,16 @@ def _show(run: "Run", checkpointed: list["Step"], rows: list["LedgerRow"]) -> No
         took = "-" if started is None or finished is None else str(finished - started)
         if step.copied:
             took = "copied"  # a resumed attempt's fork copied it: it did not run again
-        output, error = step.summary(width=80)
-        result = styled(error, "red") if error is not None else "null" if output is None else output
+        output, error = step.summary(width=sys.maxsize)
+        result: str | Text = "null" if output is None else shortened(output, full=full)
+        if error is not None:
+            result = styled(shortened(error, full=full), "red")
         steps.add_row(str(step.attempt), str(step.function_id), step.name, took, result)
     out.print(steps)
-    out.print(_ledger_table(rows, with_run=False) if rows else "  no op calls")
+    out.print(_ledger_table(rows, with_run=False, full=full) if rows else "  no op calls")
 
 
-def _ledger_table(rows: list["LedgerRow"], *, with_run: bool) -> PlainTable:
+def _ledger_table(rows: list["LedgerRow"], *, with_run: bool, full: bool = False) -> PlainTable:
     from remit.budgets.model import usd
 
     table = PlainTable(box=None, title="ledger", title_justify="left")
@@ -635,13 +656,13 @@ def _ledger_table(rows: list["LedgerRow"], *, with_run: bool) -> PlainTable:
             str(row.attempt),
             row.op_id,
             effect,
-            row.idempotency_key,
+            shortened(row.idempotency_key, full=full),
             _status(row.status),
             str(row.tries),
             took,
             "-" if row.cost is None else usd(row.cost),
             row.actor,
-            row.error or "",
+            shortened(row.error or "", full=full),
         ]
         table.add_row(*cells)
     return table
@@ -688,10 +709,30 @@ def main() -> None:
     try:
         cli()
     except Exception as error:
-        # Imported only when something went wrong: `remit --help` does without it.
-        from remit.core.errors import RemitError
-
-        if not isinstance(error, RemitError):
+        message = _refusal(error)
+        if message is None:
             raise
-        err.print(f"[red]error:[/] {escape(printable(str(error)))}")
+        err.print(f"[red]error:[/] {escape(printable(message))}")
         sys.exit(1)
+
+
+def _refusal(error: Exception) -> str | None:
+    """What to tell a user whose command was refused: a `RemitError`'s message, or what the
+    database refused to store (a value it has no type for). None for anything else, a
+    defect, which is raised with its traceback."""
+    # Imported only when something went wrong: `remit --help` does without them.
+    from remit.core.errors import RemitError
+
+    if isinstance(error, RemitError):
+        return str(error)
+    refused = [
+        getattr(sys.modules.get(name), "DataError", None) for name in ("sqlalchemy.exc", "psycopg")
+    ]
+    if any(isinstance(error, kind) for kind in refused if isinstance(kind, type)):
+        cause = getattr(error, "orig", None) or error
+        first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        return (
+            f"the database refused a value it cannot store ({near(first)}): "
+            "take it out of the input (a NUL character, say) and try again"
+        )
+    return None

@@ -46,7 +46,7 @@ _COLOURS = {"open": "cyan", "done": "green", "not_done": "yellow"}
 def list_tasks(
     open_only: Annotated[bool, typer.Option("--open", help="Only tasks still open.")] = False,
     run: Annotated[str | None, typer.Option("--run", help="Only this run's tasks.")] = None,
-    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 100,
+    limit: Annotated[int, typer.Option(min=1, help="How many, newest first.")] = 100,
     app_dir: AppDir = None,
 ) -> None:
     """List tasks, newest first: writes whose outcome a person must confirm."""
