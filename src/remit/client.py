@@ -29,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
+from remit.core import limits
 from remit.core.audit import audit_row
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
@@ -181,6 +182,7 @@ class Client:
         else:
             self.app = app
         self.settings = settings
+        limits.use(limits.Limits.of(settings))
         self.by = check_actor(settings.actor if by is None else by, where="by")
         self.clock = clock or SystemClock()
         # What direct calls are made on (default: each connector's driver, or its fake with

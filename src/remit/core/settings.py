@@ -58,6 +58,13 @@ class Settings:
       `/v1/traces` is added, or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, used as given. Default none:
       nothing is exported.
     - `log_format`: `REMIT_LOG_FORMAT`, `text` (default) or `json` (one JSON object a line).
+    - `max_input_bytes`, `max_output_bytes`, `max_op_bytes`, `max_draft_bytes`,
+      `max_body_bytes`: `REMIT_MAX_INPUT_BYTES` (a run's input, 2 MiB), `REMIT_MAX_OUTPUT_BYTES`
+      (a step's or a run's output, 2 MiB), `REMIT_MAX_OP_BYTES` (an op call's input or output,
+      2 MiB), `REMIT_MAX_DRAFT_BYTES` (an approval's draft or its edits, 256 KiB),
+      `REMIT_MAX_BODY_BYTES` (an HTTP request body, 4 MiB): each the UTF-8 bytes of the compact
+      JSON (see `limits.py`); `max_reason_chars`: `REMIT_MAX_REASON_CHARS`, the longest reason
+      or note a person sends (4000 characters).
     - `version`: `REMIT_VERSION`, the application version workers run under (a build's SHA, say)
       in place of the hash of the workflows' code (default).
     """
@@ -86,6 +93,12 @@ class Settings:
     otlp_endpoint: str | None = None
     log_format: str = "text"
     version: str | None = None
+    max_input_bytes: int = 2 * 1024 * 1024
+    max_output_bytes: int = 2 * 1024 * 1024
+    max_op_bytes: int = 2 * 1024 * 1024
+    max_draft_bytes: int = 256 * 1024
+    max_reason_chars: int = 4000
+    max_body_bytes: int = 4 * 1024 * 1024
 
     @classmethod
     def from_env(cls, app_dir: Path | str, environ: Mapping[str, str] | None = None) -> Settings:
@@ -127,6 +140,12 @@ class Settings:
             otlp_endpoint=_otlp_endpoint(env),
             log_format=_log_format(env),
             version=_version(env),
+            max_input_bytes=_number(env, "REMIT_MAX_INPUT_BYTES", 2 * 1024 * 1024, int),
+            max_output_bytes=_number(env, "REMIT_MAX_OUTPUT_BYTES", 2 * 1024 * 1024, int),
+            max_op_bytes=_number(env, "REMIT_MAX_OP_BYTES", 2 * 1024 * 1024, int),
+            max_draft_bytes=_number(env, "REMIT_MAX_DRAFT_BYTES", 256 * 1024, int),
+            max_reason_chars=_number(env, "REMIT_MAX_REASON_CHARS", 4000, int),
+            max_body_bytes=_number(env, "REMIT_MAX_BODY_BYTES", 4 * 1024 * 1024, int),
         )
 
 
