@@ -309,32 +309,44 @@ def near(text: str, at: int = 0, *, width: int = QUOTED) -> str:
     return f"{'…' if start > 0 else ''}{quoted}{'…' if end < len(text) else ''}"
 
 
+def json_input(given: str, what: str, app_dir: Path | None, *, cap: str) -> Any:
+    """`json_option` under the cap `cap` (a field of `remit.core.limits.Limits`, e.g.
+    `input_bytes`) as the settings in the environment set it."""
+    from remit.core import limits
+    from remit.core.settings import Settings
+
+    settings = Settings.from_env(app_dir or _state.app_path)
+    bound: int = getattr(limits.Limits.of(settings), cap)
+    return json_option(given, what, cap=bound, setting=limits.SETTINGS[cap])
+
+
 def json_option(given: str, what: str, *, cap: int, setting: str) -> Any:
     """The JSON value an option was given: the text itself, `@PATH` (a file's contents) or
     `-` (standard input). Refused, naming the option, when the file cannot be read, the text
-    is not UTF-8 or not JSON (saying where), or it is larger than `cap` bytes (the setting
-    `setting`): a file or standard input is read no further than that."""
+    is not UTF-8 or not JSON (saying where), or it is more than `cap` bytes (`TooLarge`,
+    naming `setting`): a file or standard input is read no further than that."""
     from remit.core.errors import RemitError
 
     if given == "-":
         source = f"{what} - (standard input)"
         data = _read_capped(sys.stdin.buffer, source, cap=cap, setting=setting)
     elif given.startswith("@"):
-        path = Path(given[1:]).expanduser()
-        source = f"{what} {near(given)}"
         if not given[1:]:
-            raise RemitError(f"{what} @: name the file after @, e.g. {what} @input.json")
+            raise RemitError(f"{what} @ names no file: give its path, e.g. {what} @input.json")
+        path = Path(given[1:]).expanduser()
+        named = str(path)
+        source = f"{what} @{near(named, len(named), width=SHOWN)}"  # a long path: its end
         try:
             with path.open("rb") as file:
                 data = _read_capped(file, source, cap=cap, setting=setting)
         except OSError as error:
             reason = error.strerror or type(error).__name__
-            raise RemitError(f"{source}: cannot read {path}: {reason}") from None
+            raise RemitError(f"{source}: the file cannot be read: {reason}") from None
     else:
         source = what
         data = given.encode("utf-8", "surrogatepass")
         if len(data) > cap:
-            raise _too_large(source, cap=cap, setting=setting)
+            raise _too_large(source, len(data), cap=cap, setting=setting)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
@@ -345,18 +357,29 @@ def json_option(given: str, what: str, *, cap: int, setting: str) -> Any:
 
 
 def _read_capped(file: Any, source: str, *, cap: int, setting: str) -> bytes:
+    """At most `cap` bytes of `file`, or `TooLarge` once there are more (read no further)."""
     data: bytes = file.read(cap + 1)
     if len(data) > cap:
-        raise _too_large(source, cap=cap, setting=setting)
+        try:
+            size = max(os.fstat(file.fileno()).st_size, cap + 1)
+        except (OSError, ValueError, AttributeError):
+            size = cap + 1
+        raise _too_large(source, size, cap=cap, setting=setting)
     return data
 
 
-def _too_large(source: str, *, cap: int, setting: str) -> Exception:
-    from remit.core.errors import RemitError
+def _too_large(source: str, size: int, *, cap: int, setting: str) -> Exception:
+    from remit.core.errors import TooLarge
+    from remit.core.limits import size_text
 
-    return RemitError(
-        f"{source} is larger than {setting} ({cap:,} bytes): pass less, or raise {setting} "
-        "where remit runs"
+    shown = size_text(size) if size > cap + 1 else f"more than {size_text(cap)}"
+    return TooLarge(
+        f"{source} is {shown}, over the {size_text(cap)} limit ({setting}): pass a reference to "
+        f"the data instead, or raise {setting} where remit runs",
+        what=source,
+        size=size,
+        limit=cap,
+        setting=setting,
     )
 
 

@@ -26,12 +26,12 @@ from remit.cli.base import (
     cli,
     client_of,
     err,
+    json_input,
     load,
     local_client,
     moment,
     near,
     out,
-    parse_json,
     run_id_of,
     shortened,
     styled,
@@ -79,12 +79,14 @@ def worker(
 @cli.command()
 def start(
     name: Annotated[str, typer.Argument(help="The workflow's name.")],
-    input: Annotated[str, typer.Option("--input", help="The run's input as JSON.")] = "{}",
+    input: Annotated[
+        str, typer.Option("--input", help="The run's input as JSON (@FILE reads a file, - stdin).")
+    ] = "{}",
     as_: ActAs = None,
     app_dir: AppDir = None,
 ) -> None:
     """Start a run and print its id. No worker needs to run in this process."""
-    payload = parse_json(input, "--input")
+    payload = json_input(input, "--input", app_dir, cap="input_bytes")
     with client_of(app_dir) as remit:
         run = remit.start_row(name, payload, by=as_)
     out.print(run.run_id)
@@ -93,7 +95,9 @@ def start(
 @cli.command()
 def run(
     name: Annotated[str, typer.Argument(help="The workflow's name.")],
-    input: Annotated[str, typer.Option("--input", help="The run's input as JSON.")] = "{}",
+    input: Annotated[
+        str, typer.Option("--input", help="The run's input as JSON (@FILE reads a file, - stdin).")
+    ] = "{}",
     as_: ActAs = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the run to finish.")] = 300.0,
     app_dir: AppDir = None,
@@ -109,8 +113,8 @@ def run(
     from remit.policy.guard import Guard
     from remit.serve.worker import Worker
 
+    payload = json_input(input, "--input", app_dir, cap="input_bytes")
     app, settings = load(app_dir)
-    payload = parse_json(input, "--input")
     wf = app.workflow(name)
     running = Worker(app, settings)
     running.start()
@@ -429,7 +433,11 @@ def approve(
     ],
     edit: Annotated[
         str | None,
-        typer.Option("--edit", help="Fields to change in the draft, as JSON: '{\"amount\": 120}'."),
+        typer.Option(
+            "--edit",
+            help="Fields to change in the draft, as JSON: '{\"amount\": 120}' (@FILE reads a "
+            "file, - stdin).",
+        ),
     ] = None,
     reason: Reason = None,
     key: DecisionKey = None,
@@ -442,10 +450,11 @@ def approve(
 
     edits = None
     if edit is not None:
-        fields = parse_json(edit, "--edit")
+        fields = json_input(edit, "--edit", app_dir, cap="draft_bytes")
         if not isinstance(fields, dict):
             raise RemitError(
-                f"--edit must be a JSON object of fields, e.g. '{{\"amount\": 120}}', not {edit}"
+                "--edit must be a JSON object of fields, e.g. '{\"amount\": 120}', not "
+                f"{near(json.dumps(fields))}"
             )
         if len(approval_ids) > 1:
             raise RemitError(
@@ -605,11 +614,13 @@ def _show(
             )
         )
     )
-    out.print(Text(f"  input  {shortened(json.dumps(run.input), full=full)}"))
+    # One line each, however long, as the terminal wraps it: Rich does not measure it.
+    out.print(Text(f"  input  {shortened(json.dumps(run.input), full=full)}"), soft_wrap=True)
     if run.output is not None:
-        out.print(Text(f"  output {shortened(json.dumps(run.output), full=full)}"))
+        output = shortened(json.dumps(run.output), full=full)
+        out.print(Text(f"  output {output}"), soft_wrap=True)
     if run.error:
-        out.print(styled(f"  error  {shortened(run.error, full=full)}", "red"))
+        out.print(styled(f"  error  {shortened(run.error, full=full)}", "red"), soft_wrap=True)
     steps = PlainTable(
         "attempt", "#", "step", "ms", "output", box=None, title="steps", title_justify="left"
     )

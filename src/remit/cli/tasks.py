@@ -22,9 +22,10 @@ from remit.cli.base import (
     client_of,
     command_group,
     err,
+    json_input,
     moment,
+    near,
     out,
-    parse_json,
     run_id_of,
     styled,
     whole_ids,
@@ -88,7 +89,8 @@ def resolve(
         str | None,
         typer.Option(
             "--output",
-            help='With --done: what the call returned, as JSON, e.g. \'{"message_id": "m1"}\'.',
+            help='With --done: what the call returned, as JSON, e.g. \'{"message_id": "m1"}\' '
+            "(@FILE reads a file, - stdin).",
         ),
     ] = None,
     key: Annotated[
@@ -108,11 +110,11 @@ def resolve(
         )
     payload: dict[str, Any] | None = None
     if output is not None:
-        parsed = parse_json(output, "--output")
+        parsed = json_input(output, "--output", app_dir, cap="op_bytes")
         if not isinstance(parsed, dict):
             raise RemitError(
                 f"--output must be a JSON object of the op's output fields, e.g. "
-                f'\'{{"message_id": "m1"}}\', not {output}'
+                f'\'{{"message_id": "m1"}}\', not {near(json.dumps(parsed))}'
             )
         payload = parsed
     with client_of(app_dir) as remit:
