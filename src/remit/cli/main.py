@@ -629,10 +629,10 @@ def _show(
         took = "-" if started is None or finished is None else str(finished - started)
         if step.copied:
             took = "copied"  # a resumed attempt's fork copied it: it did not run again
-        output, error = step.summary(width=sys.maxsize)
-        result: str | Text = "null" if output is None else shortened(output, full=full)
-        if error is not None:
-            result = styled(shortened(error, full=full), "red")
+        came_to, failure = step.summary(width=sys.maxsize)
+        result: str | Text = "null" if came_to is None else shortened(came_to, full=full)
+        if failure is not None:
+            result = styled(shortened(failure, full=full), "red")
         steps.add_row(str(step.attempt), str(step.function_id), step.name, took, result)
     out.print(steps)
     out.print(_ledger_table(rows, with_run=False, full=full) if rows else "  no op calls")
