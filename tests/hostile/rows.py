@@ -197,6 +197,16 @@ CLI = [
     ),
     pytest.param(
         cli(
+            "start",
+            "write-off",
+            "--input",
+            '{"invoice_id": "inv_1003", "reason": "\\ud800"}',
+            says="holds \\ud800, half of a surrogate pair",
+        ),
+        id="lone-surrogate-in-input",
+    ),
+    pytest.param(
+        cli(
             "call",
             "data.contacts.put",
             "--input",
@@ -462,6 +472,16 @@ HTTP = [
         id="nul-in-input",
     ),
     pytest.param(
+        http(
+            "POST",
+            START,
+            422,
+            "surrogate",
+            content='{"workflow": "write-off", "input": {"invoice_id": "inv_1003", "reason": "\\ud800"}}',
+        ),
+        id="lone-surrogate-in-input",
+    ),
+    pytest.param(
         http("POST", START, 422, "NUL", body={"workflow": f"write-off{NUL}", "input": {}}),
         id="nul-in-workflow",
     ),
@@ -638,6 +658,14 @@ CLIENT = [
             "NUL character",
         ),
         id="nul-in-input",
+    ),
+    pytest.param(
+        client(
+            lambda c, _: c.start_row("write-off", {"invoice_id": "inv_1003", "reason": "\ud800"}),
+            "InputInvalid",
+            "surrogate",
+        ),
+        id="lone-surrogate-in-input",
     ),
     pytest.param(
         client(

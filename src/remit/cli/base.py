@@ -389,7 +389,17 @@ def parse_json(raw: str, what: str) -> Any:
     from remit.core.errors import RemitError
 
     try:
-        return json.loads(raw, parse_constant=_no_constant)
+        value = json.loads(raw, parse_constant=_no_constant)
+        # A `\ud800` escape with no partner parses to a lone surrogate, which no database,
+        # policy engine or terminal can take.
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return value
+    except UnicodeEncodeError as error:
+        shown = printable(error.object[error.start : error.end])
+        raise RemitError(
+            f"{what} holds {shown}, half of a surrogate pair with no other half, which is no "
+            "character: remove it, or give the whole pair"
+        ) from None
     except json.JSONDecodeError as error:
         raise RemitError(
             f"{what} is not valid JSON: {error.msg} at line {error.lineno}, column "

@@ -247,7 +247,8 @@ def _tell_waiting(pending: list["Approval"], told: set[str]) -> None:
             continue
         told.add(approval.id)
         err.print(
-            f"{approval.run_id} waits at approval [bold]{approval.id}[/] ({approval.title}): "
+            f"{approval.run_id} waits at approval [bold]{approval.id}[/] "
+            f"({escape(printable(approval.title))}): "
             f"decide it with `remit approve {approval.id}` or `remit reject {approval.id}`"
         )
 

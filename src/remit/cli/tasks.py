@@ -12,6 +12,7 @@ import json
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.text import Text
 
 from remit.cli.base import (
@@ -30,6 +31,7 @@ from remit.cli.base import (
     styled,
     whole_ids,
 )
+from remit.core.text import printable
 
 if TYPE_CHECKING:
     from remit.people.tasks import Resolved, Task
@@ -172,10 +174,11 @@ def show_open(remit: "Surface", run_id: str) -> None:
 
 
 def _waits_at(task: "Task") -> str:
+    # The title and the key come from what was sent: shown as typed, never read as markup.
     return (
-        f"{task.run_id} waits at task [bold]{task.id}[/]: {task.title} (`{task.op_id}`, key "
-        f"{task.idempotency_key}). Answer it with `remit task resolve {task.id} --done "
-        "--output JSON` or `--not-done`"
+        f"{task.run_id} waits at task [bold]{task.id}[/]: {escape(printable(task.title))} "
+        f"(`{task.op_id}`, key {escape(printable(task.idempotency_key))}). Answer it with "
+        f"`remit task resolve {task.id} --done --output JSON` or `--not-done`"
     )
 
 
