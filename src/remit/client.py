@@ -406,6 +406,7 @@ class Client:
         self, *, status: str | None = None, workflow: str | None = None, limit: int = 50
     ) -> list[Run]:
         """Runs, newest first."""
+        limits.check_limit(limit, where="runs")
         return self.runs_store.list(status=status, workflow=workflow, limit=limit)
 
     # What the command line reads; a `RemoteClient` answers the same through the HTTP API.
@@ -454,6 +455,7 @@ class Client:
         self, *, status: str | None = None, run_id: str | None = None, limit: int = 100
     ) -> list[Approval[Any]]:
         """Approvals, newest first."""
+        limits.check_limit(limit, where="list_approvals")
         return self.approvals.list(status=status, run_id=run_id, limit=limit)
 
     def get_approval(self, approval_id: str) -> Approval[Any]:
@@ -463,6 +465,7 @@ class Client:
         self, *, status: str | None = None, run_id: str | None = None, limit: int = 100
     ) -> list[Task]:
         """Tasks, newest first."""
+        limits.check_limit(limit, where="list_tasks")
         return self.tasks.list(status=status, run_id=run_id, limit=limit)
 
     def get_task(self, task_id: str) -> Task:
@@ -476,12 +479,14 @@ class Client:
         """Each budget period, newest first, with its drift (the counter less its ledger)."""
         from decimal import Decimal
 
+        limits.check_limit(limit, where="budget_periods")
         states = self.budgets.periods(limit=limit)
         drift = {(d.scope, d.period): d.drift_usd for d in self.budgets.drift(states)}
         return [(state, drift.get((state.scope, state.period), Decimal(0))) for state in states]
 
     def denials(self, *, limit: int = 100) -> list[Denial]:
         """The acts the policies refused, newest first."""
+        limits.check_limit(limit, where="denials")
         return self.guard.denials(limit=limit)
 
     def cancel(self, run_id: str, *, by: str | None = None) -> Run:
@@ -686,12 +691,14 @@ class Client:
         """What is due without anyone asking, earliest first."""
         from remit.ops.deadlines import upcoming_deadlines
 
+        limits.check_limit(limit, where="deadlines")
         return upcoming_deadlines(self.db, limit=limit)
 
     def ledger(self, run_id: str | None = None, *, limit: int = 200) -> list[LedgerRow]:
         """Op calls: one run's in order, or the latest."""
         from remit.core.ledger import LedgerStore
 
+        limits.check_limit(limit, where="ledger")
         return LedgerStore(self.db, clock=self.clock).list(run_id=run_id, limit=limit)
 
     def workers(self) -> list[WorkerRow]:
@@ -710,6 +717,7 @@ class Client:
         """
         from remit.people.activity import timeline
 
+        limits.check_limit(limit, where="activity")
         return timeline(self.db, self.app.name, (record_type, record_id), limit=limit, after=after)
 
     def archive_record(
