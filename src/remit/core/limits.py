@@ -95,8 +95,11 @@ def check_json(
             raise nul_refused(what, path, target=target)
         size += length
     if size > bound:
+        shown = size_text(size)
+        if shown == size_text(bound):
+            shown = f"{size:,} bytes"  # just over: the rounded size would read as the limit
         raise TooLarge(
-            f"{what} is {size_text(size)}, over the {size_text(bound)} limit ({SETTINGS[cap]}): "
+            f"{what} is {shown}, over the {size_text(bound)} limit ({SETTINGS[cap]}): "
             f"{after}",
             what=what,
             size=size,
