@@ -99,8 +99,7 @@ def check_json(
         if shown == size_text(bound):
             shown = f"{size:,} bytes"  # just over: the rounded size would read as the limit
         raise TooLarge(
-            f"{what} is {shown}, over the {size_text(bound)} limit ({SETTINGS[cap]}): "
-            f"{after}",
+            f"{what} is {shown}, over the {size_text(bound)} limit ({SETTINGS[cap]}): {after}",
             what=what,
             size=size,
             limit=bound,
