@@ -307,3 +307,16 @@ def test_a_list_limit_below_one_is_refused(harness: Harness, limit: int) -> None
 def test_a_step_output_under_the_cap_is_kept(harness: Harness) -> None:
     run = harness.run("big-step", {"size": 1000})
     assert (run.status, run.output) == ("done", 1000)
+
+
+def test_a_nul_in_a_list_filter_is_refused_naming_it(harness: Harness) -> None:
+    client = harness.client
+    for verb, argument in (
+        (lambda: client.runs(workflow="s\x00"), "workflow"),
+        (lambda: client.list_approvals(run_id="r\x00"), "run_id"),
+        (lambda: client.list_tasks(run_id="r\x00"), "run_id"),
+        (lambda: client.ledger("r\x00"), "run_id"),
+        (lambda: client.activity("invoice", "i\x00"), "record_id"),
+    ):
+        with pytest.raises(InputInvalid, match=f"at `{argument}`, holds a NUL character"):
+            verb()
