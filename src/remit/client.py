@@ -406,6 +406,8 @@ class Client:
         self, *, status: str | None = None, workflow: str | None = None, limit: int = 50
     ) -> list[Run]:
         """Runs, newest first."""
+        limits.check_limit(limit, where="runs")
+        _no_nul("runs", status=status, workflow=workflow)
         return self.runs_store.list(status=status, workflow=workflow, limit=limit)
 
     # What the command line reads; a `RemoteClient` answers the same through the HTTP API.
@@ -454,6 +456,8 @@ class Client:
         self, *, status: str | None = None, run_id: str | None = None, limit: int = 100
     ) -> list[Approval[Any]]:
         """Approvals, newest first."""
+        limits.check_limit(limit, where="list_approvals")
+        _no_nul("list_approvals", status=status, run_id=run_id)
         return self.approvals.list(status=status, run_id=run_id, limit=limit)
 
     def get_approval(self, approval_id: str) -> Approval[Any]:
@@ -463,6 +467,8 @@ class Client:
         self, *, status: str | None = None, run_id: str | None = None, limit: int = 100
     ) -> list[Task]:
         """Tasks, newest first."""
+        limits.check_limit(limit, where="list_tasks")
+        _no_nul("list_tasks", status=status, run_id=run_id)
         return self.tasks.list(status=status, run_id=run_id, limit=limit)
 
     def get_task(self, task_id: str) -> Task:
@@ -476,12 +482,14 @@ class Client:
         """Each budget period, newest first, with its drift (the counter less its ledger)."""
         from decimal import Decimal
 
+        limits.check_limit(limit, where="budget_periods")
         states = self.budgets.periods(limit=limit)
         drift = {(d.scope, d.period): d.drift_usd for d in self.budgets.drift(states)}
         return [(state, drift.get((state.scope, state.period), Decimal(0))) for state in states]
 
     def denials(self, *, limit: int = 100) -> list[Denial]:
         """The acts the policies refused, newest first."""
+        limits.check_limit(limit, where="denials")
         return self.guard.denials(limit=limit)
 
     def cancel(self, run_id: str, *, by: str | None = None) -> Run:
@@ -609,6 +617,7 @@ class Client:
         """Make an API token that acts as `principal`, as the policies allow (`manage_tokens`
         with verb `create`). Returns it with the token itself, shown this once."""
         who = self._person(by)
+        _no_nul("create_token", name=name)
         context = {"verb": "create", "subject": principal}
         self.guard.require(who, "manage_tokens", self.app.name, context)
         return self.tokens.create(principal, by=who, name=name, expires_in=expires_in)
@@ -686,12 +695,15 @@ class Client:
         """What is due without anyone asking, earliest first."""
         from remit.ops.deadlines import upcoming_deadlines
 
+        limits.check_limit(limit, where="deadlines")
         return upcoming_deadlines(self.db, limit=limit)
 
     def ledger(self, run_id: str | None = None, *, limit: int = 200) -> list[LedgerRow]:
         """Op calls: one run's in order, or the latest."""
         from remit.core.ledger import LedgerStore
 
+        limits.check_limit(limit, where="ledger")
+        _no_nul("ledger", run_id=run_id)
         return LedgerStore(self.db, clock=self.clock).list(run_id=run_id, limit=limit)
 
     def workers(self) -> list[WorkerRow]:
@@ -710,6 +722,8 @@ class Client:
         """
         from remit.people.activity import timeline
 
+        limits.check_limit(limit, where="activity")
+        _no_nul("activity", record_type=record_type, record_id=record_id)
         return timeline(self.db, self.app.name, (record_type, record_id), limit=limit, after=after)
 
     def archive_record(
@@ -739,6 +753,17 @@ class Client:
         """Who acts, for an act only people and agents take: remit's own principals are
         refused (the policies do not check them)."""
         return check_actor(self._who(by), where="by")
+
+
+def _no_nul(verb: str, **given: str | None) -> None:
+    """Refuse a NUL character in the text arguments of `verb`, which no text remit keeps holds
+    (and Postgres could not look up): `InputInvalid` naming the argument."""
+    limits.check_json(
+        {name: value for name, value in given.items() if value is not None},
+        what=f"the arguments of {verb}",
+        cap="input_bytes",
+        target=verb,
+    )
 
 
 def _not_in_a_workflow(verb: str) -> None:

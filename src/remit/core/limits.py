@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from remit.core.errors import InputInvalid, TooLarge
+from remit.core.text import excerpt
 
 if TYPE_CHECKING:
     from remit.core.settings import Settings
@@ -94,9 +95,11 @@ def check_json(
             raise nul_refused(what, path, target=target)
         size += length
     if size > bound:
+        shown = size_text(size)
+        if shown == size_text(bound):
+            shown = f"{size:,} bytes"  # just over: the rounded size would read as the limit
         raise TooLarge(
-            f"{what} is {size_text(size)}, over the {size_text(bound)} limit ({SETTINGS[cap]}): "
-            f"{after}",
+            f"{what} is {shown}, over the {size_text(bound)} limit ({SETTINGS[cap]}): {after}",
             what=what,
             size=size,
             limit=bound,
@@ -131,6 +134,19 @@ def check_text(
             setting=SETTINGS[cap],
             unit="characters",
         )
+
+
+def check_limit(limit: object, *, where: str) -> int:
+    """A list's `limit`: a whole number of 1 or more. Zero or less is refused, never taken as
+    "everything"."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InputInvalid(
+            f"{where}: limit must be a whole number of 1 or more, got {excerpt(repr(limit))}: "
+            "ask for how many rows to return, e.g. 50",
+            target=where,
+            errors=[{"loc": ["limit"], "msg": "must be 1 or more", "type": "greater_than_equal"}],
+        )
+    return limit
 
 
 def nul_refused(what: str, path: tuple[Any, ...], *, target: str) -> InputInvalid:

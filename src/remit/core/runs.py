@@ -215,6 +215,8 @@ class RunStore:
 
     def find(self, run_id: str) -> Run | None:
         """The run, or None when there is no run with that id."""
+        if "\x00" in run_id:
+            return None  # no id holds a NUL character (and Postgres could not look one up)
         with self.db.engine.connect() as conn:
             row = conn.execute(sa.select(runs).where(runs.c.run_id == run_id)).one_or_none()
         return None if row is None else _run(row)
