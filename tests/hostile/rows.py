@@ -451,7 +451,7 @@ HTTP = [
         http(
             "POST",
             DECIDE,
-            413,
+            422,
             "REMIT_MAX_REASON_CHARS",
             body={"decision": "rejected", "reason": "y" * 5000},
             headers=KEY,
