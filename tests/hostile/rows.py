@@ -273,6 +273,17 @@ CLI = [
         ),
         id="control-in-record-id",
     ),
+    pytest.param(
+        cli(
+            "data",
+            "contacts",
+            "put",
+            "--input",
+            '{"email": "x\\u001b[31m@b.example"}',
+            says="holds control characters",
+        ),
+        id="control-in-record-key",
+    ),
     pytest.param(cli("show", "run_nope", says="no run `run_nope`"), id="unknown-run"),
     pytest.param(cli("cancel", "run_nope", says="no run `run_nope`"), id="unknown-run-cancel"),
     pytest.param(cli("approve", "apr_nope", says="apr_nope"), id="unknown-approval"),
@@ -523,6 +534,16 @@ HTTP = [
     pytest.param(
         http(
             "POST",
+            "/calls",
+            422,
+            "holds control characters",
+            body={"op": "data.contacts.put", "input": {"email": f"x{ESC}[31m@b.example"}},
+        ),
+        id="control-in-record-key",
+    ),
+    pytest.param(
+        http(
+            "POST",
             DECIDE,
             400,
             "Idempotency-Key",
@@ -718,6 +739,14 @@ CLIENT = [
             "control characters",
         ),
         id="control-in-record-id",
+    ),
+    pytest.param(
+        client(
+            lambda c, _: c.call("data.contacts.put", {"email": f"x{ESC}[31m@b.example"}),
+            "InputInvalid",
+            "holds control characters",
+        ),
+        id="control-in-record-key",
     ),
     pytest.param(
         client(lambda c, _: c.get_run("run_nope"), "RunNotFound", "run_nope"), id="unknown-run"
