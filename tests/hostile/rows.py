@@ -350,6 +350,18 @@ CLI = [
         ),
         id="unknown-input-field",
     ),
+    pytest.param(
+        cli(
+            "activity",
+            "invoice",
+            "inv_1003",
+            "--after",
+            str(2**40),
+            code=2,
+            says="Invalid value for '--after'",
+        ),
+        id="out-of-range-after",
+    ),
 ]
 
 
@@ -601,6 +613,16 @@ HTTP = [
     ),
     pytest.param(
         http(
+            "GET",
+            "/records/invoice/inv_1003/activity",
+            422,
+            "after",
+            params={"after": str(2**70)},
+        ),
+        id="out-of-range-after",
+    ),
+    pytest.param(
+        http(
             "POST",
             START,
             422,
@@ -805,5 +827,13 @@ CLIENT = [
             "amount",
         ),
         id="unknown-input-field",
+    ),
+    pytest.param(
+        client(
+            lambda c, _: c.activity("invoice", "inv_1003", after=2**70),
+            "RemitError",
+            "after",
+        ),
+        id="out-of-range-after",
     ),
 ]

@@ -744,7 +744,7 @@ def _refusal(error: Exception) -> str | None:
         cause = getattr(error, "orig", None) or error
         first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
         return (
-            f"the database refused a value it cannot store ({near(first)}): "
-            "take it out of the input (a NUL character, say) and try again"
+            f"the database refused a value it cannot store ({near(first)}): change that "
+            "value and try again"
         )
     return None

@@ -29,6 +29,7 @@ from remit.core.errors import (
 from remit.core.runs import Run, RunStatus
 from remit.core.text import PROBLEMS, excerpt, listed
 from remit.ops.registry import state as worker_state
+from remit.people.activity import LAST_ROW
 from remit.people.approvals import Approval, Approvals, ApprovalStatus, check_decision
 from remit.people.tasks import Task, TaskStatus
 from remit.policy.tokens import parse_duration
@@ -681,7 +682,7 @@ def _activity_routes(routes: APIRouter, client: Client) -> None:
         record_id: RecordPart,
         limit: Annotated[int, limit_query("oldest first")] = 100,
         after: Annotated[
-            int | None, Query(ge=0, description="Only the rows after this one.")
+            int | None, Query(ge=0, le=LAST_ROW, description="Only the rows after this one.")
         ] = None,
     ) -> list[ActivityView]:
         """What happened about a record, oldest first: its runs, gates and tasks."""
