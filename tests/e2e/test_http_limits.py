@@ -241,7 +241,8 @@ def test_the_spec_lists_413_where_a_body_is_taken(http: TestClient) -> None:
 
 @pytest.fixture
 def served(harness: Harness, database_url: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """`remit serve` over the limits app, as a process: its URL and its log."""
+    """`remit serve` over the limits app, as a process: its URL and its log (and, in the log's
+    folder, `pid`, its process id)."""
     folder = tmp_path / "limits_app"
     folder.mkdir()
     (folder / "app.py").write_text("from tests.limits_app import make_app\n\napp = make_app()\n")
@@ -259,6 +260,7 @@ def served(harness: Harness, database_url: str, tmp_path: Path) -> Iterator[tupl
         url = _wait_listening(serving, log)
         with httpx.Client(base_url=url, timeout=10) as client:
             _wait_healthy(client, serving, log)
+        (tmp_path / "pid").write_text(str(serving.pid))
         yield url, log
     finally:
         serving.terminate()
@@ -307,3 +309,26 @@ def test_a_body_under_the_cap_is_served(harness: Harness, served: tuple[str, Pat
     with httpx.Client(base_url=url, timeout=30, headers=bearer(harness)) as client:
         response = client.post("/runs", json={"workflow": "say", "input": {"text": "x" * MiB}})
     assert response.status_code == 201, response.text
+
+
+def resident_mb(pid: int) -> float:
+    """The resident memory of process `pid`, in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for process {pid}")
+
+
+def test_a_fifty_megabyte_body_does_not_grow_the_server(
+    harness: Harness, served: tuple[str, Path]
+) -> None:
+    url, log = served
+    pid = int((log.parent / "pid").read_text())
+    body = b'{"workflow": "say", "input": {"text": "' + b"x" * (50 * MiB) + b'"}}'
+    with httpx.Client(base_url=url, timeout=60, headers=bearer(harness)) as client:
+        client.get("/runs")  # the routes' first use, before measuring
+        before = resident_mb(pid)
+        response = client.post("/runs", content=body, headers={"Content-Type": "application/json"})
+        after = resident_mb(pid)
+    refused(response, 413, error="the request body is 50 MiB, over the 4 MiB limit")
+    assert after - before < 20, (before, after)

@@ -320,3 +320,17 @@ def test_a_nul_in_a_list_filter_is_refused_naming_it(harness: Harness) -> None:
     ):
         with pytest.raises(InputInvalid, match=f"at `{argument}`, holds a NUL character"):
             verb()
+
+
+def test_a_nul_in_a_principal_or_a_key_is_refused_before_the_database(harness: Harness) -> None:
+    from remit import RemitError
+
+    approval_id = pending(harness)
+    before = counts(harness)
+    with pytest.raises(RemitError, match="a principal is 1 to 200 characters with no control"):
+        harness.client.start("say", {"text": "hi"}, by="user:a\x00b")
+    with pytest.raises(RemitError, match="must be 1 to 200 printable characters"):
+        harness.client.decide(approval_id, "approved", key="k\x00")
+    with pytest.raises(RemitError, match="must be 1 to 100 printable characters"):
+        harness.client.call("box.echo.say", {"text": "hi"}, key="k\x00")
+    assert counts(harness) == before
