@@ -62,6 +62,7 @@ if TYPE_CHECKING:
         StepFailed,
         TaskNotFound,
         TaskRefused,
+        TooLarge,
         Unauthenticated,
         UnknownWorkflow,
     )
@@ -134,6 +135,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "StepFailed",
         "TaskNotFound",
         "TaskRefused",
+        "TooLarge",
         "Unauthenticated",
         "UnknownWorkflow",
     ),
@@ -226,6 +228,7 @@ __all__ = [
     "TaskNotFound",
     "TaskRefused",
     "Tasks",
+    "TooLarge",
     "Unauthenticated",
     "UnknownWorkflow",
     "WebhookNotifier",

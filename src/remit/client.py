@@ -29,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
+from remit.core import limits
 from remit.core.audit import audit_row
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
@@ -181,7 +182,8 @@ class Client:
         else:
             self.app = app
         self.settings = settings
-        self.by = check_actor(by or settings.actor, where="by")
+        limits.use(limits.Limits.of(settings))
+        self.by = check_actor(settings.actor if by is None else by, where="by")
         self.clock = clock or SystemClock()
         # What direct calls are made on (default: each connector's driver, or its fake with
         # REMIT_FAKES), and the environment drivers see.
@@ -405,6 +407,8 @@ class Client:
         self, *, status: str | None = None, workflow: str | None = None, limit: int = 50
     ) -> list[Run]:
         """Runs, newest first."""
+        limits.check_limit(limit, where="runs")
+        _no_nul("runs", status=status, workflow=workflow)
         return self.runs_store.list(status=status, workflow=workflow, limit=limit)
 
     # What the command line reads; a `RemoteClient` answers the same through the HTTP API.
@@ -453,6 +457,8 @@ class Client:
         self, *, status: str | None = None, run_id: str | None = None, limit: int = 100
     ) -> list[Approval[Any]]:
         """Approvals, newest first."""
+        limits.check_limit(limit, where="list_approvals")
+        _no_nul("list_approvals", status=status, run_id=run_id)
         return self.approvals.list(status=status, run_id=run_id, limit=limit)
 
     def get_approval(self, approval_id: str) -> Approval[Any]:
@@ -462,6 +468,8 @@ class Client:
         self, *, status: str | None = None, run_id: str | None = None, limit: int = 100
     ) -> list[Task]:
         """Tasks, newest first."""
+        limits.check_limit(limit, where="list_tasks")
+        _no_nul("list_tasks", status=status, run_id=run_id)
         return self.tasks.list(status=status, run_id=run_id, limit=limit)
 
     def get_task(self, task_id: str) -> Task:
@@ -475,12 +483,14 @@ class Client:
         """Each budget period, newest first, with its drift (the counter less its ledger)."""
         from decimal import Decimal
 
+        limits.check_limit(limit, where="budget_periods")
         states = self.budgets.periods(limit=limit)
         drift = {(d.scope, d.period): d.drift_usd for d in self.budgets.drift(states)}
         return [(state, drift.get((state.scope, state.period), Decimal(0))) for state in states]
 
     def denials(self, *, limit: int = 100) -> list[Denial]:
         """The acts the policies refused, newest first."""
+        limits.check_limit(limit, where="denials")
         return self.guard.denials(limit=limit)
 
     def cancel(self, run_id: str, *, by: str | None = None) -> Run:
@@ -608,6 +618,7 @@ class Client:
         """Make an API token that acts as `principal`, as the policies allow (`manage_tokens`
         with verb `create`). Returns it with the token itself, shown this once."""
         who = self._person(by)
+        _no_nul("create_token", name=name)
         context = {"verb": "create", "subject": principal}
         self.guard.require(who, "manage_tokens", self.app.name, context)
         return self.tokens.create(principal, by=who, name=name, expires_in=expires_in)
@@ -686,12 +697,15 @@ class Client:
         """What is due without anyone asking, earliest first."""
         from remit.ops.deadlines import upcoming_deadlines
 
+        limits.check_limit(limit, where="deadlines")
         return upcoming_deadlines(self.db, limit=limit)
 
     def ledger(self, run_id: str | None = None, *, limit: int = 200) -> list[LedgerRow]:
         """Op calls: one run's in order, or the latest."""
         from remit.core.ledger import LedgerStore
 
+        limits.check_limit(limit, where="ledger")
+        _no_nul("ledger", run_id=run_id)
         return LedgerStore(self.db, clock=self.clock).list(run_id=run_id, limit=limit)
 
     def workers(self) -> list[WorkerRow]:
@@ -710,6 +724,8 @@ class Client:
         """
         from remit.people.activity import timeline
 
+        limits.check_limit(limit, where="activity")
+        _no_nul("activity", record_type=record_type, record_id=record_id)
         return timeline(self.db, self.app.name, (record_type, record_id), limit=limit, after=after)
 
     def archive_record(
@@ -731,13 +747,25 @@ class Client:
         )
 
     def _who(self, by: str | None) -> str:
-        """Who acts: `by`, else the client's own. Each service checks it as it always does."""
-        return by or self.by
+        """Who acts: `by`, else (when None) the client's own; an empty `by` is no one, refused
+        by the services' checks. Each service checks it as it always does."""
+        return self.by if by is None else by
 
     def _person(self, by: str | None) -> str:
         """Who acts, for an act only people and agents take: remit's own principals are
         refused (the policies do not check them)."""
         return check_actor(self._who(by), where="by")
+
+
+def _no_nul(verb: str, **given: str | None) -> None:
+    """Refuse a NUL character in the text arguments of `verb`, which no text remit keeps holds
+    (and Postgres could not look up): `InputInvalid` naming the argument."""
+    limits.check_json(
+        {name: value for name, value in given.items() if value is not None},
+        what=f"the arguments of {verb}",
+        cap="input_bytes",
+        target=verb,
+    )
 
 
 def _not_in_a_workflow(verb: str) -> None:

@@ -262,12 +262,10 @@ def test_a_put_that_does_not_parse_fails_naming_the_field_and_writes_nothing(
         run = h.run("raw-put", {"record": {"id": "c1", "name": 5}})
         assert run.status == "failed"
         assert run.error is not None
-        assert run.error.startswith(
+        assert run.error == (
             "InputInvalid: input to op `data.customers.put` does not parse: "
-            "2 validation errors for Customer"
+            "name: Input should be a valid string; email: Field required. Nothing was called"
         )
-        assert "name\n  Input should be a valid string" in run.error
-        assert "email\n  Field required" in run.error
         assert h.ledger(run.run_id) == []
     assert stored(database_url) == []
 

@@ -201,7 +201,11 @@ def test_an_unknown_model_cannot_be_priced_and_says_how_to_add_it() -> None:
     assert 'App(llm_prices={"gpt-9": Price(input="…", output="…")})' in message
 
 
-@given(st.text(max_size=400), st.integers(min_value=1, max_value=4000))
+# No text remit keeps holds a NUL character: a fake echoing one is refused (test_limits.py).
+@given(
+    st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=400),
+    st.integers(min_value=1, max_value=4000),
+)
 def test_the_fakes_reply_never_costs_more_than_its_reservation(text: str, max_tokens: int) -> None:
     asked = request(text or "?", max_tokens=max_tokens)
     reply = answer(FakeLLM(), asked)

@@ -89,6 +89,31 @@ def test_every_variable(tmp_path: Path) -> None:
     assert settings.log_level == "DEBUG"
 
 
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"REMIT_AS": ""},
+        {"REMIT_AS": "  "},
+        {"REMIT_ACTOR": ""},
+        {"REMIT_AS": "", "REMIT_ACTOR": "user:x"},
+    ],
+)
+def test_a_principal_set_but_empty_is_refused_not_the_login(
+    tmp_path: Path, environ: dict[str, str]
+) -> None:
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_env(tmp_path, environ={**environ, "USER": "ann"})
+    assert "is set but empty: set it to user:<name> or agent:<name>, or unset it" in str(
+        raised.value
+    )
+
+
+def test_remit_as_comes_before_remit_actor_and_the_login_last(tmp_path: Path) -> None:
+    both = {"REMIT_AS": "agent:bot", "REMIT_ACTOR": "user:x", "USER": "ann"}
+    assert Settings.from_env(tmp_path, environ=both).actor == "agent:bot"
+    assert Settings.from_env(tmp_path, environ={"USER": "ann"}).actor == "user:ann"
+
+
 def test_an_empty_number_keeps_the_default(tmp_path: Path) -> None:
     assert Settings.from_env(tmp_path, environ={"REMIT_WORKER_THREADS": ""}).threads == 64
 

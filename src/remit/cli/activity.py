@@ -31,9 +31,11 @@ _COLOURS = {
 def activity(
     record_type: Annotated[str, typer.Argument(help="The record's type, e.g. invoice.")],
     record_id: Annotated[str, typer.Argument(help="The record's id, e.g. inv_1003.")],
-    limit: Annotated[int, typer.Option(help="How many, oldest first.")] = 100,
+    limit: Annotated[int, typer.Option(min=1, help="How many, oldest first.")] = 100,
+    # At most the last row number (`people.activity.LAST_ROW`), read here without its imports.
     after: Annotated[
-        int | None, typer.Option("--after", help="Only the rows after this row number.")
+        int | None,
+        typer.Option("--after", min=0, max=2**31 - 1, help="Only the rows after this row number."),
     ] = None,
     app_dir: AppDir = None,
 ) -> None:

@@ -152,6 +152,17 @@ def _main(
     _state.token = token or os.environ.get("REMIT_TOKEN") or None
 
 
+def _someone(given: str | None) -> str | None:
+    """`--as` as given, refused when it is empty: acting as no one must not become acting as
+    the default principal."""
+    if given is not None and not given.strip():
+        raise typer.BadParameter(
+            "an empty principal is no one: give user:<name> or agent:<name>, or leave --as "
+            "out to act as REMIT_AS (else user:<login>)"
+        )
+    return given
+
+
 # Who acts on the command line, checked by the app's policies like anyone else. With direct
 # access to the database this is trusted as given: database access is full trust.
 ActAs = Annotated[
@@ -159,8 +170,10 @@ ActAs = Annotated[
     typer.Option(
         "--as",
         help="Who acts: user:<name> or agent:<name> (default REMIT_AS, else user:<login>).",
+        callback=_someone,
     ),
 ]
+
 
 # `--app` is taken before the command (`remit --app X runs`) or after it (`remit runs --app X`).
 AppDir = Annotated[
@@ -273,12 +286,135 @@ def moment(value: "datetime | None") -> str:
     return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def parse_json(raw: str, what: str) -> Any:
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as error:
-        from remit.core.errors import RemitError
+# How much of a value `remit show` and an error message quote before cutting it short.
+SHOWN = 200
+QUOTED = 60
 
+
+def shortened(text: str, *, full: bool = False, width: int = SHOWN) -> str:
+    """`text` as a person reads it on one line: control characters escaped and, unless
+    `full`, cut at `width` characters with how many more there are."""
+    if full or len(text) <= width:
+        return printable(text)
+    return f"{printable(text[:width])}… ({len(text) - width} more characters; --full shows all)"
+
+
+def near(text: str, at: int = 0, *, width: int = QUOTED) -> str:
+    """A short quote of `text` around position `at`, control characters escaped, with `…`
+    where it was cut: enough to find a mistake, never the whole of a large input."""
+    start = max(0, at - width // 2)
+    end = min(len(text), start + width)
+    start = max(0, end - width)
+    quoted = printable(text[start:end])
+    return f"{'…' if start > 0 else ''}{quoted}{'…' if end < len(text) else ''}"
+
+
+def json_input(given: str, what: str, app_dir: Path | None, *, cap: str) -> Any:
+    """`json_option` under the cap `cap` (a field of `remit.core.limits.Limits`, e.g.
+    `input_bytes`) as the settings in the environment set it."""
+    from remit.core import limits
+    from remit.core.settings import Settings
+
+    settings = Settings.from_env(app_dir or _state.app_path)
+    bound: int = getattr(limits.Limits.of(settings), cap)
+    return json_option(given, what, cap=bound, setting=limits.SETTINGS[cap])
+
+
+def json_option(given: str, what: str, *, cap: int, setting: str) -> Any:
+    """The JSON value an option was given: the text itself, `@PATH` (a file's contents) or
+    `-` (standard input). Refused, naming the option, when the file cannot be read, the text
+    is not UTF-8 or not JSON (saying where), or it is more than `cap` bytes (`TooLarge`,
+    naming `setting`): a file or standard input is read no further than that."""
+    from remit.core.errors import RemitError
+
+    if given == "-":
+        source = f"{what} - (standard input)"
+        data = _read_capped(sys.stdin.buffer, source, cap=cap, setting=setting)
+    elif given.startswith("@"):
+        if not given[1:]:
+            raise RemitError(f"{what} @ names no file: give its path, e.g. {what} @input.json")
+        path = Path(given[1:]).expanduser()
+        named = str(path)
+        source = f"{what} @{near(named, len(named), width=SHOWN)}"  # a long path: its end
+        try:
+            with path.open("rb") as file:
+                data = _read_capped(file, source, cap=cap, setting=setting)
+        except OSError as error:
+            reason = error.strerror or type(error).__name__
+            raise RemitError(f"{source}: the file cannot be read: {reason}") from None
+    else:
+        source = what
+        data = given.encode("utf-8", "surrogatepass")
+        if len(data) > cap:
+            raise _too_large(source, len(data), cap=cap, setting=setting)
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
         raise RemitError(
-            f"{what} is not valid JSON ({error.msg} at column {error.colno}): {raw!r}"
+            f"{source} is not UTF-8 text (byte {error.start + 1} cannot be read): save it as UTF-8"
         ) from None
+    return parse_json(text, source)
+
+
+def _read_capped(file: Any, source: str, *, cap: int, setting: str) -> bytes:
+    """At most `cap` bytes of `file`, or `TooLarge` once there are more (read no further)."""
+    data: bytes = file.read(cap + 1)
+    if len(data) > cap:
+        try:
+            size = max(os.fstat(file.fileno()).st_size, cap + 1)
+        except (OSError, ValueError, AttributeError):
+            size = cap + 1
+        raise _too_large(source, size, cap=cap, setting=setting)
+    return data
+
+
+def _too_large(source: str, size: int, *, cap: int, setting: str) -> Exception:
+    from remit.core.errors import TooLarge
+    from remit.core.limits import size_text
+
+    shown = size_text(size) if size > cap + 1 else f"more than {size_text(cap)}"
+    return TooLarge(
+        f"{source} is {shown}, over the {size_text(cap)} limit ({setting}): pass a reference to "
+        f"the data instead, or raise {setting} where remit runs",
+        what=source,
+        size=size,
+        limit=cap,
+        setting=setting,
+    )
+
+
+def parse_json(raw: str, what: str) -> Any:
+    """`raw` parsed as JSON, or an error naming `what`, the line and column, and a short quote
+    of the text there."""
+    from remit.core.errors import RemitError
+
+    try:
+        value = json.loads(raw, parse_constant=_no_constant)
+        # A `\ud800` escape with no partner parses to a lone surrogate, which no database,
+        # policy engine or terminal can take.
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return value
+    except UnicodeEncodeError as error:
+        shown = printable(error.object[error.start : error.end])
+        raise RemitError(
+            f"{what} holds {shown}, half of a surrogate pair with no other half, which is no "
+            "character: remove it, or give the whole pair"
+        ) from None
+    except json.JSONDecodeError as error:
+        raise RemitError(
+            f"{what} is not valid JSON: {error.msg} at line {error.lineno}, column "
+            f"{error.colno}, near '{near(raw, error.pos)}'"
+        ) from None
+    except _NotJson as error:
+        raise RemitError(
+            f"{what} is not valid JSON: it holds {error}, which is no JSON value: give a "
+            "number or null"
+        ) from None
+
+
+class _NotJson(ValueError):
+    """A constant Python's parser takes and JSON does not have (NaN, Infinity)."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotJson(name)

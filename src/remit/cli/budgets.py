@@ -20,7 +20,7 @@ cli.add_typer(budgets_cli, name="budgets")
 @budgets_cli.callback()
 def show(
     ctx: typer.Context,
-    limit: Annotated[int, typer.Option(help="How many periods, newest first.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, help="How many periods, newest first.")] = 50,
     app_dir: AppDir = None,
 ) -> None:
     """List each budget period: its limit, spent, reserved by calls in flight, what is left,

@@ -17,9 +17,10 @@ from remit.cli.base import (
     client_of,
     command_group,
     err,
+    json_input,
     load,
+    near,
     out,
-    parse_json,
 )
 
 if TYPE_CHECKING:
@@ -44,7 +45,9 @@ def print_call(result: "CallResult") -> None:
 @cli.command("call")
 def call_op(
     op: Annotated[str, typer.Argument(help="The op's id, <vendor>.<resource>.<op>.")],
-    input: Annotated[str, typer.Option("--input", help="The op's input as JSON.")] = "{}",
+    input: Annotated[
+        str, typer.Option("--input", help="The op's input as JSON (@FILE reads a file, - stdin).")
+    ] = "{}",
     as_: ActAs = None,
     key: Annotated[
         str | None,
@@ -59,9 +62,11 @@ def call_op(
     """
     from remit.core.errors import RemitError
 
-    payload = parse_json(input, "--input")
+    payload = json_input(input, "--input", app_dir, cap="op_bytes")
     if not isinstance(payload, dict):
-        raise RemitError(f"--input must be a JSON object of the op's fields, not {input!r}")
+        raise RemitError(
+            f"--input must be a JSON object of the op's fields, not {near(json.dumps(payload))}"
+        )
     with client_of(app_dir) as remit:
         result = remit.call(op, payload, by=as_, key=key)
     print_call(result)
@@ -76,9 +81,10 @@ def data(
     verb: Annotated[str, typer.Argument(help="get, put, list or delete.")],
     key: Annotated[str | None, typer.Argument(help="The record's key (get, delete).")] = None,
     input: Annotated[
-        str | None, typer.Option("--input", help="The record to put, as JSON.")
+        str | None,
+        typer.Option("--input", help="The record to put, as JSON (@FILE reads a file, - stdin)."),
     ] = None,
-    limit: Annotated[int, typer.Option(help="list: how many records.")] = 100,
+    limit: Annotated[int, typer.Option(min=1, help="list: how many records.")] = 100,
     after: Annotated[
         str | None, typer.Option(help="list: start after this key (the last page's next).")
     ] = None,
@@ -108,7 +114,7 @@ def data(
                 raise RemitError(f"remit data {collection} {verb} needs the record's key")
             payload = {declared.key: key}
         elif verb == "put":
-            record = parse_json(input, "--input") if input else None
+            record = json_input(input, "--input", app_dir, cap="op_bytes") if input else None
             if not isinstance(record, dict):
                 raise RemitError(f"remit data {collection} put needs --input with a JSON object")
             payload = record
@@ -160,7 +166,10 @@ def explain(
     action: Annotated[str, typer.Argument(help="start, call or decide.")],
     resource: Annotated[str, typer.Argument(help="A workflow, op or approval type's name.")],
     context: Annotated[
-        str, typer.Option(help="The context as JSON, e.g. '{\"input\": {}}'.")
+        str,
+        typer.Option(
+            help="The context as JSON, e.g. '{\"input\": {}}' (@FILE reads a file, - stdin)."
+        ),
     ] = "{}",
     as_: ActAs = None,
     app_dir: AppDir = None,
@@ -173,7 +182,7 @@ def explain(
     app, settings = load(app_dir)
     if action not in ACTIONS:
         raise RemitError(f"action {action!r} is not one of {', '.join(ACTIONS)}")
-    values = parse_json(context, "--context")
+    values = json_input(context, "--context", app_dir, cap="input_bytes")
     if not isinstance(values, dict):
         raise RemitError("--context must be a JSON object")
     verdict = app.policy.check(as_ or settings.actor, action, resource, values)
@@ -187,7 +196,7 @@ def explain(
 
 @cli.command()
 def denials(
-    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, help="How many, newest first.")] = 50,
     app_dir: AppDir = None,
 ) -> None:
     """List the actions the app's policies refused, newest first."""

@@ -19,18 +19,21 @@ from rich.text import Text
 from remit.cli import activity, budgets, credentials, deploy, direct, telegram, tokens  # noqa: F401
 from remit.cli import tasks as task_commands
 from remit.cli.base import (
+    SHOWN,
     ActAs,
     AppDir,
     PlainTable,
     cli,
     client_of,
     err,
+    json_input,
     load,
     local_client,
     moment,
+    near,
     out,
-    parse_json,
     run_id_of,
+    shortened,
     styled,
     whole_ids,
 )
@@ -76,12 +79,14 @@ def worker(
 @cli.command()
 def start(
     name: Annotated[str, typer.Argument(help="The workflow's name.")],
-    input: Annotated[str, typer.Option("--input", help="The run's input as JSON.")] = "{}",
+    input: Annotated[
+        str, typer.Option("--input", help="The run's input as JSON (@FILE reads a file, - stdin).")
+    ] = "{}",
     as_: ActAs = None,
     app_dir: AppDir = None,
 ) -> None:
     """Start a run and print its id. No worker needs to run in this process."""
-    payload = parse_json(input, "--input")
+    payload = json_input(input, "--input", app_dir, cap="input_bytes")
     with client_of(app_dir) as remit:
         run = remit.start_row(name, payload, by=as_)
     out.print(run.run_id)
@@ -90,7 +95,9 @@ def start(
 @cli.command()
 def run(
     name: Annotated[str, typer.Argument(help="The workflow's name.")],
-    input: Annotated[str, typer.Option("--input", help="The run's input as JSON.")] = "{}",
+    input: Annotated[
+        str, typer.Option("--input", help="The run's input as JSON (@FILE reads a file, - stdin).")
+    ] = "{}",
     as_: ActAs = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the run to finish.")] = 300.0,
     app_dir: AppDir = None,
@@ -106,8 +113,8 @@ def run(
     from remit.policy.guard import Guard
     from remit.serve.worker import Worker
 
+    payload = json_input(input, "--input", app_dir, cap="input_bytes")
     app, settings = load(app_dir)
-    payload = parse_json(input, "--input")
     wf = app.workflow(name)
     running = Worker(app, settings)
     running.start()
@@ -208,7 +215,7 @@ def resume(
 
 @cli.command()
 def deadlines(
-    limit: Annotated[int, typer.Option(help="How many, earliest first.")] = 20,
+    limit: Annotated[int, typer.Option(min=1, help="How many, earliest first.")] = 20,
     app_dir: AppDir = None,
 ) -> None:
     """List what is due without anyone asking: sleeping runs' wake-ups, approvals' expiries."""
@@ -240,7 +247,8 @@ def _tell_waiting(pending: list["Approval"], told: set[str]) -> None:
             continue
         told.add(approval.id)
         err.print(
-            f"{approval.run_id} waits at approval [bold]{approval.id}[/] ({approval.title}): "
+            f"{approval.run_id} waits at approval [bold]{approval.id}[/] "
+            f"({escape(printable(approval.title))}): "
             f"decide it with `remit approve {approval.id}` or `remit reject {approval.id}`"
         )
 
@@ -249,7 +257,7 @@ def _tell_waiting(pending: list["Approval"], told: set[str]) -> None:
 def runs(
     status: Annotated[str | None, typer.Option(help="Only runs with this status.")] = None,
     workflow: Annotated[str | None, typer.Option(help="Only runs of this workflow.")] = None,
-    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, help="How many, newest first.")] = 50,
     app_dir: AppDir = None,
 ) -> None:
     """List runs, newest first."""
@@ -281,12 +289,16 @@ def runs(
 @cli.command()
 def show(
     run_id: Annotated[str, typer.Argument(help="The run's id.")],
+    full: Annotated[
+        bool,
+        typer.Option("--full", help=f"Show long values whole (else cut at {SHOWN} characters)."),
+    ] = False,
     app_dir: AppDir = None,
 ) -> None:
     """Show a run: status, attempts, each step with its timing and output, and its ledger."""
     with client_of(app_dir) as remit:
         run_id = run_id_of(remit, run_id)
-        _show(remit.get_run(run_id), remit.steps(run_id), remit.ledger(run_id))
+        _show(remit.get_run(run_id), remit.steps(run_id), remit.ledger(run_id), full=full)
         task_commands.show_open(remit, run_id)
 
 
@@ -310,7 +322,9 @@ def cancel(
 @cli.command()
 def ledger(
     run: Annotated[str | None, typer.Option("--run", help="Only this run's calls.")] = None,
-    limit: Annotated[int, typer.Option(help="How many, newest first (without --run).")] = 200,
+    limit: Annotated[
+        int, typer.Option(min=1, help="How many, newest first (without --run).")
+    ] = 200,
     app_dir: AppDir = None,
 ) -> None:
     """List op calls from the ledger."""
@@ -361,7 +375,7 @@ def approvals(
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only their ids.")] = False,
     run: Annotated[str | None, typer.Option("--run", help="Only this run's approvals.")] = None,
-    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 100,
+    limit: Annotated[int, typer.Option(min=1, help="How many, newest first.")] = 100,
     app_dir: AppDir = None,
 ) -> None:
     """List approvals, newest first."""
@@ -420,7 +434,11 @@ def approve(
     ],
     edit: Annotated[
         str | None,
-        typer.Option("--edit", help="Fields to change in the draft, as JSON: '{\"amount\": 120}'."),
+        typer.Option(
+            "--edit",
+            help="Fields to change in the draft, as JSON: '{\"amount\": 120}' (@FILE reads a "
+            "file, - stdin).",
+        ),
     ] = None,
     reason: Reason = None,
     key: DecisionKey = None,
@@ -433,10 +451,11 @@ def approve(
 
     edits = None
     if edit is not None:
-        fields = parse_json(edit, "--edit")
+        fields = json_input(edit, "--edit", app_dir, cap="draft_bytes")
         if not isinstance(fields, dict):
             raise RemitError(
-                f"--edit must be a JSON object of fields, e.g. '{{\"amount\": 120}}', not {edit}"
+                "--edit must be a JSON object of fields, e.g. '{\"amount\": 120}', not "
+                f"{near(json.dumps(fields))}"
             )
         if len(approval_ids) > 1:
             raise RemitError(
@@ -579,18 +598,30 @@ def _decide(
             out.print(f"  run {each.run_id} resumes on attempt {each.resumed_workflow_id}")
 
 
-def _show(run: "Run", checkpointed: list["Step"], rows: list["LedgerRow"]) -> None:
-    """A run, each attempt's steps as DBOS checkpointed them, and its ledger rows."""
-    out.print(f"[bold]{run.run_id}[/]  {run.workflow}  {_status(run.status).markup}")
+def _show(
+    run: "Run", checkpointed: list["Step"], rows: list["LedgerRow"], *, full: bool = False
+) -> None:
+    """A run, each attempt's steps as DBOS checkpointed them, and its ledger rows: each long
+    value cut short unless `full`."""
     out.print(
-        f"  attempt {run.attempt} · version {run.version or '-'} · started by {run.started_by} · "
-        f"created {moment(run.created_at)} · finished {moment(run.finished_at)}"
+        Text.assemble((run.run_id, "bold"), f"  {printable(run.workflow)}  ", _status(run.status))
     )
-    out.print(f"  input  {json.dumps(run.input)}")
+    out.print(
+        Text(
+            printable(
+                f"  attempt {run.attempt} · version {run.version or '-'} · started by "
+                f"{run.started_by} · created {moment(run.created_at)} · finished "
+                f"{moment(run.finished_at)}"
+            )
+        )
+    )
+    # One line each, however long, as the terminal wraps it: Rich does not measure it.
+    out.print(Text(f"  input  {shortened(json.dumps(run.input), full=full)}"), soft_wrap=True)
     if run.output is not None:
-        out.print(f"  output {json.dumps(run.output)}")
+        output = shortened(json.dumps(run.output), full=full)
+        out.print(Text(f"  output {output}"), soft_wrap=True)
     if run.error:
-        out.print(f"  [red]error  {run.error}[/]")
+        out.print(styled(f"  error  {shortened(run.error, full=full)}", "red"), soft_wrap=True)
     steps = PlainTable(
         "attempt", "#", "step", "ms", "output", box=None, title="steps", title_justify="left"
     )
@@ -599,11 +630,13 @@ def _show(run: "Run", checkpointed: list["Step"], rows: list["LedgerRow"]) -> No
         took = "-" if started is None or finished is None else str(finished - started)
         if step.copied:
             took = "copied"  # a resumed attempt's fork copied it: it did not run again
-        output, error = step.summary(width=80)
-        result = styled(error, "red") if error is not None else "null" if output is None else output
+        came_to, failure = step.summary(width=sys.maxsize)
+        result: str | Text = "null" if came_to is None else shortened(came_to, full=full)
+        if failure is not None:
+            result = styled(shortened(failure, full=full), "red")
         steps.add_row(str(step.attempt), str(step.function_id), step.name, took, result)
     out.print(steps)
-    out.print(_ledger_table(rows, with_run=False) if rows else "  no op calls")
+    out.print(_ledger_table(rows, with_run=False, full=full) if rows else "  no op calls")
     for line in _in_flight(rows):
         out.print(line)
 
@@ -624,7 +657,7 @@ def _in_flight(rows: list["LedgerRow"]) -> list[str]:
     ]
 
 
-def _ledger_table(rows: list["LedgerRow"], *, with_run: bool) -> PlainTable:
+def _ledger_table(rows: list["LedgerRow"], *, with_run: bool, full: bool = False) -> PlainTable:
     from remit.budgets.model import usd
 
     table = PlainTable(box=None, title="ledger", title_justify="left")
@@ -653,13 +686,13 @@ def _ledger_table(rows: list["LedgerRow"], *, with_run: bool) -> PlainTable:
             str(row.attempt),
             row.op_id,
             effect,
-            row.idempotency_key,
+            shortened(row.idempotency_key, full=full),
             _status(row.status),
             str(row.tries),
             took,
             "-" if row.cost is None else usd(row.cost),
             row.actor,
-            row.error or "",
+            shortened(row.error or "", full=full),
         ]
         table.add_row(*cells)
     return table
@@ -706,11 +739,31 @@ def main() -> None:
     try:
         cli()
     except Exception as error:
-        # Imported only when something went wrong: `remit --help` does without it.
-        from remit.core.errors import RemitError
-
-        if not isinstance(error, RemitError):
+        message = _refusal(error)
+        if message is None:
             raise
         # One line, however long: a script greps it, a terminal wraps it.
-        err.print(f"[red]error:[/] {escape(printable(str(error)))}", soft_wrap=True)
+        err.print(f"[red]error:[/] {escape(printable(message))}", soft_wrap=True)
         sys.exit(1)
+
+
+def _refusal(error: Exception) -> str | None:
+    """What to tell a user whose command was refused: a `RemitError`'s message, or what the
+    database refused to store (a value it has no type for). None for anything else, a
+    defect, which is raised with its traceback."""
+    # Imported only when something went wrong: `remit --help` does without them.
+    from remit.core.errors import RemitError
+
+    if isinstance(error, RemitError):
+        return str(error)
+    refused = [
+        getattr(sys.modules.get(name), "DataError", None) for name in ("sqlalchemy.exc", "psycopg")
+    ]
+    if any(isinstance(error, kind) for kind in refused if isinstance(kind, type)):
+        cause = getattr(error, "orig", None) or error
+        first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        return (
+            f"the database refused a value it cannot store ({near(first)}): change that "
+            "value and try again"
+        )
+    return None

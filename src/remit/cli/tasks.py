@@ -12,6 +12,7 @@ import json
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.text import Text
 
 from remit.cli.base import (
@@ -22,13 +23,15 @@ from remit.cli.base import (
     client_of,
     command_group,
     err,
+    json_input,
     moment,
+    near,
     out,
-    parse_json,
     run_id_of,
     styled,
     whole_ids,
 )
+from remit.core.text import printable
 
 if TYPE_CHECKING:
     from remit.people.tasks import Resolved, Task
@@ -46,7 +49,7 @@ _COLOURS = {"open": "cyan", "done": "green", "not_done": "yellow"}
 def list_tasks(
     open_only: Annotated[bool, typer.Option("--open", help="Only tasks still open.")] = False,
     run: Annotated[str | None, typer.Option("--run", help="Only this run's tasks.")] = None,
-    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 100,
+    limit: Annotated[int, typer.Option(min=1, help="How many, newest first.")] = 100,
     app_dir: AppDir = None,
 ) -> None:
     """List tasks, newest first: writes whose outcome a person must confirm."""
@@ -88,7 +91,8 @@ def resolve(
         str | None,
         typer.Option(
             "--output",
-            help='With --done: what the call returned, as JSON, e.g. \'{"message_id": "m1"}\'.',
+            help='With --done: what the call returned, as JSON, e.g. \'{"message_id": "m1"}\' '
+            "(@FILE reads a file, - stdin).",
         ),
     ] = None,
     key: Annotated[
@@ -108,11 +112,11 @@ def resolve(
         )
     payload: dict[str, Any] | None = None
     if output is not None:
-        parsed = parse_json(output, "--output")
+        parsed = json_input(output, "--output", app_dir, cap="op_bytes")
         if not isinstance(parsed, dict):
             raise RemitError(
                 f"--output must be a JSON object of the op's output fields, e.g. "
-                f'\'{{"message_id": "m1"}}\', not {output}'
+                f'\'{{"message_id": "m1"}}\', not {near(json.dumps(parsed))}'
             )
         payload = parsed
     with client_of(app_dir) as remit:
@@ -170,10 +174,11 @@ def show_open(remit: "Surface", run_id: str) -> None:
 
 
 def _waits_at(task: "Task") -> str:
+    # The title and the key come from what was sent: shown as typed, never read as markup.
     return (
-        f"{task.run_id} waits at task [bold]{task.id}[/]: {task.title} (`{task.op_id}`, key "
-        f"{task.idempotency_key}). Answer it with `remit task resolve {task.id} --done "
-        "--output JSON` or `--not-done`"
+        f"{task.run_id} waits at task [bold]{task.id}[/]: {escape(printable(task.title))} "
+        f"(`{task.op_id}`, key {escape(printable(task.idempotency_key))}). Answer it with "
+        f"`remit task resolve {task.id} --done --output JSON` or `--not-done`"
     )
 
 

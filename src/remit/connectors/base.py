@@ -20,7 +20,8 @@ from typing import Any, ClassVar, TypeVar
 from pydantic import BaseModel
 
 from remit.connectors.redaction import call_secrets, redacted_output
-from remit.core.errors import AppError, MissingCredential
+from remit.core.errors import AppError, DriverError, InputInvalid, MissingCredential, TooLarge
+from remit.core.limits import check_json
 from remit.declare.ops import Op
 
 _OP_MARK = "__remit_op__"
@@ -95,15 +96,39 @@ class Implementation:
         name = self._handlers.get(op.id)
         if name is None:
             raise AppError(f"{type(self).__name__} does not implement `{op.id}`")
-        # Where the answer enters remit, secrets are redacted from it (`redaction.py`).
+        # Where the answer enters remit, secrets are redacted from it (`redaction.py`), and it
+        # is checked against the limits (`answered`).
         secrets = call_secrets(call.environ, getattr(self, "credentials", ()))
         try:
             result = getattr(self, name)(input, call)
         except BaseException as error:  # SystemExit's text is stored too; re-raised as it is
             failure = secrets.exception(error)
         else:
-            return redacted_output(secrets, op, result)
+            output = redacted_output(secrets, op, result)
+            answered(op, output)
+            return output
         raise failure
+
+
+def answered(op: Op[Any, Any], output: BaseModel) -> None:
+    """Refuse an op's output that remit cannot keep: past `REMIT_MAX_OP_BYTES`, or holding a
+    NUL character. The call fails, not to be tried again; a write that cannot be repeated
+    safely is asked about, since the vendor answered and so may have acted."""
+    try:
+        check_json(
+            output.model_dump(mode="json"),
+            what=f"the output of `{op.id}`",
+            cap="op_bytes",
+            target=op.id,
+            after="have the driver return a reference to the data instead, or raise the limit",
+        )
+    except (TooLarge, InputInvalid) as refused:
+        raise DriverError(
+            f"op `{op.id}` answered output remit cannot keep: {refused}",
+            retryable=False,
+            maybe_applied=op.effect == "write",
+            op=op.id,
+        ) from None
 
 
 class Driver(Implementation):

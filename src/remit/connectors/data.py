@@ -28,6 +28,7 @@ from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.errors import AppError, DriverError
 from remit.core.schema import data
+from remit.core.text import printable, unsafe
 from remit.declare.ops import Op, op
 
 M = TypeVar("M", bound=BaseModel)
@@ -195,7 +196,8 @@ def _key_input(model: type[BaseModel], key: str) -> type[BaseModel]:
 
 def _put_input(model: type[M], key: str) -> type[M]:
     """The input of `put`: the model itself, with its key checked as the table stores it, so a
-    record whose key is empty or too long is refused before anything is written."""
+    record whose key is empty, too long or holds control characters (which would reach lists,
+    logs and terminals) is refused before anything is written."""
 
     def key_fits(record: Any) -> Any:
         text = str(getattr(record, key))
@@ -203,6 +205,11 @@ def _put_input(model: type[M], key: str) -> type[M]:
             raise ValueError(
                 f"`{key}` must be 1 to {MAX_KEY} characters once written as text; this one is "
                 f"{len(text)}"
+            )
+        if unsafe(text):
+            raise ValueError(
+                f"`{key}` holds control characters ('{printable(text[:MAX_KEY])}'): give the "
+                "record a key without them"
             )
         return record
 

@@ -3,6 +3,7 @@
     RemitError
     ├── AppError              the app folder cannot be loaded as written (fix the code)
     ├── InputInvalid          an input does not parse against its workflow's or op's model
+    ├── TooLarge              a value is past its size limit (`REMIT_MAX_*`); nothing was written
     ├── UnknownWorkflow       no workflow of that name in the app
     ├── RunNotFound           no run with that id
     ├── SettingsError         an environment setting has a value remit cannot use
@@ -39,6 +40,8 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from remit.core.text import PROBLEMS, excerpt, listed
+
 
 class RemitError(Exception):
     """The root of every error remit raises."""
@@ -62,14 +65,64 @@ class InputInvalid(RemitError):
     @classmethod
     def of(cls, error: ValidationError, *, what: str, target: str, after: str) -> InputInvalid:
         """`what` does not parse: one problem per field, then `after` (what to do next)."""
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in error.errors()
-        )
+        found = error.errors(include_url=False, include_input=False)
+        problems = [
+            excerpt(f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}", 200)
+            for e in found
+        ]
         return cls(
-            f"{what} does not parse: {problems}. {after}",
+            f"{what} does not parse: {listed(problems)}. {after}",
             target=target,
-            errors=json.loads(error.json()),
+            errors=short_errors(error),
         )
+
+
+def short_errors(error: ValidationError) -> list[dict[str, Any]]:
+    """pydantic's errors as JSON, at most `PROBLEMS` of them, each quoting at most an excerpt
+    of the input it refused."""
+    shown: list[dict[str, Any]] = []
+    for each in error.errors(include_url=False)[:PROBLEMS]:
+        item = json.loads(json.dumps(each, default=str))
+        if "input" in item:
+            item["input"] = _short(item["input"])
+        if "msg" in item:
+            item["msg"] = excerpt(item["msg"], 200)
+        if isinstance(item.get("ctx"), dict):
+            item["ctx"] = {k: _short(v) for k, v in item["ctx"].items()}
+        shown.append(item)
+    return shown
+
+
+def _short(value: Any) -> Any:
+    """`value` as it is when its JSON is short, else an excerpt of it."""
+    shown = excerpt(value)
+    return value if not shown.endswith("…") else shown
+
+
+class TooLarge(RemitError):
+    """A value is past its limit: a run's input, a step's output, an op call's input or
+    output, a draft, a reason, a request body. Nothing was written.
+
+    `what` names the value, `size` is how big it is and `limit` the cap, in `unit` (`bytes` of
+    its compact JSON, or `characters`), and `setting` the environment variable that raises it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        what: str,
+        size: int,
+        limit: int,
+        setting: str,
+        unit: Literal["bytes", "characters"] = "bytes",
+    ) -> None:
+        super().__init__(message)
+        self.what = what
+        self.size = size
+        self.limit = limit
+        self.setting = setting
+        self.unit = unit
 
 
 class UnknownWorkflow(RemitError):

@@ -16,6 +16,8 @@ def full_id(db: Database, column: sa.Column[Any], given: str, *, what: str) -> s
     """The id `given` names in `column`: itself when an id is exactly that, else the one id that
     begins with it. An unknown id is returned as given, for the caller's lookup to refuse in its
     own words; a prefix of several is refused, naming them."""
+    if "\x00" in given:
+        return given  # no id holds a NUL character: the lookup refuses it
     with db.engine.connect() as conn:
         if conn.execute(sa.select(column).where(column == given).limit(1)).first():
             return given

@@ -32,11 +32,13 @@ from remit.core.activity import (
 from remit.core.audit import audit_row
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
-from remit.core.errors import InputInvalid, RemitError, RunNotFound
+from remit.core.errors import InputInvalid, RemitError, RunNotFound, TooLarge
 from remit.core.fence import FINISHED as FINISHED
 from remit.core.fence import attempt_workflow_id as attempt_workflow_id
 from remit.core.fence import lock, next_attempt, status_write
+from remit.core.limits import check_json
 from remit.core.schema import runs
+from remit.core.text import PROBLEMS, excerpt
 
 if TYPE_CHECKING:
     from dbos import DBOSClient
@@ -215,6 +217,8 @@ class RunStore:
 
     def find(self, run_id: str) -> Run | None:
         """The run, or None when there is no run with that id."""
+        if "\x00" in run_id:
+            return None  # no id holds a NUL character (and Postgres could not look one up)
         with self.db.engine.connect() as conn:
             row = conn.execute(sa.select(runs).where(runs.c.run_id == run_id)).one_or_none()
         return None if row is None else _run(row)
@@ -360,6 +364,22 @@ class RunStore:
         return next_attempt(conn, run, now=self.clock.now(), reopen=reopen)
 
 
+def output_refused(run_id: str, output: Any) -> str | None:
+    """Why a run's output (as JSON) cannot be kept, or None when it can: past
+    `REMIT_MAX_OUTPUT_BYTES`, or holding a NUL character. The run then fails with it."""
+    try:
+        check_json(
+            output,
+            what="the run's output",
+            cap="output_bytes",
+            target=run_id,
+            after="return a reference to the data instead, or raise the limit",
+        )
+    except (TooLarge, InputInvalid) as refused:
+        return str(refused)
+    return None
+
+
 def enqueue_first(conn: sa.Connection, client: DBOSClient, run: Run) -> None:
     """Enqueue the run's first attempt inside the caller's transaction, which wrote the run's
     row or holds its lock. Raises if DBOS already holds an attempt of that id."""
@@ -404,10 +424,17 @@ def _not_found(run_id: str) -> RunNotFound:
 
 
 def parse_input(workflow: Workflow, input: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
-    """The run's input as JSON, parsed against the workflow's model. Raises `InputInvalid`."""
+    """The run's input as JSON, parsed against the workflow's model. Raises `InputInvalid`
+    (for a NUL character in it too, or a field its model does not have, unless the model's
+    `model_config` says what to do with extra fields) and `TooLarge` past
+    `REMIT_MAX_INPUT_BYTES`."""
     try:
         if isinstance(input, BaseModel):
             input = input.model_dump(mode="json")
+        check_json(input, what="the run's input", cap="input_bytes", target=workflow.name)
+        refuse_unknown_fields(
+            workflow.input, input, what=f"input to workflow `{workflow.name}`", target=workflow.name
+        )
         model = workflow.input.model_validate(input)
     except ValidationError as error:
         raise InputInvalid.of(
@@ -417,6 +444,35 @@ def parse_input(workflow: Workflow, input: Mapping[str, Any] | BaseModel) -> dic
             after="Fix the input and start the run again; nothing was written",
         ) from None
     return json_input(model, what=f"input to workflow `{workflow.name}`", target=workflow.name)
+
+
+def refuse_unknown_fields(model: type[BaseModel], given: Any, *, what: str, target: str) -> None:
+    """Refuse fields `given` names that `model` does not have, unless its `model_config` sets
+    `extra` (to allow or ignore them): an unknown field is a mistake, not something to drop."""
+    if not isinstance(given, Mapping) or "extra" in model.model_config:
+        return
+    known = set(model.model_fields) | {f.alias for f in model.model_fields.values() if f.alias}
+    unknown = [str(name) for name in given if name not in known]
+    if not unknown:
+        return
+    names = ", ".join(f"`{excerpt(name, 40)}`" for name in unknown[:PROBLEMS])
+    more = f" and {len(unknown) - PROBLEMS:,} more" if len(unknown) > PROBLEMS else ""
+    fields = ", ".join(model.model_fields) or "none"
+    raise InputInvalid(
+        f"{what} does not parse: {model.__name__} has no field {names}{more} (its fields: "
+        f"{fields}): remove {'it' if len(unknown) == 1 else 'them'}, or declare "
+        f"{'it' if len(unknown) == 1 else 'them'} in the model (`model_config = "
+        'ConfigDict(extra="allow")` keeps fields it does not declare). Nothing was written',
+        target=target,
+        errors=[
+            {
+                "loc": [excerpt(name, 40)],
+                "msg": "not a field of the model",
+                "type": "extra_forbidden",
+            }
+            for name in unknown[:PROBLEMS]
+        ],
+    )
 
 
 def json_input(model: BaseModel, *, what: str, target: str) -> dict[str, Any]:

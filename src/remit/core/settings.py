@@ -31,7 +31,7 @@ class Settings:
     - `poll_interval`: `REMIT_POLL_INTERVAL`, seconds between queue polls (default 0.1).
     - `drain_timeout`: `REMIT_DRAIN_TIMEOUT`, seconds a worker waits on SIGTERM (default 30).
     - `actor`: `REMIT_AS` (or its older name `REMIT_ACTOR`), who the CLI and a client act as
-      (default `user:<login name>`).
+      (default `user:<login name>`; set but empty is refused).
     - `reconcile_interval`: `REMIT_RECONCILE_INTERVAL`, seconds between reconciler passes (60).
     - `heartbeat_interval`: `REMIT_HEARTBEAT_INTERVAL`, seconds between heartbeats (5).
     - `dead_after`: `REMIT_DEAD_AFTER`, seconds without a heartbeat before a worker is dead (30).
@@ -58,6 +58,13 @@ class Settings:
       `/v1/traces` is added, or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, used as given. Default none:
       nothing is exported.
     - `log_format`: `REMIT_LOG_FORMAT`, `text` (default) or `json` (one JSON object a line).
+    - `max_input_bytes`, `max_output_bytes`, `max_op_bytes`, `max_draft_bytes`,
+      `max_body_bytes`: `REMIT_MAX_INPUT_BYTES` (a run's input, 2 MiB), `REMIT_MAX_OUTPUT_BYTES`
+      (a step's or a run's output, 2 MiB), `REMIT_MAX_OP_BYTES` (an op call's input or output,
+      2 MiB), `REMIT_MAX_DRAFT_BYTES` (an approval's draft or its edits, 256 KiB),
+      `REMIT_MAX_BODY_BYTES` (an HTTP request body, 4 MiB): each the UTF-8 bytes of the compact
+      JSON (see `limits.py`); `max_reason_chars`: `REMIT_MAX_REASON_CHARS`, the longest reason
+      or note a person sends (4000 characters).
     - `version`: `REMIT_VERSION`, the application version workers run under (a build's SHA, say)
       in place of the hash of the workflows' code (default).
     - `op_timeout`: `REMIT_OP_TIMEOUT`, seconds one try of an op call may take unless the op
@@ -92,6 +99,12 @@ class Settings:
     version: str | None = None
     op_timeout: float = 120.0
     max_recoveries: int = 5
+    max_input_bytes: int = 2 * 1024 * 1024
+    max_output_bytes: int = 2 * 1024 * 1024
+    max_op_bytes: int = 2 * 1024 * 1024
+    max_draft_bytes: int = 256 * 1024
+    max_reason_chars: int = 4000
+    max_body_bytes: int = 4 * 1024 * 1024
 
     @classmethod
     def from_env(cls, app_dir: Path | str, environ: Mapping[str, str] | None = None) -> Settings:
@@ -111,9 +124,7 @@ class Settings:
             threads=_number(env, "REMIT_WORKER_THREADS", 64, int),
             poll_interval=_number(env, "REMIT_POLL_INTERVAL", 0.1, float),
             drain_timeout=_number(env, "REMIT_DRAIN_TIMEOUT", 30.0, float, zero=True),
-            actor=env.get("REMIT_AS")
-            or env.get("REMIT_ACTOR")
-            or f"user:{env.get('USER') or env.get('LOGNAME') or _login()}",
+            actor=_actor(env),
             log_level=_log_level(env),
             reconcile_interval=_number(env, "REMIT_RECONCILE_INTERVAL", 60.0, float),
             heartbeat_interval=heartbeat,
@@ -137,6 +148,12 @@ class Settings:
             version=_version(env),
             op_timeout=_number(env, "REMIT_OP_TIMEOUT", 120.0, float),
             max_recoveries=_number(env, "REMIT_MAX_RECOVERIES", 5, int, zero=True),
+            max_input_bytes=_number(env, "REMIT_MAX_INPUT_BYTES", 2 * 1024 * 1024, int),
+            max_output_bytes=_number(env, "REMIT_MAX_OUTPUT_BYTES", 2 * 1024 * 1024, int),
+            max_op_bytes=_number(env, "REMIT_MAX_OP_BYTES", 2 * 1024 * 1024, int),
+            max_draft_bytes=_number(env, "REMIT_MAX_DRAFT_BYTES", 256 * 1024, int),
+            max_reason_chars=_number(env, "REMIT_MAX_REASON_CHARS", 4000, int),
+            max_body_bytes=_number(env, "REMIT_MAX_BODY_BYTES", 4 * 1024 * 1024, int),
         )
 
 
@@ -157,6 +174,20 @@ _VERSION = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 def default_database_url(app_dir: Path) -> str:
     return f"sqlite:///{(app_dir.resolve() / DATA_DIR / 'remit.sqlite')}"
+
+
+def _actor(env: Mapping[str, str]) -> str:
+    """`REMIT_AS` (else `REMIT_ACTOR`), else `user:<login>`. Set but empty is refused: a
+    variable meant to name someone that came out empty must not act as the login."""
+    for name in ("REMIT_AS", "REMIT_ACTOR"):
+        if name in env:
+            if not env[name].strip():
+                raise SettingsError(
+                    f"{name} is set but empty: set it to user:<name> or agent:<name>, or unset "
+                    "it to act as user:<login>"
+                )
+            return env[name]
+    return f"user:{env.get('USER') or env.get('LOGNAME') or _login()}"
 
 
 def _number(

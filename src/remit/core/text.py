@@ -4,11 +4,14 @@ clear the screen or recolour what follows."""
 
 from __future__ import annotations
 
+import json
 import unicodedata
+from typing import Any
 
-# Control characters, format characters (bidirectional overrides among them) and the Unicode
-# line and paragraph separators.
-_UNSAFE = frozenset({"Cc", "Cf", "Zl", "Zp"})
+# Control characters, format characters (bidirectional overrides among them), the Unicode
+# line and paragraph separators, and lone surrogates (undecodable bytes of a command line,
+# which no terminal, log file or database encoding can write).
+_UNSAFE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 
 
 def unsafe(text: str) -> bool:
@@ -45,3 +48,25 @@ def describe_seconds(seconds: float) -> str:
         if count:
             parts.append(f"{count}{unit}")
     return "".join(parts)
+
+
+# How much of what was sent an error message quotes, and how many field problems it lists.
+EXCERPT = 80
+PROBLEMS = 20
+
+
+def excerpt(value: Any, width: int = EXCERPT) -> str:
+    """At most `width` characters of `value` (as JSON, unless it is text), then `…` if there
+    was more: what an error message quotes of what was sent."""
+    try:
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= width else text[:width] + "…"
+
+
+def listed(problems: list[str], *, most: int = PROBLEMS) -> str:
+    """At most `most` problems, `; `-joined, then how many more there were."""
+    shown = "; ".join(problems[:most])
+    more = len(problems) - most
+    return shown + (f"; and {more:,} more" if more > 0 else "")

@@ -25,8 +25,16 @@ from remit.connectors.llm import ChatMessage, ChatReply, chat_complete
 from remit.connectors.redaction import app_secrets
 from remit.core import telemetry
 from remit.core.activity import Record, check_record
-from remit.core.errors import InputInvalid, OpNotDeclared, RemitError, RunTimedOut, Suspended
+from remit.core.errors import (
+    InputInvalid,
+    OpNotDeclared,
+    RemitError,
+    RunTimedOut,
+    Suspended,
+    TooLarge,
+)
 from remit.core.keys import key_problem
+from remit.core.limits import check_json
 from remit.core.outcome import Failed, Ok, StepFailure, parse_outcome
 from remit.core.runs import RunInfo
 from remit.core.text import describe_seconds
@@ -282,12 +290,12 @@ class _Base:
                 )
             )
         except ValidationError as error:
-            raise InputInvalid(
-                f"input to op `{op_id}` does not parse: {error}",
-                target=op_id,
-                errors=[dict(e) for e in error.errors(include_url=False)],
+            raise InputInvalid.of(
+                error, what=f"input to op `{op_id}`", target=op_id, after="Nothing was called"
             ) from None
-        return declared, model.model_dump(mode="json")
+        payload: dict[str, Any] = model.model_dump(mode="json")
+        check_json(payload, what=f"the input to `{op_id}`", cap="op_bytes", target=op_id)
+        return declared, payload
 
     def _gate_step(
         self,
@@ -414,11 +422,15 @@ def _finish_op(op: Op[Any, Out], checkpoint: Any) -> Out:
 
 def _step_outcome(name: str, value: Any) -> dict[str, Any]:
     try:
-        return Ok(output=to_jsonable_python(value)).to_json()
+        output = to_jsonable_python(value)
+        check_json(output, what=f"the output of step `{name}`", cap="output_bytes", target=name)
+        return Ok(output=output).to_json()
     except Exception as error:
         message = (
-            f"step `{name}` returned a value that is not JSON ({type(error).__name__}: {error}): "
-            "return plain data or a pydantic model"
+            str(error)
+            if isinstance(error, TooLarge | InputInvalid)
+            else f"step `{name}` returned a value that is not JSON ({type(error).__name__}: "
+            f"{error}): return plain data or a pydantic model"
         )
         return Failed(
             failure=StepFailure(message=message, error_type=type(error).__name__)

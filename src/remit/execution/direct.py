@@ -31,6 +31,7 @@ from remit.core.database import Database
 from remit.core.errors import InputInvalid, RemitError
 from remit.core.keys import key_problem
 from remit.core.ledger import LedgerStore, input_hash
+from remit.core.limits import check_json
 from remit.core.outcome import Ok, Outcome
 from remit.core.principals import check_actor
 from remit.core.runs import RunInfo, RunStore, json_input
@@ -288,7 +289,9 @@ def _when(at: datetime) -> str:
 
 def parse_op_input(op: Op[Any, Any], payload: Mapping[str, Any]) -> dict[str, Any]:
     """`payload` parsed against the op's input model, as JSON. Raises `InputInvalid` naming
-    each field that does not parse."""
+    each field that does not parse (or holds a NUL character), `TooLarge` past
+    `REMIT_MAX_OP_BYTES`."""
+    check_json(payload, what=f"the input to `{op.id}`", cap="op_bytes", target=op.id)
     try:
         model = op.input.model_validate(dict(payload))
     except ValidationError as error:

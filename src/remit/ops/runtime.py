@@ -34,7 +34,7 @@ from remit.core.database import Database
 from remit.core.errors import CodeChanged, RemitError, RunMovedOn, RunTimedOut, Suspended
 from remit.core.ledger import LedgerStore
 from remit.core.redact import Redactor
-from remit.core.runs import RunInfo, RunStore, attempt_workflow_id
+from remit.core.runs import RunInfo, RunStore, attempt_workflow_id, output_refused
 from remit.core.settings import Settings
 from remit.declare.ops import Op
 from remit.declare.workflows import Workflow
@@ -201,6 +201,10 @@ class Runtime:
             self.runs.conclude(run.run_id, run.workflow_id, "failed", error=message)
             raise TypeError(message) from error
         output = self._secrets().json(output)
+        refused = output_refused(run.run_id, output)
+        if refused is not None:
+            self.runs.conclude(run.run_id, run.workflow_id, "failed", error=refused)
+            raise RemitError(refused)
         self.runs.conclude(run.run_id, run.workflow_id, "done", output=output)
         return output
 

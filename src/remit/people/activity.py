@@ -24,6 +24,8 @@ from remit.people.answers import as_json
 
 # The most rows one read returns.
 MOST = 1000
+# The last row number there can be: the id column is a 32-bit integer on Postgres.
+LAST_ROW = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -63,11 +65,16 @@ def timeline(
     on from the last row of the page before. A record nothing happened about has none.
 
     Raises `InputInvalid` for a record no one could name, and `RemitError` for a limit that
-    is not 1 to 1000.
+    is not 1 to 1000 or an `after` that is no row number.
     """
     record_type, record_id = check_record(record, where="activity")
     if not 1 <= limit <= MOST:
         raise RemitError(f"activity: limit {limit} must be 1 to {MOST}")
+    if after is not None and not 0 <= after <= LAST_ROW:
+        raise RemitError(
+            f"activity: after {after} is no row number: give 0 to {LAST_ROW}, the `#` of the "
+            "last row read"
+        )
     query = (
         sa.select(activity)
         .where(

@@ -190,6 +190,8 @@ class Answers:
             return replayed.result, self.resumer.pending(conn, replayed.resumed)
 
     def _one(self, table: sa.Table, row_id: str) -> sa.Row[Any] | None:
+        if "\x00" in row_id:
+            return None  # no id holds a NUL character (and Postgres could not look one up)
         with self.db.engine.connect() as conn:
             return conn.execute(sa.select(table).where(table.c.id == row_id)).one_or_none()
 

@@ -60,6 +60,7 @@ from remit.core.errors import (
 )
 from remit.core.fence import FINISHED, cancel, hold, lock
 from remit.core.keys import key_problem
+from remit.core.limits import check_json, check_text
 from remit.core.runs import Run, RunInfo, RunStore
 from remit.core.schema import activity, approvals, decisions, notifications, runs
 from remit.declare.workflows import check_name
@@ -250,13 +251,14 @@ class Gates:
         try:
             if isinstance(draft, BaseModel):
                 draft = draft.model_dump(mode="json")
+            check_json(draft, what=f"the draft of approval `{key}`", cap="draft_bytes", target=key)
             parsed = declared.draft.model_validate(draft)
         except ValidationError as error:
-            raise InputInvalid(
-                f"the draft of approval `{key}` does not parse as {declared.draft.__name__}: "
-                f"{error}",
+            raise InputInvalid.of(
+                error,
+                what=f"the draft of approval `{key}` ({declared.draft.__name__})",
                 target=key,
-                errors=[dict(e) for e in error.errors(include_url=False)],
+                after="Fix the draft the workflow passes to ctx.approval",
             ) from None
         seconds = expires_in.total_seconds() if isinstance(expires_in, timedelta) else expires_in
         if seconds is not None and seconds <= 0:
@@ -486,6 +488,7 @@ class Approvals(Answers):
         """
         wanted = sorted({ids} if isinstance(ids, str) else set(ids))
         check_call(wanted, decision, by=by, via=via, decision_key=decision_key, edits=edits)
+        check_decision(wanted, edits, reason)
         is_admin = by in self.admins if admin is None else admin
         call = DecideCall(
             wanted, decision, by, via, decision_key, dict(edits or {}), reason, is_admin
@@ -513,6 +516,7 @@ class Approvals(Answers):
         """
         record_type, record_id = check_record(record, where="archive_record")
         ref = RecordRef(app, record_type, record_id)
+        check_text(reason, what="the archive's reason", target=f"{record_type} {record_id}")
         why = reason or f"{record_type} {record_id} was archived"
         is_admin = by in self.admins if admin is None else admin
         for tries_left in (2, 1, 0):
@@ -934,6 +938,26 @@ def _approval(row: sa.Row[Any], types: Mapping[str, ApprovalType]) -> Approval[A
         draft_json=stored["draft"],
         edited_draft_json=edited,
     )
+
+
+def check_decision(
+    ids: Iterable[str], edits: Mapping[str, Mapping[str, Any]] | None, reason: str | None
+) -> None:
+    """Refuse, before anything is read or written, what no decision may carry: a NUL character
+    in an id, an edit or the reason, edits past `REMIT_MAX_DRAFT_BYTES`, a reason past
+    `REMIT_MAX_REASON_CHARS`."""
+    for approval_id in ids:
+        check_json(approval_id, what="an approval id", cap="draft_bytes", target="decide")
+    check_text(reason, what="the decision's reason", target="decide")
+    for approval_id, edit in (edits or {}).items():
+        check_json(approval_id, what="an approval id in edits", cap="draft_bytes", target="decide")
+        check_json(
+            edit,
+            what=f"the edits to approval {approval_id}",
+            cap="draft_bytes",
+            target=approval_id,
+            after="edit fewer fields, or raise the limit",
+        )
 
 
 def _parsed(declared: ApprovalType | None, draft: dict[str, Any]) -> BaseModel:

@@ -45,6 +45,7 @@ from remit.core.errors import RemitError, TaskNotFound, TaskRefused
 from remit.core.fence import attempt_workflow_id, lock
 from remit.core.keys import key_problem
 from remit.core.ledger import LedgerRow, read_row
+from remit.core.limits import check_json
 from remit.core.principals import SYSTEM_PREFIX, check_principal
 from remit.core.schema import ledger, tasks
 from remit.declare.ops import Op
@@ -347,6 +348,9 @@ class Tasks(Answers):
             reasons.append(problem)
         if reasons:
             raise TaskRefused(task_id, reasons)
+        check_json(task_id, what="the task id", cap="op_bytes", target="resolve")
+        if output is not None:
+            check_json(output, what=f"the answer to task {task_id}", cap="op_bytes", target=task_id)
         answer = _TaskAnswer(
             task_id, done, None if output is None else dict(output), by, key, self.ops
         )

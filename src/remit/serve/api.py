@@ -53,7 +53,9 @@ one JSON shape, `{"error": ..., "reasons": [{"approval_id": ..., "reason": ...}]
 that says whose move it is: 400 and 422 for a request to fix, 404 for an unknown id, 409 for an
 act refused as things stand (nothing written), 503 while the database does not answer. A body
 field, or a query parameter, that the route does not take is refused (422) rather than passed
-over, and so is text holding a NUL character, which no text the database keeps may hold.
+over, and so is text holding a NUL character, which no text the database keeps may hold. A
+body past `REMIT_MAX_BODY_BYTES` is 413 before it is read whole (`serve/body.py`), and so is a
+value in it past its own limit (`REMIT_MAX_INPUT_BYTES` and its siblings, `core/limits.py`).
 
 The routes are in `serve/routes.py`; what they take and answer in `serve/params.py` and
 `serve/models.py`; the error shape in `serve/errors.py`; `serve/server.py` runs the app.
@@ -73,6 +75,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from remit._version import __version__
 from remit.client import Client
 from remit.core.errors import RemitError
+from remit.serve.body import BodyLimit
 from remit.serve.errors import error_response
 from remit.serve.models import (
     ErrorBody,
@@ -124,6 +127,7 @@ def create_api(
         )
         return JSONResponse(ErrorBody(error=message).model_dump(mode="json"), status_code=400)
 
+    api.add_middleware(BodyLimit, limit=client.settings.max_body_bytes)
     api.state.remit = client
     routes = router(client)
     for error in (

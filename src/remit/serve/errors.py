@@ -25,9 +25,11 @@ from remit.core.errors import (
     RunNotFound,
     TaskNotFound,
     TaskRefused,
+    TooLarge,
     Unauthenticated,
     UnknownWorkflow,
 )
+from remit.core.text import PROBLEMS, excerpt, listed
 from remit.policy.cedar import PolicyDenied
 from remit.serve.models import (
     ErrorBody,
@@ -78,6 +80,9 @@ async def error_response(request: Request, error: Exception) -> JSONResponse:
     elif isinstance(error, RetryRefused):
         status, message = 409, str(error)
         reasons = [ErrorReason(approval_id=None, reason=message)]
+    elif isinstance(error, TooLarge):
+        status, message = 413 if error.unit == "bytes" else 422, str(error)
+        reasons = [ErrorReason(approval_id=approval_id, reason=message)]
     elif isinstance(error, InputInvalid):
         status, message = 422, str(error)
         reasons = [
@@ -118,11 +123,13 @@ def _invalid(
 ) -> tuple[int, str, list[ErrorReason]]:
     """A request that does not parse: 400 for a missing or bad Idempotency-Key, else 422."""
     body = _body_model(request)
-    problems = [_problem(each, body) for each in error.errors()]
+    found = error.errors()
+    problems = [excerpt(_problem(each, body), 300) for each in found]
     reasons = [ErrorReason(approval_id=approval_id, reason=problem) for problem in problems]
-    if any(each["loc"][:1] == ("header",) for each in error.errors()):
+    reasons = reasons[:PROBLEMS]
+    if any(each["loc"][:1] == ("header",) for each in found):
         return 400, KEY_HINT, reasons
-    return 422, f"the request does not parse: {'; '.join(problems)}", reasons
+    return 422, f"the request does not parse: {listed(problems)}", reasons
 
 
 def _body_model(request: Request) -> type[RequestBody] | None:

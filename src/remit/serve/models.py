@@ -72,6 +72,8 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         403: "The app's policies refuse the token's principal this act; the reason is given.",
         404: "Nothing has that id: the error names the route that lists them.",
         409: "The act was refused as things stand and nothing was written; every reason is listed.",
+        413: "The body, or a value in it, is past its size limit (`REMIT_MAX_*`): the error "
+        "names the limit and the setting that raises it; nothing was written.",
         422: "The body or the query does not parse (every field is listed), or the "
         "Idempotency-Key was sent before with another request.",
         503: "The database did not answer; send the request again.",

@@ -27,8 +27,10 @@ from remit.core.errors import (
     Unauthenticated,
 )
 from remit.core.runs import Run, RunStatus
+from remit.core.text import PROBLEMS, excerpt, listed
 from remit.ops.registry import state as worker_state
-from remit.people.approvals import Approval, Approvals, ApprovalStatus
+from remit.people.activity import LAST_ROW
+from remit.people.approvals import Approval, Approvals, ApprovalStatus, check_decision
 from remit.people.tasks import Task, TaskStatus
 from remit.policy.tokens import parse_duration
 from remit.serve.models import (
@@ -188,7 +190,9 @@ def _run_routes(routes: APIRouter, client: Client) -> None:
             RunView.of(run) for run in client.runs(status=status, workflow=workflow, limit=limit)
         ]
 
-    @routes.post("/runs", status_code=201, responses=error_responses(400, 401, 403, 404, 422, 503))
+    @routes.post(
+        "/runs", status_code=201, responses=error_responses(400, 401, 403, 404, 413, 422, 503)
+    )
     def start_run(body: StartRequest, who: Who) -> RunView:
         """Start a run of a workflow, as the policies allow (`start` on the workflow); a worker
         serving its queue runs it. A workflow the app does not have is 404."""
@@ -205,14 +209,16 @@ def _run_routes(routes: APIRouter, client: Client) -> None:
         """A run's steps, attempt by attempt, as DBOS checkpointed them (`remit show`)."""
         return [StepView.of(step) for step in client.steps(_run(client, run_id).run_id)]
 
-    @routes.post("/runs/{run_id}/cancel", responses=error_responses(400, 401, 403, 404, 422, 503))
+    @routes.post(
+        "/runs/{run_id}/cancel", responses=error_responses(400, 401, 403, 404, 413, 422, 503)
+    )
     def cancel_run(run_id: RunId, who: Who) -> RunView:
         """Cancel a run that has not finished, as the policies allow (`cancel` on its
         workflow); a finished one is left as it is."""
         return RunView.of(client.cancel(_run(client, run_id).run_id, by=who))
 
     @routes.post(
-        "/runs/{run_id}/retry", responses=error_responses(400, 401, 403, 404, 409, 422, 503)
+        "/runs/{run_id}/retry", responses=error_responses(400, 401, 403, 404, 409, 413, 422, 503)
     )
     def retry_run(
         run_id: RunId,
@@ -267,7 +273,7 @@ def _approval_routes(routes: APIRouter, client: Client) -> None:
 
     @routes.post(
         "/approvals/{approval_id}/decision",
-        responses=error_responses(400, 401, 403, 404, 409, 422, 503),
+        responses=error_responses(400, 401, 403, 404, 409, 413, 422, 503),
     )
     def decide(
         approval_id: ApprovalId,
@@ -282,6 +288,7 @@ def _approval_routes(routes: APIRouter, client: Client) -> None:
         approval = _find(client, approval_id)
         approval_id = approval.id
         edits = body.edits or None
+        check_decision([approval_id], None if edits is None else {approval_id: edits}, body.reason)
         if edits is not None:
             _check_edits(approvals, {approval_id: (approval, edits)})
         result = client.decide(
@@ -297,7 +304,9 @@ def _approval_routes(routes: APIRouter, client: Client) -> None:
             replayed=result.replayed, approval=ApprovalView.of(approvals.get(approval_id))
         )
 
-    @routes.post("/approvals/decisions", responses=error_responses(400, 401, 403, 409, 422, 503))
+    @routes.post(
+        "/approvals/decisions", responses=error_responses(400, 401, 403, 409, 413, 422, 503)
+    )
     def decide_many(
         body: DecisionsRequest, who: Who, idempotency_key: RequiredKey
     ) -> DecisionsResponse:
@@ -305,6 +314,7 @@ def _approval_routes(routes: APIRouter, client: Client) -> None:
         runs. Refused, nothing is decided and every reason is listed: 403 when each is the
         policies', else 409."""
         edits = {approval_id: edit for approval_id, edit in (body.edits or {}).items() if edit}
+        check_decision(body.ids, edits, body.reason)
         found: dict[str, tuple[Approval, Mapping[str, Any]]] = {}
         for approval_id, edit in edits.items():
             # An unknown one: decide() refuses the batch, naming it with every other reason.
@@ -357,7 +367,7 @@ def _task_routes(routes: APIRouter, client: Client) -> None:
         return TaskDetail.model_validate({**TaskView.of(task).model_dump(), "audit": audit})
 
     @routes.post(
-        "/tasks/{task_id}/resolution", responses=error_responses(400, 401, 404, 409, 422, 503)
+        "/tasks/{task_id}/resolution", responses=error_responses(400, 401, 404, 409, 413, 422, 503)
     )
     def resolve_task(
         task_id: TaskId, body: ResolutionRequest, who: Who, idempotency_key: OptionalKey = None
@@ -427,7 +437,9 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
             BudgetPeriod.of(state, drift) for state, drift in client.budget_periods(limit=limit)
         ]
 
-    @routes.put("/budgets/{scope}/limit", responses=error_responses(400, 401, 403, 404, 422, 503))
+    @routes.put(
+        "/budgets/{scope}/limit", responses=error_responses(400, 401, 403, 404, 413, 422, 503)
+    )
     def set_limit(
         scope: Annotated[
             str,
@@ -521,19 +533,19 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
 def _control_routes(routes: APIRouter, client: Client) -> None:
     """The app's controls: pause, resume, a reconciler pass."""
 
-    @routes.post("/pause", responses=error_responses(400, 401, 403, 422, 503))
+    @routes.post("/pause", responses=error_responses(400, 401, 403, 413, 422, 503))
     def pause(who: Who) -> Paused:
         """Pause the app, as the policies allow: its queues take no new work, and each run
         parks before its next step."""
         return Paused(paused=True, queues=client.pause(by=who))
 
-    @routes.post("/resume", responses=error_responses(400, 401, 403, 422, 503))
+    @routes.post("/resume", responses=error_responses(400, 401, 403, 413, 422, 503))
     def resume(who: Who) -> Resumed:
         """Resume the app, as the policies allow: its queues again, its parked runs on."""
         queues, carried_on = client.resume(by=who)
         return Resumed(paused=False, queues=queues, carried_on=carried_on)
 
-    @routes.post("/reconcile", responses=error_responses(400, 401, 403, 422, 503))
+    @routes.post("/reconcile", responses=error_responses(400, 401, 403, 413, 422, 503))
     def reconcile(
         who: Who, body: Annotated[ReconcileRequest | None, Body()] = None
     ) -> ReconcileReport:
@@ -579,7 +591,7 @@ def _secret_routes(routes: APIRouter, client: Client) -> None:
             for each in client.secrets.list()[:limit]
         ]
 
-    @routes.put("/secrets/{name}", responses=error_responses(400, 401, 403, 422, 503))
+    @routes.put("/secrets/{name}", responses=error_responses(400, 401, 403, 413, 422, 503))
     def set_secret(name: SecretName, body: SecretRequest, who: Who) -> SecretView:
         """Store a secret (replacing its value), as the policies allow (`set_secret`)."""
         check_name(name)
@@ -599,7 +611,7 @@ def _secret_routes(routes: APIRouter, client: Client) -> None:
 def _call_routes(routes: APIRouter, client: Client) -> None:
     """Direct calls of one op, outside any run."""
 
-    @routes.post("/calls", responses=error_responses(400, 401, 403, 404, 422, 503))
+    @routes.post("/calls", responses=error_responses(400, 401, 403, 404, 413, 422, 503))
     def call(body: CallRequest, who: Who, idempotency_key: CallKey = None) -> CallView:
         """Call one op directly, outside any run, as the policies allow (`call` on the op); a
         policy may hold it for an approval, and a run then waits to make it. An op the app
@@ -631,7 +643,9 @@ def _token_routes(routes: APIRouter, client: Client) -> None:
         now = client.clock.now()
         return [TokenView.of(each, now) for each in client.list_tokens(by=who)[:limit]]
 
-    @routes.post("/tokens", status_code=201, responses=error_responses(400, 401, 403, 422, 503))
+    @routes.post(
+        "/tokens", status_code=201, responses=error_responses(400, 401, 403, 413, 422, 503)
+    )
     def create_token(body: TokenRequest, who: Who) -> TokenMade:
         """Make an API token that acts as `for`, as the policies allow (`manage_tokens`). The
         token is in this answer only: it is kept nowhere."""
@@ -668,7 +682,7 @@ def _activity_routes(routes: APIRouter, client: Client) -> None:
         record_id: RecordPart,
         limit: Annotated[int, limit_query("oldest first")] = 100,
         after: Annotated[
-            int | None, Query(ge=0, description="Only the rows after this one.")
+            int | None, Query(ge=0, le=LAST_ROW, description="Only the rows after this one.")
         ] = None,
     ) -> list[ActivityView]:
         """What happened about a record, oldest first: its runs, gates and tasks."""
@@ -677,7 +691,7 @@ def _activity_routes(routes: APIRouter, client: Client) -> None:
 
     @routes.post(
         "/records/{record_type}/{record_id}/archive",
-        responses=error_responses(400, 401, 403, 409, 422, 503),
+        responses=error_responses(400, 401, 403, 409, 413, 422, 503),
     )
     def archive(
         record_type: RecordPart, record_id: RecordPart, body: ArchiveRequest, who: Who
@@ -747,7 +761,8 @@ def _check_edits(
             names.append(f"the edits to approval {approval_id} do not fit its draft ({declared})")
             reasons += [ErrorReason(approval_id=approval_id, reason=each) for each in found]
     if reasons:
-        raise Problem(422, f"{'; '.join(names)}: {'; '.join(r.reason for r in reasons)}", reasons)
+        problems = [r.reason for r in reasons]
+        raise Problem(422, f"{'; '.join(names)}: {listed(problems)}", reasons[:PROBLEMS])
 
 
 def _edit_problems(approvals: Approvals, approval: Approval, edits: Mapping[str, Any]) -> list[str]:
@@ -763,15 +778,15 @@ def _edit_problems(approvals: Approvals, approval: Approval, edits: Mapping[str,
             field.alias for field in model.model_fields.values() if field.alias
         }
         reasons += [
-            f"edits.{field}: {name} has no field `{field}` (its fields: "
-            f"{', '.join(model.model_fields)})"
+            f"edits.{excerpt(field, 40)}: {name} has no field `{excerpt(field, 40)}` (its fields: "
+            f"{excerpt(', '.join(model.model_fields), 200)})"
             for field in sorted(set(edits) - known)
         ]
     try:
         model.model_validate({**approval.draft_json, **edits})
     except ValidationError as error:
         reasons += [
-            f"edits.{'.'.join(str(part) for part in e['loc']) or 'draft'}: {e['msg']}"
-            for e in error.errors(include_url=False)
+            excerpt(f"edits.{'.'.join(str(part) for part in e['loc']) or 'draft'}: {e['msg']}", 200)
+            for e in error.errors(include_url=False, include_input=False)
         ]
     return reasons

@@ -1,0 +1,202 @@
+"""How much a person, a workflow or a driver may send remit at once, and the one check of it.
+
+A run's input, a step's or a run's output, an op call's input and output, an approval's draft
+and its edits are each measured as the UTF-8 bytes of their compact JSON, against a cap from
+the settings (`REMIT_MAX_INPUT_BYTES` and its siblings); a reason is counted in characters.
+`check_json` walks a value once and refuses, before anything is written, text holding a NUL
+character (`InputInvalid`, naming the field: Postgres cannot keep one, and SQLite must refuse
+what Postgres does) and a value past its cap (`TooLarge`, naming the setting to raise).
+
+The caps in force are the process's: a `Client` (and so a worker, a server, a harness) puts
+its settings' caps in force when it is made (`use`), and until then the defaults are.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from remit.core.errors import InputInvalid, TooLarge
+from remit.core.text import excerpt
+
+if TYPE_CHECKING:
+    from remit.core.settings import Settings
+
+KiB = 1024
+MiB = 1024 * KiB
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The caps, each with the setting that changes it (see `Settings`)."""
+
+    input_bytes: int = 2 * MiB
+    output_bytes: int = 2 * MiB
+    op_bytes: int = 2 * MiB
+    draft_bytes: int = 256 * KiB
+    reason_chars: int = 4000
+    body_bytes: int = 4 * MiB
+
+    @classmethod
+    def of(cls, settings: Settings) -> Limits:
+        return cls(
+            input_bytes=settings.max_input_bytes,
+            output_bytes=settings.max_output_bytes,
+            op_bytes=settings.max_op_bytes,
+            draft_bytes=settings.max_draft_bytes,
+            reason_chars=settings.max_reason_chars,
+            body_bytes=settings.max_body_bytes,
+        )
+
+
+# The setting behind each cap, named in every refusal.
+SETTINGS = {
+    "input_bytes": "REMIT_MAX_INPUT_BYTES",
+    "output_bytes": "REMIT_MAX_OUTPUT_BYTES",
+    "op_bytes": "REMIT_MAX_OP_BYTES",
+    "draft_bytes": "REMIT_MAX_DRAFT_BYTES",
+    "reason_chars": "REMIT_MAX_REASON_CHARS",
+    "body_bytes": "REMIT_MAX_BODY_BYTES",
+}
+
+_in_force = Limits()
+
+
+def use(limits: Limits) -> None:
+    """Put `limits` in force in this process."""
+    global _in_force
+    _in_force = limits
+
+
+def current() -> Limits:
+    """The caps in force in this process."""
+    return _in_force
+
+
+def check_json(
+    value: Any,
+    *,
+    what: str,
+    cap: str,
+    target: str,
+    after: str = "pass a reference to the data instead, or raise the limit",
+    limit: int | None = None,
+) -> int:
+    """Refuse `value` (named `what`, e.g. "the run's input") if any text in it, a key or a
+    string, holds a NUL character (`InputInvalid` naming the field, for `target`), or if its
+    compact JSON is more UTF-8 bytes than the cap `cap` (a field of `Limits`; `limit` in place
+    of the one in force). Returns its size. Pure: it reads the value and nothing else."""
+    bound = getattr(_in_force, cap) if limit is None else limit
+    size = 0
+    for path, text, length in _walk(value, ()):
+        if text is not None and "\x00" in text:
+            raise nul_refused(what, path, target=target)
+        size += length
+    if size > bound:
+        shown = size_text(size)
+        if shown == size_text(bound):
+            shown = f"{size:,} bytes"  # just over: the rounded size would read as the limit
+        raise TooLarge(
+            f"{what} is {shown}, over the {size_text(bound)} limit ({SETTINGS[cap]}): {after}",
+            what=what,
+            size=size,
+            limit=bound,
+            setting=SETTINGS[cap],
+        )
+    return size
+
+
+def check_text(
+    text: str | None, *, what: str, target: str, cap: str = "reason_chars", limit: int | None = None
+) -> None:
+    """Refuse a free text a person sends (a reason, a note): a NUL character in it
+    (`InputInvalid`), or more characters than the cap (`TooLarge`)."""
+    if text is None:
+        return
+    if not isinstance(text, str):
+        raise InputInvalid(
+            f"{what} must be text, not {type(text).__name__}",
+            target=target,
+            errors=[{"loc": [], "msg": "not text", "type": "string_type"}],
+        )
+    if "\x00" in text:
+        raise nul_refused(what, (), target=target)
+    bound = getattr(_in_force, cap) if limit is None else limit
+    if len(text) > bound:
+        raise TooLarge(
+            f"{what} is {len(text):,} characters, over the {bound:,} character limit "
+            f"({SETTINGS[cap]}): shorten it, or raise the limit",
+            what=what,
+            size=len(text),
+            limit=bound,
+            setting=SETTINGS[cap],
+            unit="characters",
+        )
+
+
+def check_limit(limit: object, *, where: str) -> int:
+    """A list's `limit`: a whole number of 1 or more. Zero or less is refused, never taken as
+    "everything"."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InputInvalid(
+            f"{where}: limit must be a whole number of 1 or more, got {excerpt(repr(limit))}: "
+            "ask for how many rows to return, e.g. 50",
+            target=where,
+            errors=[{"loc": ["limit"], "msg": "must be 1 or more", "type": "greater_than_equal"}],
+        )
+    return limit
+
+
+def nul_refused(what: str, path: tuple[Any, ...], *, target: str) -> InputInvalid:
+    """The refusal of a NUL character at `path` in `what`."""
+    where = ".".join(str(part) for part in path)
+    field = f"{what}, at `{where}`," if where else what
+    return InputInvalid(
+        f"{field} holds a NUL character (\\u0000), which no text remit keeps may hold: remove it. "
+        "Nothing was written",
+        target=target,
+        errors=[{"loc": list(path), "msg": "holds a NUL character (\\u0000)", "type": "nul"}],
+    )
+
+
+def size_text(size: int) -> str:
+    """A size as a person reads it: `812 bytes`, `3.5 KiB`, `10.5 MiB`."""
+    if size < KiB:
+        return f"{size} bytes"
+    for unit, scale in (("MiB", MiB), ("KiB", KiB)):
+        if size >= scale:
+            shown = f"{size / scale:.1f}".removesuffix(".0")
+            return f"{shown} {unit}"
+    return f"{size} bytes"  # pragma: no cover
+
+
+def _walk(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], str | None, int]]:
+    """Each piece of `value`'s compact JSON: its path, its text if it is text (a key or a
+    string), and its size in UTF-8 bytes."""
+    if isinstance(value, str):
+        yield path, value, _string_bytes(value)
+    elif value is None or isinstance(value, bool):
+        yield path, None, 4 if value in (None, True) else 5
+    elif isinstance(value, int | float):
+        yield path, None, len(json.dumps(value))
+    elif isinstance(value, Mapping):
+        yield path, None, 2 + max(len(value) - 1, 0)  # the braces and commas
+        for key, item in value.items():
+            name = key if isinstance(key, str) else str(key)
+            yield (*path, name), name, _string_bytes(name) + 1  # the colon
+            yield from _walk(item, (*path, name))
+    elif isinstance(value, list | tuple):
+        yield path, None, 2 + max(len(value) - 1, 0)
+        for index, item in enumerate(value):
+            yield from _walk(item, (*path, index))
+    elif hasattr(value, "model_dump"):
+        yield from _walk(value.model_dump(mode="json"), path)
+    else:
+        text = str(value)
+        yield path, text, _string_bytes(text)
+
+
+def _string_bytes(text: str) -> int:
+    return len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass"))
