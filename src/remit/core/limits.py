@@ -14,6 +14,7 @@ its settings' caps in force when it is made (`use`), and until then the defaults
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -93,6 +94,8 @@ def check_json(
     for path, text, length in _walk(value, ()):
         if text is not None and "\x00" in text:
             raise nul_refused(what, path, target=target)
+        if text is not None and _SURROGATE.search(text):
+            raise surrogate_refused(what, path, target=target)
         size += length
     if size > bound:
         shown = size_text(size)
@@ -158,6 +161,22 @@ def nul_refused(what: str, path: tuple[Any, ...], *, target: str) -> InputInvali
         "Nothing was written",
         target=target,
         errors=[{"loc": list(path), "msg": "holds a NUL character (\\u0000)", "type": "nul"}],
+    )
+
+
+# A lone surrogate: half of a UTF-16 pair, which no UTF-8 text (nor either database) can hold.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def surrogate_refused(what: str, path: tuple[Any, ...], *, target: str) -> InputInvalid:
+    """The refusal of a lone surrogate (`\\ud800`) at `path` in `what`."""
+    where = ".".join(str(part) for part in path)
+    field = f"{what}, at `{where}`," if where else what
+    return InputInvalid(
+        f"{field} holds a lone surrogate (half of a UTF-16 pair, e.g. \\ud800), which is not "
+        "text: send the whole character, or remove it. Nothing was written",
+        target=target,
+        errors=[{"loc": list(path), "msg": "holds a lone surrogate", "type": "surrogate"}],
     )
 
 

@@ -163,8 +163,8 @@ class Raised:
     error: BaseException
 
 
-# The tries given up on that are still running, by idempotency key: a key has at most one, and
-# the next try of the key waits for it rather than racing it to the vendor.
+# The tries given up on that are still running, by idempotency key: the next try of a key that
+# cannot be repeated safely waits for its earlier one rather than racing it to the vendor.
 _abandoned: dict[str, threading.Event] = {}
 _abandoned_lock = threading.Lock()
 
@@ -191,8 +191,11 @@ def invoke_within(
         except Exception as error:
             return Raised(error)
     key = call.idempotency_key
+    # A write that cannot be repeated safely never races an earlier try of its own to the
+    # vendor (a person's "it did not happen" while that try still runs); a read, or a write
+    # the vendor dedupes by its key, may be tried anew beside one.
     with _abandoned_lock:
-        earlier = _abandoned.get(key)
+        earlier = None if op.safe_to_repeat else _abandoned.get(key)
     if earlier is not None and not earlier.wait(timeout):
         return Raised(CallTimedOut(op.id, timeout, earlier=True))
     outcome: list[BaseModel | Raised] = []
@@ -219,10 +222,11 @@ def invoke_within(
         )
         return Raised(failure)
     if not done.wait(timeout) and not done.is_set():
-        with _abandoned_lock:
-            _abandoned[key] = done
-            if done.is_set():  # it ended just now, before it could see itself registered
-                del _abandoned[key]
+        if not op.safe_to_repeat:
+            with _abandoned_lock:
+                _abandoned[key] = done
+                if done.is_set():  # it ended just now, before it could see itself registered
+                    del _abandoned[key]
         log.warning(
             "%s (key %s) has not answered within %gs: giving up on this try",
             op.id,
