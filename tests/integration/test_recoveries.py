@@ -43,7 +43,9 @@ def test_an_attempt_killed_six_times_fails_naming_the_step_it_died_in(crash: Wor
     assert f"attempt {run_id}:1 was recovered too many times (REMIT_MAX_RECOVERIES)" in (
         run.error or ""
     )
-    assert "step 3, the one after `bank.transfers.create`" in (run.error or "")
+    assert "stopped before the attempt got past step 3, the one after `bank.transfers.create`" in (
+        run.error or ""
+    )
     # The seventh worker did not run the step again, and stays up.
     assert not (crash.hold_dir / "reached-between").exists()
     assert last.poll() is None

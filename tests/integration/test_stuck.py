@@ -178,6 +178,12 @@ def slow_read(ctx: Context, input: Ask) -> int:
     return ctx.call(slow, subject=input.subject).n
 
 
+@workflow(name="slow-then-step", input=Ask, uses=[slow], timeout=60)
+def slow_then_step(ctx: Context, input: Ask) -> int:
+    found = ctx.call(slow, subject=input.subject).n
+    return int(ctx.step("after", lambda: found + 1))
+
+
 class Note(BaseModel):
     text: str
 
@@ -190,7 +196,7 @@ def sign_off(ctx: Context, input: Ask) -> str:
 def make_app() -> App:
     return App(
         name="desk",
-        workflows=[file, post, raises, crawl, slow_read, sign_off],
+        workflows=[file, post, raises, crawl, slow_read, slow_then_step, sign_off],
         connectors=[desk],
         approvals=[ApprovalType("note", draft=Note)],
     )
@@ -387,6 +393,42 @@ def test_a_run_waiting_past_its_timeout_is_failed_by_the_reconciler(database_url
         assert reconciler(harness).run_pass().actions == []
 
 
+def test_a_retried_run_has_its_whole_timeout_again(database_url: str) -> None:
+    clock = ManualClock()
+    with Harness(make_app(), database_url=database_url, clock=clock) as harness:
+        run = harness.start("sign-off", {})
+        harness.gate(run.run_id)
+        clock.advance(hours=2)
+        assert [a.kind for a in reconciler(harness).run_pass().actions] == ["overdue"]
+
+        harness.retry(run.run_id)
+        gate = harness.gate(run.run_id)
+        # Counted from the retry: not overdue.
+        assert reconciler(harness).run_pass().actions == []
+        harness.decide(gate.id, "approved")
+        done = harness.wait(run.run_id)
+        assert (done.status, done.output) == ("done", "approved"), done.error
+
+
+def test_a_run_past_its_timeout_with_a_call_in_flight_is_left_to_its_call(
+    database_url: str,
+) -> None:
+    clock = ManualClock()
+    with Harness(make_app(), database_url=database_url, clock=clock) as harness:
+        run = harness.start("slow-then-step", {})
+        _wait_for_rows(harness, run.run_id)
+        clock.advance(minutes=2)
+        assert reconciler(harness).run_pass().actions == []
+        assert harness.runs.get(run.run_id).status == "running"
+
+        # The call answers; the run fails before its next step, the call's outcome recorded.
+        RELEASE.set()
+        failed = harness.wait(run.run_id)
+        assert failed.status == "failed"
+        assert "timeout of 1m (`slow-then-step`, timeout=)" in (failed.error or "")
+        assert [(r.op_id, r.status) for r in harness.ledger(run.run_id)] == [(slow.id, "ok")]
+
+
 def test_a_read_in_flight_shows_in_the_ledger_and_the_reconciler_reports_it_stuck(
     database_url: str,
 ) -> None:
@@ -404,7 +446,8 @@ def test_a_read_in_flight_shows_in_the_ledger_and_the_reconciler_reports_it_stuc
         assert stuck.run_id == run.run_id
         assert f"`{slow.id}`" in stuck.reason
         assert "in flight for 5m" in stuck.reason
-        assert "past its 30s timeout" in stuck.reason
+        # Five tries of 30 s and the waits between them.
+        assert "past the 2m38s its tries may take" in stuck.reason
         # Reported, not acted on.
         assert harness.runs.get(run.run_id).status == "running"
         RELEASE.set()

@@ -153,12 +153,13 @@ class LedgerStore:
 
     def retake(self, key: str, attempt: int) -> None:
         """A re-entered call goes ahead: note the attempt that makes it, and make the row
-        `started` again (a `not_done` row is called again)."""
+        `started` again, from now (a `not_done` row is called again)."""
         self._update(
             key,
             {
                 "attempt": attempt,
                 "status": "started",
+                "started_at": self.clock.now(),
                 "finished_at": None,
                 "error": None,
                 "error_info": None,

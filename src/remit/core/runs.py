@@ -37,7 +37,7 @@ from remit.core.fence import FINISHED as FINISHED
 from remit.core.fence import attempt_workflow_id as attempt_workflow_id
 from remit.core.fence import lock, next_attempt, status_write
 from remit.core.limits import check_json
-from remit.core.schema import runs
+from remit.core.schema import audit, runs
 from remit.core.text import PROBLEMS, excerpt
 
 if TYPE_CHECKING:
@@ -214,6 +214,24 @@ class RunStore:
         if found is None:
             raise _not_found(run_id)
         return found
+
+    def timed_since(self, run_id: str) -> datetime:
+        """When the run's `timeout=` began to count: its start, or its latest retry (a retry
+        gives the run its whole bound again), as the retry's audit row says."""
+        with self.db.engine.connect() as conn:
+            created = conn.execute(
+                sa.select(runs.c.created_at).where(runs.c.run_id == run_id)
+            ).scalar_one_or_none()
+            retried = conn.execute(
+                sa.select(audit.c.at)
+                .where(audit.c.target == run_id, audit.c.action == "run.retry")
+                .order_by(audit.c.id.desc())
+                .limit(1)
+            ).scalar_one_or_none()
+        if created is None:
+            raise _not_found(run_id)
+        since: datetime = created if retried is None else max(created, retried)
+        return since
 
     def find(self, run_id: str) -> Run | None:
         """The run, or None when there is no run with that id."""

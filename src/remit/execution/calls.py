@@ -6,8 +6,8 @@ output or the same typed error on the first run and on every replay.
 
 A call goes, in order, through:
 
-- a write's `started` row (or a read's with a cost, such as an LLM call), durable before the
-  driver is called and fenced by the run's current attempt. A row already under the key is a re-entry, and `reentry.py` decides: return its
+- the call's `started` row, durable before the driver is called and fenced by the run's
+  current attempt. A row already under the key is a re-entry, and `reentry.py` decides: return its
   recorded outcome, call again, fail on a key that names another call, or hold;
 - the driver's credentials;
 - for an op with a cost, its bill (`billing.py`): priced and reserved, or refused;
@@ -183,7 +183,7 @@ class OpCaller:
         return self._settle(memo, record, Ok(output=dumped), tried.tries, started_at)
 
     def _begin(self, op: Op[Any, Any], record: CallRecord, run: RunInfo) -> Outcome | None:
-        """A write's `started` row: None to go ahead and call, or the outcome to return."""
+        """The call's `started` row: None to go ahead and call, or the outcome to return."""
         begun = self.ledger.begin(record, None if run.direct else run.workflow_id)
         if begun.moved_on:
             message = (

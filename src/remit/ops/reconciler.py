@@ -34,7 +34,8 @@ A pass, in order:
 10. `overdue`: a run still going past its workflow's `timeout=` (stuck in a step, or waiting
    or sleeping past it) fails saying so, its pending gates cancelled and its attempt cancelled
    in DBOS. A run that is working reaches the bound itself, before its next step.
-11. `stuck`: a call in flight for longer than its op's timeout allows, in an attempt still
+11. `stuck`: a call in flight for longer than its tries may take (each at its op's timeout,
+   with the waits between), in an attempt still
    running, is reported, never acted on: the worker making it has stopped answering (a thread
    blocked where no timeout reaches, or a process hung), and only a person can tell which.
 
@@ -62,6 +63,7 @@ import sqlalchemy as sa
 
 from remit.budgets.model import DIRECT_LEASE, Drift, orphaned, usd
 from remit.budgets.store import Budgets
+from remit.core.backoff import DEFAULT_RETRY, RetryPolicy
 from remit.core.fence import ACTIVE, advance, lock
 from remit.core.ledger import LedgerStore
 from remit.core.outbox import Resume, Resumer
@@ -133,23 +135,33 @@ class Report:
 @dataclass(frozen=True)
 class Timeouts:
     """The bounds the `overdue` and `stuck` passes hold runs and calls to: each timed
-    workflow's `timeout=` and each op's timeout, by name, and the timeout of an op that
-    declares none (`REMIT_OP_TIMEOUT`)."""
+    workflow's `timeout=`, and the longest each op's call may take in flight (every try at
+    its timeout, and the waits between them), by name, with that of an op the app does not
+    declare (`REMIT_OP_TIMEOUT` for each of the default policy's tries)."""
 
     workflows: Mapping[str, float] = field(default_factory=dict)
-    ops: Mapping[str, float] = field(default_factory=dict)
-    default_op: float = 120.0
+    calls: Mapping[str, float] = field(default_factory=dict)
+    default_call: float = DEFAULT_RETRY.max_tries * 120.0
 
-    def op(self, op_id: str) -> float:
-        return self.ops.get(op_id, self.default_op)
+    def call(self, op_id: str) -> float:
+        return self.calls.get(op_id, self.default_call)
 
     @classmethod
     def of(cls, app: App, default_op: float) -> Timeouts:
         return cls(
             workflows={n: wf.timeout for n, wf in app.workflows.items() if wf.timeout is not None},
-            ops={op_id: op.timeout for op_id, op in app.ops.items() if op.timeout is not None},
-            default_op=default_op,
+            calls={
+                op_id: _longest_call(op.timeout or default_op, op.retry)
+                for op_id, op in app.ops.items()
+            },
+            default_call=_longest_call(default_op, DEFAULT_RETRY),
         )
+
+
+def _longest_call(timeout: float, retry: RetryPolicy) -> float:
+    """The longest a call may be in flight: each try at its timeout, and each wait between."""
+    waits = sum(retry.delay(tries) for tries in range(1, retry.max_tries))
+    return retry.max_tries * timeout + waits
 
 
 def conclusion(
@@ -172,8 +184,9 @@ def conclusion(
             status,
             None,
             f"attempt {dbos_status.workflow_id} was recovered too many times "
-            f"(REMIT_MAX_RECOVERIES): its worker died each time in {dying_in}. Find why that "
-            "step kills its process (memory, a crash in native code, a kill), then retry the run",
+            f"(REMIT_MAX_RECOVERIES): each time, its worker stopped before the attempt got past "
+            f"{dying_in}. Find why that step ends its process (memory, a crash in native code, "
+            "a kill, or a shutdown whose drain it outlasts), then retry the run",
         )
     if dbos_status.status == "CANCELLED":
         return status, None, None
@@ -576,7 +589,9 @@ class Reconciler:
             report.drift.append(found)
 
     def _overdue(self, report: Report, apply: bool) -> None:
-        """Pass 10: fail the runs still going past their workflow's timeout."""
+        """Pass 10: fail the runs still going past their workflow's timeout (counted from the
+        run's start, or its latest retry). A run whose attempt has a call in flight is left to
+        it: the call ends within its op's timeout, and the run fails before its next step."""
         timed = self.timeouts.workflows
         if not timed:
             return
@@ -587,25 +602,37 @@ class Reconciler:
                 for name, t in timed.items()
             )
         )
+        in_flight = (
+            sa.select(ledger.c.id)
+            .where(
+                ledger.c.run_id == runs.c.run_id,
+                ledger.c.attempt == runs.c.attempt,
+                ledger.c.status == "started",
+            )
+            .exists()
+        )
         with self.db.engine.connect() as conn:
-            overdue = list(
+            candidates = list(
                 conn.execute(
                     sa.select(
-                        runs.c.run_id,
-                        runs.c.workflow,
-                        runs.c.workflow_id,
-                        runs.c.status,
-                        runs.c.created_at,
-                    ).where(runs.c.status.in_(ACTIVE), past)
+                        runs.c.run_id, runs.c.workflow, runs.c.workflow_id, runs.c.status
+                    ).where(
+                        runs.c.status.in_(ACTIVE),
+                        past,
+                        sa.not_(sa.and_(runs.c.status == "running", in_flight)),
+                    )
                 )
             )
-        for row in overdue:
+        for row in candidates:
             timeout = timed[row.workflow]
+            deadline = self.runs.timed_since(row.run_id) + timedelta(seconds=timeout)
+            if deadline > now:
+                continue  # retried since: its bound counts from then
             reason = (
                 f"run {row.run_id} went past its workflow's timeout of "
                 f"{describe_seconds(timeout)} (`{row.workflow}`, timeout=) while {row.status}: "
-                f"it had to end by {row.created_at + timedelta(seconds=timeout):%Y-%m-%d %H:%M:%S} "
-                "UTC. Raise the timeout, or retry the run"
+                f"it had to end by {deadline:%Y-%m-%d %H:%M:%S} UTC. Raise the timeout, or "
+                "retry the run"
             )
             if apply:
                 try:
@@ -634,7 +661,7 @@ class Reconciler:
         """Pass 11: report the calls in flight past their op's timeout in attempts still
         running. Nothing is done to them: the worker that makes each one is not answering."""
         now = self.runs.clock.now()
-        shortest = min([self.timeouts.default_op, *self.timeouts.ops.values()])
+        shortest = min([self.timeouts.default_call, *self.timeouts.calls.values()])
         with self.db.engine.connect() as conn:
             started = list(
                 conn.execute(
@@ -657,7 +684,7 @@ class Reconciler:
         late = [
             row
             for row in started
-            if now - row.started_at > timedelta(seconds=self.timeouts.op(row.op_id)) + STUCK_GRACE
+            if now - row.started_at > timedelta(seconds=self.timeouts.call(row.op_id)) + STUCK_GRACE
         ]
         if not late:
             return
@@ -668,11 +695,11 @@ class Reconciler:
             attempt = found.get(workflow_id)
             if attempt is None or attempt.status not in _GOING:
                 continue  # ended: the `uncertain` and `abandoned` passes see to it
-            timeout = self.timeouts.op(row.op_id)
+            longest = self.timeouts.call(row.op_id)
             reason = (
                 f"`{row.op_id}` (key {row.idempotency_key}) has been in flight for "
-                f"{describe_seconds((now - row.started_at).total_seconds())}, past its "
-                f"{describe_seconds(timeout)} timeout, in attempt {workflow_id} on executor "
+                f"{describe_seconds((now - row.started_at).total_seconds())}, past the "
+                f"{describe_seconds(longest)} its tries may take, in attempt {workflow_id} on executor "
                 f"{attempt.executor_id}: that worker is not answering (hung, or blocked where no "
                 "timeout reaches). Restart it; its attempts are then taken over"
             )

@@ -174,7 +174,7 @@ class Runtime:
             return None
         deadline = None
         if wf.timeout is not None:
-            deadline = self.runs.get(run_id).created_at + timedelta(seconds=wf.timeout)
+            deadline = self.runs.timed_since(run_id) + timedelta(seconds=wf.timeout)
         return RunInfo(
             run_id=run_id,
             attempt=attempt,

@@ -58,11 +58,11 @@ from remit.core.errors import (
     RunNotFound,
     Suspended,
 )
-from remit.core.fence import FINISHED, cancel, hold, lock
+from remit.core.fence import FINISHED, LockedRun, cancel, hold, lock
 from remit.core.keys import key_problem
 from remit.core.limits import check_json, check_text
 from remit.core.runs import Run, RunInfo, RunStore
-from remit.core.schema import activity, approvals, decisions, notifications, runs
+from remit.core.schema import activity, approvals, decisions, ledger, notifications, runs
 from remit.declare.workflows import check_name
 from remit.people.answers import Answer, Answers, KeyedRequest, Replayed, Turn, as_json
 from remit.policy.refusals import DecideCall, check_call, refusals
@@ -858,6 +858,8 @@ def cancel_run(
             raise RunNotFound(f"no run `{run_id}`: `remit runs` lists the runs")
         if only_on is not None and run.workflow_id != only_on:
             return runs_store.get(run_id)
+        if timed_out is not None and run.status == "running" and _calling(conn, run_id, run):
+            return runs_store.get(run_id)  # its call ends within its timeout, then so does it
         if not cancel(conn, run, now=now, status=status, error=timed_out):
             return runs_store.get(run_id)
         cancel_gates(conn, run_id, by=by, now=now, why=timed_out)
@@ -872,6 +874,21 @@ def cancel_run(
         )
     client.cancel_workflow(run.workflow_id)
     return runs_store.get(run_id)
+
+
+def _calling(conn: sa.Connection, run_id: str, run: LockedRun) -> bool:
+    """Whether the locked run's current attempt has a call in flight (a call's `started` row
+    is written under the run's lock, so none can begin meanwhile)."""
+    found = conn.execute(
+        sa.select(ledger.c.id)
+        .where(
+            ledger.c.run_id == run_id,
+            ledger.c.attempt == run.attempt,
+            ledger.c.status == "started",
+        )
+        .limit(1)
+    ).first()
+    return found is not None
 
 
 def cancel_gates(
