@@ -12,7 +12,9 @@ worker. Reconciler (bench/reconcile.py): one pass against 10,000 and 100,000 run
 (bench/policy.py): what a Cedar check adds to a start. Budgets (bench/budgets.py): what
 reserving and settling cost a call with a cost. Deploy check (bench/deploy_check.py): replaying
 1,000 waiting runs against the code. Command line (bench/cli_startup.py): how fast `remit --help`
-and `remit runs` start, against `python -c pass`; `--only cli` runs just that. Prints
+and `remit runs` start, against `python -c pass`; `--only cli` runs just that. Op calls
+(bench/calls.py): what a `started` row for every read and a thread per try cost, against the
+version before them, in the same run; `--only calls` runs just that. Prints
 `BENCH <name> <value> <unit>` lines and writes the tables to BENCHMARKS.md.
 """
 
@@ -32,6 +34,7 @@ from pathlib import Path
 import approvals  # bench/approvals.py, beside this file
 import bare  # bench/bare.py, beside this file
 import budgets  # bench/budgets.py, beside this file
+import calls  # bench/calls.py, beside this file
 import cli_startup  # bench/cli_startup.py, beside this file
 import deploy_check  # bench/deploy_check.py, beside this file
 import policy  # bench/policy.py, beside this file
@@ -161,7 +164,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     parser.add_argument(
-        "--only", choices=["cli"], help="run one part alone: cli, the command line's startup"
+        "--only",
+        choices=["cli", "calls"],
+        help="run one part alone: cli, the command line's startup; calls, what an op call costs",
     )
     args = parser.parse_args()
     command = "make bench QUICK=1" if args.quick else "make bench"
@@ -173,6 +178,14 @@ def main() -> None:
         if args.write:
             here = "python bench/bench.py --only cli" + (" --quick" if args.quick else "")
             cli_startup.write(started, command=here)
+        return
+    if args.only == "calls":
+        made = calls.measure(quick=args.quick, folder=folder)
+        if args.write:
+            calls.write(
+                made,
+                command="python bench/bench.py --only calls" + (" --quick" if args.quick else ""),
+            )
         return
     figures: list[tuple[str, float, str, str]] = []
 
@@ -216,6 +229,7 @@ def main() -> None:
     billed = budgets.measure(quick=args.quick, folder=folder)
     replayed = deploy_check.measure(quick=args.quick, folder=folder)
     started = _startup(quick=args.quick, folder=folder)
+    made = calls.measure(quick=args.quick, folder=folder)
 
     if args.write:
         write_table(figures, quick=args.quick)
@@ -227,6 +241,7 @@ def main() -> None:
         budgets.write(billed, command="make bench QUICK=1" if args.quick else "make bench")
         deploy_check.write(replayed, command="make bench QUICK=1" if args.quick else "make bench")
         cli_startup.write(started, command=command)
+        calls.write(made, command=command)
 
 
 def _startup(*, quick: bool, folder: Path) -> list[cli_startup.Figure]:
