@@ -151,6 +151,20 @@ class LedgerStore:
             # Another process inserted the same key between our read and our insert.
             return Begun(existing=self.get(record.idempotency_key))
 
+    def begin_read(self, record: CallRecord) -> Begun:
+        """Write a read's `started` row in one statement, unfenced: a read cannot double
+        anything, so it needs only to show while it is in flight. The row already under the
+        key, if there is one, is given instead (nothing written)."""
+        row = {**record.__dict__, "status": "started", "tries": 0, "started_at": self.clock.now()}
+        statement = self._insert_new(row)
+        if self.db.retrying(
+            f"ledger {record.idempotency_key}: started", lambda: self.db.execute_one(statement)
+        ):
+            return Begun()
+        existing = self.get(record.idempotency_key)
+        assert existing is not None, "a ledger key that is taken has a row (none is deleted)"
+        return Begun(existing=existing)
+
     def retake(self, key: str, attempt: int) -> None:
         """A re-entered call goes ahead: note the attempt that makes it, and make the row
         `started` again, from now (a `not_done` row is called again)."""

@@ -183,7 +183,12 @@ class OpCaller:
         return self._settle(memo, record, Ok(output=dumped), tried.tries, started_at)
 
     def _begin(self, op: Op[Any, Any], record: CallRecord, run: RunInfo) -> Outcome | None:
-        """The call's `started` row: None to go ahead and call, or the outcome to return."""
+        """The call's `started` row: None to go ahead and call, or the outcome to return.
+        A read that costs nothing writes it in one statement, unfenced (it cannot double
+        anything); a write's, or a read's with a cost, is fenced on the run's attempt."""
+        if op.effect == "read" and op.cost is None:
+            begun = self.ledger.begin_read(record)
+            return None if begun.existing is None else self._reenter(op, record, begun.existing)
         begun = self.ledger.begin(record, None if run.direct else run.workflow_id)
         if begun.moved_on:
             message = (
