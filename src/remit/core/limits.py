@@ -154,13 +154,13 @@ def check_limit(limit: object, *, where: str) -> int:
 
 def nul_refused(what: str, path: tuple[Any, ...], *, target: str) -> InputInvalid:
     """The refusal of a NUL character at `path` in `what`."""
-    where = ".".join(str(part) for part in path)
-    field = f"{what}, at `{where}`," if where else what
-    return InputInvalid(
-        f"{field} holds a NUL character (\\u0000), which no text remit keeps may hold: remove it. "
-        "Nothing was written",
+    return _unstorable(
+        what,
+        path,
         target=target,
-        errors=[{"loc": list(path), "msg": "holds a NUL character (\\u0000)", "type": "nul"}],
+        holds="a NUL character (\\u0000)",
+        why="which no text remit keeps may hold: remove it",
+        kind="nul",
     )
 
 
@@ -170,13 +170,25 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 def surrogate_refused(what: str, path: tuple[Any, ...], *, target: str) -> InputInvalid:
     """The refusal of a lone surrogate (`\\ud800`) at `path` in `what`."""
+    return _unstorable(
+        what,
+        path,
+        target=target,
+        holds="a lone surrogate (half of a UTF-16 pair, e.g. \\ud800)",
+        why="which is not text: send the whole character, or remove it",
+        kind="surrogate",
+    )
+
+
+def _unstorable(
+    what: str, path: tuple[Any, ...], *, target: str, holds: str, why: str, kind: str
+) -> InputInvalid:
     where = ".".join(str(part) for part in path)
     field = f"{what}, at `{where}`," if where else what
     return InputInvalid(
-        f"{field} holds a lone surrogate (half of a UTF-16 pair, e.g. \\ud800), which is not "
-        "text: send the whole character, or remove it. Nothing was written",
+        f"{field} holds {holds}, {why}. Nothing was written",
         target=target,
-        errors=[{"loc": list(path), "msg": "holds a lone surrogate", "type": "surrogate"}],
+        errors=[{"loc": list(path), "msg": f"holds {holds}", "type": kind}],
     )
 
 
