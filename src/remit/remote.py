@@ -16,6 +16,7 @@ error the client would raise where it has one (`Unauthenticated`, `PolicyDenied`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -29,6 +30,7 @@ from remit.core.errors import (
     RemitError,
     RunNotFound,
     TaskNotFound,
+    TooLarge,
     Unauthenticated,
 )
 from remit.core.settings import Settings
@@ -478,6 +480,11 @@ def _error(answer: httpx.Response, path: str) -> RemitError:
         return PolicyDenied(message, principal="", action="", resource="")
     if status == 404:
         return _NOT_FOUND.get(path.split("/")[1], _Missing)(message)
+    if status == 413:
+        # The answer's message names the setting; the sizes are in the words alone.
+        named = re.search(r"\b(REMIT_MAX_[A-Z_]+)\b", message)
+        setting = named.group(1) if named else "REMIT_MAX_BODY_BYTES"
+        return TooLarge(message, what="the request", size=0, limit=0, setting=setting)
     return RemitError(message)
 
 
