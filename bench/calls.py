@@ -484,11 +484,11 @@ def write(figures: list[Figure], *, command: str, before: str = BEFORE) -> None:
         "",
         *figure_table(parts),
         "",
-        "A read now writes its `started` row, in a transaction that checks the run is still on "
-        "the attempt, then its outcome on it: on SQLite two commits where it made one; on "
-        "Postgres two before as well, since the insert of its only row reported no row count "
-        "(it returns the new row's id) and an update of the same row followed. Each try starts "
-        "and joins a thread. What that buys: a read in flight is in the ledger, so "
+        "A read that costs nothing now writes its `started` row in one statement (an insert "
+        "that does nothing if the key is taken), then its outcome on it: on SQLite two commits "
+        "where it made one; on Postgres two before as well, since the insert of its only row "
+        "reported no row count (it returns the new row's id) and an update of the same row "
+        "followed. Each try starts and joins a thread. What that buys: a read in flight is in the ledger, so "
         "`remit show` shows it while it runs and the reconciler marks it `abandoned` once its "
         "attempt has ended; and a driver that hangs is given up on at its op's timeout "
         "(`op(timeout=)`, `REMIT_OP_TIMEOUT`) instead of holding its run, and a worker's "
