@@ -182,9 +182,10 @@ def test_a_resume_landing_while_a_worker_boots_is_healed_by_the_reconciler(
         ops.pause(by="user:ops")
         run = RunStore(db).start(client, app.workflow("purchase"), {"sku": "sku-1"}, started_by="t")
 
-        h = Harness(app, database_url=database_url, sweep_interval=1.0)
+        h = Harness(app, database_url=database_url, sweep_interval=3.0)
         # Passes often, so the window closes within the test; the worker's copy of the flag
-        # lags a second behind the database (its sweep interval).
+        # lags three seconds behind the database (its sweep interval), longer than the first
+        # reconciler pass and sweep that `start` runs take on a loaded machine.
         h.worker.settings = replace(h.worker.settings, reconcile_interval=0.2)
         # The worker has read the flag (paused) and registered its queues stopped; the resume
         # lands before it launches. Its copy of the flag is stale: the run, dequeued, parks at
