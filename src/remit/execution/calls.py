@@ -188,7 +188,10 @@ class OpCaller:
         anything); a write's, or a read's with a cost, is fenced on the run's attempt."""
         if op.effect == "read" and op.cost is None:
             begun = self.ledger.begin_read(record)
-            return None if begun.existing is None else self._reenter(op, record, begun.existing)
+            if begun.existing is None:
+                return None
+            # A run's step running again reads afresh; a direct call's key replays.
+            return self._reenter(op, record, begun.existing, afresh=not run.direct)
         begun = self.ledger.begin(record, None if run.direct else run.workflow_id)
         if begun.moved_on:
             message = (
@@ -200,12 +203,12 @@ class OpCaller:
             return None
         return self._reenter(op, record, begun.existing)
 
-    def _reenter(self, op: Op[Any, Any], record: CallRecord, existing: LedgerRow) -> Outcome | None:
+    def _reenter(
+        self, op: Op[Any, Any], record: CallRecord, existing: LedgerRow, *, afresh: bool = False
+    ) -> Outcome | None:
         """A call that found `existing` under its key, as `reenter` decides: None to go ahead
         and call, or the outcome to return."""
-        decision = reenter(
-            existing, op, record.input_hash, afresh=not record.run_id.startswith(DIRECT_CALL_PREFIX)
-        )
+        decision = reenter(existing, op, record.input_hash, afresh=afresh)
         if isinstance(decision, Conflict):
             return _key_taken(record.idempotency_key, decision)
         if isinstance(decision, Replay):
