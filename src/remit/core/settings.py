@@ -71,6 +71,12 @@ class Settings:
       says otherwise (`op(..., timeout=...)`; default 120).
     - `max_recoveries`: `REMIT_MAX_RECOVERIES`, how many times an attempt whose worker died
       under it is recovered before its run fails (default 5).
+    - `wakeup_url`, `wakeup_account_token`: `REMIT_WAKEUP_URL` (the wakeup service a worker
+      that stops when idle registers its next deadline with) and `REMIT_WAKEUP_ACCOUNT_TOKEN`
+      (an account's token there, `rwa_…`, which registers and deletes instances); kept out of
+      the settings' repr. The instance's own token is the stored secret `REMIT_WAKEUP_TOKEN`.
+    - `idle_check_interval`: `REMIT_IDLE_CHECK_INTERVAL`, seconds between a stopping worker's
+      checks of whether it is idle (default 2).
     """
 
     database_url: str
@@ -105,6 +111,9 @@ class Settings:
     max_draft_bytes: int = 256 * 1024
     max_reason_chars: int = 4000
     max_body_bytes: int = 4 * 1024 * 1024
+    wakeup_url: str | None = None
+    wakeup_account_token: str | None = field(default=None, repr=False)
+    idle_check_interval: float = 2.0
 
     @classmethod
     def from_env(cls, app_dir: Path | str, environ: Mapping[str, str] | None = None) -> Settings:
@@ -154,7 +163,20 @@ class Settings:
             max_draft_bytes=_number(env, "REMIT_MAX_DRAFT_BYTES", 256 * 1024, int),
             max_reason_chars=_number(env, "REMIT_MAX_REASON_CHARS", 4000, int),
             max_body_bytes=_number(env, "REMIT_MAX_BODY_BYTES", 4 * 1024 * 1024, int),
+            wakeup_url=_url(env, "REMIT_WAKEUP_URL"),
+            wakeup_account_token=_account_token(env),
+            idle_check_interval=_number(env, "REMIT_IDLE_CHECK_INTERVAL", 2.0, float),
         )
+
+
+def _account_token(env: Mapping[str, str]) -> str | None:
+    raw = env.get("REMIT_WAKEUP_ACCOUNT_TOKEN") or None
+    if raw is not None and not raw.startswith("rwa_"):
+        raise SettingsError(
+            "REMIT_WAKEUP_ACCOUNT_TOKEN must be a wakeup account's token, which starts rwa_ "
+            "(`remit wakeup accounts create LABEL` prints one)"
+        )
+    return raw
 
 
 def _version(env: Mapping[str, str]) -> str | None:
