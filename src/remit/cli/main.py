@@ -16,7 +16,16 @@ import typer
 from rich.markup import escape
 from rich.text import Text
 
-from remit.cli import activity, budgets, credentials, deploy, direct, telegram, tokens  # noqa: F401
+from remit.cli import (  # noqa: F401
+    activity,
+    budgets,
+    credentials,
+    deploy,
+    direct,
+    telegram,
+    tokens,
+    wakeup,
+)
 from remit.cli import tasks as task_commands
 from remit.cli.base import (
     SHOWN,
