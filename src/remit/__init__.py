@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         chat_complete,
         llm,
     )
+    from remit.connectors.wakeup import FakeWakeup, wakeup_connector
     from remit.core.backoff import RetryPolicy
     from remit.core.clock import Clock, SystemClock
     from remit.core.errors import (
@@ -111,6 +112,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "chat_complete",
         "llm",
     ),
+    "remit.connectors.wakeup": ("FakeWakeup", "wakeup_connector"),
     "remit.core.backoff": ("RetryPolicy",),
     "remit.core.clock": ("Clock", "SystemClock"),
     "remit.core.errors": (
@@ -197,6 +199,7 @@ __all__ = [
     "Fake",
     "FakeLLM",
     "FakeReply",
+    "FakeWakeup",
     "InputInvalid",
     "KeyReused",
     "LogNotifier",
@@ -243,6 +246,7 @@ __all__ = [
     "op",
     "schedule",
     "upcoming_deadlines",
+    "wakeup_connector",
     "workflow",
 ]
 

@@ -21,6 +21,8 @@ from remit.connectors.base import Connector
 from remit.connectors.data import VENDOR as DATA_VENDOR
 from remit.connectors.data import Collection
 from remit.connectors.llm import DEFAULT_PRICES, chat_complete
+from remit.connectors.wakeup import VENDOR as WAKEUP_VENDOR
+from remit.connectors.wakeup import wakeup_connector
 from remit.core.errors import AppError, UnknownWorkflow
 from remit.core.settings import app_folder
 from remit.declare.ops import Op
@@ -72,9 +74,10 @@ class App:
 
     Raises `AppError` naming what to change: two workflows with one name, an op used that no
     connector or collection declares, a queue no one declared, two connectors for one vendor,
-    two collections with one name, a connector for the vendor `data` beside collections, a
-    budget for a workflow the app does not define or two for one scope and period, a price
-    that is not one.
+    two collections with one name, a connector for the vendor `data` beside collections, one
+    of its own for the vendor `wakeup` (remit's: every app has `wakeup_connector`, through
+    which an instance registers with the wakeup service), a budget for a workflow the app does
+    not define or two for one scope and period, a price that is not one.
 
     `budgets` limit what calls of ops with a cost (`ctx.llm`) may spend per period
     (`budgets.py`); `llm_prices` adds models to remit's price table, or changes their prices
@@ -117,11 +120,20 @@ class App:
         for connector in connectors:
             if not isinstance(connector, Connector):
                 raise AppError(f"app `{name}` lists {connector!r} among its connectors")
+            if connector is wakeup_connector:
+                continue  # every app has it
+            if connector.vendor == WAKEUP_VENDOR:
+                raise AppError(
+                    f"app `{name}` declares a connector for the vendor `{WAKEUP_VENDOR}`, which "
+                    f"is remit's own vendor (its connector is in every app): rename yours, and "
+                    f"its ops' ids"
+                )
             if connector.vendor in self.connectors:
                 raise AppError(
                     f"app `{name}` has two connectors for the vendor `{connector.vendor}`: keep one"
                 )
             self.connectors[connector.vendor] = connector
+        self.connectors[WAKEUP_VENDOR] = wakeup_connector
         self.collections = _collections(name, collections, self.connectors)
         self.ops: dict[str, Op[Any, Any]] = {
             declared.id: declared
@@ -167,6 +179,7 @@ class App:
             workflows={name: wf.input for name, wf in self.workflows.items()},
             ops={op_id: (op.input, op.effect, op.idempotent) for op_id, op in self.ops.items()},
             approval_types={name: t.draft for name, t in self.approval_types.items()},
+            own_ops=frozenset(op.id for op in wakeup_connector.ops),
         )
         self.policy = Policy.load(folder, catalog)
 

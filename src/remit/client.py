@@ -559,6 +559,16 @@ class Client:
         _not_in_a_workflow("call")
         return self.direct.call(op_id, input, by=self._who(by), key=key)
 
+    def register_wake(self, at: datetime) -> CallResult:
+        """Ask the wakeup service to wake this instance at `at` (timezone-aware), replacing
+        the wake registered before: the op `wakeup.instances.register`, called as
+        `remit:wakeup` with no policy asked, and recorded in the ledger and the audit. Each call
+        is made afresh (its own key), so a time registered again after another re-arms it."""
+        _not_in_a_workflow("register_wake")
+        from remit.connectors.wakeup import register_wake
+
+        return self.direct.call_as_remit(register_wake.id, {"at": at.isoformat()})
+
     def data(
         self, collection: str, verb: str, input: Mapping[str, Any], *, by: str | None = None
     ) -> CallResult:

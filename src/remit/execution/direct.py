@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from remit.budgets.store import Budgets
 from remit.connectors.base import Implementation
+from remit.connectors.wakeup import WAKEUP_ACTOR
 from remit.core.audit import audit_row
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
@@ -33,7 +34,7 @@ from remit.core.keys import key_problem
 from remit.core.ledger import LedgerStore, input_hash
 from remit.core.limits import check_json
 from remit.core.outcome import Ok, Outcome
-from remit.core.principals import check_actor
+from remit.core.principals import SYSTEM_PREFIX, check_actor, check_principal
 from remit.core.runs import RunInfo, RunStore, json_input
 from remit.declare.ops import Op
 from remit.declare.workflows import Workflow, workflow
@@ -194,6 +195,30 @@ class DirectCalls:
         verdict = self.guard.require(by, "call", op.id, {"input": parsed})
         if verdict.held:
             return self._hold(op, parsed, by=by, key=key, note=verdict.hold_note)
+        return self._make(op, parsed, by=by, key=key)
+
+    def call_as_remit(
+        self, op_id: str, payload: Mapping[str, Any], *, actor: str = WAKEUP_ACTOR
+    ) -> CallResult:
+        """Call `op_id` as one of remit's own principals (`actor`, `remit:…`), for work remit
+        does for itself (registering the instance's next wake before a worker stops): no policy
+        is asked, as none is for expiry, and the call has its ledger and audit rows like any.
+        Each is a call of its own, never a replay of an earlier one."""
+        check_principal(actor, where="actor")
+        if not actor.startswith(SYSTEM_PREFIX):
+            raise RemitError(
+                f"actor {actor}: call_as_remit acts as one of remit's own `{SYSTEM_PREFIX}` "
+                "principals; a person or an agent calls with `call(..., by=...)`, under the "
+                "policies"
+            )
+        op = self._op(op_id)
+        return self._make(op, parse_op_input(op, payload), by=actor, key=None)
+
+    def _make(
+        self, op: Op[Any, Any], parsed: dict[str, Any], *, by: str, key: str | None
+    ) -> CallResult:
+        """Make a call the policies allowed (or did not ask about): its ledger row, then the
+        audit row saying who made it."""
         call_id = f"{DIRECT_CALL_PREFIX}{uuid.uuid4().hex[:16]}"
         ledger_key = f"direct:{key}" if key else f"{call_id}:0"
         if key:

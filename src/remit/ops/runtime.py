@@ -28,6 +28,7 @@ from remit.connectors.credentials import Credentials, SecretKey, Secrets
 from remit.connectors.data import VENDOR as DATA_VENDOR
 from remit.connectors.data import CollectionStore
 from remit.connectors.redaction import app_secrets
+from remit.connectors.wakeup import DRIVER_SETTINGS as WAKEUP_SETTINGS
 from remit.core import telemetry
 from remit.core.clock import Clock
 from remit.core.database import Database
@@ -400,10 +401,15 @@ def implementations_for(
     # Collections live in the app's database with drivers and fakes alike.
     if app.collections and DATA_VENDOR not in chosen:
         chosen[DATA_VENDOR] = CollectionStore(db, app.name, app.collections, clock=clock)
-    # remit's own settings (the database URL, the secret key) are not the drivers' business.
+    # remit's own settings (the database URL, the secret key) are not the drivers' business,
+    # but for the wakeup service's, which are its connector's credentials.
     given = os.environ if environ is None else environ
     credentials = Credentials(
         Secrets(db, app.name, SecretKey.from_settings(settings)),
-        {name: value for name, value in given.items() if not name.startswith("REMIT_")},
+        {
+            name: value
+            for name, value in given.items()
+            if not name.startswith("REMIT_") or name in WAKEUP_SETTINGS
+        },
     )
     return chosen, credentials

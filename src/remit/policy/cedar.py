@@ -419,6 +419,9 @@ class Catalog:
     workflows: Mapping[str, type[BaseModel]]
     ops: Mapping[str, tuple[type[BaseModel], str, bool]]  # input model, effect, idempotent
     approval_types: Mapping[str, type[BaseModel]]
+    # remit's own ops (`wakeup.*`), whose input fields give way to the app's: a field the app
+    # types otherwise is typed as the app has it, not left out of every context.
+    own_ops: frozenset[str] = frozenset()
 
 
 def build_schema(
@@ -428,7 +431,12 @@ def build_schema(
     fields left out because two declarations type them differently."""
     left_out: list[str] = []
     workflow_inputs = _union("workflow input", catalog.workflows.values(), left_out)
-    op_inputs = _union("op input", (m for m, _, _ in catalog.ops.values()), left_out)
+    op_inputs = _union(
+        "op input",
+        (m for op_id, (m, _, _) in catalog.ops.items() if op_id not in catalog.own_ops),
+        left_out,
+        yielding=[m for op_id, (m, _, _) in catalog.ops.items() if op_id in catalog.own_ops],
+    )
     drafts = _union("approval draft", catalog.approval_types.values(), left_out)
     string = {"type": "String"}
     contexts: dict[str, dict[str, Any]] = {
@@ -500,8 +508,15 @@ def _record(attributes: dict[str, Any]) -> dict[str, Any]:
     return {"type": "Record", "attributes": attributes}
 
 
-def _union(what: str, models: Iterable[type[BaseModel]], left_out: list[str]) -> dict[str, Any]:
-    """One optional attribute per field any of `models` has, typed as all of them agree."""
+def _union(
+    what: str,
+    models: Iterable[type[BaseModel]],
+    left_out: list[str],
+    *,
+    yielding: Iterable[type[BaseModel]] = (),
+) -> dict[str, Any]:
+    """One optional attribute per field any of `models` has, typed as all of them agree; and
+    each field of the `yielding` models none of `models` has."""
     seen: dict[str, dict[str, Any] | None] = {}
     for model in models:
         for name, info in model.model_fields.items():
@@ -513,6 +528,11 @@ def _union(what: str, models: Iterable[type[BaseModel]], left_out: list[str]) ->
                 left_out.append(f"{what} `{name}`")
                 continue
             seen.setdefault(name, typed)
+    for model in yielding:
+        for name, info in model.model_fields.items():
+            typed = cedar_type(info.annotation)
+            if typed is not None:
+                seen.setdefault(name, typed)
     attributes = {
         name: {**typed, "required": False} for name, typed in seen.items() if typed is not None
     }

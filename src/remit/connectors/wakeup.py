@@ -1,0 +1,508 @@
+"""The `wakeup` connector: an instance's side of the wakeup service, which starts a stopped
+instance again when its next deadline comes.
+
+Every app has it (`App` adds it; `wakeup` is remit's own vendor), so each registration is an op
+call with a ledger row like any other. Its four ops:
+
+- `wakeup.instances.create` `{url}` → `{id, url}`: register this instance, at its public
+  `url` (where the service calls `/wake`), under the account of `REMIT_WAKEUP_ACCOUNT_TOKEN`.
+  The instance is named by its own token, the secret `REMIT_WAKEUP_TOKEN`: registering the same
+  token again is the same registration (a new URL forgets the wake it had).
+- `wakeup.instances.get` `{id}` → `{id, url, at, called_at, attempts, last_error, found}`:
+  what the service holds for an instance of the account (`found` False for one it does not).
+- `wakeup.instances.delete` `{id}` → `{id, deleted}`: forget an instance of the account.
+- `wakeup.instances.register` `{at}` → `{at}`: wake this instance at `at`, replacing the wake
+  registered before. Sent with the instance token alone; remit makes it as `remit:wakeup`
+  (`Client.register_wake`) before a worker stops.
+
+The driver (`WakeupDriver`) talks to `REMIT_WAKEUP_URL` over HTTP with the tokens as
+`Authorization: Bearer …`; it follows no redirect, which would carry a token elsewhere. Both
+tokens are declared credentials, so remit redacts them wherever a call's answer or error goes.
+The fake (`FakeWakeup`) keeps the same state in memory and refuses what the service refuses.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import quote, urlsplit
+
+from pydantic import AwareDatetime, BaseModel, Field, field_validator
+
+from remit.connectors.base import CallContext, Connector, Driver, Fake, implements
+from remit.core.errors import DriverError, MissingCredential
+from remit.core.text import excerpt, printable
+from remit.core.wakeup_tokens import ACCOUNT_PREFIX, INSTANCE_PREFIX, INSTANCE_TOKEN_SECRET
+from remit.declare.ops import op
+
+if TYPE_CHECKING:
+    # httpx is imported where the driver calls the service: every app has this connector, and
+    # one that never calls it does not load httpx.
+    import httpx
+
+VENDOR = "wakeup"
+SERVICE_URL = "REMIT_WAKEUP_URL"
+ACCOUNT_TOKEN = "REMIT_WAKEUP_ACCOUNT_TOKEN"
+# remit's own settings drivers do not see, except these, which are this connector's.
+DRIVER_SETTINGS = frozenset({SERVICE_URL, ACCOUNT_TOKEN, INSTANCE_TOKEN_SECRET})
+# Who remit registers the instance's wakes as.
+WAKEUP_ACTOR = "remit:wakeup"
+# The longest a try waits on the service: a stopping worker should not hang on it.
+MOST_SECONDS = 10.0
+_CONNECT = "remit wakeup connect URL"
+_LONGEST_URL = 2000
+
+
+def check_url(url: str, *, what: str = "url") -> str:
+    """`url` if it is an http:// or https:// URL with a host; else `ValueError` saying so."""
+    parts = urlsplit(url)
+    if (
+        len(url) > _LONGEST_URL
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or any(char.isspace() for char in url)
+    ):
+        raise ValueError(
+            f"{what} must be an http:// or https:// URL with a host, at most {_LONGEST_URL} "
+            f"characters, e.g. https://remit.example.com; not {excerpt(url, 80)!r}"
+        )
+    return url
+
+
+class Registration(BaseModel):
+    """The input of `wakeup.instances.create`: the instance's public URL."""
+
+    url: str = Field(description="where the service reaches this instance (it calls /wake)")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return check_url(value)
+
+
+class Registered(BaseModel):
+    """The output of `wakeup.instances.create`: the instance's id at the service."""
+
+    id: str
+    url: str
+
+
+InstanceId = Annotated[str, Field(min_length=1, max_length=200, description="the instance's id")]
+
+
+class InstanceRef(BaseModel):
+    """The input of `wakeup.instances.get` and `.delete`."""
+
+    id: InstanceId
+
+
+class Instance(BaseModel):
+    """The output of `wakeup.instances.get`: the instance's wake and how calling it went.
+    `found` is False (and the rest empty) when the service holds no instance of that id."""
+
+    id: str
+    url: str | None = None
+    at: datetime | None = None
+    called_at: datetime | None = None
+    attempts: int = 0
+    last_error: str | None = None
+    found: bool = True
+
+
+class Removed(BaseModel):
+    """The output of `wakeup.instances.delete`: whether this call removed the instance."""
+
+    id: str
+    deleted: bool
+
+
+class Wake(BaseModel):
+    """The input of `wakeup.instances.register`: when to wake this instance."""
+
+    at: AwareDatetime = Field(description="when, with its UTC offset")
+
+
+class Armed(BaseModel):
+    """The output of `wakeup.instances.register`: the wake now registered, in UTC."""
+
+    at: datetime
+
+
+create_instance = op(
+    "wakeup.instances.create",
+    effect="write",
+    idempotent=True,
+    input=Registration,
+    output=Registered,
+    description="Register this instance with the wakeup service, at its public URL.",
+)
+get_instance = op(
+    "wakeup.instances.get",
+    effect="read",
+    input=InstanceRef,
+    output=Instance,
+    description="An instance of the account as the wakeup service holds it.",
+)
+delete_instance = op(
+    "wakeup.instances.delete",
+    effect="write",
+    idempotent=True,
+    input=InstanceRef,
+    output=Removed,
+    description="Forget an instance of the account at the wakeup service.",
+)
+register_wake = op(
+    "wakeup.instances.register",
+    effect="write",
+    idempotent=True,
+    input=Wake,
+    output=Armed,
+    description="Ask the wakeup service to wake this instance at a time (replacing the last).",
+)
+OPS = (create_instance, get_instance, delete_instance, register_wake)
+
+
+def _utc(at: datetime | None) -> datetime | None:
+    return None if at is None else at.astimezone(UTC)
+
+
+def _instance_token(call: CallContext) -> str:
+    """The instance's token, checked; `MissingCredential` saying how to make one."""
+    token = call.environ.get(INSTANCE_TOKEN_SECRET)
+    if not token:
+        raise MissingCredential(
+            f"op `{call.op.id}` needs the secret {INSTANCE_TOKEN_SECRET}, this instance's token "
+            f"at the wakeup service: run `{_CONNECT}` (URL: this instance's public address), "
+            "which makes and stores it",
+            op=call.op.id,
+            variable=INSTANCE_TOKEN_SECRET,
+        )
+    if not token.startswith(INSTANCE_PREFIX):
+        raise MissingCredential(
+            f"op `{call.op.id}`: {INSTANCE_TOKEN_SECRET} is not an instance token (they start "
+            f"{INSTANCE_PREFIX}): delete it (`remit secrets delete {INSTANCE_TOKEN_SECRET}`) and "
+            f"run `{_CONNECT}`, which makes one",
+            op=call.op.id,
+            variable=INSTANCE_TOKEN_SECRET,
+        )
+    return token
+
+
+def _account_token(call: CallContext) -> str:
+    """The account's token, checked; `MissingCredential` saying where one comes from."""
+    token = call.environ.get(ACCOUNT_TOKEN)
+    if not token or not token.startswith(ACCOUNT_PREFIX):
+        problem = (
+            "is not set" if not token else f"is not an account token (they start {ACCOUNT_PREFIX})"
+        )
+        raise MissingCredential(
+            f"op `{call.op.id}` needs {ACCOUNT_TOKEN}, a wakeup account's token, and it "
+            f"{problem}: `remit wakeup accounts create LABEL` on the service prints one; set it "
+            f"for this process, then run `{_CONNECT}`",
+            op=call.op.id,
+            variable=ACCOUNT_TOKEN,
+        )
+    return token
+
+
+def refused(op_id: str, status: int, error: str) -> DriverError:
+    """The service's refusal of a call, as a `DriverError`: a rate limit or a server error may
+    pass; any other refusal says what to change."""
+    said = printable(excerpt(error, 300))
+    message = f"the wakeup service refused `{op_id}` ({status}): {said}"
+    if status == 401 and op_id == register_wake.id:
+        message += (
+            f". It does not know this instance's token ({INSTANCE_TOKEN_SECRET}): run "
+            f"`{_CONNECT}` to register it"
+        )
+    elif status == 401:
+        message += f". Check {ACCOUNT_TOKEN}: it must be an account's token at this service"
+    elif status == 403:
+        message += f". The instance belongs to another account than {ACCOUNT_TOKEN}'s"
+    elif status == 409 and op_id == create_instance.id:
+        message += (
+            f". Another account registered this instance's token ({INSTANCE_TOKEN_SECRET}); a "
+            f"new account needs a new instance token: `remit secrets delete "
+            f"{INSTANCE_TOKEN_SECRET}`, then `{_CONNECT}` again"
+        )
+    return DriverError(
+        message,
+        retryable=status == 429 or status >= 500,
+        status=status,
+        op=op_id,
+    )
+
+
+class WakeupDriver(Driver):
+    """The wakeup service at `REMIT_WAKEUP_URL`. Registering, reading and deleting instances
+    needs `REMIT_WAKEUP_ACCOUNT_TOKEN`; every call needs the secret `REMIT_WAKEUP_TOKEN`,
+    which `remit wakeup connect` makes."""
+
+    credentials = (INSTANCE_TOKEN_SECRET, ACCOUNT_TOKEN)
+
+    def __init__(self, transport: httpx.BaseTransport | None = None) -> None:
+        self.transport = transport
+
+    @implements(create_instance)
+    def create(self, input: Registration, call: CallContext) -> Registered:
+        body = {"url": input.url, "token": _instance_token(call)}
+        response = self._send(call, "POST", "/wakeup/instances", _account_token(call), body)
+        answer = self._answer(call, response, (200, 201))
+        found = answer.get("id")
+        if not isinstance(found, str) or not found:
+            raise self._not_the_service(call, response)
+        return Registered(id=found, url=input.url)
+
+    @implements(get_instance)
+    def get(self, input: InstanceRef, call: CallContext) -> Instance:
+        path = f"/wakeup/instances/{quote(input.id, safe='')}"
+        response = self._send(call, "GET", path, _account_token(call))
+        answer = self._answer(call, response, (200,), missing=True)
+        if answer is _MISSING:
+            return Instance(id=input.id, found=False)
+        try:
+            held = Instance.model_validate({**answer, "found": True})
+        except ValueError:
+            raise self._not_the_service(call, response) from None
+        return held.model_copy(update={"at": _utc(held.at), "called_at": _utc(held.called_at)})
+
+    @implements(delete_instance)
+    def delete(self, input: InstanceRef, call: CallContext) -> Removed:
+        path = f"/wakeup/instances/{quote(input.id, safe='')}"
+        response = self._send(call, "DELETE", path, _account_token(call))
+        answer = self._answer(call, response, (204,), missing=True)
+        return Removed(id=input.id, deleted=answer is not _MISSING)
+
+    @implements(register_wake)
+    def register(self, input: Wake, call: CallContext) -> Armed:
+        at = input.at.astimezone(UTC)
+        body = {"at": at.isoformat()}
+        response = self._send(call, "PUT", "/wakeup/wake", _instance_token(call), body)
+        self._answer(call, response, (204,))
+        return Armed(at=at)
+
+    def _send(
+        self,
+        call: CallContext,
+        method: str,
+        path: str,
+        token: str,
+        body: dict[str, Any] | None = None,
+    ) -> httpx.Response:
+        import httpx
+
+        base = self._base(call)
+        headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        try:
+            with httpx.Client(
+                transport=self.transport,
+                timeout=min(call.timeout, MOST_SECONDS),
+                follow_redirects=False,
+            ) as client:
+                return client.request(method, f"{base}{path}", json=body, headers=headers)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as error:
+            # No connection, so the service saw nothing: safe to try again.
+            raise DriverError(
+                f"the wakeup service at {base} is unreachable ({type(error).__name__}: {error}): "
+                f"is it running, and is {SERVICE_URL} right?",
+                retryable=True,
+                maybe_applied=False,
+                op=call.op.id,
+            ) from error
+        except httpx.HTTPError as error:
+            raise DriverError(
+                f"the wakeup service at {base} failed `{call.op.id}`: {type(error).__name__}: "
+                f"{error}",
+                retryable=True,
+                op=call.op.id,
+            ) from error
+
+    def _base(self, call: CallContext) -> str:
+        url = call.environ.get(SERVICE_URL)
+        if not url:
+            raise MissingCredential(
+                f"op `{call.op.id}` needs {SERVICE_URL}, the wakeup service's address: set it "
+                f"for this process (and run `{_CONNECT}` once, to register the instance)",
+                op=call.op.id,
+                variable=SERVICE_URL,
+            )
+        try:
+            return check_url(url, what=SERVICE_URL).rstrip("/")
+        except ValueError as error:
+            raise MissingCredential(str(error), op=call.op.id, variable=SERVICE_URL) from None
+
+    def _answer(
+        self,
+        call: CallContext,
+        response: httpx.Response,
+        expected: tuple[int, ...],
+        *,
+        missing: bool = False,
+    ) -> dict[str, Any]:
+        """The service's JSON answer to a call it took; `_MISSING` for its 404 where `missing`
+        allows one. A refusal is a `DriverError` with the service's `error`; a redirect, or a
+        reply that is not the service's, is one saying `REMIT_WAKEUP_URL` may be wrong."""
+        status = response.status_code
+        if 300 <= status < 400:
+            where = response.headers.get("location", "elsewhere")
+            raise DriverError(
+                f"the wakeup service at {self._base(call)} answered `{call.op.id}` with a "
+                f"redirect ({status}) to {printable(excerpt(where, 200))}, which remit does not "
+                f"follow (it would carry the token there): is {SERVICE_URL} right? Set it to the "
+                "service's own address",
+                retryable=False,
+                status=status,
+                maybe_applied=False,
+                op=call.op.id,
+            )
+        if status == 204 and status in expected:
+            return {}
+        answer = _json_object(response)
+        if status in expected and answer is not None:
+            return answer
+        error = None if answer is None else answer.get("error")
+        if status >= 400 and isinstance(error, str):
+            if status == 404 and missing:
+                return _MISSING
+            raise refused(call.op.id, status, error)
+        raise self._not_the_service(call, response)
+
+    def _not_the_service(self, call: CallContext, response: httpx.Response) -> DriverError:
+        status = response.status_code
+        shown = printable(excerpt(response.text, 120))
+        return DriverError(
+            f"the wakeup service at {self._base(call)} answered `{call.op.id}` with {status} "
+            f"and a reply that is not the wakeup service's ({shown!r}): is {SERVICE_URL} right?",
+            # A proxy in front of the service answers so while it restarts.
+            retryable=status == 429 or status >= 500,
+            status=status,
+            op=call.op.id,
+        )
+
+
+# The marker of a 404 the service itself answered.
+_MISSING: dict[str, Any] = {}
+
+
+def _json_object(response: httpx.Response) -> dict[str, Any] | None:
+    if "json" not in response.headers.get("content-type", ""):
+        return None
+    try:
+        parsed = response.json()
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+@dataclass
+class FakeInstance:
+    """One instance the fake service holds."""
+
+    id: str
+    account: str
+    url: str
+    at: datetime | None = None
+    called_at: datetime | None = None
+    attempts: int = 0
+    last_error: str | None = None
+
+
+@dataclass(frozen=True)
+class WakeRegistered:
+    """One wake the fake was asked for: which instance, when."""
+
+    id: str
+    at: datetime
+
+
+class FakeWakeup(Fake):
+    """The wakeup service in memory: instances by their token, each of the account that
+    registered it, and every wake asked for in `registrations`.
+
+    `accounts` are the account tokens it knows (any other is refused as the service refuses
+    an unknown one); None takes any account token, each a separate account.
+    """
+
+    def __init__(self, *, accounts: Iterable[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.accounts = None if accounts is None else frozenset(accounts)
+        self.instances: dict[str, FakeInstance] = {}
+        self.registrations: list[WakeRegistered] = []
+        self._state = threading.Lock()
+
+    @implements(create_instance)
+    def create(self, input: Registration, call: CallContext) -> Registered:
+        token, account = _instance_token(call), self._account(call)
+        with self._state:
+            held = self.instances.get(token)
+            if held is not None and held.account != account:
+                raise refused(call.op.id, 409, "the token is registered by another account")
+            if held is None:
+                held = FakeInstance(
+                    id=f"ins_{len(self.instances) + 1:04d}", account=account, url=""
+                )
+                self.instances[token] = held
+            if held.url != input.url:
+                held.url, held.at, held.called_at = input.url, None, None
+                held.attempts, held.last_error = 0, None
+            return Registered(id=held.id, url=held.url)
+
+    @implements(get_instance)
+    def get(self, input: InstanceRef, call: CallContext) -> Instance:
+        held = self._of_account(input.id, call)
+        if held is None:
+            return Instance(id=input.id, found=False)
+        return Instance(
+            id=held.id,
+            url=held.url,
+            at=held.at,
+            called_at=held.called_at,
+            attempts=held.attempts,
+            last_error=held.last_error,
+        )
+
+    @implements(delete_instance)
+    def delete(self, input: InstanceRef, call: CallContext) -> Removed:
+        held = self._of_account(input.id, call)
+        with self._state:
+            if held is not None:
+                self.instances = {t: i for t, i in self.instances.items() if i is not held}
+        return Removed(id=input.id, deleted=held is not None)
+
+    @implements(register_wake)
+    def register(self, input: Wake, call: CallContext) -> Armed:
+        token = _instance_token(call)
+        at = input.at.astimezone(UTC)
+        with self._state:
+            held = self.instances.get(token)
+            if held is None:
+                raise refused(call.op.id, 401, "unknown instance token")
+            held.at, held.called_at, held.attempts, held.last_error = at, None, 0, None
+            self.registrations.append(WakeRegistered(id=held.id, at=at))
+        return Armed(at=at)
+
+    def _account(self, call: CallContext) -> str:
+        token = _account_token(call)
+        if self.accounts is not None and token not in self.accounts:
+            raise refused(call.op.id, 401, "unknown account token")
+        return token
+
+    def _of_account(self, instance_id: str, call: CallContext) -> FakeInstance | None:
+        account = self._account(call)
+        with self._state:
+            held = next((i for i in self.instances.values() if i.id == instance_id), None)
+        if held is not None and held.account != account:
+            raise refused(call.op.id, 403, "the instance belongs to another account")
+        return held
+
+
+wakeup_connector = Connector(
+    VENDOR,
+    ops=OPS,
+    driver=WakeupDriver,
+    fake=FakeWakeup,
+    description="The wakeup service, which starts this instance again when its next deadline comes.",
+)
