@@ -26,6 +26,7 @@ from remit.cli import (  # noqa: F401
     tokens,
     wakeup,
     wakeup_connect,
+    wakeup_service,
 )
 from remit.cli import tasks as task_commands
 from remit.cli.base import (
