@@ -38,7 +38,6 @@ if TYPE_CHECKING:
         chat_complete,
         llm,
     )
-    from remit.connectors.wakeup import FakeWakeup, wakeup_connector
     from remit.core.backoff import RetryPolicy
     from remit.core.clock import Clock, SystemClock
     from remit.core.errors import (
@@ -112,7 +111,6 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "chat_complete",
         "llm",
     ),
-    "remit.connectors.wakeup": ("FakeWakeup", "wakeup_connector"),
     "remit.core.backoff": ("RetryPolicy",),
     "remit.core.clock": ("Clock", "SystemClock"),
     "remit.core.errors": (
@@ -199,7 +197,6 @@ __all__ = [
     "Fake",
     "FakeLLM",
     "FakeReply",
-    "FakeWakeup",
     "InputInvalid",
     "KeyReused",
     "LogNotifier",
@@ -246,7 +243,6 @@ __all__ = [
     "op",
     "schedule",
     "upcoming_deadlines",
-    "wakeup_connector",
     "workflow",
 ]
 

@@ -21,6 +21,7 @@ from remit import (
 from remit import op as declare_op
 from remit.app import referenced_ops
 from remit.connectors.data import Deleted, PageRequest
+from remit.connectors.wakeup import wakeup_connector
 
 
 class Customer(BaseModel):
@@ -156,8 +157,8 @@ def test_an_app_serves_its_collections_ops_under_data() -> None:
     app = App(name="crm", workflows=[crm], collections=[customers, invoices])
     assert app.collections == {"customers": customers, "invoices": invoices}
     assert app.ops["data.customers.put"] is customers.put
-    assert set(app.ops) == {o.id for o in (*customers.ops, *invoices.ops)}
-    assert app.connectors == {}
+    assert set(app.ops) == {o.id for o in (*customers.ops, *invoices.ops, *wakeup_connector.ops)}
+    assert list(app.connectors) == ["wakeup"]
 
 
 def test_two_collections_with_one_name_are_refused() -> None:

@@ -24,6 +24,7 @@ from remit import (
     op,
     workflow,
 )
+from remit.connectors.wakeup import wakeup_connector
 from remit.core.runs import attempt_workflow_id, parse_input
 
 LOWERCASE = "lowercase letters, digits and dashes"
@@ -375,8 +376,12 @@ def test_app_collects_workflows_connectors_and_queues() -> None:
     )
 
     assert app.workflow("chase-invoice") is wf
-    assert set(app.connectors) == {"payments", "mail"}
-    assert app.ops == {"payments.invoices.get": get_invoice, "mail.messages.send": send_reminder}
+    assert set(app.connectors) == {"payments", "mail", "wakeup"}
+    assert app.ops == {
+        "payments.invoices.get": get_invoice,
+        "mail.messages.send": send_reminder,
+        **{o.id: o for o in wakeup_connector.ops},
+    }
     assert set(app.queues) == {"default", "slow"}
     assert app.queues["slow"].concurrency == 2
 

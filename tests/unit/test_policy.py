@@ -13,6 +13,7 @@ import pytest
 from pydantic import BaseModel
 
 from remit import App, AppError, Connector, Fake, implements, op, workflow
+from remit.connectors.wakeup import wakeup_connector
 from remit.execution.context import Context
 from remit.policy.cedar import Catalog, Policy, Principal, cedar_type, split_statements
 
@@ -297,7 +298,10 @@ def test_an_app_without_policies_checks_nothing_and_one_with_them_has_the_call_w
     governed = _app(policies=tmp_path / "p")
     assert governed.policy.enabled
     assert governed.policy.problem is None
-    assert governed.workflows["call"].op_ids == {"shop.orders.get"}
+    assert governed.workflows["call"].op_ids == {
+        "shop.orders.get",
+        *(o.id for o in wakeup_connector.ops),
+    }
     assert "call" in governed.approval_types
     with pytest.raises(AppError, match="no such folder"):
         _app(policies=tmp_path / "missing")

@@ -34,7 +34,7 @@ from pydantic import AwareDatetime, BaseModel, Field, field_validator
 
 from remit.connectors.base import CallContext, Connector, Driver, Fake, implements
 from remit.core.errors import DriverError, MissingCredential
-from remit.core.text import excerpt, printable
+from remit.core.text import excerpt, printable, unsafe
 from remit.core.wakeup_tokens import ACCOUNT_PREFIX, INSTANCE_PREFIX, INSTANCE_TOKEN_SECRET
 from remit.declare.ops import op
 
@@ -57,19 +57,31 @@ _LONGEST_URL = 2000
 
 
 def check_url(url: str, *, what: str = "url") -> str:
-    """`url` if it is an http:// or https:// URL with a host; else `ValueError` saying so."""
-    parts = urlsplit(url)
+    """`url` without a trailing slash, if it is an http:// or https:// URL with a host and no
+    user, password, query or fragment (as the service stores an instance's); else `ValueError`
+    saying so."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (a port that is not a number raises here)
+    except ValueError:
+        parts = urlsplit("")
     if (
         len(url) > _LONGEST_URL
         or parts.scheme not in ("http", "https")
         or not parts.hostname
+        or parts.username is not None
+        or parts.password is not None
+        or "?" in url
+        or "#" in url
+        or unsafe(url)
         or any(char.isspace() for char in url)
     ):
         raise ValueError(
-            f"{what} must be an http:// or https:// URL with a host, at most {_LONGEST_URL} "
-            f"characters, e.g. https://remit.example.com; not {excerpt(url, 80)!r}"
+            f"{what} must be an http:// or https:// URL with a host and no user, password, "
+            f"query or fragment, at most {_LONGEST_URL} characters, e.g. "
+            f"https://remit.example.com; not {printable(excerpt(url, 80))!r}"
         )
-    return url
+    return url.rstrip("/")
 
 
 class Registration(BaseModel):
