@@ -305,3 +305,52 @@ def test_an_app_without_policies_checks_nothing_and_one_with_them_has_the_call_w
     assert "call" in governed.approval_types
     with pytest.raises(AppError, match="no such folder"):
         _app(policies=tmp_path / "missing")
+
+
+class Ticket(BaseModel):
+    id: int  # the `wakeup` ops' `id` is a string: the app's own type wins
+    url: str
+
+
+TICKETS_GET = op("desk.tickets.get", effect="read", input=Ticket, output=Ticket)
+
+
+def test_remits_own_ops_give_way_to_the_apps_field_types(tmp_path: Path) -> None:
+    class Desk(Fake):
+        @implements(TICKETS_GET)
+        def get(self, input: Ticket, call: object) -> Ticket:
+            return input
+
+    @workflow(name="open", input=Ticket, uses=[TICKETS_GET])
+    def open_ticket(ctx: Context, input: Ticket) -> None:
+        ctx.call(TICKETS_GET, input)
+
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "a.cedar").write_text(
+        'permit (principal, action == Action::"call", resource) when '
+        "{ context.input has id && context.input.id < 10 };\n"
+    )
+    desk = Connector("desk", ops=[TICKETS_GET], driver=Desk, fake=Desk)
+    app = App(name="desk", workflows=[open_ticket], connectors=[desk], policies=tmp_path / "p")
+    assert (app.policy.problem, app.policy.left_out) == (None, [])
+    assert app.policy.check("user:ann", "call", "desk.tickets.get", {"input": {"id": 3}}).allowed
+    # The ops' own fields no app op has are typed as theirs (`at`).
+    typed = app.policy.schema[""]["actions"]["call"]["appliesTo"]["context"]
+    assert typed["attributes"]["input"]["attributes"]["at"]["type"] == "String"
+
+
+def test_an_app_cannot_declare_the_wakeup_vendor() -> None:
+    wakeup_get = op("wakeup.things.get", effect="read", input=Refund, output=Refund)
+
+    class Mine(Fake):
+        @implements(wakeup_get)
+        def get(self, input: Refund, call: object) -> Refund:
+            return input
+
+    mine = Connector("wakeup", ops=[wakeup_get], driver=Mine, fake=Mine)
+    with pytest.raises(AppError, match="`wakeup`, which is remit's own vendor"):
+        App(name="shop", workflows=[], connectors=[mine])
+    # remit's own connector listed by the app is the one it has anyway.
+    assert App(name="shop", workflows=[], connectors=[wakeup_connector]).connectors == {
+        "wakeup": wakeup_connector
+    }

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote, urlsplit
 
-from pydantic import AwareDatetime, BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
 from remit.connectors.base import CallContext, Connector, Driver, Fake, implements
 from remit.core.errors import DriverError, MissingCredential
@@ -134,7 +134,16 @@ class Removed(BaseModel):
 class Wake(BaseModel):
     """The input of `wakeup.instances.register`: when to wake this instance."""
 
-    at: AwareDatetime = Field(description="when, with its UTC offset")
+    at: datetime = Field(description="when, with its UTC offset")
+
+    @field_validator("at")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(
+                "at must say its timezone (an offset, or Z for UTC), e.g. 2030-01-31T09:00:00Z"
+            )
+        return value
 
 
 class Armed(BaseModel):
