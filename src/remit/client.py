@@ -19,9 +19,10 @@ checkpointed, and a client call from there would run again on every replay.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -66,6 +67,8 @@ if TYPE_CHECKING:
 
 
 IdKind = Literal["run", "approval", "task"]
+
+_log = logging.getLogger("remit.client")
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,13 @@ class Client:
         self.db = Database(settings.database_url, pool_size=pool_size)
         if prepare:
             self.db.prepare()
+        # Called after each write that gives a worker something to do: a start, a retry, a
+        # decision, a task's answer, a direct call, a resume of the app. By default, with a
+        # wakeup service configured, it wakes the app's worker if it stopped itself when idle
+        # (`remit serve --worker --stop-when-idle` points it at its own worker instead).
+        self.on_write: Callable[[], object] | None = (
+            self.wake_if_stopped if settings.wakeup_url is not None else None
+        )
 
     def use_implementations(self, implementations: Mapping[str, Implementation]) -> None:
         """Make direct calls on `implementations` (by vendor) from now on."""
@@ -392,7 +402,9 @@ class Client:
         named = None if record is None else check_record(record, where="start(record=...)")
         wf = self.app.workflow(workflow if isinstance(workflow, str) else workflow.name)
         runs = self.runs_store.naming(named, app=self.app.name)
-        return self.guard.start(runs, self.dbos, wf, input, by=self._who(by))
+        started = self.guard.start(runs, self.dbos, wf, input, by=self._who(by))
+        self._written()
+        return started
 
     def get_run(self, run_id: str) -> Run:
         """A run's row; `RunNotFound` if there is none."""
@@ -514,7 +526,9 @@ class Client:
     ) -> Retried:
         """Retry a failed or cancelled run on the current code (see `Retries.retry`)."""
         _not_in_a_workflow("retry")
-        return self.retries.retry(run_id, by=self._who(by), from_step=from_step, key=key)
+        retried = self.retries.retry(run_id, by=self._who(by), from_step=from_step, key=key)
+        self._written()
+        return retried
 
     def decide(
         self,
@@ -530,9 +544,11 @@ class Client:
         """Decide approvals, all or none, and resume their runs (see `Approvals.decide`). `key`
         is the decision key: the same key again replays the first result."""
         _not_in_a_workflow("decide")
-        return self.approvals.decide(
+        decided = self.approvals.decide(
             ids, decision, by=self._who(by), via=via, decision_key=key, edits=edits, reason=reason
         )
+        self._written()
+        return decided
 
     def resolve(
         self,
@@ -545,7 +561,9 @@ class Client:
     ) -> Resolved:
         """Say whether a task's call happened, and carry its run on (see `Tasks.resolve`)."""
         _not_in_a_workflow("resolve")
-        return self.tasks.resolve(task_id, done=done, output=output, by=self._who(by), key=key)
+        resolved = self.tasks.resolve(task_id, done=done, output=output, by=self._who(by), key=key)
+        self._written()
+        return resolved
 
     def call(
         self,
@@ -557,7 +575,32 @@ class Client:
     ) -> CallResult:
         """Call an op directly, under the policies (a policy may hold it for an approval)."""
         _not_in_a_workflow("call")
-        return self.direct.call(op_id, input, by=self._who(by), key=key)
+        called = self.direct.call(op_id, input, by=self._who(by), key=key)
+        if called.status == "held":
+            self._written()
+        return called
+
+    def wake_if_stopped(self) -> None:
+        """Register a wake for now with the wakeup service if the app's worker is stopping or
+        stopped (see `ops/idle.py`), so work just written does not wait for the deadline it
+        registered. A failure is logged, not raised: the write it follows is done."""
+        from remit.ops.idle import WakeupState
+
+        if not WakeupState(self.db, self.app.name, clock=self.clock).wants_wake():
+            return
+        try:
+            result = self.register_wake(self.clock.now())
+        except Exception as error:
+            _log.warning("could not wake the stopped worker through the wakeup service: %s", error)
+            return
+        if result.status != "ok":
+            _log.warning(
+                "could not wake the stopped worker through the wakeup service: %s", result.error
+            )
+
+    def _written(self) -> None:
+        if self.on_write is not None:
+            self.on_write()
 
     def register_wake(self, at: datetime) -> CallResult:
         """Ask the wakeup service to wake this instance at `at` (timezone-aware), replacing
@@ -588,7 +631,9 @@ class Client:
         _not_in_a_workflow("resume")
         who = self._person(by)
         self.guard.require(who, "resume", self.app.name, {})
-        return self.app_state.resume(by=who)
+        resumed = self.app_state.resume(by=who)
+        self._written()
+        return resumed
 
     def set_secret(self, name: str, value: str, *, by: str | None = None) -> SecretInfo:
         """Store secret `name` (replacing its value), as the policies allow."""

@@ -5,6 +5,7 @@
 import json
 import logging
 import os
+import signal
 import sys
 import time
 import uuid
@@ -55,11 +56,14 @@ from remit.core.text import printable
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from remit.app import App
     from remit.client import Client, Step
     from remit.core.ledger import LedgerRow
     from remit.core.runs import Run
     from remit.core.settings import Settings
     from remit.people.approvals import Approval
+    from remit.serve.supervisor import Supervisor
+    from remit.serve.worker import Worker
 
 
 @cli.command()
@@ -67,6 +71,14 @@ def worker(
     executor_id: Annotated[
         str | None, typer.Option(help="Executor id (default: a free slot on this host).")
     ] = None,
+    exit_when_idle: Annotated[
+        bool,
+        typer.Option(
+            "--exit-when-idle",
+            help="Register the next deadline with the wakeup service and exit 0 once idle "
+            "(for a host that stops the machine and boots it on the next request).",
+        ),
+    ] = False,
     app_dir: AppDir = None,
 ) -> None:
     """Serve the app's queues until SIGTERM or Ctrl-C, then drain running work."""
@@ -75,6 +87,9 @@ def worker(
     app, settings = load(app_dir)
     if executor_id:
         settings = _replace(settings, executor_id=executor_id)
+    if exit_when_idle:
+        _exit_when_idle(app, settings)
+        return
     running = Worker(app, settings)
     running.start()
     err.print(
@@ -526,16 +541,37 @@ def serve(
             "front of it terminates TLS.",
         ),
     ] = False,
+    with_worker: Annotated[
+        bool,
+        typer.Option(
+            "--worker", help="Run a worker in this process too, serving the app's queues."
+        ),
+    ] = False,
+    stop_when_idle: Annotated[
+        bool,
+        typer.Option(
+            "--stop-when-idle",
+            help="With --worker: stop the worker when idle, having registered its next "
+            "deadline with the wakeup service; GET /wake and any write start it again.",
+        ),
+    ] = False,
     app_dir: AppDir = None,
 ) -> None:
-    """Serve the HTTP API until SIGTERM or Ctrl-C; every route but /health needs an API token.
+    """Serve the HTTP API until SIGTERM or Ctrl-C; every route but /health and /wake needs an
+    API token.
 
-    It runs no worker: a decision's run resumes on a worker that serves its queue.
+    Without --worker it runs no worker: a decision's run resumes on a worker that serves its
+    queue. With --worker it runs one beside the API, as a container on a host that scales to
+    zero does; --stop-when-idle lets that worker stop when idle (see README, "Scale to zero").
     """
     from remit.serve.api import LOCAL_NAMES, create_api
     from remit.serve.server import check_exposure
     from remit.serve.server import serve as serve_http
 
+    if stop_when_idle and not with_worker:
+        from remit.core.errors import RemitError
+
+        raise RemitError("--stop-when-idle stops the worker of --worker: give both")
     # As many connections as requests it answers at once, up to 16 (each waits on one).
     with local_client(app_dir, pool_size=16, command="serve") as remit:
         app, settings = remit.app, remit.settings
@@ -543,22 +579,123 @@ def serve(
         tls = check_exposure(address, cert=tls_cert, key=tls_key, behind_proxy=behind_proxy)
         names = [*LOCAL_NAMES, address, *(allowed_host or [])]
         scheme = "https" if tls else "http"
-        api = create_api(remit, allowed_hosts=names)
+        supervisor = _supervisor(remit, stop_when_idle=stop_when_idle) if with_worker else None
+        api = create_api(
+            remit, allowed_hosts=names, wake=None if supervisor is None else supervisor.wake
+        )
         if settings.telegram_api is not None:
             _take_telegram_taps(api, remit, settings.telegram_api)
-        serve_http(
-            api,
-            host=address,
-            port=settings.http_port if port is None else port,
-            drain_timeout=settings.drain_timeout,
-            tls=tls,
-            listening=lambda url: err.print(
-                f"serving the API of [bold]{app.name}[/] on {scheme}{url.removeprefix('http')} "
-                f"(its spec at /openapi.json; send `Authorization: Bearer <token>`, from `remit tokens "
-                "create`)"
-            ),
-        )
+        try:
+            serve_http(
+                api,
+                host=address,
+                port=settings.http_port if port is None else port,
+                drain_timeout=settings.drain_timeout,
+                tls=tls,
+                listening=lambda url: err.print(
+                    f"serving the API of [bold]{app.name}[/] on "
+                    f"{scheme}{url.removeprefix('http')} (its spec at /openapi.json; send "
+                    "`Authorization: Bearer <token>`, from `remit tokens create`)"
+                    + ("" if supervisor is None else _worker_line(supervisor, stop_when_idle))
+                ),
+            )
+        finally:
+            if supervisor is not None:
+                supervisor.close()
     err.print("serve stopped")
+    if supervisor is not None:
+        _exit_now(0)
+
+
+def _supervisor(remit: "Client", *, stop_when_idle: bool) -> "Supervisor":
+    """The worker of `remit serve --worker`, started: each write through the API wakes it."""
+    from remit.serve.supervisor import Supervisor
+    from remit.serve.worker import Worker
+
+    if stop_when_idle:
+        _check_wakeup(remit.settings, "--stop-when-idle")
+    app, settings = remit.app, remit.settings
+    first = Worker(app, settings)
+    made = [first]
+
+    def make_worker() -> "Worker":
+        if made:
+            return made.pop()
+        # A new DBOS instance on the same connectors (one fake per vendor for the process).
+        return Worker(app, settings, implementations=first.implementations)
+
+    supervisor = Supervisor(make_worker, remit, stop_when_idle=stop_when_idle)
+    remit.use_implementations(first.implementations)
+    remit.on_write = supervisor.wake
+    supervisor.start()
+    return supervisor
+
+
+def _worker_line(supervisor: "Supervisor", stop_when_idle: bool) -> str:
+    worker = supervisor.worker
+    name = "-" if worker is None else worker.executor_id
+    when = "; it stops when idle and GET /wake starts it" if stop_when_idle else ""
+    return f"\nworker [bold]{name}[/] serving its queues{when}"
+
+
+def _check_wakeup(settings: "Settings", flag: str) -> None:
+    """Refuse to stop when idle with no wakeup service to start the worker again."""
+    from remit.core.errors import RemitError
+
+    missing = [
+        name
+        for name, value in (
+            ("REMIT_WAKEUP_URL", settings.wakeup_url),
+            ("REMIT_WAKEUP_ACCOUNT_TOKEN", settings.wakeup_account_token),
+        )
+        if not value
+    ]
+    if missing:
+        raise RemitError(
+            f"{flag} needs a wakeup service to start the worker again at its next deadline: "
+            f"set {' and '.join(missing)}, then run `remit wakeup connect URL` once (see README, "
+            "Scale to zero)"
+        )
+
+
+def _exit_when_idle(app: "App", settings: "Settings") -> None:
+    """`remit worker --exit-when-idle`: serve until idle, register, exit 0."""
+    import threading
+
+    from remit.client import Client
+    from remit.serve.supervisor import Supervisor
+    from remit.serve.worker import Worker
+
+    _check_wakeup(settings, "--exit-when-idle")
+    idle = threading.Event()
+    remit = Client(app, settings, pool_size=2)
+    remit.on_write = None
+    supervisor = Supervisor(
+        lambda: Worker(app, settings), remit, stop_when_idle=True, on_idle=idle.set
+    )
+    worker = supervisor.start()
+    err.print(
+        f"worker [bold]{worker.executor_id}[/] serving [bold]{app.name}[/] until idle "
+        f"(version {worker.runtime.version})"
+    )
+    stopping = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stopping.set()
+        idle.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    idle.wait()
+    if stopping.is_set():
+        supervisor.close()
+        err.print(f"worker {worker.executor_id} stopped")
+        _exit_now(0)
+    row = supervisor.state.get()
+    at = None if row is None else row.at
+    shown = "nothing is due" if at is None else f"the wakeup service calls at {at.isoformat()}"
+    err.print(f"worker {worker.executor_id} is idle and exits ({shown})")
+    _exit_now(0)
 
 
 def _take_telegram_taps(api: "FastAPI", remit: "Client", telegram_api: str) -> None:

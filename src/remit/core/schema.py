@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "13"
+SCHEMA_VERSION = "14"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -278,6 +278,28 @@ app_state = sa.Table(
     sa.Column("paused", sa.Boolean, nullable=False),
     sa.Column("changed_at", UTCDateTime, nullable=False),
     sa.Column("changed_by", sa.String(200), nullable=False),
+)
+
+# An instance's side of its wakeup, one row per app: what a worker that stops when idle last
+# registered with the wakeup service and when, whether it is running, stopping or stopped, and
+# why its last check found it busy. A process that writes work while the row says `stopping` or
+# `stopped` registers a wake for now (see `ops/idle.py`).
+wakeups = sa.Table(
+    "remit_wakeup",
+    metadata,
+    sa.Column("app", sa.String(200), primary_key=True),
+    sa.Column("state", sa.String(16), nullable=False),  # running, stopping, stopped
+    sa.Column("executor_id", sa.String(200)),
+    # The deadline last registered (None: the worker registered that nothing is due).
+    sa.Column("at", UTCDateTime),
+    sa.Column("registered_at", UTCDateTime),
+    sa.Column("started_at", UTCDateTime),
+    sa.Column("stopped_at", UTCDateTime),
+    sa.Column("last_error", sa.Text),
+    sa.Column("error_at", UTCDateTime),
+    # Why the last idle check found the worker busy (None: idle, or never checked).
+    sa.Column("busy", sa.Text),
+    sa.Column("checked_at", UTCDateTime),
 )
 
 # An app's stored credentials (`remit secrets`): each value encrypted with the app's secret key

@@ -75,8 +75,10 @@ class Settings:
       that stops when idle registers its next deadline with) and `REMIT_WAKEUP_ACCOUNT_TOKEN`
       (an account's token there, `rwa_…`, which registers and deletes instances); kept out of
       the settings' repr. The instance's own token is the stored secret `REMIT_WAKEUP_TOKEN`.
-    - `idle_check_interval`: `REMIT_IDLE_CHECK_INTERVAL`, seconds between a stopping worker's
-      checks of whether it is idle (default 2).
+    - `idle_check_interval`: `REMIT_IDLE_CHECK_INTERVAL`, seconds between the checks of a
+      worker that stops when idle (default 2).
+    - `idle_horizon`: `REMIT_IDLE_HORIZON`, seconds: a worker whose next deadline is nearer
+      than this is not idle, since it would stop only to start again (default 60).
     """
 
     database_url: str
@@ -114,6 +116,7 @@ class Settings:
     wakeup_url: str | None = None
     wakeup_account_token: str | None = field(default=None, repr=False)
     idle_check_interval: float = 2.0
+    idle_horizon: float = 60.0
 
     @classmethod
     def from_env(cls, app_dir: Path | str, environ: Mapping[str, str] | None = None) -> Settings:
@@ -166,6 +169,7 @@ class Settings:
             wakeup_url=_url(env, "REMIT_WAKEUP_URL"),
             wakeup_account_token=_account_token(env),
             idle_check_interval=_number(env, "REMIT_IDLE_CHECK_INTERVAL", 2.0, float),
+            idle_horizon=_number(env, "REMIT_IDLE_HORIZON", 60.0, float, zero=True),
         )
 
 

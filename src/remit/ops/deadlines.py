@@ -1,19 +1,21 @@
 """Deadlines: the times at which something is due to happen without anyone asking.
 
-A sleeping run's wake-up, a pending approval's expiry and a schedule's next instant are deadlines;
-the next deadline is the earliest of them. A worker that sleeps until then misses nothing, which
-is what scaling to zero registers with a wakeup.
+A sleeping run's wake-up, a pending approval's expiry, a schedule's next instant and a waiting
+run's workflow timeout are deadlines; the next deadline is the
+earliest of them. A worker that sleeps until then misses nothing, which is what scaling to zero
+registers with the wakeup service (`ops/idle.py`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
 from remit.core.database import Database
-from remit.core.runs import FINISHED
+from remit.core.runs import FINISHED, RunStore
 from remit.core.schema import approvals, runs, schedules, timers
 
 
@@ -23,20 +25,38 @@ class Deadline:
     instant of a workflow's schedule."""
 
     at: datetime
-    kind: str  # "wake", "expiry" or "schedule"
+    kind: str  # "wake", "expiry", "schedule" or "timeout"
     # The run it concerns; "" for a schedule, whose run does not exist until it fires.
     run_id: str
     # What is due: `<run_id>:<step>` for a sleep, the approval's id for an expiry, the
-    # workflow's name for a schedule.
+    # workflow's name for a schedule or a timeout.
     target: str
 
+    def describe(self) -> str:
+        """What is due, in a few words."""
+        if self.kind == "wake":
+            return f"run {self.run_id} wakes from its sleep"
+        if self.kind == "expiry":
+            return f"approval {self.target} of run {self.run_id} expires"
+        if self.kind == "schedule":
+            return f"schedule `{self.target}` fires"
+        return f"run {self.run_id} reaches the timeout of `{self.target}`"
 
-def upcoming_deadlines(db: Database | str, *, limit: int = 20) -> list[Deadline]:
-    """The next `limit` deadlines, earliest first, on `db` (a `Database` or a database URL)."""
+
+def upcoming_deadlines(
+    db: Database | str,
+    *,
+    limit: int = 20,
+    timeouts: Mapping[str, float] | None = None,
+) -> list[Deadline]:
+    """The next `limit` deadlines, earliest first, on `db` (a `Database` or a database URL).
+
+    `timeouts` (each timed workflow's `timeout=`, by name) adds when each unfinished run of
+    those workflows reaches its timeout."""
     if isinstance(db, str):
         opened = Database(db, pool_size=1)
         try:
-            return upcoming_deadlines(opened, limit=limit)
+            return upcoming_deadlines(opened, limit=limit, timeouts=timeouts)
         finally:
             opened.dispose()
     wakes = (
@@ -74,10 +94,39 @@ def upcoming_deadlines(db: Database | str, *, limit: int = 20) -> list[Deadline]
         found += [
             Deadline(row.next_at, "schedule", "", row.workflow) for row in conn.execute(scheduled)
         ]
+    if timeouts:
+        found += _timeouts(db, timeouts, limit=limit)
     return sorted(found, key=lambda deadline: (deadline.at, deadline.target))[:limit]
 
 
-def next_deadline(db: Database | str) -> Deadline | None:
+def _timeouts(db: Database, timeouts: Mapping[str, float], *, limit: int) -> list[Deadline]:
+    """When the earliest-started unfinished runs of timed workflows reach their timeout, counted
+    from the start or the latest retry (as the reconciler's `overdue` pass counts it)."""
+    store = RunStore(db)
+    query = (
+        sa.select(runs.c.run_id, runs.c.workflow)
+        .where(runs.c.workflow.in_(list(timeouts)), runs.c.status.not_in(tuple(FINISHED)))
+        .order_by(runs.c.created_at)
+        .limit(limit)
+    )
+    with db.engine.connect() as conn:
+        rows = list(conn.execute(query))
+    return [
+        Deadline(
+            store.timed_since(row.run_id) + timedelta(seconds=timeouts[row.workflow]),
+            "timeout",
+            row.run_id,
+            row.workflow,
+        )
+        for row in rows
+    ]
+
+
+def next_deadline(
+    db: Database | str,
+    *,
+    timeouts: Mapping[str, float] | None = None,
+) -> Deadline | None:
     """The earliest deadline, or None when nothing is due at any time."""
-    found = upcoming_deadlines(db, limit=1)
+    found = upcoming_deadlines(db, limit=1, timeouts=timeouts)
     return found[0] if found else None

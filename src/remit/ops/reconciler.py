@@ -56,7 +56,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -260,6 +260,16 @@ class Reconciler:
         self.timeouts = timeouts or Timeouts()
         self._dying_in = _DyingIn(self.ledger, client)
         self._periodic: Periodic | None = None
+        # When the last pass that acted (or failed a step) ended: its next pass is due.
+        self._acted_at: datetime | None = None
+
+    def next_needed(self) -> datetime | None:
+        """When the next pass is needed: one interval after a pass that acted, or failed a
+        step, since what it did (or could not do) may leave more to do; None when the last
+        pass found nothing. A worker that stops when idle counts it as a deadline."""
+        if self._acted_at is None:
+            return None
+        return self._acted_at + timedelta(seconds=self.interval)
 
     def run_pass(self, *, dry_run: bool = False) -> Report:
         """One pass, every step in order. A step that fails is reported; the next one runs."""
@@ -285,6 +295,9 @@ class Reconciler:
             except Exception as error:
                 log.exception("reconciler: the %s step failed; the pass goes on", name)
                 report.errors.append(f"{name}: {type(error).__name__}: {error}")
+        if apply:
+            acted = bool(report.actions or report.errors)
+            self._acted_at = self.runs.clock.now() if acted else None
         return report
 
     def _in_flight(self, report: Report, apply: bool) -> None:

@@ -36,9 +36,10 @@
     GET    /records/{type}/{id}/activity  ?limit&after: a business record's timeline, oldest first
     POST   /records/{type}/{id}/archive   {"reason": "..."}: cancel the record's pending gates
     GET    /health                      {"ok": true} while the database answers
+    GET    /wake                        start the worker if it stopped itself (`serve --worker`)
     GET    /openapi.json                the spec of every route above
 
-Every route but `/health` needs `Authorization: Bearer rmt_...`, an API token (`remit tokens
+Every route but `/health` and `/wake` needs `Authorization: Bearer rmt_...`, an API token (`remit tokens
 create --for user:ann`): the request acts as the token's principal, under the app's policies,
 and nothing in a body says who acts. No token, or an unknown, expired or revoked one, is 401; an
 act the policies refuse is 403, with their reason, and recorded among the denials. The `Host`
@@ -81,6 +82,7 @@ from remit.serve.models import (
     ErrorBody,
     Health,
     Problem,
+    Woken,
     error_responses,
 )
 from remit.serve.routes import router
@@ -95,10 +97,13 @@ def create_api(
     title: str | None = None,
     version: str = __version__,
     allowed_hosts: Sequence[str] = LOCAL_NAMES,
+    wake: Callable[[], str] | None = None,
 ) -> FastAPI:
     """The HTTP API over `client`'s app. Route functions are synchronous (the database calls
     block), so FastAPI runs each in its threadpool. `allowed_hosts`: the names (`Host` header)
-    it answers to; `*` answers to any (behind a proxy that checks them)."""
+    it answers to; `*` answers to any (behind a proxy that checks them). `wake`, given by a
+    server that runs its own worker, answers `GET /wake`: it starts the worker if it stopped
+    itself, and returns what the worker was doing."""
     api = FastAPI(
         title=title or f"remit: {client.app.name}",
         version=version,
@@ -148,6 +153,16 @@ def create_api(
         with client.db.engine.connect() as conn:
             conn.execute(sa.text("SELECT 1"))
         return Health(ok=True)
+
+    if wake is not None:
+        woken = wake
+
+        @api.get("/wake")
+        def wake_route() -> Woken:
+            """Start the worker if it stopped itself when idle (the wakeup service calls this at
+            the deadline the worker registered). Needs no token: a wake changes nothing but
+            whether the worker runs, and one too many finds nothing to do."""
+            return Woken(worker=woken())
 
     @routes.get("/openapi.json", include_in_schema=False)
     def openapi() -> dict[str, Any]:

@@ -351,6 +351,13 @@ class Health(BaseModel):
     ok: bool
 
 
+class Woken(BaseModel):
+    """What the worker was doing when `GET /wake` arrived: `stopped` (it starts now),
+    `starting`, `running` or `stopping` (it starts again once stopped)."""
+
+    worker: str
+
+
 class ApprovalView(BaseModel):
     """An approval as its row holds it."""
 

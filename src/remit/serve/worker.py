@@ -41,6 +41,7 @@ from remit.core.errors import RemitError
 from remit.core.periodic import Periodic
 from remit.core.settings import Settings
 from remit.execution.timers import Waker
+from remit.ops.idle import IdleCheck
 from remit.ops.pause import AppState, PauseWatch, paused, register_queue
 from remit.ops.reconciler import Reconciler, Timeouts
 from remit.ops.registry import WorkerRegistry, live_versions, takeover_candidates
@@ -289,6 +290,24 @@ class Worker:
             self.app.name,
             self.runtime.version,
             self.db.url.render_as_string(),
+        )
+
+    def idle_check(self) -> IdleCheck:
+        """What says whether this worker is idle (see `ops/idle.py`), on its own parts."""
+        return IdleCheck(
+            self.db,
+            self.client,
+            queues=list(self.app.queues),
+            executor_id=self.executor_id,
+            paused=self.runtime.paused.is_set,
+            other_versions=lambda: self.live_versions() - {self.runtime.version},
+            timeouts=Timeouts.of(self.app, self.settings.op_timeout).workflows,
+            channels=self.runtime.notifications.channels,
+            reconciler_due=lambda: (
+                None if self._reconciler is None else self._reconciler.next_needed()
+            ),
+            horizon=self.settings.idle_horizon,
+            clock=self.runtime.clock,
         )
 
     def live_versions(self) -> set[str]:

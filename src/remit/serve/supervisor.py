@@ -1,0 +1,164 @@
+"""The worker of `remit serve --worker` and `remit worker --exit-when-idle`: started, stopped
+when idle, and started again when woken.
+
+With `stop_when_idle`, every `REMIT_IDLE_CHECK_INTERVAL` seconds the supervisor asks the
+worker's `StopRule` (`ops/idle.py`) whether to stop. When it says so, the worker drains and
+releases everything it holds: DBOS, its threads, and every database connection, the API's
+included (they open again on the next request). A stopped worker is a DBOS instance destroyed, so
+a wake (`GET /wake`, or a write through the API) starts a new one, with the same executor slot.
+
+A wake means "run if stopped": one that arrives late, twice, or for a deadline registered
+before the last start finds the worker running, or starts a worker that finds nothing to do and
+stops again. Nothing it does depends on which registration it answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime
+
+from remit.client import Client
+from remit.core.errors import RemitError
+from remit.ops.idle import StopRule, WakeupState
+from remit.serve.worker import Worker
+
+log = logging.getLogger("remit.supervisor")
+
+
+class Supervisor:
+    """Runs one worker at a time for an instance, as `make_worker()` builds it.
+
+    `remit` is the process's own client (the HTTP API's): closed when the worker stops, so the
+    stopped process holds no database connection. `on_idle` is called, on the supervisor's
+    thread, once a worker has stopped for being idle (`remit worker --exit-when-idle` ends the
+    process there).
+    """
+
+    def __init__(
+        self,
+        make_worker: Callable[[], Worker],
+        remit: Client,
+        *,
+        stop_when_idle: bool,
+        on_idle: Callable[[], None] | None = None,
+    ) -> None:
+        self.make_worker = make_worker
+        self.remit = remit
+        self.settings = remit.settings
+        self.stop_when_idle = stop_when_idle
+        self.on_idle = on_idle
+        self.state = WakeupState(remit.db, remit.app.name, clock=remit.clock)
+        self.worker: Worker | None = None
+        self.status = "stopped"  # starting, running, stopping, stopped
+        self.stops = 0
+        self._lock = threading.Lock()
+        self._activity = 0
+        self._wanted = threading.Event()
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="remit-supervisor", daemon=True)
+
+    def start(self) -> Worker:
+        """Start the first worker (here, so a worker that cannot start fails the command), then
+        watch it on a thread."""
+        worker = self._start_worker()
+        self._thread.start()
+        return worker
+
+    def wake(self) -> str:
+        """Note a write or a wake: a worker stopped (or stopping) starts again. Returns what
+        the worker was doing when woken."""
+        with self._lock:
+            self._activity += 1
+            was = self.status
+            if was == "stopped":
+                self._wanted.set()
+        return was
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop watching and stop the worker, draining it (see `Worker.stop`)."""
+        self._closing.set()
+        self._wanted.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.settings.idle_check_interval + 30)
+        with self._lock:
+            worker, self.worker = self.worker, None
+        if worker is not None:
+            worker.stop(timeout, keep_slot=True)
+
+    def _run(self) -> None:
+        while not self._closing.is_set():
+            if self.worker is None:
+                # Stopped: wait for a wake, using no CPU and holding no connection.
+                self._wanted.wait()
+                if self._closing.is_set():
+                    return
+                self._wanted.clear()
+                try:
+                    self._start_worker()
+                except Exception:
+                    log.exception("the worker could not start again; the next wake tries again")
+                continue
+            if self._closing.wait(self.settings.idle_check_interval):
+                return
+            if self.stop_when_idle:
+                self._check()
+
+    def _check(self) -> None:
+        worker = self.worker
+        if worker is None:
+            return
+        rule = StopRule(
+            worker.idle_check(),
+            self.state,
+            lambda at: self._register(worker, at),
+            activity=lambda: self._activity,
+        )
+        seen = self._activity
+        try:
+            stop = rule.check()
+        except Exception:
+            log.exception("the idle check failed; the worker serves on")
+            return
+        if stop is None:
+            return
+        with self._lock:
+            self.status = "stopping"
+        shown = "nothing is due" if stop.at is None else f"woken at {stop.at.isoformat()}"
+        log.warning("worker %s is idle and stops (%s)", worker.executor_id, shown)
+        try:
+            worker.stop()
+        except Exception:
+            log.exception("the worker did not stop cleanly")
+        self.state.stopped()
+        self.remit.close()
+        with self._lock:
+            self.worker = None
+            self.status = "stopped"
+            self.stops += 1
+            if self._activity != seen:
+                self._wanted.set()  # woken while it stopped: start again at once
+        if self.on_idle is not None:
+            self.on_idle()
+
+    def _register(self, worker: Worker, at: datetime) -> None:
+        result = worker.remit.register_wake(at)
+        if result.status != "ok":
+            raise RemitError(result.error or f"the wakeup's register call came to {result.status}")
+
+    def _start_worker(self) -> Worker:
+        with self._lock:
+            self.status = "starting"
+        try:
+            worker = self.make_worker()
+            worker.start()
+        except BaseException:
+            with self._lock:
+                self.status = "stopped"
+            raise
+        self.state.started(worker.executor_id)
+        with self._lock:
+            self.worker = worker
+            self.status = "running"
+        return worker

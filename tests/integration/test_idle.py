@@ -1,0 +1,213 @@
+"""When a worker is idle, on a real worker: it registers its next deadline before it stops, must
+be idle twice with the same deadline, and a failed registration keeps it up, recorded."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from pydantic import BaseModel
+
+from remit import App, Context, schedule, workflow
+from remit.core.outbox import Resume, put
+from remit.ops.idle import StopRule, WakeupState
+from remit.testing import Harness, ManualClock
+from tests.support import make_app
+
+DAY = 86400.0
+
+
+class Registrations:
+    """A stand-in wakeup service: it records each registration, or refuses with `refusal`."""
+
+    def __init__(self, before: Callable[[], object] = lambda: None) -> None:
+        self.at: list[datetime] = []
+        self.refusal: str | None = None
+        self.before = before
+
+    def __call__(self, at: datetime) -> None:
+        self.before()
+        if self.refusal is not None:
+            raise ConnectionError(self.refusal)
+        self.at.append(at)
+
+
+def rule_of(h: Harness, register: Registrations) -> tuple[StopRule, WakeupState]:
+    state = WakeupState(h.worker.db, h.app.name, clock=h.worker.runtime.clock)
+    return StopRule(h.worker.idle_check(), state, register), state
+
+
+def test_an_idle_worker_registers_its_next_deadline_then_stops(database_url: str) -> None:
+    clock = ManualClock()
+    with Harness(make_app(), database_url=database_url, clock=clock) as h:
+        run = h.start("nap", {"seconds": 30 * DAY})
+        h.wait(run.run_id, until=("sleeping",))
+        h.wait_attempt_ended(run.run_id, 1)
+        register = Registrations()
+        rule, state = rule_of(h, register)
+
+        stop = rule.check()
+
+        wake = clock.now() + timedelta(days=30)
+        assert stop is not None
+        assert stop.at == wake
+        assert register.at == [wake]
+        row = state.get()
+        assert row is not None
+        assert (row.state, row.at, row.busy, row.last_error) == ("stopping", wake, None, None)
+        assert row.registered_at == clock.now()
+
+
+def test_a_worker_with_nothing_due_stops_registering_nothing(database_url: str) -> None:
+    with Harness(make_app(), database_url=database_url) as h:
+        register = Registrations()
+        rule, _ = rule_of(h, register)
+        stop = rule.check()
+        assert stop is not None
+        assert stop.at is None
+        assert register.at == []
+
+
+def test_a_running_attempt_keeps_the_worker_up_and_says_so(database_url: str) -> None:
+    with Harness(make_app(), database_url=database_url) as h:
+        # A sleep shorter than REMIT_SUSPEND_AFTER holds its attempt in DBOS: it is running.
+        run = h.start("nap", {"seconds": 20})
+        h.wait(run.run_id, until=("running",))
+        register = Registrations()
+        rule, state = rule_of(h, register)
+        deadline = time.monotonic() + 20
+        while rule.check() is not None or "is running" not in (state.get().busy or ""):  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the running attempt was never seen"
+            time.sleep(0.1)
+        row = state.get()
+        assert row is not None
+        assert row.state == "running"
+        assert f"attempt {run.run_id}:1 is running" in (row.busy or "")
+        assert register.at == []
+
+
+def test_a_run_started_while_it_registers_keeps_the_worker_up(database_url: str) -> None:
+    clock = ManualClock()
+    with Harness(make_app(), database_url=database_url, clock=clock, poll_interval=5.0) as h:
+        napping = h.start("nap", {"seconds": 30 * DAY})
+        h.wait(napping.run_id, until=("sleeping",))
+        h.wait_attempt_ended(napping.run_id, 1)
+        started: list[str] = []
+        register = Registrations(lambda: started.append(h.start("purchase", {"sku": "a"}).run_id))
+        rule, state = rule_of(h, register)
+
+        assert rule.check() is None
+
+        assert len(started) == 1
+        assert register.at == [clock.now() + timedelta(days=30)]
+        row = state.get()
+        assert row is not None
+        assert row.state == "running"
+        assert f"attempt {started[0]}:1 is queued" in (row.busy or "")
+
+
+def test_a_failed_registration_keeps_the_worker_up_logged_once_per_message(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = ManualClock()
+    with Harness(make_app(), database_url=database_url, clock=clock) as h:
+        run = h.start("nap", {"seconds": 30 * DAY})
+        h.wait(run.run_id, until=("sleeping",))
+        h.wait_attempt_ended(run.run_id, 1)
+        register = Registrations()
+        register.refusal = "the wakeup service refused: 503"
+        rule, state = rule_of(h, register)
+
+        with caplog.at_level(logging.WARNING, logger="remit.idle"):
+            assert rule.check() is None
+            assert rule.check() is None
+            register.refusal = "connection refused"
+            assert rule.check() is None
+        warned = [r.getMessage() for r in caplog.records if r.name == "remit.idle"]
+        assert len(warned) == 2
+        assert "503" in warned[0]
+        assert "connection refused" in warned[1]
+        assert "keeps running" in warned[0]
+        row = state.get()
+        assert row is not None
+        assert (row.state, row.last_error, row.at) == ("running", "connection refused", None)
+
+        register.refusal = None
+        stop = rule.check()
+        assert stop is not None
+        assert register.at == [clock.now() + timedelta(days=30)]
+        row = state.get()
+        assert row is not None
+        assert row.last_error is None
+
+
+def test_a_resume_waiting_in_the_outbox_keeps_the_worker_up(database_url: str) -> None:
+    with Harness(make_app(), database_url=database_url, sweep_interval=3600) as h:
+        # A decider that died between its commit and the fork leaves its resume behind.
+        with h.worker.db.begin() as conn:
+            resume = Resume("r_gone:2", "r_gone", "r_gone:1", 3, "default")
+            put(conn, resume, now=datetime.now(UTC))
+        rule, state = rule_of(h, Registrations())
+        assert rule.check() is None
+        row = state.get()
+        assert row is not None
+        assert "r_gone:2 waits in the resume outbox" in (row.busy or "")
+
+
+def minutely_app() -> App:
+    class Tick(BaseModel):
+        scheduled_at: datetime
+
+    @workflow(name="tick", input=Tick, trigger=schedule("* * * * *"))
+    def tick(ctx: Context, input: Tick) -> str:
+        return input.scheduled_at.isoformat()
+
+    return App(name="minutely", workflows=[tick])
+
+
+def test_a_schedule_every_minute_never_lets_the_worker_stop(database_url: str) -> None:
+    clock = ManualClock(datetime(2026, 12, 1, 12, 0, 10, tzinfo=UTC))
+    with Harness(minutely_app(), database_url=database_url, clock=clock) as h:
+        rule, state = rule_of(h, Registrations())
+        for _ in range(3):
+            assert rule.check() is None
+            row = state.get()
+            assert row is not None
+            assert row.busy is not None
+            assert "schedule `tick` fires in" in row.busy
+            assert "REMIT_IDLE_HORIZON" in row.busy
+            clock.advance(seconds=20)
+
+
+def timed_app() -> App:
+    class Ask(BaseModel):
+        amount: int = 1
+
+    class Draft(BaseModel):
+        amount: int
+
+    from remit import ApprovalType
+
+    @workflow(name="timed", input=Ask, timeout=3 * DAY)
+    def timed(ctx: Context, input: Ask) -> str:
+        return ctx.approval("ok", type="plain", title="ok?", draft=Draft(amount=1)).status
+
+    return App(name="timed", workflows=[timed], approvals=[ApprovalType("plain", draft=Draft)])
+
+
+def test_a_workflow_timeout_is_the_deadline_a_waiting_run_registers(database_url: str) -> None:
+    clock = ManualClock()
+    with Harness(timed_app(), database_url=database_url, clock=clock) as h:
+        run = h.start("timed", {})
+        h.gate(run.run_id)
+        h.wait_attempt_ended(run.run_id, 1)
+        register = Registrations()
+        rule, _ = rule_of(h, register)
+        stop = rule.check()
+        created = h.runs.get(run.run_id).created_at
+        assert stop is not None
+        assert stop.at == created + timedelta(days=3)
+        assert register.at == [created + timedelta(days=3)]
