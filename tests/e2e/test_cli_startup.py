@@ -124,6 +124,7 @@ COMMANDS = [
     ["tokens", "create"],
     ["tokens", "list"],
     ["tokens", "revoke"],
+    ["wakeup", "connect"],
 ]
 
 

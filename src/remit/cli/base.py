@@ -81,6 +81,7 @@ class _RemitGroup(HelpGroup):
             "deadlines",
             "deploy",
             "telegram",
+            "wakeup",
         ],
     }
 
