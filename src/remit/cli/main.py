@@ -622,7 +622,9 @@ def _supervisor(remit: "Client", *, stop_when_idle: bool) -> "Supervisor":
         # A new DBOS instance on the same connectors (one fake per vendor for the process).
         return Worker(app, settings, implementations=first.implementations)
 
-    supervisor = Supervisor(make_worker, remit, stop_when_idle=stop_when_idle)
+    supervisor = Supervisor(
+        make_worker, remit, stop_when_idle=stop_when_idle, tell=lambda line: err.print(line)
+    )
     remit.use_implementations(first.implementations)
     remit.on_write = supervisor.wake
     supervisor.start()
@@ -669,7 +671,11 @@ def _exit_when_idle(app: "App", settings: "Settings") -> None:
     remit = Client(app, settings, pool_size=2)
     remit.on_write = None
     supervisor = Supervisor(
-        lambda: Worker(app, settings), remit, stop_when_idle=True, on_idle=idle.set
+        lambda: Worker(app, settings),
+        remit,
+        stop_when_idle=True,
+        on_idle=idle.set,
+        tell=lambda line: err.print(line),
     )
     worker = supervisor.start()
     err.print(
