@@ -227,12 +227,16 @@ def test_two_services_on_one_database_call_each_instance_exactly_once(
         _wake_now(urls[n % 2], token)
     store = WakeupStore(services.database_url)
     try:
-        for n, (instance_id, _) in enumerate(registered):
-            instances_server.wait_calls(f"/i/{n}", 1, timeout=120)
-            wait_until(
-                lambda i=instance_id: (s := store.instance(i)) and s.called_at,
-                f"instance {n}'s call to be recorded",
+
+        def recorded() -> bool:
+            return all(
+                (found := store.instance(instance_id)) is not None and found.called_at is not None
+                for instance_id, _ in registered
             )
+
+        for n in range(200):
+            instances_server.wait_calls(f"/i/{n}", 1, timeout=120)
+        wait_until(recorded, "every call to be recorded")
     finally:
         store.dispose()
     for proc in services.procs:

@@ -121,7 +121,9 @@ class WakeupStore:
         try:
             self.db = Database(url, pool_size=16)
         except DatabaseError as error:
-            raise DatabaseError(str(error).replace("REMIT_DATABASE_URL", "--database")) from None
+            raise DatabaseError(
+                str(error).replace("REMIT_DATABASE_URL", f"--database or {DATABASE_SETTING}")
+            ) from None
         try:
             # One process at a time makes the tables: on SQLite the transaction holds the
             # write lock, on Postgres (where DDL is transactional) an advisory lock.
