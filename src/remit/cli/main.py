@@ -26,6 +26,7 @@ from remit.cli import (  # noqa: F401
     telegram,
     tokens,
     wakeup,
+    wakeup_service,
 )
 from remit.cli import tasks as task_commands
 from remit.cli.base import (

@@ -1,0 +1,96 @@
+"""What the wakeup service's tests share: a local instance stand-in that records every
+`GET …/wake` it receives, and waiting for a condition with a generous bound."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class Instances:
+    """A threaded HTTP server on 127.0.0.1 standing in for many instances, one per path
+    (`/i/<n>` in the tests). It answers `GET <path>/wake` with the status set for that path
+    (200 unless told), records each call as (path, time received), and holds a call to a path
+    marked with `hold` open until `release`."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, float]] = []
+        self.status: dict[str, int] = {}
+        self._holds: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self.arrived = threading.Condition(self._lock)
+        instances = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                received = time.time()
+                path = self.path.removesuffix("/wake")
+                with instances.arrived:
+                    instances.calls.append((self.path, received))
+                    held = instances._holds.get(path)
+                    instances.arrived.notify_all()
+                if held is not None:
+                    held.wait(120)
+                status = instances.status.get(path, 200)
+                body = b"{}"
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    pass  # the caller went away (a killed service)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def hold(self, path: str) -> None:
+        self._holds[path] = threading.Event()
+
+    def release(self, path: str) -> None:
+        self._holds.pop(path).set()
+
+    def count(self, path: str) -> int:
+        with self._lock:
+            return sum(1 for called, _ in self.calls if called == f"{path}/wake")
+
+    def times(self, path: str) -> list[float]:
+        with self._lock:
+            return [at for called, at in self.calls if called == f"{path}/wake"]
+
+    def wait_calls(self, path: str, n: int, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        with self.arrived:
+            while sum(1 for called, _ in self.calls if called == f"{path}/wake") < n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"{path}/wake was not called {n} time(s): {self.calls}")
+                self.arrived.wait(left)
+
+    def close(self) -> None:
+        for event in self._holds.values():
+            event.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def wait_until(check: Callable[[], Any], what: str, timeout: float = 60) -> Any:
+    """Poll `check` until it returns something true, and return that; fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
