@@ -72,8 +72,16 @@ class WakeupService:
         log = self.tmp / f"wakeup-{len(self.procs)}.log"
         handle = log.open("wb")
         proc = subprocess.Popen(
-            [REMIT, "wakeup", "serve", "--port", "0", "--allow-private"]
-            + ["--database", self.database],
+            [
+                REMIT,
+                "wakeup",
+                "serve",
+                "--port",
+                "0",
+                "--allow-private",
+                "--database",
+                self.database,
+            ],
             env=self.env,
             stdout=handle,
             stderr=subprocess.STDOUT,
@@ -121,8 +129,17 @@ class Instance:
         path = self.tmp / "instance.log"
         self._log = path.open("wb")
         self.proc = subprocess.Popen(
-            [REMIT, "--app", str(SLEEPY_APP), "serve", "--worker", "--stop-when-idle"]
-            + ["--port", "0", *extra],
+            [
+                REMIT,
+                "--app",
+                str(SLEEPY_APP),
+                "serve",
+                "--worker",
+                "--stop-when-idle",
+                "--port",
+                "0",
+                *extra,
+            ],
             env=self.env,
             stdout=self._log,
             stderr=subprocess.STDOUT,

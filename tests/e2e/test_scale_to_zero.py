@@ -51,9 +51,7 @@ def connections(instance: Instance) -> list[str]:
             return [
                 f"{row.pid} {row.state} {row.query}"
                 for row in conn.execute(
-                    sa.text(
-                        "SELECT pid, state, query FROM pg_stat_activity WHERE datname = :name"
-                    ),
+                    sa.text("SELECT pid, state, query FROM pg_stat_activity WHERE datname = :name"),
                     {"name": url.database},
                 )
             ]
