@@ -33,7 +33,10 @@ from remit.cli.base import (
     SHOWN,
     ActAs,
     AppDir,
+    BehindProxy,
     PlainTable,
+    TlsCert,
+    TlsKey,
     cli,
     client_of,
     err,
@@ -526,20 +529,9 @@ def serve(
             "Always: localhost, 127.0.0.1, ::1 and --host.",
         ),
     ] = None,
-    tls_cert: Annotated[
-        Path | None, typer.Option("--tls-cert", help="Serve HTTPS with this certificate (PEM).")
-    ] = None,
-    tls_key: Annotated[
-        Path | None, typer.Option("--tls-key", help="The certificate's private key (PEM).")
-    ] = None,
-    behind_proxy: Annotated[
-        bool,
-        typer.Option(
-            "--behind-proxy",
-            help="Serve plain HTTP on an address other machines reach, because a proxy in "
-            "front of it terminates TLS.",
-        ),
-    ] = False,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    behind_proxy: BehindProxy = False,
     with_worker: Annotated[
         bool,
         typer.Option(
