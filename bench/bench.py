@@ -14,7 +14,9 @@ reserving and settling cost a call with a cost. Deploy check (bench/deploy_check
 1,000 waiting runs against the code. Command line (bench/cli_startup.py): how fast `remit --help`
 and `remit runs` start, against `python -c pass`; `--only cli` runs just that. Op calls
 (bench/calls.py): what a `started` row for every read and a thread per try cost, against the
-version before them, in the same run; `--only calls` runs just that. Prints
+version before them, in the same run; `--only calls` runs just that. The wakeup service
+(bench/wakeup.py): how late 1,000 wakes due over 10 s are called; `--only wakeup` runs just
+that. Prints
 `BENCH <name> <value> <unit>` lines and writes the tables to BENCHMARKS.md.
 """
 
@@ -40,6 +42,7 @@ import deploy_check  # bench/deploy_check.py, beside this file
 import policy  # bench/policy.py, beside this file
 import reconcile  # bench/reconcile.py, beside this file
 import sqlalchemy as sa
+import wakeup  # bench/wakeup.py, beside this file
 from common import ROOT, drop_database, figure_table, fresh_database, write_section
 
 from remit.app import load_app
@@ -165,8 +168,9 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     parser.add_argument(
         "--only",
-        choices=["cli", "calls"],
-        help="run one part alone: cli, the command line's startup; calls, what an op call costs",
+        choices=["cli", "calls", "wakeup"],
+        help="run one part alone: cli, the command line's startup; calls, what an op call "
+        "costs; wakeup, how late the wakeup service calls instances",
     )
     args = parser.parse_args()
     command = "make bench QUICK=1" if args.quick else "make bench"
@@ -185,6 +189,14 @@ def main() -> None:
             calls.write(
                 made,
                 command="python bench/bench.py --only calls" + (" --quick" if args.quick else ""),
+            )
+        return
+    if args.only == "wakeup":
+        woken = wakeup.measure(quick=args.quick, folder=folder)
+        if args.write:
+            wakeup.write(
+                woken,
+                command="python bench/bench.py --only wakeup" + (" --quick" if args.quick else ""),
             )
         return
     figures: list[tuple[str, float, str, str]] = []
@@ -230,6 +242,7 @@ def main() -> None:
     replayed = deploy_check.measure(quick=args.quick, folder=folder)
     started = _startup(quick=args.quick, folder=folder)
     made = calls.measure(quick=args.quick, folder=folder)
+    woken = wakeup.measure(quick=args.quick, folder=folder)
 
     if args.write:
         write_table(figures, quick=args.quick)
@@ -242,6 +255,7 @@ def main() -> None:
         deploy_check.write(replayed, command="make bench QUICK=1" if args.quick else "make bench")
         cli_startup.write(started, command=command)
         calls.write(made, command=command)
+        wakeup.write(woken, command=command)
 
 
 def _startup(*, quick: bool, folder: Path) -> list[cli_startup.Figure]:

@@ -1,109 +1,114 @@
-"""A real wakeup service for tests: `remit wakeup serve` in a subprocess on a free port, with a
-SQLite database of its own, and accounts made with `remit wakeup accounts create`."""
+"""What the wakeup service's tests share: a local instance stand-in that records every
+`GET …/wake` it receives, a server that is not the service, and waiting for a condition with a
+generous bound."""
 
 from __future__ import annotations
 
-import http.server
-import os
-import re
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-
-REMIT = (sys.executable, "-m", "remit")
-LISTENING = re.compile(r"wakeup service listening on (http://127\.0\.0\.1:\d+)")
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 
-class WakeupService:
-    """The service's address, its database, and a way to make accounts on it."""
+class Instances:
+    """A threaded HTTP server on 127.0.0.1 standing in for many instances, one per path
+    (`/i/<n>` in the tests). It answers `GET <path>/wake` with the status set for that path
+    (200 unless told), records each call as (path, time received), and holds a call to a path
+    marked with `hold` open until `release`."""
 
-    def __init__(self, url: str, database: str, log: Path) -> None:
-        self.url = url
-        self.database = database
-        self.log = log
-        self._labels = 0
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, float]] = []
+        self.status: dict[str, int] = {}
+        self._holds: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self.arrived = threading.Condition(self._lock)
+        instances = self
 
-    def account(self) -> str:
-        """A new account's token (`rwa_…`)."""
-        self._labels += 1
-        done = subprocess.run(
-            [
-                *REMIT,
-                "wakeup",
-                "accounts",
-                "create",
-                f"account-{self._labels}",
-                "--database",
-                self.database,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-            env=_env(),
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
-        token = done.stdout.strip()
-        assert token.startswith("rwa_"), done.stdout + done.stderr
-        return token
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                received = time.time()
+                path = self.path.removesuffix("/wake")
+                with instances.arrived:
+                    instances.calls.append((self.path, received))
+                    held = instances._holds.get(path)
+                    instances.arrived.notify_all()
+                if held is not None:
+                    held.wait(120)
+                status = instances.status.get(path, 200)
+                body = b"{}"
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    pass  # the caller went away (a killed service)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def hold(self, path: str) -> None:
+        self._holds[path] = threading.Event()
+
+    def release(self, path: str) -> None:
+        self._holds.pop(path).set()
+
+    def count(self, path: str) -> int:
+        with self._lock:
+            return sum(1 for called, _ in self.calls if called == f"{path}/wake")
+
+    def times(self, path: str) -> list[float]:
+        with self._lock:
+            return [at for called, at in self.calls if called == f"{path}/wake"]
+
+    def wait_calls(self, path: str, n: int, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        with self.arrived:
+            while sum(1 for called, _ in self.calls if called == f"{path}/wake") < n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"{path}/wake was not called {n} time(s): {self.calls}")
+                self.arrived.wait(left)
+
+    def close(self) -> None:
+        for event in self._holds.values():
+            event.set()
+        self.server.shutdown()
+        self.server.server_close()
 
 
-def _env() -> dict[str, str]:
-    return {name: value for name, value in os.environ.items() if not name.startswith("REMIT_")}
-
-
-@contextmanager
-def wakeup_service(folder: Path) -> Iterator[WakeupService]:
-    """`remit wakeup serve --port 0 --allow-private` on a SQLite file in `folder`, stopped
-    (SIGTERM, then killed) on leaving."""
-    database = f"sqlite:///{folder / 'wakeup.sqlite'}"
-    log_path = folder / "wakeup-service.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [*REMIT, "wakeup", "serve", "--port", "0", "--allow-private", "--database", database],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=_env(),
-            cwd=folder,
-        )
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                found = LISTENING.search(log_path.read_text())
-                if found is not None:
-                    break
-                assert proc.poll() is None, log_path.read_text()
-                assert time.monotonic() < deadline, log_path.read_text()
-                time.sleep(0.05)
-            yield WakeupService(found.group(1), database, log_path)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+def wait_until(check: Callable[[], Any], what: str, timeout: float = 60) -> Any:
+    """Poll `check` until it returns something true, and return that; fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
 
 
 class NotTheService:
-    """A tiny HTTP server that is not the wakeup service: it answers every request with an
-    HTML page, or with a redirect to `redirect_to`, and records each path and Authorization
-    header it was sent."""
+    """A server on 127.0.0.1 that is not the wakeup service: it answers every request with an
+    HTML page, or with a redirect to `redirect_to`, and records each (method, path)."""
 
     def __init__(self, *, redirect_to: str | None = None) -> None:
-        self.seen: list[tuple[str, str, str]] = []
+        self.seen: list[tuple[str, str]] = []
         outer = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
+        class Handler(BaseHTTPRequestHandler):
             def _answer(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                self.rfile.read(length)
-                outer.seen.append((self.command, self.path, self.headers.get("authorization", "")))
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                outer.seen.append((self.command, self.path))
                 if redirect_to is not None:
                     self.send_response(302)
                     self.send_header("Location", redirect_to + self.path)
@@ -119,10 +124,11 @@ class NotTheService:
 
             do_GET = do_POST = do_PUT = do_DELETE = _answer
 
-            def log_message(self, format: str, *args: object) -> None:
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

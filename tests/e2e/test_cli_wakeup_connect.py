@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from remit.core.schema import secrets
 from tests.e2e.cli_support import Cli
-from tests.wakeup_support import WakeupService, wakeup_service
+from tests.instances import WakeupService
 
 INSTANCE_URL = "http://127.0.0.1:9/desk"
 REGISTERED = re.compile(r"instance (\S+) registered with ")
@@ -41,8 +41,10 @@ app = App(name="instance", workflows=[idle])
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WakeupService]:
-    with wakeup_service(tmp_path_factory.mktemp("wakeup")) as running:
-        yield running
+    running = WakeupService(tmp_path_factory.mktemp("wakeup"))
+    running.start()
+    yield running
+    running.stop()
 
 
 @pytest.fixture

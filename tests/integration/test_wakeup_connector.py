@@ -33,8 +33,9 @@ from remit.core.schema import audit
 from remit.core.settings import Settings
 from remit.core.wakeup_tokens import mint_instance_token
 from remit.declare.ops import Op
+from tests.instances import WakeupService
 from tests.support import make_app
-from tests.wakeup_support import NotTheService, WakeupService, wakeup_service
+from tests.wakeup_support import NotTheService
 
 AT = datetime(2030, 1, 31, 9, 0, tzinfo=UTC)
 INSTANCE_URL = "http://127.0.0.1:9/remit"
@@ -42,8 +43,10 @@ INSTANCE_URL = "http://127.0.0.1:9/remit"
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WakeupService]:
-    with wakeup_service(tmp_path_factory.mktemp("wakeup")) as running:
-        yield running
+    running = WakeupService(tmp_path_factory.mktemp("wakeup"))
+    running.start()
+    yield running
+    running.stop()
 
 
 def environ(url: str, account: str | None, instance: str | None) -> dict[str, str]:
@@ -167,7 +170,7 @@ def test_a_redirect_is_not_followed_so_the_token_stays_home() -> None:
     assert (refused.value.status, refused.value.retryable) == (302, False)
     assert "redirect" in str(refused.value)
     assert "is REMIT_WAKEUP_URL right?" in str(refused.value)
-    assert [(method, path) for method, path, _ in moved.seen] == [("PUT", "/wakeup/wake")]
+    assert moved.seen == [("PUT", "/wakeup/wake")]
     assert elsewhere.seen == []  # the token went nowhere else
     # The token never reaches the message: remit redacts the driver's declared credentials.
     assert token not in str(refused.value)

@@ -181,6 +181,22 @@ AppDir = Annotated[
     Path | None, typer.Option("--app", help="The app's folder (default: the current folder).")
 ]
 
+# How a server takes TLS (`remit serve`, `remit wakeup serve`; see `serve/server.py`).
+TlsCert = Annotated[
+    Path | None, typer.Option("--tls-cert", help="Serve HTTPS with this certificate (PEM).")
+]
+TlsKey = Annotated[
+    Path | None, typer.Option("--tls-key", help="The certificate's private key (PEM).")
+]
+BehindProxy = Annotated[
+    bool,
+    typer.Option(
+        "--behind-proxy",
+        help="Serve plain HTTP on an address other machines reach, because a proxy in "
+        "front of it terminates TLS.",
+    ),
+]
+
 
 def load(app_dir: Path | None) -> tuple["App", "Settings"]:
     """The app in `app_dir` (else the folder `remit --app` named) and its settings from the

@@ -34,7 +34,10 @@ from remit.cli.base import (
     SHOWN,
     ActAs,
     AppDir,
+    BehindProxy,
     PlainTable,
+    TlsCert,
+    TlsKey,
     cli,
     client_of,
     err,
@@ -527,20 +530,9 @@ def serve(
             "Always: localhost, 127.0.0.1, ::1 and --host.",
         ),
     ] = None,
-    tls_cert: Annotated[
-        Path | None, typer.Option("--tls-cert", help="Serve HTTPS with this certificate (PEM).")
-    ] = None,
-    tls_key: Annotated[
-        Path | None, typer.Option("--tls-key", help="The certificate's private key (PEM).")
-    ] = None,
-    behind_proxy: Annotated[
-        bool,
-        typer.Option(
-            "--behind-proxy",
-            help="Serve plain HTTP on an address other machines reach, because a proxy in "
-            "front of it terminates TLS.",
-        ),
-    ] = False,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    behind_proxy: BehindProxy = False,
     with_worker: Annotated[
         bool,
         typer.Option(
@@ -624,7 +616,9 @@ def _supervisor(remit: "Client", *, stop_when_idle: bool) -> "Supervisor":
         # A new DBOS instance on the same connectors (one fake per vendor for the process).
         return Worker(app, settings, implementations=first.implementations)
 
-    supervisor = Supervisor(make_worker, remit, stop_when_idle=stop_when_idle)
+    supervisor = Supervisor(
+        make_worker, remit, stop_when_idle=stop_when_idle, tell=lambda line: err.print(line)
+    )
     remit.use_implementations(first.implementations)
     remit.on_write = supervisor.wake
     supervisor.start()
@@ -671,7 +665,11 @@ def _exit_when_idle(app: "App", settings: "Settings") -> None:
     remit = Client(app, settings, pool_size=2)
     remit.on_write = None
     supervisor = Supervisor(
-        lambda: Worker(app, settings), remit, stop_when_idle=True, on_idle=idle.set
+        lambda: Worker(app, settings),
+        remit,
+        stop_when_idle=True,
+        on_idle=idle.set,
+        tell=lambda line: err.print(line),
     )
     worker = supervisor.start()
     err.print(

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from remit.cli.base import PlainTable, command_group, err, moment, out
+from remit.cli.base import BehindProxy, PlainTable, TlsCert, TlsKey, command_group, err, moment, out
 from remit.cli.wakeup import wakeup_cli
 
 if TYPE_CHECKING:
@@ -88,20 +88,9 @@ def serve(
             "tests only: anyone with an account could then reach this machine's network).",
         ),
     ] = False,
-    tls_cert: Annotated[
-        Path | None, typer.Option("--tls-cert", help="Serve HTTPS with this certificate (PEM).")
-    ] = None,
-    tls_key: Annotated[
-        Path | None, typer.Option("--tls-key", help="The certificate's private key (PEM).")
-    ] = None,
-    behind_proxy: Annotated[
-        bool,
-        typer.Option(
-            "--behind-proxy",
-            help="Serve plain HTTP on an address other machines reach, because a proxy in "
-            "front of it terminates TLS.",
-        ),
-    ] = False,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    behind_proxy: BehindProxy = False,
     lease: Annotated[float | None, typer.Option("--lease", hidden=True, min=0.1)] = None,
 ) -> None:
     """Run the wakeup service until SIGTERM or Ctrl-C: it calls each registered instance's

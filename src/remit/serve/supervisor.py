@@ -33,7 +33,7 @@ class Supervisor:
     `remit` is the process's own client (the HTTP API's): closed when the worker stops, so the
     stopped process holds no database connection. `on_idle` is called, on the supervisor's
     thread, once a worker has stopped for being idle (`remit worker --exit-when-idle` ends the
-    process there).
+    process there). `tell` hears each start and stop in a line (default: the log, at INFO).
     """
 
     def __init__(
@@ -43,12 +43,14 @@ class Supervisor:
         *,
         stop_when_idle: bool,
         on_idle: Callable[[], None] | None = None,
+        tell: Callable[[str], None] = log.info,
     ) -> None:
         self.make_worker = make_worker
         self.remit = remit
         self.settings = remit.settings
         self.stop_when_idle = stop_when_idle
         self.on_idle = on_idle
+        self.tell = tell
         self.state = WakeupState(remit.db, remit.app.name, clock=remit.clock)
         self.worker: Worker | None = None
         self.status = "stopped"  # starting, running, stopping, stopped
@@ -125,8 +127,8 @@ class Supervisor:
             return
         with self._lock:
             self.status = "stopping"
-        shown = "nothing is due" if stop.at is None else f"woken at {stop.at.isoformat()}"
-        log.warning("worker %s is idle and stops (%s)", worker.executor_id, shown)
+        shown = "nothing is due" if stop.at is None else f"to be woken at {stop.at.isoformat()}"
+        self.tell(f"worker {worker.executor_id} is idle and stops ({shown})")
         try:
             worker.stop()
         except Exception:
@@ -161,4 +163,5 @@ class Supervisor:
         with self._lock:
             self.worker = worker
             self.status = "running"
+        self.tell(f"worker {worker.executor_id} started")
         return worker

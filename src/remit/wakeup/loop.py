@@ -146,6 +146,7 @@ class WakeLoop:
                 log.info("wakeup: called %s/wake", due.url)
             else:
                 recorded = self.store.failed(due, _now(), why)
+                self._poked.set()  # its retry may fall due before the loop would look again
                 log.warning("wakeup: calling %s/wake failed (%s); it is tried again", due.url, why)
             if not recorded:
                 log.info("wakeup: %s changed during its call; its new wake stands", due.url)

@@ -30,6 +30,8 @@ from remit.core.wakeup_tokens import mint_account_token, token_hash
 DATABASE_SETTING = "REMIT_WAKEUP_DATABASE_URL"
 # The longest wait between two tries of a failing instance.
 MAX_BACKOFF_S = 300.0
+# Any fixed 64-bit number: the Postgres advisory lock held while the tables are made.
+_CREATE_LOCK = 0x72776B7570  # "rwkup"
 
 metadata = sa.MetaData()
 
@@ -119,18 +121,22 @@ class WakeupStore:
         try:
             self.db = Database(url, pool_size=16)
         except DatabaseError as error:
-            raise DatabaseError(str(error).replace("REMIT_DATABASE_URL", "--database")) from None
+            raise DatabaseError(
+                str(error).replace("REMIT_DATABASE_URL", f"--database or {DATABASE_SETTING}")
+            ) from None
         try:
-            metadata.create_all(self.db.engine, checkfirst=True)
+            # One process at a time makes the tables: on SQLite the transaction holds the
+            # write lock, on Postgres (where DDL is transactional) an advisory lock.
+            with self.db.begin() as conn:
+                if not self.db.is_sqlite:
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _CREATE_LOCK})
+                metadata.create_all(conn, checkfirst=True)
         except sa.exc.OperationalError as error:
             raise DatabaseError(
                 f"cannot open the wakeup service's database at "
                 f"{self.db.url.render_as_string()}: {error.orig or error}. Check --database "
                 f"(or {DATABASE_SETTING}) and that the server is up"
             ) from None
-        except sa.exc.IntegrityError:
-            # Another process made the same table at the same moment (Postgres).
-            metadata.create_all(self.db.engine, checkfirst=True)
 
     def dispose(self) -> None:
         self.db.dispose()

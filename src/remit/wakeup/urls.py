@@ -93,6 +93,10 @@ def refusal(address: IPAddress) -> str | None:
     if address in METADATA:
         return "a cloud metadata service"
     if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            # An IPv4 address written as IPv6: the IPv4 address is the one connected to.
+            mapped = refusal(address.ipv4_mapped)
+            return None if mapped is None else f"{mapped}, written as IPv6"
         carried = _carried_ipv4(address)
         if carried is not None:
             why = refusal(carried)
@@ -169,8 +173,6 @@ def resolve(host: str, port: int) -> list[IPAddress]:
 
 
 def _carried_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    if address.ipv4_mapped is not None:
-        return address.ipv4_mapped
     if address.sixtofour is not None:
         return address.sixtofour
     if address.teredo is not None:
