@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from remit.core.database import Database
+from tests.instances import WakeupService
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
 _template: dict[str, str] = {}
@@ -122,3 +123,13 @@ def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
         yield url
     finally:
         drop_postgres_database(url)
+
+
+@pytest.fixture(scope="module")
+def wakeup_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WakeupService]:
+    """`remit wakeup serve` in a subprocess on a SQLite file of its own, for a module's tests;
+    each test makes accounts of its own on it."""
+    running = WakeupService(tmp_path_factory.mktemp("wakeup"))
+    running.start()
+    yield running
+    running.stop()

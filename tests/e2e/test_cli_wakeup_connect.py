@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,14 +38,6 @@ app = App(name="instance", workflows=[idle])
 """
 
 
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WakeupService]:
-    running = WakeupService(tmp_path_factory.mktemp("wakeup"))
-    running.start()
-    yield running
-    running.stop()
-
-
 @pytest.fixture
 def instance_app(tmp_path: Path) -> Path:
     folder = tmp_path / "instance_app"
@@ -57,12 +48,12 @@ def instance_app(tmp_path: Path) -> Path:
 
 
 def test_connect_stores_the_token_and_registers_the_instance_once(
-    cli: Cli, service: WakeupService, instance_app: Path
+    cli: Cli, wakeup_service: WakeupService, instance_app: Path
 ) -> None:
     # The live driver: the instance talks to the real service.
     del cli.env["REMIT_FAKES"]
-    cli.env["REMIT_WAKEUP_URL"] = service.url
-    cli.env["REMIT_WAKEUP_ACCOUNT_TOKEN"] = service.account()
+    cli.env["REMIT_WAKEUP_URL"] = wakeup_service.url
+    cli.env["REMIT_WAKEUP_ACCOUNT_TOKEN"] = wakeup_service.account()
 
     first = cli("wakeup", "connect", INSTANCE_URL, app=instance_app)
     assert "made this instance's token, stored as the secret REMIT_WAKEUP_TOKEN" in first.stdout

@@ -41,14 +41,6 @@ AT = datetime(2030, 1, 31, 9, 0, tzinfo=UTC)
 INSTANCE_URL = "http://127.0.0.1:9/remit"
 
 
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WakeupService]:
-    running = WakeupService(tmp_path_factory.mktemp("wakeup"))
-    running.start()
-    yield running
-    running.stop()
-
-
 def environ(url: str, account: str | None, instance: str | None) -> dict[str, str]:
     given = {"REMIT_WAKEUP_URL": url}
     if account is not None:
@@ -78,9 +70,9 @@ def call(
     return output
 
 
-def test_an_instance_registers_reads_arms_and_is_deleted(service: WakeupService) -> None:
+def test_an_instance_registers_reads_arms_and_is_deleted(wakeup_service: WakeupService) -> None:
     driver = WakeupDriver()
-    env = environ(service.url, service.account(), mint_instance_token())
+    env = environ(wakeup_service.url, wakeup_service.account(), mint_instance_token())
 
     made = call(driver, create_instance, Registration(url=INSTANCE_URL), env)
     assert made["url"] == INSTANCE_URL
@@ -114,36 +106,38 @@ def test_an_instance_registers_reads_arms_and_is_deleted(service: WakeupService)
     }
 
 
-def test_a_wrong_account_token_is_refused_naming_the_setting(service: WakeupService) -> None:
-    env = environ(service.url, "rwa_not-an-account", mint_instance_token())
+def test_a_wrong_account_token_is_refused_naming_the_setting(wakeup_service: WakeupService) -> None:
+    env = environ(wakeup_service.url, "rwa_not-an-account", mint_instance_token())
     with pytest.raises(DriverError) as refused:
         call(WakeupDriver(), create_instance, Registration(url=INSTANCE_URL), env)
     assert (refused.value.status, refused.value.retryable) == (401, False)
     assert "REMIT_WAKEUP_ACCOUNT_TOKEN" in str(refused.value)
 
 
-def test_a_token_another_account_registered_needs_a_new_token(service: WakeupService) -> None:
+def test_a_token_another_account_registered_needs_a_new_token(
+    wakeup_service: WakeupService,
+) -> None:
     token = mint_instance_token()
     call(
         WakeupDriver(),
         create_instance,
         Registration(url=INSTANCE_URL),
-        environ(service.url, service.account(), token),
+        environ(wakeup_service.url, wakeup_service.account(), token),
     )
     with pytest.raises(DriverError) as refused:
         call(
             WakeupDriver(),
             create_instance,
             Registration(url=INSTANCE_URL),
-            environ(service.url, service.account(), token),
+            environ(wakeup_service.url, wakeup_service.account(), token),
         )
     assert (refused.value.status, refused.value.retryable) == (409, False)
     assert "a new account needs a new instance token" in str(refused.value)
     assert "remit secrets delete REMIT_WAKEUP_TOKEN" in str(refused.value)
 
 
-def test_an_unregistered_instance_is_told_to_connect(service: WakeupService) -> None:
-    env = environ(service.url, None, mint_instance_token())
+def test_an_unregistered_instance_is_told_to_connect(wakeup_service: WakeupService) -> None:
+    env = environ(wakeup_service.url, None, mint_instance_token())
     with pytest.raises(DriverError) as refused:
         call(WakeupDriver(), register_wake, Wake(at=AT), env)
     assert refused.value.status == 401
@@ -288,12 +282,12 @@ EXPECTED: list[tuple[str, Any]] = [
 
 
 @pytest.mark.parametrize("kind", ["driver", "fake"])
-def test_the_fake_answers_as_the_service_does(kind: str, service: WakeupService) -> None:
-    ann, bob = service.account(), service.account()
+def test_the_fake_answers_as_the_service_does(kind: str, wakeup_service: WakeupService) -> None:
+    ann, bob = wakeup_service.account(), wakeup_service.account()
     implementation: Implementation = (
         WakeupDriver() if kind == "driver" else FakeWakeup(accounts=[ann, bob])
     )
-    assert _same_sequence(implementation, service.url, ann, bob) == EXPECTED
+    assert _same_sequence(implementation, wakeup_service.url, ann, bob) == EXPECTED
 
 
 @pytest.fixture
