@@ -15,8 +15,9 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from remit.core.schema import ledger
 from tests.conftest import postgres_admin_url
-from tests.instances import Instance
+from tests.instances import Instance, WakeupService
 
 # Never called by these tests: with nothing due, a stopping worker registers nothing.
 NO_SERVICE = {"REMIT_WAKEUP_URL": "http://127.0.0.1:9", "REMIT_WAKEUP_ACCOUNT_TOKEN": "rwa_unused"}
@@ -158,3 +159,149 @@ def test_status_says_why_a_worker_does_not_stop(instance: Instance) -> None:
     assert re.search(rf"last check: .*busy, run {run_id} wakes from its sleep in ", shown), shown
     assert "within the idle horizon of 1h (REMIT_IDLE_HORIZON)" in shown
     assert "worker:         running" in shown
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[WakeupService]:
+    running = WakeupService(tmp_path)
+    running.start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def connected(database_url: str, tmp_path: Path, service: WakeupService) -> Iterator[Instance]:
+    """An instance served and connected to the wakeup service."""
+    running = Instance(
+        database_url,
+        tmp_path,
+        REMIT_WAKEUP_URL=service.url,
+        REMIT_WAKEUP_ACCOUNT_TOKEN=service.account(),
+    )
+    base = running.serve()
+    done = running.remit("wakeup", "connect", base)
+    assert "stored as the secret REMIT_WAKEUP_TOKEN" in done.stdout
+    yield running
+    running.stop()
+
+
+def ledger_registrations(instance: Instance) -> list[str]:
+    """The actors of the ledger's registrations with the wakeup service, oldest first."""
+    with instance.db.engine.connect() as conn:
+        return list(
+            conn.execute(
+                sa.select(ledger.c.actor)
+                .where(ledger.c.op_id == "wakeup.instances.register", ledger.c.status == "ok")
+                .order_by(ledger.c.started_at)
+            ).scalars()
+        )
+
+
+def test_a_sleeping_run_is_woken_by_the_service_at_its_deadline(connected: Instance) -> None:
+    run_id = connected.start("nap", {"seconds": 5})
+    connected.wait_moment(run_id, "before")
+    stopped = connected.wait_state("stopped", timeout=30)
+    assert stopped.at is not None  # the sleep's end, registered before it stopped
+    assert run_id not in {seen["run"] for seen in connected.moments() if seen["what"] == "after"}
+
+    after = connected.wait_moment(run_id, "after", timeout=60)
+    late = after - stopped.at.timestamp()
+    assert -0.05 <= late <= 1.0, f"the run carried on {late:.3f}s after its deadline"
+    assert "remit:wakeup" in ledger_registrations(connected)
+    connected.wait_state("stopped")  # done, and idle again
+
+
+def test_an_approval_expiry_is_woken_at_its_time(connected: Instance) -> None:
+    run_id = connected.start("ask", {"expires_in": 4})
+    stopped = connected.wait_state("stopped", timeout=30)
+    assert stopped.at is not None
+    expired = connected.wait_moment(run_id, "expired", timeout=60)
+    late = expired - stopped.at.timestamp()
+    assert -0.05 <= late <= 1.0, f"the expiry was acted on {late:.3f}s after its time"
+
+
+def test_a_write_from_elsewhere_while_stopped_wakes_the_worker_through_the_service(
+    connected: Instance,
+) -> None:
+    connected.wait_state("stopped", timeout=30)
+    before = len(ledger_registrations(connected))
+    began = time.time()
+    run_id = connected.start("nap", {"seconds": 0})  # the command line, not the API
+    after = connected.wait_moment(run_id, "after", timeout=30)
+    assert after - began < 10
+    registered = ledger_registrations(connected)
+    assert len(registered) == before + 1
+
+
+def test_a_failed_registration_keeps_the_worker_up_and_is_recorded(
+    connected: Instance, service: WakeupService
+) -> None:
+    connected.wait_state("stopped", timeout=30)
+    service.stop()  # the service is gone: registering fails
+    run_id = connected.start("nap", {"seconds": 3600}, REMIT_WAKEUP_URL="")
+    woken = httpx.get(f"{connected.url}/wake", timeout=30)
+    assert woken.status_code == 200
+    connected.wait_moment(run_id, "before")
+    deadline = time.monotonic() + 30
+    while (row := connected.row()) is None or row.last_error is None:
+        assert time.monotonic() < deadline, row
+        time.sleep(0.1)
+    assert row.state == "running"
+    shown = connected.remit("wakeup", "status").stdout
+    assert "worker:         running" in shown
+    assert "last error:" in shown
+    assert "could not register the wakeup" in connected.log()
+    assert connected.log().count("could not register the wakeup") == 1  # once per message
+
+
+def test_a_cron_schedule_wakes_the_worker_at_its_instant(
+    database_url: str, tmp_path: Path, service: WakeupService
+) -> None:
+    instance = Instance(
+        database_url,
+        tmp_path,
+        REMIT_WAKEUP_URL=service.url,
+        REMIT_WAKEUP_ACCOUNT_TOKEN=service.account(),
+        SLEEPY_TICK="1",
+    )
+    try:
+        base = instance.serve()
+        instance.remit("wakeup", "connect", base)
+        stopped = instance.wait_state("stopped", timeout=90)
+        assert stopped.at is not None
+        assert stopped.at.second == 0  # the next minute's instant
+        fired = [seen for seen in instance.moments() if seen["what"] == stopped.at.isoformat()]
+        deadline = time.monotonic() + 90
+        while not fired:
+            assert time.monotonic() < deadline, instance.log()
+            time.sleep(0.05)
+            fired = [seen for seen in instance.moments() if seen["what"] == stopped.at.isoformat()]
+        late = fired[0]["at"] - stopped.at.timestamp()
+        assert -0.05 <= late <= 1.0, f"the instant fired {late:.3f}s late"
+    finally:
+        instance.stop()
+
+
+def test_worker_exit_when_idle_registers_and_exits_0(
+    database_url: str, tmp_path: Path, service: WakeupService
+) -> None:
+    instance = Instance(
+        database_url,
+        tmp_path,
+        REMIT_WAKEUP_URL=service.url,
+        REMIT_WAKEUP_ACCOUNT_TOKEN=service.account(),
+    )
+    try:
+        instance.remit("wakeup", "connect", "http://127.0.0.1:9")
+        run_id = instance.start("nap", {"seconds": 3600})
+        done = instance.remit("worker", "--exit-when-idle")
+        assert done.returncode == 0
+        assert "is idle and exits (the wakeup service calls at " in done.stderr
+        instance.wait_moment(run_id, "before", timeout=1)
+        row = instance.row()
+        assert row is not None
+        assert row.state == "stopped"
+        assert row.at is not None
+        assert abs(row.at.timestamp() - (instance.wait_moment(run_id, "before") + 3600)) < 5
+    finally:
+        instance.stop()

@@ -42,7 +42,12 @@ def status(app_dir: AppDir = None) -> None:
                 ("executor", row.executor_id or "-"),
                 ("started", moment(row.started_at)),
                 ("stopped", moment(row.stopped_at)),
-                ("registered", f"{moment(row.at)} (at {moment(row.registered_at)})"),
+                (
+                    "registered",
+                    "-"
+                    if row.registered_at is None
+                    else f"wake at {moment(row.at)} (registered {moment(row.registered_at)})",
+                ),
                 (
                     "last error",
                     "-" if row.last_error is None else f"{row.last_error} ({moment(row.error_at)})",

@@ -29,6 +29,7 @@ from remit.connectors.data import VENDOR as DATA_VENDOR
 from remit.connectors.data import CollectionStore
 from remit.connectors.redaction import app_secrets
 from remit.connectors.wakeup import DRIVER_SETTINGS as WAKEUP_SETTINGS
+from remit.connectors.wakeup import VENDOR as WAKEUP_VENDOR
 from remit.core import telemetry
 from remit.core.clock import Clock
 from remit.core.database import Database
@@ -392,12 +393,16 @@ def implementations_for(
     clock: Clock | None = None,
 ) -> tuple[dict[str, Implementation], Credentials]:
     """What ops are called on, by vendor (each connector's fake or driver, as `settings.fakes`
-    says, unless `implementations` gives one), and the credentials drivers see: the
+    says, unless `implementations` gives one; the `wakeup` connector's driver whenever
+    `REMIT_WAKEUP_URL` is set), and the credentials drivers see: the
     environment (the process's, or `environ`) over the app's stored secrets."""
     chosen = dict(implementations or {})
     for vendor, connector in app.connectors.items():
+        # The wakeup service is remit's own, not a vendor's: with one configured, an instance
+        # on fakes still registers its wakes there, or nothing would start it again.
+        fake = settings.fakes and not (vendor == WAKEUP_VENDOR and settings.wakeup_url)
         if vendor not in chosen:
-            chosen[vendor] = connector.fake() if settings.fakes else connector.driver()
+            chosen[vendor] = connector.fake() if fake else connector.driver()
     # Collections live in the app's database with drivers and fakes alike.
     if app.collections and DATA_VENDOR not in chosen:
         chosen[DATA_VENDOR] = CollectionStore(db, app.name, app.collections, clock=clock)
