@@ -101,7 +101,7 @@ def instance(database_url: str, tmp_path: Path) -> Iterator[Instance]:
     made = Instance(sleepy_app(), database_url, clock, tmp_path)
     made.connect()
     yield made
-    made.supervisor.close(timeout=0)
+    made.supervisor.close(timeout=0, keep_slot=False)
     made.remit.close()
 
 

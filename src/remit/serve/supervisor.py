@@ -78,8 +78,9 @@ class Supervisor:
                 self._wanted.set()
         return was
 
-    def close(self, timeout: float | None = None) -> None:
-        """Stop watching and stop the worker, draining it (see `Worker.stop`)."""
+    def close(self, timeout: float | None = None, *, keep_slot: bool = True) -> None:
+        """Stop watching and stop the worker, draining it (see `Worker.stop`: a process that
+        ends at once keeps its executor slot until it does)."""
         self._closing.set()
         self._wanted.set()
         if self._thread.is_alive():
@@ -87,7 +88,7 @@ class Supervisor:
         with self._lock:
             worker, self.worker = self.worker, None
         if worker is not None:
-            worker.stop(timeout, keep_slot=True)
+            worker.stop(timeout, keep_slot=keep_slot)
 
     def _run(self) -> None:
         while not self._closing.is_set():
