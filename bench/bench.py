@@ -14,9 +14,10 @@ reserving and settling cost a call with a cost. Deploy check (bench/deploy_check
 1,000 waiting runs against the code. Command line (bench/cli_startup.py): how fast `remit --help`
 and `remit runs` start, against `python -c pass`; `--only cli` runs just that. Op calls
 (bench/calls.py): what a `started` row for every read and a thread per try cost, against the
-version before them, in the same run; `--only calls` runs just that. The wakeup service
-(bench/wakeup.py): how late 1,000 wakes due over 10 s are called; `--only wakeup` runs just
-that. Prints
+version before them, in the same run; `--only calls` runs just that. Scale to zero
+(bench/wakeup.py, bench/scale_to_zero.py): how late the wakeup service calls 1,000 wakes due
+over 10 s, the CPU a stopped instance uses, and how soon a wake gets a queued run's first step
+going; `--only wakeup` runs just those. Prints
 `BENCH <name> <value> <unit>` lines and writes the tables to BENCHMARKS.md.
 """
 
@@ -41,6 +42,7 @@ import cli_startup  # bench/cli_startup.py, beside this file
 import deploy_check  # bench/deploy_check.py, beside this file
 import policy  # bench/policy.py, beside this file
 import reconcile  # bench/reconcile.py, beside this file
+import scale_to_zero  # bench/scale_to_zero.py, beside this file
 import sqlalchemy as sa
 import wakeup  # bench/wakeup.py, beside this file
 from common import ROOT, drop_database, figure_table, fresh_database, write_section
@@ -193,11 +195,11 @@ def main() -> None:
         return
     if args.only == "wakeup":
         woken = wakeup.measure(quick=args.quick, folder=folder)
+        stopped = scale_to_zero.measure(quick=args.quick, folder=folder)
         if args.write:
-            wakeup.write(
-                woken,
-                command="python bench/bench.py --only wakeup" + (" --quick" if args.quick else ""),
-            )
+            here = "python bench/bench.py --only wakeup" + (" --quick" if args.quick else "")
+            wakeup.write(woken, command=here)
+            scale_to_zero.write(stopped, command=here)
         return
     figures: list[tuple[str, float, str, str]] = []
 
@@ -243,6 +245,7 @@ def main() -> None:
     started = _startup(quick=args.quick, folder=folder)
     made = calls.measure(quick=args.quick, folder=folder)
     woken = wakeup.measure(quick=args.quick, folder=folder)
+    stopped = scale_to_zero.measure(quick=args.quick, folder=folder)
 
     if args.write:
         write_table(figures, quick=args.quick)
@@ -256,6 +259,7 @@ def main() -> None:
         cli_startup.write(started, command=command)
         calls.write(made, command=command)
         wakeup.write(woken, command=command)
+        scale_to_zero.write(stopped, command=command)
 
 
 def _startup(*, quick: bool, folder: Path) -> list[cli_startup.Figure]:

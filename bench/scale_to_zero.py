@@ -1,6 +1,7 @@
 """What a stopped instance costs, and how fast a wake gets a due run going.
 
     .venv/bin/python bench/scale_to_zero.py [--quick] [--write]
+    .venv/bin/python bench/bench.py --only wakeup [--quick] [--write]   # with the service's figures
 
 One `remit serve --worker --stop-when-idle` process (the test app `tests/apps/sleepy_app`, on a
 fresh Postgres database) stops its worker once idle. Then:
@@ -161,16 +162,23 @@ def measure(*, quick: bool, folder: Path) -> list[Figure]:
     return figures
 
 
-def write(figures: list[Figure], *, command: str, extra: list[Figure] | None = None) -> None:
-    every = [*(extra or []), *figures]
+def write(figures: list[Figure], *, command: str) -> None:
     body = "\n".join(
         [
-            f"`{command}` on {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}, Postgres.",
+            f"`{command}` on {os.cpu_count()} cores, Postgres on the same machine, "
+            f"{time.strftime('%Y-%m-%d')}.",
             "",
-            *figure_table(every),
+            "One `remit serve --worker --stop-when-idle` process (the app `tests/apps/sleepy_app`, "
+            "on a fresh Postgres database) stops its worker once idle. The CPU figure is the "
+            "stopped process's user and system time over 10 s. The wake figure is the median "
+            "time from `GET /wake` to the first step of a run queued while the worker was "
+            "stopped: it includes starting the worker (DBOS's launch, the first sweep, the "
+            "queue's first poll).",
+            "",
+            *figure_table(figures),
         ]
     )
-    write_section("Scale to zero", body)
+    write_section("A stopped instance", body)
 
 
 def main() -> None:
