@@ -6,7 +6,10 @@ draft it is given), emails the customer, counts the reminder on the invoice and 
 record of the contact (the `contacts` collection). `write-off` proposes writing off an invoice's balance and waits for a
 person to approve it (they may change the amount); once approved it issues the credit note and
 tells the customer. Both concern their invoice: `remit activity invoice inv_1003` lists the runs,
-gates and tasks about it. Run both with `make demo` (SQLite, fakes).
+gates and tasks about it. `follow-up` waits (a week, by default) and emails the customer again if
+the invoice is still open: a run that spends its life asleep, which is what lets the desk's
+worker stop when idle and be woken for it (README, "Scale to zero"). Run them with `make demo`
+(SQLite, fakes).
 Who may do what is in `policies/` (Cedar): clerks chase and propose, controllers approve.
 """
 
@@ -200,9 +203,46 @@ def write_off_invoice(ctx: Context, input: WriteOffInput) -> WriteOffResult:
     )
 
 
+class FollowUpInput(BaseModel):
+    invoice_id: str
+    wait_seconds: float = 7 * 86400
+
+
+class FollowUpResult(BaseModel):
+    invoice_id: str
+    outcome: str
+    message_id: str | None = None
+
+
+@workflow(
+    name="follow-up",
+    input=FollowUpInput,
+    uses=[get_invoice, send_message],
+    record=lambda input: ("invoice", input.invoice_id),
+)
+def follow_up(ctx: Context, input: FollowUpInput) -> FollowUpResult:
+    """Wait, then remind the customer again if the invoice is still open. The wait holds no
+    thread or connection: a worker may stop meanwhile, and is woken at its end."""
+    ctx.sleep(input.wait_seconds)
+    invoice = ctx.call(get_invoice, invoice_id=input.invoice_id)
+    if invoice.status != "open":
+        return FollowUpResult(
+            invoice_id=invoice.invoice_id, outcome=f"no follow-up ({invoice.status})"
+        )
+    sent = ctx.call(
+        send_message,
+        to=invoice.customer_email,
+        subject=f"Invoice {invoice.invoice_id}: still open",
+        body=f"Hello,\n\ninvoice {invoice.invoice_id} is still open.\n\nAccounts receivable",
+    )
+    return FollowUpResult(
+        invoice_id=invoice.invoice_id, outcome="followed up", message_id=sent.message_id
+    )
+
+
 app = App(
     name="ar-desk",
-    workflows=[chase_invoice, write_off_invoice],
+    workflows=[chase_invoice, write_off_invoice, follow_up],
     connectors=[payments, mail, llm],
     collections=[contacts],
     approvals=[ApprovalType("write-off", draft=WriteOffDraft, description="Write off a balance")],

@@ -7,7 +7,10 @@
 #   3. ann may not approve it in full (over a clerk's 500.00): the policies refuse, and say why;
 #   4. carol, a controller, approves it for a lower amount through the HTTP API with her API
 #      token (the API refuses a request without one), and the run carries on from the gate;
-#   5. the invoice's activity: every run, gate and decision about it, in order.
+#   5. the invoice's activity: every run, gate and decision about it, in order;
+#   6. scale to zero: the desk served by `remit serve --worker --stop-when-idle` stops its worker
+#      while a follow-up sleeps, having registered the sleep's end with a wakeup service (run
+#      here on loopback), which starts the worker again at that moment.
 # Usage: examples/ar_desk/demo.sh [path/to/remit]
 set -euo pipefail
 
@@ -55,7 +58,11 @@ token="$(r tokens create --for user:carol --name laptop --expires 1d --as user:s
 serve_log="$(mktemp)"
 "$remit" --app "$app" serve --port 0 >"$serve_log" 2>&1 &
 server=$!
-trap 'kill "$server" 2>/dev/null || true' EXIT
+stop_all() { # end the servers the demo started, and wait until they have
+    for pid in "$@"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "$@"; do wait "$pid" 2>/dev/null || true; done
+}
+trap 'stop_all "$server"' EXIT
 url=""
 for _ in $(seq 1 300); do
     url="$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$serve_log" | head -n 1 || true)"
@@ -93,3 +100,49 @@ wait "$runner"
 echo
 echo "== 5. everything that happened about invoice inv_1003, in order"
 r activity invoice inv_1003
+
+echo
+echo "== 6. scale to zero: the worker stops while a follow-up sleeps, and is woken at its end"
+wakeup_dir="$(mktemp -d)"
+wakeup_db="sqlite:///$wakeup_dir/wakeup.sqlite"
+listening() { # the URL a server printed in its log, once it listens
+    for _ in $(seq 1 300); do
+        found="$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$1" | head -n 1 || true)"
+        [ -n "$found" ] && { echo "$found"; return 0; }
+        sleep 0.1
+    done
+    echo "no server listening:" >&2
+    cat "$1" >&2
+    return 1
+}
+# The wakeup service, on loopback for the demo (--allow-private); its own database.
+"$remit" wakeup serve --port 0 --allow-private --database "$wakeup_db" >"$wakeup_dir/service.log" 2>&1 &
+service=$!
+trap 'stop_all "$server" "$service"' EXIT
+export REMIT_WAKEUP_URL="$(listening "$wakeup_dir/service.log")"
+export REMIT_WAKEUP_ACCOUNT_TOKEN="$("$remit" wakeup accounts create ar-desk --database "$wakeup_db")"
+echo "-- the wakeup service listens on $REMIT_WAKEUP_URL; the desk has an account there"
+# Quick settings for a demo: sleeps suspend at once, and a deadline 2 s away is far enough.
+export REMIT_SUSPEND_AFTER=0 REMIT_IDLE_HORIZON=2 REMIT_IDLE_CHECK_INTERVAL=0.5 REMIT_SWEEP_INTERVAL=0.5
+"$remit" --app "$app" serve --worker --stop-when-idle --port 0 >"$wakeup_dir/instance.log" 2>&1 &
+instance=$!
+trap 'stop_all "$server" "$service" "$instance"' EXIT
+instance_url="$(listening "$wakeup_dir/instance.log")"
+r wakeup connect "$instance_url" --as user:sam
+follow="$(r start follow-up --as user:ann --input '{"invoice_id": "inv_1001", "wait_seconds": 6}')"
+echo "-- ann starts follow-up $follow: it sleeps 6 s; with nothing else to do, the worker stops"
+status=""
+for _ in $(seq 1 100); do
+    status="$(r wakeup status)"
+    grep -q 'worker: *stopped' <<<"$status" && grep -q "$follow wakes from its sleep" <<<"$status" && break
+    sleep 0.1
+done
+echo "$status"
+for _ in $(seq 1 300); do
+    [ "$(r runs --workflow follow-up --status done --limit 1 | grep -c "$follow" || true)" = 1 ] && break
+    sleep 0.2
+done
+echo "-- at the sleep's end the wakeup service called GET /wake: the worker started and finished it"
+r show "$follow"
+echo "-- what the instance printed"
+cat "$wakeup_dir/instance.log"

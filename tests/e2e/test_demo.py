@@ -37,9 +37,18 @@ def test_the_demo_shows_each_step_and_ends_well(tmp_path: Path) -> None:
         "approved by user:carol",
         "approval.approved",
         "run.done",
+        "== 6. scale to zero",
+        "worker:         stopped",
+        "wakes from its sleep",
+        "is idle and stops (to be woken at",
+        '"outcome": "followed up"',
     ):
         assert step in shown, step
     assert "Traceback" not in shown
     # The server the demo started is gone with it.
     left = subprocess.run(["pgrep", "-f", f"--app {desk} serve"], capture_output=True, text=True)
     assert left.stdout == "", left.stdout
+    service = subprocess.run(
+        ["pgrep", "-f", "wakeup serve --port 0 --allow-private"], capture_output=True, text=True
+    )
+    assert service.stdout == "", service.stdout
