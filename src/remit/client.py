@@ -196,7 +196,8 @@ class Client:
         if prepare:
             self.db.prepare()
         # Called after each write that gives a worker something to do: a start, a retry, a
-        # decision, a task's answer, a direct call, a resume of the app. By default, with a
+        # decision, a task's answer, a held direct call, a resume of the app, an archive, a
+        # reconciler pass that acted. By default, with a
         # wakeup service configured, it wakes the app's worker if it stopped itself when idle
         # (`remit serve --worker --stop-when-idle` points it at its own worker instead).
         self.on_write: Callable[[], object] | None = (
@@ -733,6 +734,8 @@ class Client:
                     target=f"app:{self.app.name}",
                     meta=meta,
                 )
+            if report.actions:
+                self._written()
         return report
 
     def deploy_check(self, run_ids: Iterable[str] | None = None) -> DeployReport:
@@ -797,9 +800,11 @@ class Client:
         approval type with the decision `cancelled`; a refusal cancels none. Each run waiting
         at one of the gates resumes and sees it cancelled. See `Approvals.archive`."""
         _not_in_a_workflow("archive_record")
-        return self.approvals.archive(
+        archived = self.approvals.archive(
             self.app.name, (record_type, record_id), by=self._person(by), reason=reason
         )
+        self._written()
+        return archived
 
     def _who(self, by: str | None) -> str:
         """Who acts: `by`, else (when None) the client's own; an empty `by` is no one, refused

@@ -74,6 +74,12 @@ def test_a_stopped_instance_holds_no_connection_and_a_wake_or_a_write_starts_it(
     instance.db.dispose()  # the test's own connection is not the instance's
     time.sleep(0.5)
     assert connections(instance) == []
+    # Requests answered while stopped (a load balancer's health check, a read) open what they
+    # need and close it again.
+    assert httpx.get(f"{base}/health", timeout=30).status_code == 200
+    assert httpx.get(f"{base}/runs", headers=headers, timeout=30).status_code == 200
+    time.sleep(0.5)
+    assert connections(instance) == []
 
     woken = httpx.get(f"{base}/wake", timeout=30)
     assert (woken.status_code, woken.json()) == (200, {"worker": "stopped"})

@@ -7,12 +7,15 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
 from remit import App, Context, schedule, workflow
 from remit.core.outbox import Resume, put
+from remit.core.schema import notifications
+from remit.ops.deadlines import upcoming_deadlines
 from remit.ops.idle import StopRule, WakeupState
 from remit.testing import Harness, ManualClock
 from tests.support import make_app
@@ -35,9 +38,12 @@ class Registrations:
         self.at.append(at)
 
 
-def rule_of(h: Harness, register: Registrations) -> tuple[StopRule, WakeupState]:
+def rule_of(
+    h: Harness, register: Registrations, *, retry_after: float = 0.0
+) -> tuple[StopRule, WakeupState]:
     state = WakeupState(h.worker.db, h.app.name, clock=h.worker.runtime.clock)
-    return StopRule(h.worker.idle_check(), state, register), state
+    rule = StopRule(h.worker.idle_check(), state, register, retry_after=lambda _: retry_after)
+    return rule, state
 
 
 def test_an_idle_worker_registers_its_next_deadline_then_stops(database_url: str) -> None:
@@ -211,3 +217,102 @@ def test_a_workflow_timeout_is_the_deadline_a_waiting_run_registers(database_url
         assert stop is not None
         assert stop.at == created + timedelta(days=3)
         assert register.at == [created + timedelta(days=3)]
+
+
+def test_after_a_failed_registration_the_next_waits_its_turn(database_url: str) -> None:
+    clock = ManualClock()
+    with Harness(make_app(), database_url=database_url, clock=clock) as h:
+        run = h.start("nap", {"seconds": 30 * DAY})
+        h.wait(run.run_id, until=("sleeping",))
+        h.wait_attempt_ended(run.run_id, 1)
+        tries: list[int] = []
+        register = Registrations(lambda: tries.append(1))
+        register.refusal = "connection refused"
+        rule, _ = rule_of(h, register, retry_after=0.5)
+        assert rule.check() is None
+        assert rule.check() is None  # too soon: the service is not called again
+        assert len(tries) == 1
+        time.sleep(0.6)
+        register.refusal = None
+        assert rule.check() is not None
+        assert len(tries) == 2
+
+
+def two_timeouts_app() -> App:
+    class Ask(BaseModel):
+        amount: int = 1
+
+    class Draft(BaseModel):
+        amount: int
+
+    from remit import ApprovalType
+
+    def waiting(name: str, days: float) -> Any:
+        @workflow(name=name, input=Ask, timeout=days * DAY)
+        def wait(ctx: Context, input: Ask) -> str:
+            return ctx.approval("ok", type="plain", title="ok?", draft=Draft(amount=1)).status
+
+        return wait
+
+    return App(
+        name="timeouts",
+        workflows=[waiting("slow", 30), waiting("quick", 1)],
+        approvals=[ApprovalType("plain", draft=Draft)],
+    )
+
+
+def test_the_nearest_timeout_counts_whichever_run_started_first(database_url: str) -> None:
+    clock = ManualClock()
+    with Harness(two_timeouts_app(), database_url=database_url, clock=clock) as h:
+        slow = h.start("slow", {})
+        h.gate(slow.run_id)
+        clock.advance(hours=1)
+        quick = h.start("quick", {})
+        h.gate(quick.run_id)
+        h.wait_attempt_ended(quick.run_id, 1)
+        check = h.worker.idle_check()
+        deadline = check.deadline()
+        assert deadline is not None
+        assert (deadline.kind, deadline.run_id) == ("timeout", quick.run_id)
+        assert deadline.at == h.runs.get(quick.run_id).created_at + timedelta(days=1)
+        listed = [
+            d.run_id
+            for d in upcoming_deadlines(h.worker.db, timeouts={"slow": 30 * DAY, "quick": DAY})
+        ]
+        assert listed == [quick.run_id, slow.run_id]
+
+
+def test_a_resume_from_elsewhere_counts_queued_runs_at_once(database_url: str) -> None:
+    # The worker's own copy of the pause flag is refreshed only every hour here.
+    with Harness(make_app(), database_url=database_url, sweep_interval=3600) as h:
+        h.client.pause(by="user:ops")
+        run = h.start("purchase", {"sku": "a"})
+        other = h.client  # another process's client would write the same rows
+        rule, state = rule_of(h, Registrations())
+        other.resume(by="user:ops")
+        assert rule.check() is None
+        row = state.get()
+        assert row is not None
+        assert f"attempt {run.run_id}:1 is" in (row.busy or "")
+
+
+def test_a_notification_to_retry_is_a_deadline_of_its_own(database_url: str) -> None:
+    clock = ManualClock()
+    with Harness(make_app(), database_url=database_url, clock=clock) as h:
+        run = h.start("refund", {"sku": "sku-1", "quantity": 1})
+        gate = h.gate(run.run_id)
+        h.wait_attempt_ended(run.run_id, 1)
+        # Its notification failed and is to be tried again in 80 s, past the idle horizon.
+        with h.worker.db.begin() as conn:
+            conn.execute(
+                notifications.update()
+                .where(notifications.c.approval_id == gate.id)
+                .values(sent_at=None, next_at=clock.now() + timedelta(seconds=80), attempts=4)
+            )
+        channels = h.worker.runtime.notifications.channels
+        assert channels, "the harness's worker has a notifier"
+        register = Registrations()
+        rule, _ = rule_of(h, register)
+        stop = rule.check()
+        assert stop is not None
+        assert register.at == [clock.now() + timedelta(seconds=80)]

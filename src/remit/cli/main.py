@@ -573,7 +573,12 @@ def serve(
         scheme = "https" if tls else "http"
         supervisor = _supervisor(remit, stop_when_idle=stop_when_idle) if with_worker else None
         api = create_api(
-            remit, allowed_hosts=names, wake=None if supervisor is None else supervisor.wake
+            remit,
+            allowed_hosts=names,
+            wake=None if supervisor is None else supervisor.wake,
+            around=None
+            if supervisor is None
+            else (supervisor.before_request, supervisor.after_request),
         )
         if settings.telegram_api is not None:
             _take_telegram_taps(api, remit, settings.telegram_api)
@@ -617,7 +622,11 @@ def _supervisor(remit: "Client", *, stop_when_idle: bool) -> "Supervisor":
         return Worker(app, settings, implementations=first.implementations)
 
     supervisor = Supervisor(
-        make_worker, remit, stop_when_idle=stop_when_idle, tell=lambda line: err.print(line)
+        make_worker,
+        remit,
+        stop_when_idle=stop_when_idle,
+        on_stranded=lambda _left: _exit_now(70),
+        tell=lambda line: err.print(line),
     )
     remit.use_implementations(first.implementations)
     remit.on_write = supervisor.wake
@@ -669,6 +678,7 @@ def _exit_when_idle(app: "App", settings: "Settings") -> None:
         remit,
         stop_when_idle=True,
         on_idle=idle.set,
+        on_stranded=lambda _left: _exit_now(70),
         tell=lambda line: err.print(line),
     )
     worker = supervisor.start()

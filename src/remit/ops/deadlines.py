@@ -15,8 +15,8 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from remit.core.database import Database
-from remit.core.runs import FINISHED, RunStore
-from remit.core.schema import approvals, runs, schedules, timers
+from remit.core.runs import FINISHED
+from remit.core.schema import UTCDateTime, approvals, audit, runs, schedules, timers
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,9 @@ class Deadline:
     instant of a workflow's schedule."""
 
     at: datetime
-    kind: str  # "wake", "expiry", "schedule" or "timeout"
+    # "wake", "expiry", "schedule" or "timeout"; a stopping worker adds "notification" and
+    # "reconcile" (see `ops/idle.py`).
+    kind: str
     # The run it concerns; "" for a schedule, whose run does not exist until it fires.
     run_id: str
     # What is due: `<run_id>:<step>` for a sleep, the approval's id for an expiry, the
@@ -40,6 +42,10 @@ class Deadline:
             return f"approval {self.target} of run {self.run_id} expires"
         if self.kind == "schedule":
             return f"schedule `{self.target}` fires"
+        if self.kind == "notification":
+            return f"the notification of approval {self.target} is sent (or tried again)"
+        if self.kind == "reconcile":
+            return "the reconciler passes again, after a pass that acted"
         return f"run {self.run_id} reaches the timeout of `{self.target}`"
 
 
@@ -100,26 +106,59 @@ def upcoming_deadlines(
 
 
 def _timeouts(db: Database, timeouts: Mapping[str, float], *, limit: int) -> list[Deadline]:
-    """When the earliest-started unfinished runs of timed workflows reach their timeout, counted
-    from the start or the latest retry (as the reconciler's `overdue` pass counts it)."""
-    store = RunStore(db)
-    query = (
-        sa.select(runs.c.run_id, runs.c.workflow)
-        .where(runs.c.workflow.in_(list(timeouts)), runs.c.status.not_in(tuple(FINISHED)))
-        .order_by(runs.c.created_at)
-        .limit(limit)
-    )
+    """The `limit` earliest moments at which unfinished runs of timed workflows reach their
+    timeout, counted from the start or the latest retry (as the reconciler's `overdue` pass
+    counts it). A run's timeout counts from no earlier than its start, so each workflow's runs
+    are read oldest first, a page at a time, until the next one could not come sooner than the
+    `limit` found already."""
+    found: list[Deadline] = []
     with db.engine.connect() as conn:
-        rows = list(conn.execute(query))
-    return [
-        Deadline(
-            store.timed_since(row.run_id) + timedelta(seconds=timeouts[row.workflow]),
-            "timeout",
-            row.run_id,
-            row.workflow,
-        )
-        for row in rows
-    ]
+        for name, seconds in timeouts.items():
+            bound = timedelta(seconds=seconds)
+            after: tuple[datetime, str] | None = None
+            while True:
+                query = (
+                    sa.select(runs.c.run_id, runs.c.created_at)
+                    .where(runs.c.workflow == name, runs.c.status.not_in(tuple(FINISHED)))
+                    .order_by(runs.c.created_at, runs.c.run_id)
+                    .limit(_PAGE)
+                )
+                if after is not None:
+                    query = query.where(
+                        sa.or_(
+                            runs.c.created_at > after[0],
+                            sa.and_(runs.c.created_at == after[0], runs.c.run_id > after[1]),
+                        )
+                    )
+                page = list(conn.execute(query))
+                if not page:
+                    break
+                retried = _latest_retries(conn, [row.run_id for row in page])
+                for row in page:
+                    since = max(row.created_at, retried.get(row.run_id, row.created_at))
+                    found.append(Deadline(since + bound, "timeout", row.run_id, name))
+                found = sorted(found, key=lambda deadline: (deadline.at, deadline.target))[:limit]
+                last = page[-1]
+                after = (last.created_at, last.run_id)
+                if len(page) < _PAGE or (
+                    len(found) >= limit and last.created_at + bound >= found[-1].at
+                ):
+                    break
+    return found
+
+
+# Runs read at a time while looking for the earliest timeouts.
+_PAGE = 200
+
+
+def _latest_retries(conn: sa.Connection, run_ids: list[str]) -> dict[str, datetime]:
+    """When each of `run_ids` was last retried, for those that were."""
+    rows = conn.execute(
+        sa.select(audit.c.target, sa.func.max(audit.c.at, type_=UTCDateTime).label("at"))
+        .where(audit.c.action == "run.retry", audit.c.target.in_(run_ids))
+        .group_by(audit.c.target)
+    )
+    return {row.target: row.at for row in rows}
 
 
 def next_deadline(

@@ -8,12 +8,11 @@ idle horizon (`REMIT_IDLE_HORIZON`, the time a stopped worker takes to start aga
   while the app is paused: nothing would dequeue it);
 - no resume waits in the outbox (a decided gate, an answered task or a woken sleep whose next
   attempt is not yet forked);
-- no notification is due to be sent or retried within the horizon;
 - no live worker of the app runs another version (a deploy is under way: one of the two
   versions still has runs to hand over or to finish);
-- the reconciler's last pass found nothing to act on, or its next pass is past the horizon;
-- and the next deadline (a sleep's end, an approval's expiry, a schedule's next instant, a
-  workflow timeout) is past the horizon.
+- and the next deadline is past the horizon: a sleep's end, an approval's expiry, a schedule's
+  next instant, a run's workflow timeout, the next send or retry of a gate's notification, or
+  the reconciler's next pass after a pass that acted (or failed a step).
 
 `StopRule.check` finds the worker idle, registers its next deadline with the wakeup service,
 marks the row `stopping`, and finds it idle again with the same deadline before it says stop.
@@ -25,6 +24,7 @@ reads `stopping` or `stopped` when it is done, and registers a wake for now itse
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -162,7 +162,19 @@ class IdleCheck:
         return None
 
     def deadline(self) -> Deadline | None:
-        return next_deadline(self.db, timeouts=self.timeouts)
+        """The next deadline, as the worker registers it: those `remit deadlines` lists, each
+        run's workflow timeout, the next send or retry of a gate's notification, and the
+        reconciler's next pass after one that acted."""
+        found = [
+            deadline
+            for deadline in (
+                next_deadline(self.db, timeouts=self.timeouts),
+                self._notification(),
+                self._reconciliation(),
+            )
+            if deadline is not None
+        ]
+        return min(found, key=lambda deadline: (deadline.at, deadline.target), default=None)
 
     def _attempts(self) -> str | None:
         going = ["PENDING"] if self.paused() else ["PENDING", "ENQUEUED"]
@@ -201,32 +213,36 @@ class IdleCheck:
         return f"a live worker runs version {', '.join(others)}: a deploy is under way"
 
     def _soon(self) -> str | None:
-        now = self.clock.now()
-        within = now + timedelta(seconds=self.horizon)
-        horizon = (
-            f"within the idle horizon of {describe_seconds(self.horizon)} (REMIT_IDLE_HORIZON)"
-        )
-        due = self.reconciler_due()
-        if due is not None and due <= within:
-            return f"the reconciler's last pass acted, and its next pass is {horizon}"
-        if self.channels:
-            with self.db.engine.connect() as conn:
-                retry = conn.execute(
-                    sa.select(notifications.c.approval_id, notifications.c.next_at)
-                    .where(
-                        notifications.c.sent_at.is_(None),
-                        notifications.c.channel.in_(self.channels),
-                        notifications.c.next_at <= within,
-                    )
-                    .limit(1)
-                ).one_or_none()
-            if retry is not None:
-                return f"a notification of approval {retry.approval_id} is to be sent {horizon}"
         deadline = self.deadline()
-        if deadline is not None and deadline.at <= within:
-            left = max(0.0, (deadline.at - now).total_seconds())
-            return f"{deadline.describe()} in {describe_seconds(left)}, {horizon}"
-        return None
+        now = self.clock.now()
+        if deadline is None or deadline.at > now + timedelta(seconds=self.horizon):
+            return None
+        left = max(0.0, (deadline.at - now).total_seconds())
+        return (
+            f"{deadline.describe()} in {describe_seconds(left)}, within the idle horizon of "
+            f"{describe_seconds(self.horizon)} (REMIT_IDLE_HORIZON)"
+        )
+
+    def _notification(self) -> Deadline | None:
+        if not self.channels:
+            return None
+        with self.db.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(notifications.c.approval_id, notifications.c.next_at)
+                .where(
+                    notifications.c.sent_at.is_(None),
+                    notifications.c.channel.in_(self.channels),
+                )
+                .order_by(notifications.c.next_at)
+                .limit(1)
+            ).one_or_none()
+        if row is None:
+            return None
+        return Deadline(row.next_at, "notification", "", row.approval_id)
+
+    def _reconciliation(self) -> Deadline | None:
+        due = self.reconciler_due()
+        return None if due is None else Deadline(due, "reconcile", "", "reconciler")
 
 
 class StopRule:
@@ -234,7 +250,9 @@ class StopRule:
 
     `register(at)` asks the wakeup service to wake the instance at `at`; it raises when it could
     not. `activity()` counts the writes this process has seen (a request, a wake): one during a
-    check calls its stop off.
+    check calls its stop off. After `n` registrations in a row have failed, the next is tried
+    no sooner than `retry_after(n)` seconds later (default 2, 4, 8 … up to 60), so a service
+    that is down is not called, nor a ledger row written, on every check.
     """
 
     def __init__(
@@ -244,15 +262,21 @@ class StopRule:
         register: Callable[[datetime], object],
         *,
         activity: Callable[[], int] = lambda: 0,
+        retry_after: Callable[[int], float] = lambda failures: min(2.0**failures, 60.0),
     ) -> None:
         self.idle = check
         self.state = state
         self.register = register
         self.activity = activity
+        self.retry_after = retry_after
         self._last_problem: str | None = None
+        self._failures = 0
+        self._next_try = 0.0
 
     def check(self) -> Stop | None:
         """One check: `Stop` when the worker is to stop now, else None (it serves on)."""
+        if time.monotonic() < self._next_try:
+            return None
         seen = self.activity()
         busy = self.idle.busy()
         self.state.checked(busy)
@@ -266,6 +290,8 @@ class StopRule:
             except Exception as error:
                 message = f"{type(error).__name__}: {error}" if not str(error) else str(error)
                 self.state.failed(message)
+                self._failures += 1
+                self._next_try = time.monotonic() + self.retry_after(self._failures)
                 if message != self._last_problem:
                     log.warning(
                         "could not register the wakeup at %s, so the worker keeps running: %s",
@@ -276,6 +302,7 @@ class StopRule:
                 return None
             self.state.registered(at)
         self._last_problem = None
+        self._failures = 0
         self.state.stopping()
         again = self.idle.busy()
         later = self.idle.deadline()

@@ -98,12 +98,15 @@ def create_api(
     version: str = __version__,
     allowed_hosts: Sequence[str] = LOCAL_NAMES,
     wake: Callable[[], str] | None = None,
+    around: tuple[Callable[[], None], Callable[[], None]] | None = None,
 ) -> FastAPI:
     """The HTTP API over `client`'s app. Route functions are synchronous (the database calls
     block), so FastAPI runs each in its threadpool. `allowed_hosts`: the names (`Host` header)
     it answers to; `*` answers to any (behind a proxy that checks them). `wake`, given by a
     server that runs its own worker, answers `GET /wake`: it starts the worker if it stopped
-    itself, and returns what the worker was doing."""
+    itself, and returns what the worker was doing. `around` is called before and after each
+    request (such a server closes its connections after a request while its worker is
+    stopped)."""
     api = FastAPI(
         title=title or f"remit: {client.app.name}",
         version=version,
@@ -131,6 +134,19 @@ def create_api(
             f"{', '.join(sorted(names))} (`remit serve --allowed-host` adds a name)"
         )
         return JSONResponse(ErrorBody(error=message).model_dump(mode="json"), status_code=400)
+
+    if around is not None:
+        before, after = around
+
+        @api.middleware("http")
+        async def bracket(
+            request: Request, call_next: Callable[[Request], Awaitable[Response]]
+        ) -> Response:
+            before()
+            try:
+                return await call_next(request)
+            finally:
+                after()
 
     api.add_middleware(BodyLimit, limit=client.settings.max_body_bytes)
     api.state.remit = client

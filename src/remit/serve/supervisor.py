@@ -1,15 +1,22 @@
 """The worker of `remit serve --worker` and `remit worker --exit-when-idle`: started, stopped
 when idle, and started again when woken.
 
-With `stop_when_idle`, every `REMIT_IDLE_CHECK_INTERVAL` seconds the supervisor asks the
-worker's `StopRule` (`ops/idle.py`) whether to stop. When it says so, the worker drains and
-releases everything it holds: DBOS, its threads, and every database connection, the API's
-included (they open again on the next request). A stopped worker is a DBOS instance destroyed, so
-a wake (`GET /wake`, or a write through the API) starts a new one, with the same executor slot.
+With `stop_when_idle`, every `REMIT_IDLE_CHECK_INTERVAL` seconds the supervisor asks its
+`StopRule` (`ops/idle.py`) whether to stop. When it says so, the worker drains and releases
+everything it holds: DBOS, its threads, and every database connection, the API's included
+(a request while stopped opens what it needs and closes it again, `after_request`). A stopped
+worker is a DBOS instance destroyed, so a wake (`GET /wake`, or a write through the API)
+starts a new one, on the same executor slot.
 
 A wake means "run if stopped": one that arrives late, twice, or for a deadline registered
 before the last start finds the worker running, or starts a worker that finds nothing to do and
 stops again. Nothing it does depends on which registration it answers.
+
+A stop whose drain left an attempt running (one dequeued in the moment before the stop, that
+outlived `REMIT_DRAIN_TIMEOUT`) cannot be followed by a new worker in this process: its thread
+still runs, and a worker with its executor id would recover the attempt beside it. The process
+then ends (`on_stranded`), keeping its slot until it does, and the next worker with its id
+recovers the attempt.
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ from remit.serve.worker import Worker
 
 log = logging.getLogger("remit.supervisor")
 
+# Seconds before a worker that failed to start is tried again: doubled each time, up to the last.
+RESTART_WAITS = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+
 
 class Supervisor:
     """Runs one worker at a time for an instance, as `make_worker()` builds it.
@@ -33,7 +43,8 @@ class Supervisor:
     `remit` is the process's own client (the HTTP API's): closed when the worker stops, so the
     stopped process holds no database connection. `on_idle` is called, on the supervisor's
     thread, once a worker has stopped for being idle (`remit worker --exit-when-idle` ends the
-    process there). `tell` hears each start and stop in a line (default: the log, at INFO).
+    process there); `on_stranded(count)` once a stop left attempts running (the process must
+    end). `tell` hears each start and stop in a line (default: the log, at INFO).
     """
 
     def __init__(
@@ -43,6 +54,7 @@ class Supervisor:
         *,
         stop_when_idle: bool,
         on_idle: Callable[[], None] | None = None,
+        on_stranded: Callable[[int], None] | None = None,
         tell: Callable[[str], None] = log.info,
     ) -> None:
         self.make_worker = make_worker
@@ -50,13 +62,16 @@ class Supervisor:
         self.settings = remit.settings
         self.stop_when_idle = stop_when_idle
         self.on_idle = on_idle
+        self.on_stranded = on_stranded
         self.tell = tell
         self.state = WakeupState(remit.db, remit.app.name, clock=remit.clock)
         self.worker: Worker | None = None
-        self.status = "stopped"  # starting, running, stopping, stopped
+        self.status = "stopped"  # starting, running, stopping, stopped, stranded
         self.stops = 0
+        self._rule: StopRule | None = None
         self._lock = threading.Lock()
         self._activity = 0
+        self._requests = 0
         self._wanted = threading.Event()
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._run, name="remit-supervisor", daemon=True)
@@ -78,6 +93,18 @@ class Supervisor:
                 self._wanted.set()
         return was
 
+    def before_request(self) -> None:
+        with self._lock:
+            self._requests += 1
+
+    def after_request(self) -> None:
+        """A request has been answered: while the worker is stopped and no other request is
+        being answered, close what it opened, so the stopped process holds no connection."""
+        with self._lock:
+            self._requests -= 1
+            if self._requests == 0 and self.status in ("stopped", "stranded"):
+                self.remit.close()
+
     def close(self, timeout: float | None = None, *, keep_slot: bool = True) -> None:
         """Stop watching and stop the worker, draining it (see `Worker.stop`: a process that
         ends at once keeps its executor slot until it does)."""
@@ -91,17 +118,25 @@ class Supervisor:
             worker.stop(timeout, keep_slot=keep_slot)
 
     def _run(self) -> None:
+        failures = 0
         while not self._closing.is_set():
             if self.worker is None:
                 # Stopped: wait for a wake, using no CPU and holding no connection.
                 self._wanted.wait()
-                if self._closing.is_set():
+                if self._closing.is_set() or self.status == "stranded":
                     return
                 self._wanted.clear()
                 try:
                     self._start_worker()
                 except Exception:
-                    log.exception("the worker could not start again; the next wake tries again")
+                    wait = RESTART_WAITS[min(failures, len(RESTART_WAITS) - 1)]
+                    failures += 1
+                    log.exception("the worker could not start; trying again in %.0fs", wait)
+                    if self._closing.wait(wait):
+                        return
+                    self._wanted.set()
+                else:
+                    failures = 0
                 continue
             if self._closing.wait(self.settings.idle_check_interval):
                 return
@@ -109,15 +144,9 @@ class Supervisor:
                 self._check()
 
     def _check(self) -> None:
-        worker = self.worker
-        if worker is None:
+        worker, rule = self.worker, self._rule
+        if worker is None or rule is None:
             return
-        rule = StopRule(
-            worker.idle_check(),
-            self.state,
-            lambda at: self._register(worker, at),
-            activity=lambda: self._activity,
-        )
         seen = self._activity
         try:
             stop = rule.check()
@@ -130,10 +159,15 @@ class Supervisor:
             self.status = "stopping"
         shown = "nothing is due" if stop.at is None else f"to be woken at {stop.at.isoformat()}"
         self.tell(f"worker {worker.executor_id} is idle and stops ({shown})")
+        left = 0
         try:
-            worker.stop()
+            left = worker.stop(keep_slot=True)
         except Exception:
             log.exception("the worker did not stop cleanly")
+        if left:
+            self._stranded(worker, left)
+            return
+        worker.release_slot()
         self.state.stopped()
         self.remit.close()
         with self._lock:
@@ -145,7 +179,25 @@ class Supervisor:
         if self.on_idle is not None:
             self.on_idle()
 
-    def _register(self, worker: Worker, at: datetime) -> None:
+    def _stranded(self, worker: Worker, left: int) -> None:
+        # Stopped as far as anyone writing work can tell: they register a wake, which the
+        # process that follows this one answers.
+        self.state.stopped()
+        self.state.checked(f"its stop left {left} attempts running, so its process ended")
+        with self._lock:
+            self.worker = None
+            self.status = "stranded"
+        self.tell(
+            f"worker {worker.executor_id} left {left} attempts running as it stopped: this "
+            "process ends, and the next worker with its executor id recovers them"
+        )
+        if self.on_stranded is not None:
+            self.on_stranded(left)
+
+    def _register(self, at: datetime) -> None:
+        worker = self.worker
+        if worker is None:
+            raise RemitError("no worker runs to register the wake")
         result = worker.remit.register_wake(at)
         if result.status != "ok":
             raise RemitError(result.error or f"the wakeup's register call came to {result.status}")
@@ -161,6 +213,12 @@ class Supervisor:
                 self.status = "stopped"
             raise
         self.state.started(worker.executor_id)
+        if self._rule is None:
+            self._rule = StopRule(
+                worker.idle_check(), self.state, self._register, activity=lambda: self._activity
+            )
+        else:
+            self._rule.idle = worker.idle_check()  # its last problem is remembered across
         with self._lock:
             self.worker = worker
             self.status = "running"

@@ -299,7 +299,9 @@ class Worker:
             self.client,
             queues=list(self.app.queues),
             executor_id=self.executor_id,
-            paused=self.runtime.paused.is_set,
+            # Read from the database, not the worker's copy: a resume elsewhere within the
+            # last sweep interval must make its queued runs count.
+            paused=lambda: paused(self.db, self.app.name),
             other_versions=lambda: self.live_versions() - {self.runtime.version},
             timeouts=Timeouts.of(self.app, self.settings.op_timeout).workflows,
             channels=self.runtime.notifications.channels,
@@ -318,13 +320,13 @@ class Worker:
             dead_after=timedelta(seconds=self.settings.dead_after),
         ) | {self.runtime.version}
 
-    def stop(self, timeout: float | None = None, *, keep_slot: bool = False) -> None:
+    def stop(self, timeout: float | None = None, *, keep_slot: bool = False) -> int:
         """Stop taking work and let running attempts finish for up to `timeout` seconds.
 
         Attempts still running then are left PENDING under this executor id, and their threads
         go on until the process ends: end it soon after (the `remit` commands do, at once),
         keeping the executor slot (`keep_slot=True`) so that no other worker takes the id and
-        recovers attempts this process is still running.
+        recovers attempts this process is still running. Returns how many were left so.
         """
         drain = self.settings.drain_timeout if timeout is None else timeout
         self.runtime.stopping = True
@@ -333,10 +335,11 @@ class Worker:
                 background.stop()
         self._sweeper = self._pause_watch = None
         self._reconciler = self._heartbeat = None
+        left = 0
         if self._launched:
             DBOS.destroy(workflow_completion_timeout_sec=math.ceil(drain), destroy_registry=True)
             self._launched = False
-            self._sign_off()
+            left = self._sign_off()
             telemetry.flush()
         if not keep_slot:
             self._slot.release()
@@ -345,8 +348,14 @@ class Worker:
             self._dbos_engine = None
         self._stopped = True
         self.remit.close()
+        return left
 
-    def _sign_off(self) -> None:
+    def release_slot(self) -> None:
+        """Give up the executor slot a stopped worker kept: for a process that goes on after
+        a stop that left no attempt running."""
+        self._slot.release()
+
+    def _sign_off(self) -> int:
         """Mark the worker stopped, unless it leaves attempts behind: then its heartbeat goes
         stale and a live worker takes them over (or this executor id, restarted, recovers them)."""
         left = self.client.list_workflows(
@@ -356,6 +365,7 @@ class Worker:
             log.warning("worker %s leaves %d attempts for recovery", self.executor_id, len(left))
         else:
             self.registry.stopped(self.executor_id)
+        return len(left)
 
     def serve(self) -> None:
         """Serve until SIGTERM or SIGINT, then drain (see `stop`).
