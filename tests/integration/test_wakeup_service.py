@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -435,3 +435,22 @@ def test_no_token_reaches_the_log(
     for secret in (token, service.account, service.other):
         assert secret not in logged
         assert secret[4:16] not in logged
+
+
+def test_a_wake_failing_for_days_backs_off_at_the_cap(store: WakeupStore) -> None:
+    """Thousands of failures in a row (an instance down for days) wait the five-minute cap,
+    no more and with no arithmetic overflow."""
+    account = store.account_of(store.create_account("long")) or ""
+    token = mint_instance_token()
+    instance_id, _ = store.register(account, "http://192.0.2.1", token)
+    now = _now()
+    assert store.set_wake(token, now)
+    (due,) = store.claim(now, 30.0, 10)
+    assert store.failed(replace(due, attempts=5000), now, "it answered 503")
+    shown = store.instance(instance_id)
+    assert shown is not None
+    assert shown.shown()["last_error"] == "it answered 503"
+    assert store.claim(now + timedelta(seconds=239), 30.0, 10) == []  # 300 s, less a fifth
+    (later,) = store.claim(now + timedelta(seconds=361), 30.0, 10)
+    assert later.id == instance_id
+    assert store.claim(now + timedelta(seconds=361), 30.0, 10) == []

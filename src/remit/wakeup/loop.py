@@ -174,14 +174,16 @@ class WakeLoop:
             extensions["sni_hostname"] = where.host
             request = request.copy_with(host=str(where.address))
         try:
-            answer = self._http.get(request, headers=headers, extensions=extensions)
+            # Only the status is read: a body the instance sends slowly holds no call slot.
+            with self._http.stream("GET", request, headers=headers, extensions=extensions) as got:
+                status = got.status_code
         except httpx.TimeoutException:
             return f"no answer within {self._http.timeout.read:g} s"
         except httpx.HTTPError as error:
             return excerpt(f"{type(error).__name__}: {error}", 500)
-        if answer.is_success:
+        if 200 <= status < 300:
             return None
-        return f"it answered {answer.status_code}"
+        return f"it answered {status}"
 
 
 def _now() -> datetime:

@@ -290,7 +290,7 @@ class WakeupStore:
         """Record a failed call of `due`'s instance, to be tried again after a backoff that
         doubles with each failure (up to five minutes, give or take a fifth), if it is still the
         registration called."""
-        delay = min(2.0**due.attempts, MAX_BACKOFF_S) * random.uniform(0.8, 1.2)
+        delay = min(2.0 ** min(due.attempts, 20), MAX_BACKOFF_S) * random.uniform(0.8, 1.2)
         return (
             self.db.execute_one(
                 _same(instances.update(), due).values(
