@@ -182,11 +182,12 @@ class Instance:
             return []
         return [json.loads(line) for line in self.moments_file.read_text().splitlines()]
 
-    def wait_moment(self, run_id: str, what: str, timeout: float = 60) -> float:
+    def wait_moment(self, run_id: str | None, what: str, timeout: float = 60) -> float:
+        """When run `run_id` (None: any run) recorded `what`, once it has."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for seen in self.moments():
-                if seen["run"] == run_id and seen["what"] == what:
+                if run_id in (None, seen["run"]) and seen["what"] == what:
                     return float(seen["at"])
             time.sleep(0.02)
         raise AssertionError(f"run {run_id} never recorded {what}:\n{self.log()}")

@@ -175,15 +175,21 @@ def service(tmp_path: Path) -> Iterator[WakeupService]:
     running.stop()
 
 
+def woken_by(service: WakeupService, database_url: str, tmp: Path, **env: str) -> Instance:
+    """An instance (not yet served) whose wakes the service is to call."""
+    return Instance(
+        database_url,
+        tmp,
+        REMIT_WAKEUP_URL=service.url,
+        REMIT_WAKEUP_ACCOUNT_TOKEN=service.account(),
+        **env,
+    )
+
+
 @pytest.fixture
 def connected(database_url: str, tmp_path: Path, service: WakeupService) -> Iterator[Instance]:
     """An instance served and connected to the wakeup service."""
-    running = Instance(
-        database_url,
-        tmp_path,
-        REMIT_WAKEUP_URL=service.url,
-        REMIT_WAKEUP_ACCOUNT_TOKEN=service.account(),
-    )
+    running = woken_by(service, database_url, tmp_path)
     base = running.serve()
     done = running.remit("wakeup", "connect", base)
     assert "stored as the secret REMIT_WAKEUP_TOKEN" in done.stdout
@@ -263,26 +269,15 @@ def test_a_failed_registration_keeps_the_worker_up_and_is_recorded(
 def test_a_cron_schedule_wakes_the_worker_at_its_instant(
     database_url: str, tmp_path: Path, service: WakeupService
 ) -> None:
-    instance = Instance(
-        database_url,
-        tmp_path,
-        REMIT_WAKEUP_URL=service.url,
-        REMIT_WAKEUP_ACCOUNT_TOKEN=service.account(),
-        SLEEPY_TICK="1",
-    )
+    instance = woken_by(service, database_url, tmp_path, SLEEPY_TICK="1")
     try:
         base = instance.serve()
         instance.remit("wakeup", "connect", base)
         stopped = instance.wait_state("stopped", timeout=90)
         assert stopped.at is not None
         assert stopped.at.second == 0  # the next minute's instant
-        fired = [seen for seen in instance.moments() if seen["what"] == stopped.at.isoformat()]
-        deadline = time.monotonic() + 90
-        while not fired:
-            assert time.monotonic() < deadline, instance.log()
-            time.sleep(0.05)
-            fired = [seen for seen in instance.moments() if seen["what"] == stopped.at.isoformat()]
-        late = fired[0]["at"] - stopped.at.timestamp()
+        fired = instance.wait_moment(None, stopped.at.isoformat(), timeout=90)
+        late = fired - stopped.at.timestamp()
         assert -0.05 <= late <= 1.0, f"the instant fired {late:.3f}s late"
     finally:
         instance.stop()
@@ -291,12 +286,7 @@ def test_a_cron_schedule_wakes_the_worker_at_its_instant(
 def test_worker_exit_when_idle_registers_and_exits_0(
     database_url: str, tmp_path: Path, service: WakeupService
 ) -> None:
-    instance = Instance(
-        database_url,
-        tmp_path,
-        REMIT_WAKEUP_URL=service.url,
-        REMIT_WAKEUP_ACCOUNT_TOKEN=service.account(),
-    )
+    instance = woken_by(service, database_url, tmp_path)
     try:
         instance.remit("wakeup", "connect", "http://127.0.0.1:9")
         run_id = instance.start("nap", {"seconds": 3600})

@@ -46,12 +46,18 @@ def rule_of(
     return rule, state
 
 
+def asleep(h: Harness) -> str:
+    """A run asleep for a month, its attempt ended: the worker's one deadline."""
+    run = h.start("nap", {"seconds": 30 * DAY})
+    h.wait(run.run_id, until=("sleeping",))
+    h.wait_attempt_ended(run.run_id, 1)
+    return run.run_id
+
+
 def test_an_idle_worker_registers_its_next_deadline_then_stops(database_url: str) -> None:
     clock = ManualClock()
     with Harness(make_app(), database_url=database_url, clock=clock) as h:
-        run = h.start("nap", {"seconds": 30 * DAY})
-        h.wait(run.run_id, until=("sleeping",))
-        h.wait_attempt_ended(run.run_id, 1)
+        asleep(h)
         register = Registrations()
         rule, state = rule_of(h, register)
 
@@ -98,9 +104,7 @@ def test_a_running_attempt_keeps_the_worker_up_and_says_so(database_url: str) ->
 def test_a_run_started_while_it_registers_keeps_the_worker_up(database_url: str) -> None:
     clock = ManualClock()
     with Harness(make_app(), database_url=database_url, clock=clock, poll_interval=5.0) as h:
-        napping = h.start("nap", {"seconds": 30 * DAY})
-        h.wait(napping.run_id, until=("sleeping",))
-        h.wait_attempt_ended(napping.run_id, 1)
+        asleep(h)
         started: list[str] = []
         register = Registrations(lambda: started.append(h.start("purchase", {"sku": "a"}).run_id))
         rule, state = rule_of(h, register)
@@ -120,9 +124,7 @@ def test_a_failed_registration_keeps_the_worker_up_logged_once_per_message(
 ) -> None:
     clock = ManualClock()
     with Harness(make_app(), database_url=database_url, clock=clock) as h:
-        run = h.start("nap", {"seconds": 30 * DAY})
-        h.wait(run.run_id, until=("sleeping",))
-        h.wait_attempt_ended(run.run_id, 1)
+        asleep(h)
         register = Registrations()
         register.refusal = "the wakeup service refused: 503"
         rule, state = rule_of(h, register)
@@ -222,9 +224,7 @@ def test_a_workflow_timeout_is_the_deadline_a_waiting_run_registers(database_url
 def test_after_a_failed_registration_the_next_waits_its_turn(database_url: str) -> None:
     clock = ManualClock()
     with Harness(make_app(), database_url=database_url, clock=clock) as h:
-        run = h.start("nap", {"seconds": 30 * DAY})
-        h.wait(run.run_id, until=("sleeping",))
-        h.wait_attempt_ended(run.run_id, 1)
+        asleep(h)
         tries: list[int] = []
         register = Registrations(lambda: tries.append(1))
         register.refusal = "connection refused"
