@@ -301,3 +301,27 @@ def test_worker_exit_when_idle_registers_and_exits_0(
         assert abs(row.at.timestamp() - (instance.wait_moment(run_id, "before") + 3600)) < 5
     finally:
         instance.stop()
+
+
+def test_instants_missed_while_stopped_are_backfilled_from_the_stop(
+    database_url: str, tmp_path: Path, service: WakeupService
+) -> None:
+    """The service is down at the registered instant; once it is back it wakes the worker late,
+    and the schedule (`backfill="all"`) fires the instant it missed while stopped."""
+    instance = woken_by(service, database_url, tmp_path, SLEEPY_TICK="1")
+    try:
+        base = instance.serve()
+        instance.remit("wakeup", "connect", base)
+        stopped = instance.wait_state("stopped", timeout=90)
+        assert stopped.at is not None
+        assert stopped.at.second == 0
+        service.stop()
+        missed = stopped.at.isoformat()
+        while time.time() < stopped.at.timestamp() + 3:
+            time.sleep(0.2)
+        assert [seen for seen in instance.moments() if seen["what"] == missed] == []
+        service.start()  # on the same database: the due wake is still there
+        fired = instance.wait_moment(None, missed, timeout=60)
+        assert fired > stopped.at.timestamp() + 3  # late, but fired: backfilled
+    finally:
+        instance.stop()
