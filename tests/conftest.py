@@ -130,6 +130,8 @@ def wakeup_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WakeupS
     """`remit wakeup serve` in a subprocess on a SQLite file of its own, for a module's tests;
     each test makes accounts of its own on it."""
     running = WakeupService(tmp_path_factory.mktemp("wakeup"))
-    running.start()
-    yield running
-    running.stop()
+    try:
+        running.start()
+        yield running
+    finally:
+        running.stop()

@@ -170,9 +170,11 @@ def test_status_says_why_a_worker_does_not_stop(instance: Instance) -> None:
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[WakeupService]:
     running = WakeupService(tmp_path)
-    running.start()
-    yield running
-    running.stop()
+    try:
+        running.start()
+        yield running
+    finally:
+        running.stop()
 
 
 def woken_by(service: WakeupService, database_url: str, tmp: Path, **env: str) -> Instance:
@@ -190,11 +192,13 @@ def woken_by(service: WakeupService, database_url: str, tmp: Path, **env: str) -
 def connected(database_url: str, tmp_path: Path, service: WakeupService) -> Iterator[Instance]:
     """An instance served and connected to the wakeup service."""
     running = woken_by(service, database_url, tmp_path)
-    base = running.serve()
-    done = running.remit("wakeup", "connect", base)
-    assert "stored as the secret REMIT_WAKEUP_TOKEN" in done.stdout
-    yield running
-    running.stop()
+    try:
+        base = running.serve()
+        done = running.remit("wakeup", "connect", base)
+        assert "stored as the secret REMIT_WAKEUP_TOKEN" in done.stdout
+        yield running
+    finally:
+        running.stop()  # a set-up that failed leaves no process behind either
 
 
 def ledger_registrations(instance: Instance) -> list[str]:
