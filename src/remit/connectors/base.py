@@ -23,6 +23,7 @@ from remit.connectors.redaction import call_secrets, redacted_output
 from remit.core.errors import AppError, DriverError, InputInvalid, MissingCredential, TooLarge
 from remit.core.limits import check_json
 from remit.declare.ops import Op
+from remit.declare.resources import ResourceType, check_contract_ops
 
 _OP_MARK = "__remit_op__"
 
@@ -68,6 +69,23 @@ class CallContext:
         if not value:
             raise MissingCredential.named(self.op.id, name)
         return value
+
+    def ensure_secret(self, name: str, value: str) -> str:
+        """Store `value` as remit's secret `name` unless one is stored, and return the value
+        the secret holds after: `value`, or the one stored before (which the caller compares).
+        Fails when the call has no secret store (its environment is not remit's credentials)."""
+        store = getattr(self.environ, "secrets", None)
+        if store is None:
+            raise DriverError(
+                f"op `{self.op.id}` stores the secret {name}, and this call has no secret "
+                "store: call it through remit (a run, or `remit call`)",
+                retryable=False,
+            )
+        held = store.get(name)
+        if held is None:
+            store.set(name, value, by=self.actor)
+            return value
+        return str(held)
 
 
 class Implementation:
@@ -252,7 +270,9 @@ class Fake(Implementation):
 class Connector:
     """A vendor's ops with their driver and fake, e.g. `Connector("payments", ops=[...], ...)`.
 
-    `driver` and `fake` are called with no arguments to make an implementation.
+    `driver` and `fake` are called with no arguments to make an implementation. `resources`
+    lists the vendor's resource types (`remit.resource_type`); their six ops each are added
+    to `ops`.
     """
 
     vendor: str
@@ -260,6 +280,7 @@ class Connector:
     driver: Callable[[], Implementation]
     fake: Callable[[], Implementation]
     description: str = ""
+    resources: tuple[ResourceType, ...] = ()
 
     def __init__(
         self,
@@ -269,13 +290,27 @@ class Connector:
         driver: Callable[[], Implementation],
         fake: Callable[[], Implementation],
         description: str = "",
+        resources: Iterable[ResourceType] = (),
     ) -> None:
+        types = tuple(resources)
+        for rtype in types:
+            if not isinstance(rtype, ResourceType):
+                raise AppError(
+                    f"connector `{vendor}` lists {rtype!r} among its resources: declare each "
+                    "with `remit.resource_type(...)`"
+                )
         object.__setattr__(self, "vendor", vendor)
-        object.__setattr__(self, "ops", tuple(ops))
+        object.__setattr__(
+            self, "ops", (*ops, *(made for rtype in types for made in rtype.ops.values()))
+        )
         object.__setattr__(self, "driver", driver)
         object.__setattr__(self, "fake", fake)
         object.__setattr__(self, "description", description)
+        object.__setattr__(self, "resources", types)
         self._check()
+        by_id = {declared.id: declared for declared in self.ops}
+        for rtype in types:
+            check_contract_ops(rtype, by_id)
 
     def _check(self) -> None:
         seen: set[str] = set()
