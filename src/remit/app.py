@@ -31,6 +31,18 @@ from remit.execution.direct import held_call_type, held_call_workflow
 from remit.people.approvals import ApprovalType
 from remit.people.notify import Notifier
 from remit.policy.cedar import HELD, Catalog, Policy
+from remit.resources import files as resource_files
+from remit.resources.lockfile import FILE as LOCKFILE
+from remit.resources.lockfile import Lockfile
+from remit.resources.workflows import (
+    APPLY,
+    APPROVAL,
+    DRIFT,
+    Resources,
+    apply_workflow,
+    approval_type,
+    drift_workflow,
+)
 
 ENTRY_MODULE = "app"
 POLICIES_FOLDER = "policies"
@@ -97,9 +109,13 @@ class App:
         policies: Path | str | None = None,
         budgets: Iterable[Budget] = (),
         llm_prices: Mapping[str, Price | tuple[Any, Any]] | None = None,
+        drift_schedule: str | None = None,
     ) -> None:
         check_name("app", name)
         self.name = name
+        self.drift_schedule = drift_schedule
+        self.resources: Resources | None = None
+        self._policies_folder: Path | None = None
         self.approval_types: dict[str, ApprovalType] = {}
         for declared in approvals:
             if not isinstance(declared, ApprovalType):
@@ -134,6 +150,7 @@ class App:
                 )
             self.connectors[connector.vendor] = connector
         self.connectors[WAKEUP_VENDOR] = wakeup_connector
+        self.resource_types = resource_files.types_of(self.connectors.values())
         self.collections = _collections(name, collections, self.connectors)
         self.ops: dict[str, Op[Any, Any]] = {
             declared.id: declared
@@ -167,6 +184,7 @@ class App:
         """
         if not folder.is_dir():
             raise AppError(f"policies={str(folder)!r}: no such folder of *.cedar files")
+        self._policies_folder = folder
         for taken, kind in ((self.workflows, "workflow"), (self.approval_types, "approval type")):
             if HELD in taken and not self.policy.enabled:
                 raise AppError(
@@ -182,6 +200,45 @@ class App:
             own_ops=frozenset(op.id for op in wakeup_connector.ops),
         )
         self.policy = Policy.load(folder, catalog)
+
+    def use_resources(
+        self,
+        folder: Path | str | None = None,
+        *,
+        package: str | None = None,
+        declarations: Mapping[str, Any] | None = None,
+        lockfile: Path | str | None = None,
+    ) -> None:
+        """Declare the app's resources: those in `folder/resources/*.py` (imported as
+        `<package>.resources.<file>`), or `declarations` by name; bound in `lockfile` (default
+        `folder/remit.lock`). Adds the built-in workflows `apply` and `drift` and the approval
+        type `apply` (see `resources/workflows.py`)."""
+        for taken, kind in ((self.workflows, "workflow"), (self.approval_types, "approval type")):
+            for builtin in (APPLY, DRIFT) if kind == "workflow" else (APPROVAL,):
+                if builtin in taken and self.resources is None:
+                    raise AppError(
+                        f"app `{self.name}` declares a {kind} named `{builtin}`, the name of "
+                        "remit's built-in one for declared resources: rename yours"
+                    )
+        if declarations is not None:
+            declared = resource_files.Declared.of(declarations, self.resource_types)
+        elif folder is not None:
+            declared = resource_files.load(
+                Path(folder), package or Path(folder).name, self.resource_types
+            )
+        else:
+            raise AppError("use_resources needs the app's folder or its declarations")
+        if lockfile is None:
+            if folder is None:
+                raise AppError("use_resources needs the lockfile's path with declarations")
+            lockfile = Path(folder) / LOCKFILE
+        self.resources = Resources(self.resource_types, declared, Lockfile(lockfile))
+        self.workflows[APPLY] = apply_workflow(self.resources, self.ops)
+        self.workflows[DRIFT] = drift_workflow(self.resources, self.ops, self.drift_schedule)
+        self.approval_types[APPROVAL] = approval_type()
+        if self.policy.enabled and self._policies_folder is not None:
+            del self.workflows[HELD], self.approval_types[HELD]
+            self.use_policies(self._policies_folder)
 
     def with_policies(self, folder: Path | str) -> App:
         """A copy of this app governed by the Cedar policies in `folder`; this app is left as
@@ -231,6 +288,14 @@ class App:
                     f"workflow `{wf.name}` uses an op `{used.id}` that is not the one the "
                     f"{used.vendor} connector declares: import the op from the connector"
                 )
+        for used in wf.uses:
+            for rtype in self.resource_types.values():
+                if rtype.change_op(used.id):
+                    raise AppError(
+                        f"workflow `{wf.name}` uses `{used.id}`, which changes a declared "
+                        f"{rtype.id}: only remit's built-in `apply` calls it. Change the data "
+                        "file instead (resources/*.py), then `remit plan` and `remit apply`"
+                    )
         unlisted = sorted(referenced_ops(wf.fn, self.ops) - wf.op_ids)
         if unlisted:
             listed = ", ".join(f"`{op_id}`" for op_id in unlisted)
@@ -420,6 +485,8 @@ def load_app(path: Path | str = ".") -> App:
     _ensure_package(package, folder)
 
     app = _declared_app(folder, package)
+    if app.resources is None and (folder / resource_files.FOLDER).is_dir():
+        app.use_resources(folder, package=package)
     if not app.policy.enabled and (folder / POLICIES_FOLDER).is_dir():
         app.use_policies(folder / POLICIES_FOLDER)
     return app

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "14"
+SCHEMA_VERSION = "15"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -300,6 +300,25 @@ wakeups = sa.Table(
     # Why the last idle check found the worker busy (None: idle, or never checked).
     sa.Column("busy", sa.Text),
     sa.Column("checked_at", UTCDateTime),
+)
+
+# What `drift` found: one open row per difference between the vendors and the data files (its
+# fingerprint), seen pass after pass until the world matches again or differs otherwise.
+drift = sa.Table(
+    "remit_drift",
+    metadata,
+    sa.Column("id", sa.String(40), primary_key=True),
+    sa.Column("app", sa.String(200), nullable=False),
+    sa.Column("fingerprint", sa.String(64), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),  # open, closed
+    sa.Column("summary", sa.Text, nullable=False),
+    sa.Column("changes", sa.JSON, nullable=False),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("opened_at", UTCDateTime, nullable=False),
+    sa.Column("seen_at", UTCDateTime, nullable=False),
+    sa.Column("passes", sa.Integer, nullable=False),
+    sa.Column("closed_at", UTCDateTime),
+    sa.Index("remit_drift_open", "app", "status"),
 )
 
 # An app's stored credentials (`remit secrets`): each value encrypted with the app's secret key

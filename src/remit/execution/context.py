@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     # module, which imports `Context` for its annotations, does not load it.
     from dbos import StepOptions, StepReservation
 
+    from remit.core.database import Database
+
 Out = TypeVar("Out", bound=BaseModel)
 Draft = TypeVar("Draft", bound=BaseModel)
 T = TypeVar("T")
@@ -243,6 +245,12 @@ class _Base:
             return self._timers.open(self._run, step_id, float(seconds))
 
         return float(seconds), body
+
+    @property
+    def app_database(self) -> tuple[Database, str]:
+        """The app's database and name: where remit's built-in workflows keep their own rows
+        (inside a `ctx.step`, so a row is written once)."""
+        return self._caller.tasks.db, self._caller.tasks.app
 
     @property
     def run_id(self) -> str:

@@ -1,0 +1,1 @@
+"""Declared resources: the data files, the lockfile, plan, apply and drift."""

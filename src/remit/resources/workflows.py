@@ -1,0 +1,302 @@
+"""The built-in `apply` and `drift` workflows, and what an app's resources are made of.
+
+`apply` plans inside the run (each `plan` call a step in the ledger), checks the plan is the one
+its starter was shown, asks one approval before any delete or replace of a resource that holds
+state, then walks the plan in reference order: each create, update or delete a keyed call, and
+each new binding written to the lockfile in a step of its own right after. A run that crashes
+resumes where it was: the calls already made answer from the record, a call cut off is made
+again with its key (the vendor makes nothing twice), and every binding it made is in the file.
+
+`drift` makes the same plan and records what differs as a finding (`findings.py`), opened once
+per difference. Declared with `App(drift_schedule="0 * * * *")`, it runs on that schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from remit.core.errors import RemitError
+from remit.declare.ops import Op
+from remit.declare.resources import Applied, Made, ResourceType
+from remit.declare.schedules import schedule
+from remit.declare.workflows import Workflow, workflow
+from remit.execution.context import Context
+from remit.people.approvals import ApprovalType
+from remit.resources.files import Declared
+from remit.resources.findings import Findings
+from remit.resources.lockfile import Binding, Lockfile
+from remit.resources.planner import Caller, Change, Plan, plan, resolve
+
+APPLY = "apply"
+DRIFT = "drift"
+# The approval type apply asks through before a stateful delete or replace.
+APPROVAL = "apply"
+
+
+class Seen(BaseModel):
+    """One change as the plan shown to who started the apply had it."""
+
+    action: str
+    basis: str | None = None
+
+
+class ApplyInput(BaseModel):
+    """`seen`: the pending changes of the plan shown when apply was asked for, by name; the
+    run stops without changing anything if its own plan differs. None: apply what it plans."""
+
+    seen: dict[str, Seen] | None = None
+
+
+class Destroyed(BaseModel):
+    name: str
+    type: str
+    id: str | None = None
+    action: str
+
+
+class ApplyDraft(BaseModel):
+    """What an apply asks approval for: the deletes and replaces of stateful resources."""
+
+    changes: list[Destroyed] = Field(default_factory=list)
+    summary: str = ""
+
+
+class DriftInput(BaseModel):
+    scheduled_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Resources:
+    """An app's resources: the types its connectors declare, the data files' declarations,
+    and the lockfile."""
+
+    types: Mapping[str, ResourceType]
+    declared: Declared
+    lockfile: Lockfile
+
+    def bindings(self) -> dict[str, Binding]:
+        return self.lockfile.read()
+
+    def plan(self, call: Caller) -> Plan:
+        return plan(self.declared, self.bindings(), self.types, call)
+
+
+def _bindings(raw: Mapping[str, Any]) -> dict[str, Binding]:
+    return {name: Binding(type=b["type"], id=b["id"]) for name, b in raw.items()}
+
+
+def _run_caller(ctx: Context, ops: Mapping[str, Op[Any, Any]]) -> Caller:
+    def call(op: Op[Any, Any], payload: dict[str, Any], key: str) -> BaseModel:
+        answer: BaseModel = ctx.call(ops[op.id], payload, key=key)
+        return answer
+
+    return call
+
+
+def _planned(ctx: Context, resources: Resources, ops: Mapping[str, Op[Any, Any]]) -> Plan:
+    raw = ctx.step(
+        "read remit.lock",
+        lambda: {n: {"type": b.type, "id": b.id} for n, b in resources.bindings().items()},
+    )
+    return plan(resources.declared, _bindings(raw), resources.types, _run_caller(ctx, ops))
+
+
+def apply_workflow(resources: Resources, ops: Mapping[str, Op[Any, Any]]) -> Workflow:
+    """The built-in workflow `apply` (see the module)."""
+    used = [
+        ops[op_id]
+        for rtype in resources.types.values()
+        for op_id in [*(o.id for o in rtype.ops.values()), *(s.op for s in rtype.after_create)]
+    ]
+
+    @workflow(name=APPLY, input=ApplyInput, uses=list({o.id: o for o in used}.values()))
+    def apply(ctx: Context, input: ApplyInput) -> dict[str, Any]:
+        the_plan = _planned(ctx, resources, ops)
+        refused = [c for c in the_plan.pending if c.refused]
+        if refused:
+            raise RemitError(
+                "apply cannot make this plan: "
+                + "; ".join(f"`{c.name}`: {c.refused}" for c in refused)
+            )
+        if input.seen is not None:
+            _check_seen(the_plan, input.seen)
+        destructive = [c for c in the_plan.pending if c.destructive]
+        if destructive:
+            decision = ctx.approval(
+                "destroy",
+                type=APPROVAL,
+                title="apply deletes or replaces "
+                + ", ".join(f"{c.name} ({c.type})" for c in destructive),
+                draft=ApplyDraft(
+                    changes=[
+                        Destroyed(name=c.name, type=c.type, id=c.id, action=c.action)
+                        for c in destructive
+                    ],
+                    summary=the_plan.summary(),
+                ),
+            )
+            if not decision.approved:
+                return {"outcome": decision.status, "applied": [], "summary": the_plan.summary()}
+        walk = _Walk(ctx, resources, ops)
+        for change in the_plan.changes:
+            walk.apply(change)
+        return {"outcome": "applied", "applied": walk.applied, "summary": the_plan.summary()}
+
+    return apply
+
+
+class _Walk:
+    """One apply's pass over its plan, keeping what each resource is once dealt with, for the
+    references of those after it."""
+
+    def __init__(self, ctx: Context, resources: Resources, ops: Mapping[str, Op[Any, Any]]) -> None:
+        self.ctx = ctx
+        self.resources = resources
+        self.ops = ops
+        self.known: dict[str, Mapping[str, Any] | None] = {}
+        self.applied: list[dict[str, Any]] = []
+
+    def apply(self, change: Change) -> None:
+        declaration = self.resources.declared.by_name.get(change.name)
+        rtype = self.resources.types[change.type]
+        if declaration is None:
+            if change.action == "delete" and change.id is not None:
+                self._call(rtype, "delete", {"id": change.id}, f"delete:{change.name}")
+            self._unbind(change.name)
+            if change.action == "delete":
+                self._done(change, change.id)
+            return
+        desired, unknown = resolve(declaration.fields, self.known)
+        if unknown:
+            raise RemitError(
+                f"apply of `{change.name}`: {', '.join(unknown)} reference what has no value "
+                "once its resource was applied; check the reference names a field the vendor sets"
+            )
+        action, basis, replace = change.action, change.basis, list(change.replace)
+        if change.unknown and change.id is not None and not change.gone:
+            # A reference only known now: plan again with its value.
+            fresh = self._call(
+                rtype, "plan", {"id": change.id, "desired": desired}, f"replan:{change.name}"
+            )
+            action = str(getattr(fresh, "action", action))
+            basis = getattr(fresh, "basis", basis)
+            replace = list(getattr(fresh, "replace", replace))
+            if action in ("delete", "replace") and not rtype.stateless and not change.destructive:
+                raise RemitError(
+                    f"apply of `{change.name}`: a reference's new value forces a replace of a "
+                    f"stateful {rtype.id}; run `remit plan` and apply again to be asked"
+                )
+        if action == "none":
+            self.known[change.name] = self._read(rtype, change)
+            return
+        if action == "update":
+            applied = self._call(
+                rtype,
+                "update",
+                {
+                    "id": change.id,
+                    "desired": desired,
+                    "expect": {"action": "update", "replace": replace, "basis": basis},
+                },
+                f"update:{change.name}",
+            )
+            self.known[change.name] = Applied.model_validate(applied.model_dump()).state
+            self._done(change, change.id)
+            return
+        if action == "replace" and change.id is not None:
+            self._call(rtype, "delete", {"id": change.id}, f"replace-delete:{change.name}")
+        key = f"{'replace-' if action == 'replace' else ''}create:{change.name}"
+        made = Applied.model_validate(
+            self._call(rtype, "create", {"desired": desired}, key).model_dump()
+        )
+        lockfile = self.resources.lockfile
+
+        def bind() -> str:
+            lockfile.bind(change.name, Binding(rtype.id, made.id))
+            return made.id
+
+        self.ctx.step(f"bind {change.name}", bind)
+        for index, step in enumerate(rtype.after_create):
+            self.ctx.call(
+                self.ops[step.op],
+                step.input(Made(name=change.name, id=made.id, state=made.state)),
+                key=f"after:{change.name}:{index}",
+            )
+        self.known[change.name] = made.state
+        self._done(change, made.id)
+
+    def _read(self, rtype: ResourceType, change: Change) -> Mapping[str, Any] | None:
+        if change.id is None:
+            return None
+        found = self._call(rtype, "read", {"id": change.id}, f"read:{change.name}")
+        state = getattr(found, "state", None)
+        return state if isinstance(state, dict) else None
+
+    def _call(self, rtype: ResourceType, name: str, payload: dict[str, Any], key: str) -> Any:
+        return self.ctx.call(self.ops[rtype.ops[name].id], payload, key=key)
+
+    def _unbind(self, name: str) -> None:
+        lockfile = self.resources.lockfile
+
+        def unbind() -> str:
+            lockfile.unbind(name)
+            return name
+
+        self.ctx.step(f"unbind {name}", unbind)
+
+    def _done(self, change: Change, made: str | None) -> None:
+        self.applied.append({"name": change.name, "action": change.action, "id": made})
+
+
+def _check_seen(the_plan: Plan, seen: Mapping[str, Seen]) -> None:
+    now = {c.name: c for c in the_plan.pending}
+    moved: list[str] = []
+    for name in sorted(set(now) | set(seen)):
+        was, is_ = seen.get(name), now.get(name)
+        if was is None:
+            moved.append(f"`{name}` now needs {is_.action if is_ else 'nothing'}")
+        elif is_ is None:
+            moved.append(f"`{name}` needed {was.action} and now needs nothing")
+        elif was.action != is_.action or (was.basis or None) != (is_.basis or None):
+            moved.append(f"`{name}` was {was.action} and is now {is_.action} of another state")
+    if moved:
+        raise RemitError(
+            "the plan changed since it was shown, so apply changed nothing: "
+            + "; ".join(moved)
+            + ". Run `remit plan` again and apply what it shows"
+        )
+
+
+def drift_workflow(
+    resources: Resources, ops: Mapping[str, Op[Any, Any]], cron: str | None
+) -> Workflow:
+    """The built-in workflow `drift` (see the module), on `cron` when one is given."""
+    used = [ops[rtype.ops["plan"].id] for rtype in resources.types.values()]
+    trigger = schedule(cron) if cron else None
+
+    @workflow(name=DRIFT, input=DriftInput, uses=used, trigger=trigger)
+    def drift(ctx: Context, input: DriftInput) -> dict[str, Any]:
+        the_plan = _planned(ctx, resources, ops)
+        db, app = ctx.app_database
+        run_id = ctx.run_id
+        recorded = ctx.step(
+            "record drift", lambda: Findings(db, app).record(the_plan, run_id=run_id)
+        )
+        return {
+            "drifted": the_plan.has_changes,
+            "summary": the_plan.summary(),
+            "fingerprint": the_plan.fingerprint() if the_plan.has_changes else None,
+            "plan": the_plan.as_json(),
+            "finding": recorded,
+        }
+
+    return drift
+
+
+def approval_type() -> ApprovalType:
+    return ApprovalType(APPROVAL, draft=ApplyDraft, description="a delete or replace by apply")
