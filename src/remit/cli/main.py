@@ -3,11 +3,9 @@
 # No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
 
 import json
-import logging
 import os
 import signal
 import sys
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,6 +21,7 @@ from remit.cli import (  # noqa: F401
     credentials,
     deploy,
     direct,
+    resources,
     telegram,
     tokens,
     wakeup,
@@ -52,6 +51,10 @@ from remit.cli.base import (
     styled,
     whole_ids,
 )
+from remit.cli.base import (
+    exit_now as _exit_now,
+)
+from remit.cli.serving import serve_run
 
 # Imported for what they do on import: register their commands on `cli`.
 from remit.core.text import printable
@@ -64,7 +67,6 @@ if TYPE_CHECKING:
     from remit.core.ledger import LedgerRow
     from remit.core.runs import Run
     from remit.core.settings import Settings
-    from remit.people.approvals import Approval
     from remit.serve.supervisor import Supervisor
     from remit.serve.worker import Worker
 
@@ -138,37 +140,26 @@ def run(
     the run waits at an approval, it says how to decide it and goes on serving: decide it from
     another terminal (`remit approve ID`) and the run carries on here.
     """
-    from remit.core.principals import check_actor
-    from remit.policy.guard import Guard
-    from remit.serve.worker import Worker
-
     payload = json_input(input, "--input", app_dir, cap="input_bytes")
     app, settings = load(app_dir)
     wf = app.workflow(name)
-    running = Worker(app, settings)
-    running.start()
-    try:
-        runs = running.runtime.runs
-        started = Guard.of(app, running.db).start(
-            runs, running.client, wf, payload, by=check_actor(as_ or settings.actor)
-        )
-        err.print(
-            f"started {started.run_id} ({wf.name}) on {'fakes' if settings.fakes else 'drivers'}"
-        )
-        deadline = time.monotonic() + timeout
-        current = runs.get(started.run_id)
-        told: set[str] = set()
-        while not current.finished and time.monotonic() < deadline:
-            time.sleep(0.05)
-            current = runs.get(started.run_id)
-            if current.status == "waiting":
-                _tell_waiting(running.approvals.list(run_id=current.run_id, status="pending"), told)
-                task_commands.tell_waiting(
-                    running.tasks.list(run_id=current.run_id, status="open"), told
-                )
-        _show(current, running.remit.steps(current.run_id), running.remit.ledger(current.run_id))
-    finally:
-        running.stop(keep_slot=True)
+
+    def started(run: "Run") -> None:
+        err.print(f"started {run.run_id} ({wf.name}) on {'fakes' if settings.fakes else 'drivers'}")
+
+    def done(running: "Worker", run: "Run") -> None:
+        _show(run, running.remit.steps(run.run_id), running.remit.ledger(run.run_id))
+
+    current = serve_run(
+        app,
+        settings,
+        name,
+        payload,
+        by=as_ or settings.actor,
+        timeout=timeout,
+        started=started,
+        done=done,
+    )
     _exit_now(0 if current.status == "done" else 1)
 
 
@@ -268,18 +259,6 @@ def _until(left: timedelta) -> str:
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
-
-
-def _tell_waiting(pending: list["Approval"], told: set[str]) -> None:
-    for approval in pending:
-        if approval.id in told:
-            continue
-        told.add(approval.id)
-        err.print(
-            f"{approval.run_id} waits at approval [bold]{approval.id}[/] "
-            f"({escape(printable(approval.title))}): "
-            f"decide it with `remit approve {approval.id}` or `remit reject {approval.id}`"
-        )
 
 
 @cli.command()
@@ -873,15 +852,6 @@ _COLOURS = {
 def _status(status: str) -> "Text":
     colour = _COLOURS.get(status)
     return styled(status, colour)
-
-
-def _exit_now(code: int) -> None:
-    """End the process now. Attempts that outlived the drain stay with DBOS for the next worker
-    with this executor id; their threads must not run on past the bound."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    logging.shutdown()
-    os._exit(code)
 
 
 def _replace(settings: "Settings", **changes: Any) -> "Settings":
