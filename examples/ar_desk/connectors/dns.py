@@ -188,14 +188,16 @@ class DnsDriver(ResourceDriver):
         self, rtype: ResourceType, desired: dict[str, Any], call: CallContext
     ) -> tuple[str, Mapping[str, Any]]:
         path = f"/zones/{quote(str(desired['zone']), safe='')}/records"
-        body = {key: desired[key] for key in ("name", "type", "content", "ttl") if key in desired}
+        body: dict[str, Any] = {
+            key: desired[key] for key in ("name", "type", "content", "ttl") if key in desired
+        }
         made = self.api.send(call, "POST", path, body)
         return str(made["id"]), made
 
     def update_resource(
         self, rtype: ResourceType, id: str, desired: dict[str, Any], call: CallContext
     ) -> Mapping[str, Any]:
-        body = {key: desired[key] for key in ("content", "ttl") if key in desired}
+        body: dict[str, Any] = {key: desired[key] for key in ("content", "ttl") if key in desired}
         return self.api.send(call, "PATCH", _record_path(id), body)
 
     def delete_resource(self, rtype: ResourceType, id: str, call: CallContext) -> None:

@@ -80,7 +80,7 @@ class HostingDriver(ResourceDriver):
     def create_resource(
         self, rtype: ResourceType, desired: dict[str, Any], call: CallContext
     ) -> tuple[str, Mapping[str, Any]]:
-        body = {key: desired[key] for key in _SENT if key in desired}
+        body: dict[str, Any] = {key: desired[key] for key in _SENT if key in desired}
         made = self.api.send(call, "POST", "/containers", body)
         return str(made["id"]), made
 
@@ -88,7 +88,7 @@ class HostingDriver(ResourceDriver):
         self, rtype: ResourceType, id: str, desired: dict[str, Any], call: CallContext
     ) -> Mapping[str, Any]:
         # PUT replaces the container's settings: a field left out goes back to its default.
-        body = {key: desired[key] for key in _SENT if key in desired}
+        body: dict[str, Any] = {key: desired[key] for key in _SENT if key in desired}
         return self.api.send(call, "PUT", _container_path(id), body)
 
     def delete_resource(self, rtype: ResourceType, id: str, call: CallContext) -> None:

@@ -132,14 +132,16 @@ class PgcloudDriver(ResourceDriver):
     def create_resource(
         self, rtype: ResourceType, desired: dict[str, Any], call: CallContext
     ) -> tuple[str, Mapping[str, Any]]:
-        body = {key: desired[key] for key in ("name", "region", "size") if key in desired}
+        body: dict[str, Any] = {
+            key: desired[key] for key in ("name", "region", "size") if key in desired
+        }
         made = self.api.send(call, "POST", "/projects", body)
         return str(made["id"]), made
 
     def update_resource(
         self, rtype: ResourceType, id: str, desired: dict[str, Any], call: CallContext
     ) -> Mapping[str, Any]:
-        body = {key: desired[key] for key in ("size",) if key in desired}
+        body: dict[str, Any] = {key: desired[key] for key in ("size",) if key in desired}
         return self.api.send(call, "PATCH", _project_path(id), body)
 
     def delete_resource(self, rtype: ResourceType, id: str, call: CallContext) -> None:
