@@ -332,8 +332,9 @@ def _state(held: Instance) -> dict[str, Any] | None:
 def _another_instance(call: CallContext, id: str, found: str) -> DriverError:
     return DriverError(
         f"{instance.id} {id}: this instance's token ({INSTANCE_TOKEN_SECRET}) is registered as "
-        f"instance {found}, not {id}, so {id} did not move: bind the declaration to {found} "
-        f"(import it), or give {INSTANCE_TOKEN_SECRET} the token {id} was registered with",
+        f"instance {found}, not {id}, so the update moved {found} and left {id} as it was: "
+        f"bind the declaration to {found} (import it) and delete {id}, or give "
+        f"{INSTANCE_TOKEN_SECRET} the token {id} was registered with",
         retryable=False,
         op=call.op.id,
     )
