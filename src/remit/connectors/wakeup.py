@@ -19,12 +19,18 @@ The driver (`WakeupDriver`) talks to `REMIT_WAKEUP_URL` over HTTP with the token
 `Authorization: Bearer …`; it follows no redirect, which would carry a token elsewhere. Both
 tokens are declared credentials, so remit redacts them wherever a call's answer or error goes.
 The fake (`FakeWakeup`) keeps the same state in memory and refuses what the service refuses.
+
+The instance is also a resource type, `wakeup.instance`, of a host: `host` takes the host's
+public URL (usually `ref("web", "url")`), and the service sets `id`, `at` and `last_error`.
+Creating one registers the host's URL under the instance token, as `wakeup.instances.create`
+does; the token names the instance, so a new host moves it (and forgets its wake); deleting
+one forgets it at the service. Both the driver and the fake answer its six ops.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
@@ -32,11 +38,22 @@ from urllib.parse import quote, urlsplit
 
 from pydantic import BaseModel, Field, field_validator
 
-from remit.connectors.base import CallContext, Connector, Driver, Fake, implements
+from remit.connectors.base import CallContext, Connector, Fake, implements
+from remit.connectors.resources import ResourceDriver, ResourceImplementation
 from remit.core.errors import DriverError, MissingCredential
 from remit.core.text import excerpt, printable, unsafe
 from remit.core.wakeup_tokens import ACCOUNT_PREFIX, INSTANCE_PREFIX, INSTANCE_TOKEN_SECRET
 from remit.declare.ops import op
+from remit.declare.resources import (
+    Applied,
+    PlanIn,
+    PlanOut,
+    Reference,
+    ResourceType,
+    UpdateIn,
+    WakeupSpec,
+    resource_type,
+)
 
 if TYPE_CHECKING:
     # httpx is imported where the driver calls the service: every app has this connector, and
@@ -186,6 +203,28 @@ register_wake = op(
 OPS = (create_instance, get_instance, delete_instance, register_wake)
 
 
+class InstanceFields(BaseModel):
+    """A `wakeup.instance`: the host the service wakes, and what the service holds for it."""
+
+    host: str = Field(description="the host's public URL; the service calls <host>/wake")
+    id: str | None = Field(default=None, description="the instance's id at the service")
+    at: datetime | None = Field(default=None, description="the wake registered, in UTC")
+    last_error: str | None = Field(default=None, description="why the last call of /wake failed")
+
+
+instance = resource_type(
+    "wakeup.instance",
+    schema=InstanceFields,
+    title="wakeup instance",
+    vendor_owned=("id", "at", "last_error"),
+    references={"host": Reference(fields=("url",))},
+    # Not stateless: the service holds the instance's registered wake, which a delete loses.
+    wakeup=WakeupSpec(host="host", register=register_wake.id),
+)
+# The ops that register the instance token, whose 409 means another account holds it.
+_REGISTERING = frozenset({create_instance.id, instance.ops["create"].id, instance.ops["update"].id})
+
+
 def _utc(at: datetime | None) -> datetime | None:
     return None if at is None else at.astimezone(UTC)
 
@@ -243,7 +282,7 @@ def refused(op_id: str, status: int, error: str) -> DriverError:
         message += f". Check {ACCOUNT_TOKEN}: it must be an account's token at this service"
     elif status == 403:
         message += f". The instance belongs to another account than {ACCOUNT_TOKEN}'s"
-    elif status == 409 and op_id == create_instance.id:
+    elif status == 409 and op_id in _REGISTERING:
         message += (
             f". Another account registered this instance's token ({INSTANCE_TOKEN_SECRET}); a "
             f"new account needs a new instance token: `remit secrets delete "
@@ -257,7 +296,67 @@ def refused(op_id: str, status: int, error: str) -> DriverError:
     )
 
 
-class WakeupDriver(Driver):
+def _host(desired: Mapping[str, Any], call: CallContext) -> str:
+    """The declared host's URL, checked as the service checks an instance's; a `DriverError`
+    saying what to declare otherwise."""
+    given = desired.get("host")
+    try:
+        return check_url(given if isinstance(given, str) else repr(given), what="host")
+    except ValueError as error:
+        raise DriverError(
+            f'{instance.id}: {error}; declare the host\'s public URL (e.g. ref("web", "url"))',
+            retryable=False,
+            op=call.op.id,
+        ) from None
+
+
+def _normal(desired: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`desired` with its host as the service stores it (no trailing slash), so a declared
+    `https://x.example.com/` plans no change against `https://x.example.com`."""
+    if desired is None or not isinstance(desired.get("host"), str):
+        return desired
+    try:
+        return {**desired, "host": check_url(desired["host"])}
+    except ValueError:
+        return desired  # create or update refuses it, naming the field
+
+
+def _state(held: Instance) -> dict[str, Any] | None:
+    """An instance the service holds as a `wakeup.instance`'s state; None when it holds none."""
+    if not held.found:
+        return None
+    shown = held.model_dump(mode="json", include={"id", "at", "last_error"})
+    return {"host": held.url, **shown}
+
+
+def _another_instance(call: CallContext, id: str, found: str) -> DriverError:
+    return DriverError(
+        f"{instance.id} {id}: this instance's token ({INSTANCE_TOKEN_SECRET}) is registered as "
+        f"instance {found}, not {id}, so the update moved {found} and left {id} as it was: "
+        f"bind the declaration to {found} (import it) and delete {id}, or give "
+        f"{INSTANCE_TOKEN_SECRET} the token {id} was registered with",
+        retryable=False,
+        op=call.op.id,
+    )
+
+
+class _InstanceType(ResourceImplementation):
+    """What the driver and the fake share for `wakeup.instance`: a declared host is compared
+    as the service stores it."""
+
+    resource_types = (instance,)
+
+    def _resource_plan(self, input: PlanIn, call: CallContext) -> PlanOut:
+        return super()._resource_plan(
+            input.model_copy(update={"desired": _normal(input.desired)}), call
+        )
+
+    def _resource_update(self, input: UpdateIn, call: CallContext) -> Applied:
+        normal = _normal(input.desired)
+        return super()._resource_update(input.model_copy(update={"desired": normal}), call)
+
+
+class WakeupDriver(_InstanceType, ResourceDriver):
     """The wakeup service at `REMIT_WAKEUP_URL`. Registering, reading and deleting instances
     needs `REMIT_WAKEUP_ACCOUNT_TOKEN`; every call needs the secret `REMIT_WAKEUP_TOKEN`,
     which `remit wakeup connect` makes."""
@@ -269,33 +368,15 @@ class WakeupDriver(Driver):
 
     @implements(create_instance)
     def create(self, input: Registration, call: CallContext) -> Registered:
-        body = {"url": input.url, "token": _instance_token(call)}
-        response = self._send(call, "POST", "/wakeup/instances", _account_token(call), body)
-        answer = self._answer(call, response, (200, 201))
-        found = answer.get("id")
-        if not isinstance(found, str) or not found:
-            raise self._not_the_service(call, response)
-        return Registered(id=found, url=input.url)
+        return Registered(id=self._register(call, input.url), url=input.url)
 
     @implements(get_instance)
     def get(self, input: InstanceRef, call: CallContext) -> Instance:
-        path = f"/wakeup/instances/{quote(input.id, safe='')}"
-        response = self._send(call, "GET", path, _account_token(call))
-        answer = self._answer(call, response, (200,), missing=True)
-        if answer is _MISSING:
-            return Instance(id=input.id, found=False)
-        try:
-            held = Instance.model_validate({**answer, "found": True})
-        except ValueError:
-            raise self._not_the_service(call, response) from None
-        return held.model_copy(update={"at": _utc(held.at), "called_at": _utc(held.called_at)})
+        return self._fetch(call, input.id)
 
     @implements(delete_instance)
     def delete(self, input: InstanceRef, call: CallContext) -> Removed:
-        path = f"/wakeup/instances/{quote(input.id, safe='')}"
-        response = self._send(call, "DELETE", path, _account_token(call))
-        answer = self._answer(call, response, (204,), missing=True)
-        return Removed(id=input.id, deleted=answer is not _MISSING)
+        return Removed(id=input.id, deleted=self._remove(call, input.id))
 
     @implements(register_wake)
     def register(self, input: Wake, call: CallContext) -> Armed:
@@ -304,6 +385,61 @@ class WakeupDriver(Driver):
         response = self._send(call, "PUT", "/wakeup/wake", _instance_token(call), body)
         self._answer(call, response, (204,))
         return Armed(at=at)
+
+    # `wakeup.instance`, through the same calls.
+
+    def read_resource(
+        self, rtype: ResourceType, id: str, call: CallContext
+    ) -> Mapping[str, Any] | None:
+        return _state(self._fetch(call, id))
+
+    def create_resource(
+        self, rtype: ResourceType, desired: dict[str, Any], call: CallContext
+    ) -> tuple[str, Mapping[str, Any]]:
+        url = _host(desired, call)
+        made = self._register(call, url)
+        # Read back: the same token at the same URL keeps the wake it had.
+        return made, _state(self._fetch(call, made)) or {"host": url, "id": made}
+
+    def update_resource(
+        self, rtype: ResourceType, id: str, desired: dict[str, Any], call: CallContext
+    ) -> Mapping[str, Any]:
+        url = _host(desired, call)
+        made = self._register(call, url)
+        if made != id:
+            raise _another_instance(call, id, made)
+        return _state(self._fetch(call, made)) or {"host": url, "id": made}
+
+    def delete_resource(self, rtype: ResourceType, id: str, call: CallContext) -> None:
+        self._remove(call, id)
+
+    def _register(self, call: CallContext, url: str) -> str:
+        """Register the instance token at `url`; the instance's id."""
+        body = {"url": url, "token": _instance_token(call)}
+        response = self._send(call, "POST", "/wakeup/instances", _account_token(call), body)
+        answer = self._answer(call, response, (200, 201))
+        found = answer.get("id")
+        if not isinstance(found, str) or not found:
+            raise self._not_the_service(call, response)
+        return found
+
+    def _fetch(self, call: CallContext, instance_id: str) -> Instance:
+        path = f"/wakeup/instances/{quote(instance_id, safe='')}"
+        response = self._send(call, "GET", path, _account_token(call))
+        answer = self._answer(call, response, (200,), missing=True)
+        if answer is _MISSING:
+            return Instance(id=instance_id, found=False)
+        try:
+            held = Instance.model_validate({**answer, "found": True})
+        except ValueError:
+            raise self._not_the_service(call, response) from None
+        return held.model_copy(update={"at": _utc(held.at), "called_at": _utc(held.called_at)})
+
+    def _remove(self, call: CallContext, instance_id: str) -> bool:
+        """Forget the instance; False when the service held none of that id."""
+        path = f"/wakeup/instances/{quote(instance_id, safe='')}"
+        response = self._send(call, "DELETE", path, _account_token(call))
+        return self._answer(call, response, (204,), missing=True) is not _MISSING
 
     def _send(
         self,
@@ -439,9 +575,10 @@ class WakeRegistered:
     at: datetime
 
 
-class FakeWakeup(Fake):
+class FakeWakeup(_InstanceType, Fake):
     """The wakeup service in memory: instances by their token, each of the account that
-    registered it, and every wake asked for in `registrations`.
+    registered it, and every wake asked for in `registrations`. Its `wakeup.instance`s are
+    these instances too (not a `ResourceFake`'s journal: the registered wakes live here).
 
     `accounts` are the account tokens it knows (any other is refused as the service refuses
     an unknown one); None takes any account token, each a separate account.
@@ -456,42 +593,16 @@ class FakeWakeup(Fake):
 
     @implements(create_instance)
     def create(self, input: Registration, call: CallContext) -> Registered:
-        token, account = _instance_token(call), self._account(call)
-        with self._state:
-            held = self.instances.get(token)
-            if held is not None and held.account != account:
-                raise refused(call.op.id, 409, "the token is registered by another account")
-            if held is None:
-                held = FakeInstance(
-                    id=f"ins_{len(self.instances) + 1:04d}", account=account, url=""
-                )
-                self.instances[token] = held
-            if held.url != input.url:
-                held.url, held.at, held.called_at = input.url, None, None
-                held.attempts, held.last_error = 0, None
-            return Registered(id=held.id, url=held.url)
+        held = self._register(call, input.url)
+        return Registered(id=held.id, url=held.url)
 
     @implements(get_instance)
     def get(self, input: InstanceRef, call: CallContext) -> Instance:
-        held = self._of_account(input.id, call)
-        if held is None:
-            return Instance(id=input.id, found=False)
-        return Instance(
-            id=held.id,
-            url=held.url,
-            at=held.at,
-            called_at=held.called_at,
-            attempts=held.attempts,
-            last_error=held.last_error,
-        )
+        return self._fetch(call, input.id)
 
     @implements(delete_instance)
     def delete(self, input: InstanceRef, call: CallContext) -> Removed:
-        held = self._of_account(input.id, call)
-        with self._state:
-            if held is not None:
-                self.instances = {t: i for t, i in self.instances.items() if i is not held}
-        return Removed(id=input.id, deleted=held is not None)
+        return Removed(id=input.id, deleted=self._remove(call, input.id))
 
     @implements(register_wake)
     def register(self, input: Wake, call: CallContext) -> Armed:
@@ -504,6 +615,66 @@ class FakeWakeup(Fake):
             held.at, held.called_at, held.attempts, held.last_error = at, None, 0, None
             self.registrations.append(WakeRegistered(id=held.id, at=at))
         return Armed(at=at)
+
+    # `wakeup.instance`, on the same instances.
+
+    def read_resource(
+        self, rtype: ResourceType, id: str, call: CallContext
+    ) -> Mapping[str, Any] | None:
+        return _state(self._fetch(call, id))
+
+    def create_resource(
+        self, rtype: ResourceType, desired: dict[str, Any], call: CallContext
+    ) -> tuple[str, Mapping[str, Any]]:
+        held = self._register(call, _host(desired, call))
+        return held.id, _state(self._fetch(call, held.id)) or {}
+
+    def update_resource(
+        self, rtype: ResourceType, id: str, desired: dict[str, Any], call: CallContext
+    ) -> Mapping[str, Any]:
+        held = self._register(call, _host(desired, call))
+        if held.id != id:
+            raise _another_instance(call, id, held.id)
+        return _state(self._fetch(call, held.id)) or {}
+
+    def delete_resource(self, rtype: ResourceType, id: str, call: CallContext) -> None:
+        self._remove(call, id)
+
+    def _register(self, call: CallContext, url: str) -> FakeInstance:
+        token, account = _instance_token(call), self._account(call)
+        with self._state:
+            held = self.instances.get(token)
+            if held is not None and held.account != account:
+                raise refused(call.op.id, 409, "the token is registered by another account")
+            if held is None:
+                held = FakeInstance(
+                    id=f"ins_{len(self.instances) + 1:04d}", account=account, url=""
+                )
+                self.instances[token] = held
+            if held.url != url:
+                held.url, held.at, held.called_at = url, None, None
+                held.attempts, held.last_error = 0, None
+            return held
+
+    def _fetch(self, call: CallContext, instance_id: str) -> Instance:
+        held = self._of_account(instance_id, call)
+        if held is None:
+            return Instance(id=instance_id, found=False)
+        return Instance(
+            id=held.id,
+            url=held.url,
+            at=held.at,
+            called_at=held.called_at,
+            attempts=held.attempts,
+            last_error=held.last_error,
+        )
+
+    def _remove(self, call: CallContext, instance_id: str) -> bool:
+        held = self._of_account(instance_id, call)
+        with self._state:
+            if held is not None:
+                self.instances = {t: i for t, i in self.instances.items() if i is not held}
+        return held is not None
 
     def _account(self, call: CallContext) -> str:
         token = _account_token(call)
@@ -525,5 +696,6 @@ wakeup_connector = Connector(
     ops=OPS,
     driver=WakeupDriver,
     fake=FakeWakeup,
+    resources=[instance],
     description="The wakeup service, which starts this instance again when its next deadline comes.",
 )
