@@ -1,0 +1,318 @@
+"""Plan, apply and drift of declared resources, on a real worker (SQLite and Postgres): what each
+plan says, the lockfile apply writes, a change behind apply's back caught by `expect`, the
+approval before a stateful delete, and drift found once per difference."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from remit import secret
+from remit.core.errors import AppError
+from remit.declare.resources import ref
+from remit.resources.direct import direct_caller
+from remit.resources.findings import Findings
+from remit.resources.lockfile import Binding, Lockfile, render
+from remit.resources.planner import Plan
+from remit.testing import Harness
+from tests.resource_support import FakeStore, alias, box, resource_app
+
+SECRET = "s3cr3t-box-password-value"
+
+
+def declared(**extra: Any) -> dict[str, Any]:
+    return {
+        "data": box(name="data", size=2, password=secret("BOX_PW")),
+        "www": alias(name="www", target=ref("data", "url")),
+        **extra,
+    }
+
+
+def harness(
+    database_url: str, tmp_path: Path, declarations: dict[str, Any], fake: FakeStore
+) -> Harness:
+    app = resource_app(declarations, tmp_path / "remit.lock")
+    return Harness(
+        app,
+        database_url=database_url,
+        implementations={"store": fake},
+        environ={"BOX_PW": SECRET},
+    )
+
+
+def plan_of(h: Harness) -> Plan:
+    assert h.app.resources is not None
+    call = direct_caller(h.worker.implementations, {"BOX_PW": SECRET}, actor="user:test")
+    return h.app.resources.plan(call)
+
+
+def applied(h: Harness) -> dict[str, Any]:
+    run = h.run("apply", {})
+    assert run.status == "done", run.error
+    assert isinstance(run.output, dict)
+    return run.output
+
+
+def test_a_first_plan_creates_in_reference_order_with_unknown_fields(
+    database_url: str, tmp_path: Path
+) -> None:
+    fake = FakeStore()
+    with harness(database_url, tmp_path, declared(), fake) as h:
+        first = plan_of(h)
+    assert [(c.name, c.action) for c in first.changes] == [("data", "create"), ("www", "create")]
+    assert first.exit_code == 2
+    www = first.changes[1]
+    assert www.unknown == ("target",)
+    text = first.render()
+    assert "+ data (store.box) will be created" in text
+    assert "password  (sensitive)" in text
+    assert "target  (known after apply)" in text
+    assert "url       (known after apply)" in text
+    assert SECRET not in text
+    assert (
+        first.summary() == "Plan: 2 to create, 0 to update, 0 to replace, 0 to delete; 0 unchanged."
+    )
+
+
+def test_apply_creates_binds_and_then_plans_nothing(database_url: str, tmp_path: Path) -> None:
+    fake = FakeStore()
+    with harness(database_url, tmp_path, declared(), fake) as h:
+        out = applied(h)
+        again = plan_of(h)
+    assert [a["action"] for a in out["applied"]] == ["create", "create"]
+    bindings = Lockfile(tmp_path / "remit.lock").read()
+    assert set(bindings) == {"data", "www"}
+    boxes = fake.records(box)
+    assert list(boxes) == [bindings["data"].id]
+    assert fake.records(alias)[bindings["www"].id]["target"] == "https://data.store.test"
+    assert fake.received[("store.box", bindings["data"].id)] == {"password": SECRET}
+    assert not again.has_changes and again.exit_code == 0
+    assert again.summary() == "No changes: 2 resources match the data files."
+
+
+def test_update_replace_and_delete_are_planned_and_applied(
+    database_url: str, tmp_path: Path
+) -> None:
+    fake = FakeStore()
+    with harness(database_url, tmp_path, declared(old=alias(name="old", target="x")), fake) as h:
+        applied(h)
+        first_ids = Lockfile(tmp_path / "remit.lock").read()
+    changed = {
+        "data": box(name="data", size=5, password=secret("BOX_PW")),
+        "www": alias(name="web", target=ref("data", "url")),
+    }
+    with harness(database_url, tmp_path, changed, fake) as h:
+        the_plan = plan_of(h)
+        by_name = {c.name: c for c in the_plan.changes}
+        assert by_name["data"].action == "update"
+        assert [(f.field, f.old, f.new) for f in by_name["data"].fields] == [("size", 2, 5)]
+        assert by_name["www"].action == "replace"
+        assert by_name["www"].replace == ("name",)
+        assert by_name["old"].action == "delete"
+        text = the_plan.render()
+        assert "-/+ www (store.alias)" in text and "name cannot change in place" in text
+        assert '"www" → "web"   (forces replacement)' in text
+        assert "size  2 → 5" in text
+        # Aliases are stateless: apply replaces and deletes them without asking.
+        assert not any(c.destructive for c in the_plan.changes)
+        applied(h)
+    after = Lockfile(tmp_path / "remit.lock").read()
+    assert set(after) == {"data", "www"}
+    assert after["data"] == first_ids["data"]
+    assert after["www"] != first_ids["www"]
+    assert first_ids["old"].id not in fake.records(alias)
+    assert first_ids["www"].id not in fake.records(alias)
+    assert fake.records(box)[after["data"].id]["size"] == 5
+
+
+def test_a_stateful_delete_waits_for_an_approval(database_url: str, tmp_path: Path) -> None:
+    fake = FakeStore()
+    with harness(database_url, tmp_path, declared(), fake) as h:
+        applied(h)
+    data_id = Lockfile(tmp_path / "remit.lock").read()["data"].id
+    with harness(database_url, tmp_path, {}, fake) as h:
+        run = h.start("apply", {})
+        gate = h.gate(run.run_id)
+        assert gate.type == "apply"
+        assert [c.name for c in gate.draft.changes] == ["data"]
+        assert data_id in fake.records(box)  # nothing deleted before the decision
+        h.decide(gate.id, "approved")
+        done = h.wait(run.run_id)
+    assert done.status == "done", done.error
+    assert fake.records(box) == {} and fake.records(alias) == {}
+    assert Lockfile(tmp_path / "remit.lock").read() == {}
+
+
+def test_a_rejected_delete_changes_nothing(database_url: str, tmp_path: Path) -> None:
+    fake = FakeStore()
+    with harness(database_url, tmp_path, declared(), fake) as h:
+        applied(h)
+    with harness(database_url, tmp_path, {"www": alias(name="www", target="x")}, fake) as h:
+        run = h.start("apply", {})
+        h.decide(h.gate(run.run_id).id, "rejected")
+        done = h.wait(run.run_id)
+    assert done.status == "done" and isinstance(done.output, dict)
+    assert done.output["outcome"] == "rejected"
+    assert set(Lockfile(tmp_path / "remit.lock").read()) == {"data", "www"}
+    assert len(fake.records(box)) == 1
+
+
+def test_a_change_between_plan_and_apply_stops_the_apply(database_url: str, tmp_path: Path) -> None:
+    fake = FakeStore()
+    with harness(database_url, tmp_path, declared(), fake) as h:
+        applied(h)
+    grown = declared(data=box(name="data", size=9, password=secret("BOX_PW")))
+    with harness(database_url, tmp_path, grown, fake) as h:
+        shown = plan_of(h)
+        seen = {c.name: {"action": c.action, "basis": c.basis} for c in shown.pending}
+        data_id = Lockfile(tmp_path / "remit.lock").read()["data"].id
+        fake.tamper(box, data_id, size=3)  # someone at the vendor's console
+        run = h.run("apply", {"seen": seen})
+    assert run.status == "failed"
+    assert "the plan changed since it was shown, so apply changed nothing" in (run.error or "")
+    assert fake.records(box)[data_id]["size"] == 3
+
+
+def test_update_with_a_stale_expect_is_refused_plan_changed(
+    database_url: str, tmp_path: Path
+) -> None:
+    fake = FakeStore()
+    with harness(database_url, tmp_path, declared(), fake) as h:
+        applied(h)
+        data_id = Lockfile(tmp_path / "remit.lock").read()["data"].id
+        planned = plan_of(h)
+        basis = planned.changes[0].basis
+        fake.tamper(box, data_id, size=7)
+        result = h.call(
+            "store.box.update",
+            {
+                "id": data_id,
+                "desired": {"name": "data", "size": 4},
+                "expect": {"action": "update", "replace": [], "basis": basis},
+            },
+        )
+    assert result.status == "failed"
+    assert "the plan changed since it was made" in (result.error or "")
+    assert fake.records(box)[data_id]["size"] == 7
+
+
+def test_drift_is_found_and_recorded_once_per_difference(database_url: str, tmp_path: Path) -> None:
+    fake = FakeStore()
+    with harness(database_url, tmp_path, declared(), fake) as h:
+        applied(h)
+        clean = h.run("drift", {})
+        assert clean.status == "done" and isinstance(clean.output, dict)
+        assert clean.output["drifted"] is False
+        data_id = Lockfile(tmp_path / "remit.lock").read()["data"].id
+        fake.tamper(box, data_id, size=40)
+        outputs = [h.run("drift", {}).output for _ in range(3)]
+        findings = Findings(h.worker.db, h.app.name)
+        open_ = findings.list()
+        assert [o["finding"]["opened"] for o in outputs] == [True, False, False]
+        assert len(open_) == 1 and open_[0].passes == 3
+        assert "1 to update" in open_[0].summary
+        fake.tamper(box, data_id, size=41)  # another difference: the old finding closes
+        h.run("drift", {})
+        assert [f.fingerprint != open_[0].fingerprint for f in findings.list()] == [True]
+        fake.tamper(box, data_id, size=2)  # back as declared
+        h.run("drift", {})
+        assert findings.list() == []
+        assert len(findings.list(status="closed")) == 2
+
+
+def test_the_lockfile_round_trips_with_stable_bytes(tmp_path: Path) -> None:
+    lock = Lockfile(tmp_path / "remit.lock")
+    lock.bind("zeta", Binding("store.box", "st-2"))
+    lock.bind("alpha", Binding("store.alias", "st-1"))
+    text = (tmp_path / "remit.lock").read_text()
+    assert text == render(
+        {"alpha": Binding("store.alias", "st-1"), "zeta": Binding("store.box", "st-2")}
+    )
+    assert text.index('"alpha"') < text.index('"zeta"') and text.endswith("}\n")
+    assert lock.read() == {
+        "alpha": Binding("store.alias", "st-1"),
+        "zeta": Binding("store.box", "st-2"),
+    }
+    lock.bind("alpha", Binding("store.alias", "st-1"))
+    assert (tmp_path / "remit.lock").read_text() == text
+    assert json.loads(text)["lockfile"] == 1
+
+
+def test_a_broken_lockfile_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+    path = tmp_path / "remit.lock"
+    path.write_text("{not json")
+    with pytest.raises(AppError, match="is not a lockfile"):
+        Lockfile(path).read()
+    with pytest.raises(AppError, match="is not a lockfile"):
+        Lockfile(path).bind("x", Binding("store.box", "st-1"))
+    assert path.read_text() == "{not json"
+
+
+def test_declarations_that_cannot_be_ordered_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(AppError, match="references `nothing`, which no data file declares"):
+        resource_app({"www": alias(name="www", target=ref("nothing", "url"))}, tmp_path / "l")
+    with pytest.raises(AppError, match="references `other.url`, and a store.alias has no field"):
+        resource_app(
+            {
+                "other": alias(name="o", target="x"),
+                "www": alias(name="www", target=ref("other", "url")),
+            },
+            tmp_path / "l",
+        )
+    with pytest.raises(AppError, match=r"in a cycle \(a → b → a\)"):
+        from remit.resources.files import _ordered
+
+        _ordered(
+            {
+                "a": alias(name="a", target=ref("b", "url")),
+                "b": alias(name="b", target=ref("a", "url")),
+            }
+        )
+
+
+def test_a_workflow_may_not_call_a_change_op(tmp_path: Path) -> None:
+    from pydantic import BaseModel
+
+    from remit import App, Context, workflow
+    from tests.resource_support import store
+
+    class Nothing(BaseModel):
+        pass
+
+    @workflow(name="sneak", input=Nothing, uses=[box.ops["create"]])
+    def sneak(ctx: Context, input: Nothing) -> None:
+        ctx.call(box.ops["create"], {"desired": {"name": "x"}})
+
+    with pytest.raises(AppError, match="Change the data file instead"):
+        App(name="sneaky", workflows=[sneak], connectors=[store])
+
+
+def test_no_write_only_value_is_stored_in_any_table(database_url: str, tmp_path: Path) -> None:
+    fake = FakeStore(journal=tmp_path / "store.jsonl")
+    with harness(database_url, tmp_path, declared(), fake) as h:
+        applied(h)
+        h.run("drift", {})
+        engine = h.worker.db.engine
+        found: list[str] = []
+        with engine.connect() as conn:
+            for table in sa.inspect(engine).get_table_names():
+                for row in conn.execute(sa.text(f'SELECT * FROM "{table}"')):
+                    if SECRET in repr(tuple(row)):
+                        found.append(table)
+            if engine.dialect.name == "postgresql":
+                for schema in ("dbos",):
+                    inspector = sa.inspect(engine)
+                    if schema in inspector.get_schema_names():
+                        for table in inspector.get_table_names(schema=schema):
+                            for row in conn.execute(sa.text(f'SELECT * FROM {schema}."{table}"')):
+                                if SECRET in repr(tuple(row)):
+                                    found.append(f"{schema}.{table}")
+    assert found == []
+    assert fake.received  # the vendor was given it
+    for file in tmp_path.rglob("*"):
+        if file.is_file() and not file.name.startswith("db"):
+            assert SECRET.encode() not in file.read_bytes(), file
