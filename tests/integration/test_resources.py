@@ -15,6 +15,7 @@ from remit import secret
 from remit.core.errors import AppError
 from remit.declare.resources import ref
 from remit.resources.direct import direct_caller
+from remit.resources.files import _ordered
 from remit.resources.findings import Findings
 from remit.resources.lockfile import Binding, Lockfile, render
 from remit.resources.planner import Plan
@@ -90,7 +91,8 @@ def test_apply_creates_binds_and_then_plans_nothing(database_url: str, tmp_path:
     assert list(boxes) == [bindings["data"].id]
     assert fake.records(alias)[bindings["www"].id]["target"] == "https://data.store.test"
     assert fake.received[("store.box", bindings["data"].id)] == {"password": SECRET}
-    assert not again.has_changes and again.exit_code == 0
+    assert not again.has_changes
+    assert again.exit_code == 0
     assert again.summary() == "No changes: 2 resources match the data files."
 
 
@@ -114,7 +116,8 @@ def test_update_replace_and_delete_are_planned_and_applied(
         assert by_name["www"].replace == ("name",)
         assert by_name["old"].action == "delete"
         text = the_plan.render()
-        assert "-/+ www (store.alias)" in text and "name cannot change in place" in text
+        assert "-/+ www (store.alias)" in text
+        assert "name cannot change in place" in text
         assert '"www" → "web"   (forces replacement)' in text
         assert "size  2 → 5" in text
         # Aliases are stateless: apply replaces and deletes them without asking.
@@ -143,7 +146,8 @@ def test_a_stateful_delete_waits_for_an_approval(database_url: str, tmp_path: Pa
         h.decide(gate.id, "approved")
         done = h.wait(run.run_id)
     assert done.status == "done", done.error
-    assert fake.records(box) == {} and fake.records(alias) == {}
+    assert fake.records(box) == {}
+    assert fake.records(alias) == {}
     assert Lockfile(tmp_path / "remit.lock").read() == {}
 
 
@@ -155,7 +159,8 @@ def test_a_rejected_delete_changes_nothing(database_url: str, tmp_path: Path) ->
         run = h.start("apply", {})
         h.decide(h.gate(run.run_id).id, "rejected")
         done = h.wait(run.run_id)
-    assert done.status == "done" and isinstance(done.output, dict)
+    assert done.status == "done"
+    assert isinstance(done.output, dict)
     assert done.output["outcome"] == "rejected"
     assert set(Lockfile(tmp_path / "remit.lock").read()) == {"data", "www"}
     assert len(fake.records(box)) == 1
@@ -205,7 +210,8 @@ def test_drift_is_found_and_recorded_once_per_difference(database_url: str, tmp_
     with harness(database_url, tmp_path, declared(), fake) as h:
         applied(h)
         clean = h.run("drift", {})
-        assert clean.status == "done" and isinstance(clean.output, dict)
+        assert clean.status == "done"
+        assert isinstance(clean.output, dict)
         assert clean.output["drifted"] is False
         data_id = Lockfile(tmp_path / "remit.lock").read()["data"].id
         fake.tamper(box, data_id, size=40)
@@ -213,7 +219,8 @@ def test_drift_is_found_and_recorded_once_per_difference(database_url: str, tmp_
         findings = Findings(h.worker.db, h.app.name)
         open_ = findings.list()
         assert [o["finding"]["opened"] for o in outputs] == [True, False, False]
-        assert len(open_) == 1 and open_[0].passes == 3
+        assert len(open_) == 1
+        assert open_[0].passes == 3
         assert "1 to update" in open_[0].summary
         fake.tamper(box, data_id, size=41)  # another difference: the old finding closes
         h.run("drift", {})
@@ -232,7 +239,8 @@ def test_the_lockfile_round_trips_with_stable_bytes(tmp_path: Path) -> None:
     assert text == render(
         {"alpha": Binding("store.alias", "st-1"), "zeta": Binding("store.box", "st-2")}
     )
-    assert text.index('"alpha"') < text.index('"zeta"') and text.endswith("}\n")
+    assert text.index('"alpha"') < text.index('"zeta"')
+    assert text.endswith("}\n")
     assert lock.read() == {
         "alpha": Binding("store.alias", "st-1"),
         "zeta": Binding("store.box", "st-2"),
@@ -255,7 +263,7 @@ def test_a_broken_lockfile_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
 def test_declarations_that_cannot_be_ordered_are_refused(tmp_path: Path) -> None:
     with pytest.raises(AppError, match="references `nothing`, which no data file declares"):
         resource_app({"www": alias(name="www", target=ref("nothing", "url"))}, tmp_path / "l")
-    with pytest.raises(AppError, match="references `other.url`, and a store.alias has no field"):
+    with pytest.raises(AppError, match=r"references `other\.url`, and a store\.alias has no field"):
         resource_app(
             {
                 "other": alias(name="o", target="x"),
@@ -263,15 +271,13 @@ def test_declarations_that_cannot_be_ordered_are_refused(tmp_path: Path) -> None
             },
             tmp_path / "l",
         )
+    cycle = {
+        "a": alias(name="a", target=ref("b", "url")),
+        "b": alias(name="b", target=ref("a", "url")),
+    }
+    # Types that reference each other could cycle; the order refuses it, naming it.
     with pytest.raises(AppError, match=r"in a cycle \(a → b → a\)"):
-        from remit.resources.files import _ordered
-
-        _ordered(
-            {
-                "a": alias(name="a", target=ref("b", "url")),
-                "b": alias(name="b", target=ref("a", "url")),
-            }
-        )
+        _ordered(cycle)
 
 
 def test_a_workflow_may_not_call_a_change_op(tmp_path: Path) -> None:
