@@ -17,7 +17,9 @@ and `remit runs` start, against `python -c pass`; `--only cli` runs just that. O
 version before them, in the same run; `--only calls` runs just that. Scale to zero
 (bench/wakeup.py, bench/scale_to_zero.py): how late the wakeup service calls 1,000 wakes due
 over 10 s, the CPU a stopped instance uses, and how soon a wake gets a queued run's first step
-going; `--only wakeup` runs just those. Prints
+going; `--only wakeup` runs just those. Declared resources (bench/resources.py): a plan over
+1,000 resources and an apply creating 100, against bare DBOS; `--only resources` runs just
+that. Prints
 `BENCH <name> <value> <unit>` lines and writes the tables to BENCHMARKS.md.
 """
 
@@ -42,6 +44,7 @@ import cli_startup  # bench/cli_startup.py, beside this file
 import deploy_check  # bench/deploy_check.py, beside this file
 import policy  # bench/policy.py, beside this file
 import reconcile  # bench/reconcile.py, beside this file
+import resources  # bench/resources.py, beside this file
 import scale_to_zero  # bench/scale_to_zero.py, beside this file
 import sqlalchemy as sa
 import wakeup  # bench/wakeup.py, beside this file
@@ -170,9 +173,10 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     parser.add_argument(
         "--only",
-        choices=["cli", "calls", "wakeup"],
+        choices=["cli", "calls", "wakeup", "resources"],
         help="run one part alone: cli, the command line's startup; calls, what an op call "
-        "costs; wakeup, how late the wakeup service calls instances",
+        "costs; wakeup, how late the wakeup service calls instances; resources, plan and apply "
+        "of declared resources",
     )
     args = parser.parse_args()
     command = "make bench QUICK=1" if args.quick else "make bench"
@@ -200,6 +204,15 @@ def main() -> None:
             here = "python bench/bench.py --only wakeup" + (" --quick" if args.quick else "")
             wakeup.write(woken, command=here)
             scale_to_zero.write(stopped, command=here)
+        return
+    if args.only == "resources":
+        declared = resources.measure(quick=args.quick, folder=folder)
+        if args.write:
+            resources.write(
+                declared,
+                command="python bench/bench.py --only resources"
+                + (" --quick" if args.quick else ""),
+            )
         return
     figures: list[tuple[str, float, str, str]] = []
 
@@ -246,6 +259,7 @@ def main() -> None:
     made = calls.measure(quick=args.quick, folder=folder)
     woken = wakeup.measure(quick=args.quick, folder=folder)
     stopped = scale_to_zero.measure(quick=args.quick, folder=folder)
+    declared = resources.measure(quick=args.quick, folder=folder)
 
     if args.write:
         write_table(figures, quick=args.quick)
@@ -260,6 +274,7 @@ def main() -> None:
         calls.write(made, command=command)
         wakeup.write(woken, command=command)
         scale_to_zero.write(stopped, command=command)
+        resources.write(declared, command=command)
 
 
 def _startup(*, quick: bool, folder: Path) -> list[cli_startup.Figure]:
