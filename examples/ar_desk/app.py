@@ -10,6 +10,8 @@ gates and tasks about it. `follow-up` waits (a week, by default) and emails the 
 the invoice is still open: a run that spends its life asleep, which is what lets the desk's
 worker stop when idle and be woken for it (README, "Scale to zero"). Run them with `make demo`
 (SQLite, fakes).
+What the desk runs on (its container, DNS name and database) is declared in `resources/`:
+`remit plan` and `remit apply` (README, "Resources").
 Who may do what is in `policies/` (Cedar): clerks chase and propose, controllers approve.
 """
 
@@ -22,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from remit import App, ApprovalType, Budget, Context, chat_complete, collection, llm, workflow
 
+from .connectors import dns, hosting, pgcloud
 from .connectors.mail import mail, send_message
 from .connectors.payments import get_invoice, payments, record_reminder, write_off
 
@@ -243,8 +246,10 @@ def follow_up(ctx: Context, input: FollowUpInput) -> FollowUpResult:
 app = App(
     name="ar-desk",
     workflows=[chase_invoice, write_off_invoice, follow_up],
-    connectors=[payments, mail, llm],
+    connectors=[payments, mail, llm, dns.connector, hosting.connector, pgcloud.connector],
     collections=[contacts],
     approvals=[ApprovalType("write-off", draft=WriteOffDraft, description="Write off a balance")],
     budgets=[Budget(Decimal("5.00"))],
+    # The built-in `drift` compares the vendors with resources/*.py every hour.
+    drift_schedule="0 * * * *",
 )

@@ -30,7 +30,7 @@ from remit import (
     resource_type,
 )
 
-from .dns import VendorApi
+from ._http import VendorApi
 
 
 class Container(BaseModel):

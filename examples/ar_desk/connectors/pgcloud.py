@@ -38,7 +38,7 @@ from remit import (
     resource_type,
 )
 
-from .dns import VendorApi
+from ._http import VendorApi
 
 REGIONS = ("eu-west-1", "us-east-1")
 

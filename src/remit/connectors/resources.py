@@ -183,6 +183,13 @@ class ResourceImplementation(Implementation, metaclass=ABCMeta):
     def delete_resource(self, rtype: ResourceType, id: str, call: CallContext) -> None:
         """See the module's docstring."""
 
+    def as_stored(
+        self, rtype: ResourceType, desired: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """`desired` as the vendor would store it (a URL without its trailing slash), so a
+        value the vendor normalises plans no change; by default as declared."""
+        return desired
+
     # What remit answers alike.
 
     def _type(self, call: CallContext) -> ResourceType:
@@ -207,7 +214,8 @@ class ResourceImplementation(Implementation, metaclass=ABCMeta):
     def _resource_plan(self, input: PlanIn, call: CallContext) -> PlanOut:
         rtype = self._type(call)
         state = None if input.id is None else self.read_resource(rtype, input.id, call)
-        return plan_change(rtype, id=input.id, state=state, desired=input.desired)
+        desired = self.as_stored(rtype, input.desired)
+        return plan_change(rtype, id=input.id, state=state, desired=desired)
 
     def _resource_create(self, input: CreateIn, call: CallContext) -> Applied:
         rtype = self._type(call)
@@ -224,7 +232,8 @@ class ResourceImplementation(Implementation, metaclass=ABCMeta):
                 retryable=False,
                 vendor_code="plan_changed",
             )
-        fresh = plan_change(rtype, id=input.id, state=state, desired=input.desired)
+        desired = self.as_stored(rtype, input.desired) or {}
+        fresh = plan_change(rtype, id=input.id, state=state, desired=desired)
         expect = input.expect
         if expect is not None and (
             expect.action != fresh.action
@@ -244,7 +253,7 @@ class ResourceImplementation(Implementation, metaclass=ABCMeta):
                 retryable=False,
                 vendor_code="replace_needed",
             )
-        updated = self.update_resource(rtype, input.id, reveal(input.desired, call), call)
+        updated = self.update_resource(rtype, input.id, reveal(desired, call), call)
         return Applied(id=input.id, state=rtype.readable(updated) or {})
 
     def _resource_delete(self, input: ResourceRef, call: CallContext) -> Deleted:

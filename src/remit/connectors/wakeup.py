@@ -45,12 +45,8 @@ from remit.core.text import excerpt, printable, unsafe
 from remit.core.wakeup_tokens import ACCOUNT_PREFIX, INSTANCE_PREFIX, INSTANCE_TOKEN_SECRET
 from remit.declare.ops import op
 from remit.declare.resources import (
-    Applied,
-    PlanIn,
-    PlanOut,
     Reference,
     ResourceType,
-    UpdateIn,
     WakeupSpec,
     resource_type,
 )
@@ -346,14 +342,10 @@ class _InstanceType(ResourceImplementation):
 
     resource_types = (instance,)
 
-    def _resource_plan(self, input: PlanIn, call: CallContext) -> PlanOut:
-        return super()._resource_plan(
-            input.model_copy(update={"desired": _normal(input.desired)}), call
-        )
-
-    def _resource_update(self, input: UpdateIn, call: CallContext) -> Applied:
-        normal = _normal(input.desired)
-        return super()._resource_update(input.model_copy(update={"desired": normal}), call)
+    def as_stored(
+        self, rtype: ResourceType, desired: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        return _normal(desired)
 
 
 class WakeupDriver(_InstanceType, ResourceDriver):

@@ -109,9 +109,10 @@ class Findings:
         if recorded["opened"]:
             names = ", ".join(c.name for c in plan.pending)
             log.warning(
-                "drift in app %s: %s differ from the data files (%s); finding %s",
+                "drift in app %s: %s %s from the data files (%s); finding %s",
                 self.app,
                 names,
+                "differs" if len(plan.pending) == 1 else "differ",
                 plan.summary(),
                 recorded["finding"],
             )

@@ -107,15 +107,20 @@ class Lockfile:
         with contextlib.suppress(OSError):
             folder = os.open(self.path.parent, os.O_RDONLY)
             try:
-                os.fsync(folder)
+                os.fsync(folder)  # the rename itself, durable
             finally:
                 os.close(folder)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        with self.path.with_name(f".{self.path.name}.lock").open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        # The folder is locked, not the file: the file is replaced on every write, and a lock
+        # file of its own would be one more file beside the data files.
+        folder = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX)
             yield
+        finally:
+            os.close(folder)
 
 
 def render(bindings: Mapping[str, Binding]) -> str:
