@@ -22,7 +22,17 @@ from decimal import Decimal
 
 from pydantic import BaseModel, Field
 
-from remit import App, ApprovalType, Budget, Context, chat_complete, collection, llm, workflow
+from remit import (
+    App,
+    ApprovalType,
+    Budget,
+    Context,
+    chat_complete,
+    collection,
+    llm,
+    schedule,
+    workflow,
+)
 
 from .connectors import dns, hosting, pgcloud
 from .connectors.mail import mail, send_message
@@ -250,6 +260,6 @@ app = App(
     collections=[contacts],
     approvals=[ApprovalType("write-off", draft=WriteOffDraft, description="Write off a balance")],
     budgets=[Budget(Decimal("5.00"))],
-    # The built-in `drift` compares the vendors with resources/*.py every hour.
-    drift_schedule="0 * * * *",
+    # The built-in `drift` compares the vendors with resources/*.py every morning.
+    drift_schedule=schedule("0 6 * * *", tz="Europe/Helsinki"),
 )

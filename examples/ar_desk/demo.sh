@@ -10,7 +10,10 @@
 #   5. the invoice's activity: every run, gate and decision about it, in order;
 #   6. scale to zero: the desk served by `remit serve --worker --stop-when-idle` stops its worker
 #      while a follow-up sleeps, having registered the sleep's end with a wakeup service (run
-#      here on loopback), which starts the worker again at that moment.
+#      here on loopback), which starts the worker again at that moment;
+#   7. declared resources: sam plans and applies the desk's container, DNS name and database
+#      (resources/desk.py) on fake vendors, drift finds a change made behind remit's back, and
+#      moving the database, a replace, waits for carol's approval before anything is deleted.
 # Usage: examples/ar_desk/demo.sh [path/to/remit]
 set -euo pipefail
 
@@ -146,3 +149,59 @@ echo "-- at the sleep's end the wakeup service called GET /wake: the worker star
 r show "$follow"
 echo "-- what the instance printed"
 cat "$wakeup_dir/instance.log"
+
+echo
+echo "== 7. declared resources: what the desk runs on, planned, applied and watched for drift"
+# A working copy of the desk, as a person edits one: its data files change below.
+work="$(mktemp -d)"
+cp -r "$app" "$work/ar_desk"
+rm -rf "$work/ar_desk/.remit" "$work/ar_desk/remit.lock"
+export REMIT_FAKES_DIR="$work/fakes"
+unset REMIT_WAKEUP_URL REMIT_WAKEUP_ACCOUNT_TOKEN
+w() { "$remit" --app "$work/ar_desk" "$@"; }
+planned() { # `remit plan`, whose exit says whether anything would change (0 no, 2 yes)
+    code=0
+    w plan || code=$?
+    echo "-- remit plan exited $code"
+}
+echo "-- nothing exists yet: the plan creates all three, in the order their references need"
+planned
+echo "-- sam stores the mail password the container gets, then applies: a durable run"
+echo "smtp-demo-password" | w secrets set SMTP_PASSWORD --as user:sam
+w apply --yes --as user:sam
+echo "-- remit.lock binds each declaration to the vendor's id (it goes in git with the files)"
+cat "$work/ar_desk/remit.lock"
+w resources
+echo "-- someone changes the DNS record's TTL at the vendor's console; drift finds it"
+python_bin="$(dirname "$(command -v "$remit")")/python"
+[ -x "$python_bin" ] || python_bin=python3
+PYTHONPATH="$work" "$python_bin" -c '
+from ar_desk.connectors.dns import FakeDns, record
+fake = FakeDns()
+for record_id in fake.records(record):
+    fake.tamper(record, record_id, ttl=60)
+    print("-- the vendor now has ttl 60 on", record_id)
+'
+code=0
+w drift --as user:sam || code=$?
+echo "-- remit drift exited $code"
+echo "-- sam moves the database to us-east-1 in the data file: its region cannot change in place"
+sed -i 's/region="eu-west-1"/region="us-east-1"/' "$work/ar_desk/resources/desk.py"
+planned
+w apply --yes --as user:sam >"$work/apply.log" 2>&1 &
+applying=$!
+trap 'stop_all "$server" "$service" "$instance" "$applying"' EXIT
+gate=""
+for _ in $(seq 1 300); do
+    gate="$(grep -o 'approval [a-z]*_[0-9a-f]*' "$work/apply.log" | head -n 1 | cut -d' ' -f2 || true)"
+    [ -n "$gate" ] && break
+    sleep 0.1
+done
+echo "-- the apply waits at approval $gate: nothing is deleted until a controller decides"
+w approvals --pending
+w approve "$gate" --as user:carol
+wait "$applying"
+cat "$work/apply.log"
+echo "-- the old database is gone, the new one made and its URL stored; nothing else changed"
+w resources
+w secrets list

@@ -26,6 +26,7 @@ from remit.connectors.wakeup import wakeup_connector
 from remit.core.errors import AppError, UnknownWorkflow
 from remit.core.settings import app_folder
 from remit.declare.ops import Op
+from remit.declare.schedules import Schedule
 from remit.declare.workflows import DEFAULT_QUEUE, Workflow, check_name
 from remit.execution.direct import held_call_type, held_call_workflow
 from remit.people.approvals import ApprovalType
@@ -91,6 +92,9 @@ class App:
     which an instance registers with the wakeup service), a budget for a workflow the app does
     not define or two for one scope and period, a price that is not one.
 
+    `drift_schedule` (a cron expression in UTC, or `schedule(...)`) runs the built-in `drift`
+    on that schedule, for an app that declares resources (`resources/`, see `use_resources`).
+
     `budgets` limit what calls of ops with a cost (`ctx.llm`) may spend per period
     (`budgets.py`); `llm_prices` adds models to remit's price table, or changes their prices
     (USD per million tokens: `{"my-model": Price(input="0.50", output="1.50")}`).
@@ -109,7 +113,7 @@ class App:
         policies: Path | str | None = None,
         budgets: Iterable[Budget] = (),
         llm_prices: Mapping[str, Price | tuple[Any, Any]] | None = None,
-        drift_schedule: str | None = None,
+        drift_schedule: str | Schedule | None = None,
     ) -> None:
         check_name("app", name)
         self.name = name

@@ -219,11 +219,11 @@ def import_(
     name: Annotated[
         str, typer.Option("--as", help="The declaration in resources/*.py to bind it to.")
     ],
-    as_: ActAs = None,
     app_dir: AppDir = None,
 ) -> None:
     """Bind an object that already exists at the vendor to a declaration, in remit.lock,
-    then show what apply would change to make it match the data file."""
+    then show what apply would change to make it match the data file. It reads the vendor as
+    REMIT_ACTOR; it changes nothing there."""
     from remit.core.errors import AppError
     from remit.resources.lockfile import Binding
 
@@ -249,7 +249,7 @@ def import_(
             f"`{name}` is bound to {bound.id} already: remove its binding from remit.lock "
             "first if it should be bound to another object"
         )
-    call = _caller(app, settings, as_ or settings.actor)
+    call = _caller(app, settings, settings.actor)
     found = call(rtype.ops["import"], {"id": vendor_id}, f"import:{name}")
     resources.lockfile.bind(name, Binding(type=rtype.id, id=vendor_id))
     out.print(f"imported {type_id} {getattr(found, 'id', vendor_id)} as `{name}` into remit.lock")

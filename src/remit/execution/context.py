@@ -253,6 +253,12 @@ class _Base:
         return self._caller.tasks.db, self._caller.tasks.app
 
     @property
+    def app_secrets(self) -> Any:
+        """The app's stored secrets (`Secrets`), for remit's built-in workflows; None when
+        this worker's calls see only an environment."""
+        return getattr(self._caller.environ, "secrets", None)
+
+    @property
     def run_id(self) -> str:
         return self._run.run_id
 

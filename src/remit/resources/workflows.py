@@ -22,8 +22,8 @@ from pydantic import BaseModel, Field
 
 from remit.core.errors import RemitError
 from remit.declare.ops import Op
-from remit.declare.resources import Applied, Made, ResourceType
-from remit.declare.schedules import schedule
+from remit.declare.resources import Applied, Made, ResourceType, database_url_secret
+from remit.declare.schedules import Schedule, schedule
 from remit.declare.workflows import Workflow, workflow
 from remit.execution.context import Context
 from remit.people.approvals import ApprovalType
@@ -167,6 +167,7 @@ class _Walk:
         if declaration is None:
             if change.action == "delete" and change.id is not None:
                 self._call(rtype, "delete", {"id": change.id}, f"delete:{change.name}")
+                self._forget_url(rtype, change.name)
             self._unbind(change.name)
             if change.action == "delete":
                 self._done(change, change.id)
@@ -210,6 +211,7 @@ class _Walk:
             return
         if action == "replace" and change.id is not None:
             self._call(rtype, "delete", {"id": change.id}, f"replace-delete:{change.name}")
+            self._forget_url(rtype, change.name)
         key = f"{'replace-' if action == 'replace' else ''}create:{change.name}"
         made = Applied.model_validate(
             self._call(rtype, "create", {"desired": desired}, key).model_dump()
@@ -239,6 +241,21 @@ class _Walk:
 
     def _call(self, rtype: ResourceType, name: str, payload: dict[str, Any], key: str) -> Any:
         return self.ctx.call(self.ops[rtype.ops[name].id], payload, key=key)
+
+    def _forget_url(self, rtype: ResourceType, name: str) -> None:
+        """A database deleted takes its URL secret with it: the URL names nothing now, and the
+        new one's `store_url` stores its own (it refuses to overwrite another's)."""
+        if rtype.database is None:
+            return
+        secret_name = database_url_secret(name)
+        store, by = self.ctx.app_secrets, self.ctx.actor
+
+        def forget() -> str:
+            if store is not None:
+                store.delete(secret_name, by=by)
+            return secret_name
+
+        self.ctx.step(f"forget {secret_name}", forget)
 
     def _unbind(self, name: str) -> None:
         lockfile = self.resources.lockfile
@@ -273,11 +290,12 @@ def _check_seen(the_plan: Plan, seen: Mapping[str, Seen]) -> None:
 
 
 def drift_workflow(
-    resources: Resources, ops: Mapping[str, Op[Any, Any]], cron: str | None
+    resources: Resources, ops: Mapping[str, Op[Any, Any]], when: str | Schedule | None
 ) -> Workflow:
-    """The built-in workflow `drift` (see the module), on `cron` when one is given."""
+    """The built-in workflow `drift` (see the module), on a schedule when one is given (a
+    cron expression in UTC, or a `schedule(...)`)."""
     used = [ops[rtype.ops["plan"].id] for rtype in resources.types.values()]
-    trigger = schedule(cron) if cron else None
+    trigger = schedule(when) if isinstance(when, str) else when
 
     @workflow(name=DRIFT, input=DriftInput, uses=used, trigger=trigger)
     def drift(ctx: Context, input: DriftInput) -> dict[str, Any]:
