@@ -202,6 +202,6 @@ w approvals --pending
 w approve "$gate" --as user:carol
 wait "$applying"
 cat "$work/apply.log"
-echo "-- the old database is gone, the new one made and its URL stored; nothing else changed"
+echo "-- the old database is gone, the new one made and its URL stored; the TTL is 300 again"
 w resources
 w secrets list

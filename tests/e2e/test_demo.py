@@ -42,9 +42,23 @@ def test_the_demo_shows_each_step_and_ends_well(tmp_path: Path) -> None:
         "wakes from its sleep",
         "is idle and stops (to be woken at",
         '"outcome": "followed up"',
+        "== 7. declared resources",
+        "Plan: 3 to create, 0 to update, 0 to replace, 0 to delete; 0 unchanged.",
+        "-- remit plan exited 2",
+        "Applied: 3 changed. remit.lock is up to date.",
+        '"type": "pgcloud.project"',
+        "ttl  60 → 300",
+        "Drift found: opened finding drf_",
+        "-- remit drift exited 2",
+        "will be replaced: region cannot change in place [asks for approval]",
+        "approved by user:carol",
+        "deleted pgcloud.project",
+        "Applied: 2 changed. remit.lock is up to date.",
+        "REMIT_DATABASE_URL_STORE",
     ):
         assert step in shown, step
     assert "Traceback" not in shown
+    assert "smtp-demo-password" not in shown  # the write-only value is only ever sent
     # The server the demo started is gone with it.
     left = subprocess.run(["pgrep", "-f", f"--app {desk} serve"], capture_output=True, text=True)
     assert left.stdout == "", left.stdout
