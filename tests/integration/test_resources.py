@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from remit import secret
+from remit import CallContext, DriverError, RemitError, secret
 from remit.core.errors import AppError
-from remit.declare.resources import ref
+from remit.declare.resources import Expect, UpdateIn, ref
 from remit.resources.direct import direct_caller
 from remit.resources.files import _ordered
 from remit.resources.findings import Findings
@@ -189,19 +189,23 @@ def test_update_with_a_stale_expect_is_refused_plan_changed(
     with harness(database_url, tmp_path, declared(), fake) as h:
         applied(h)
         data_id = Lockfile(tmp_path / "remit.lock").read()["data"].id
-        planned = plan_of(h)
-        basis = planned.changes[0].basis
+        basis = plan_of(h).changes[0].basis
         fake.tamper(box, data_id, size=7)
-        result = h.call(
-            "store.box.update",
-            {
-                "id": data_id,
-                "desired": {"name": "data", "size": 4},
-                "expect": {"action": "update", "replace": [], "basis": basis},
-            },
+        update = box.ops["update"]
+        call = CallContext(
+            op=update, idempotency_key="k1", run_id="r", attempt=1, actor="user:test", environ={}
         )
-    assert result.status == "failed"
-    assert "the plan changed since it was made" in (result.error or "")
+        wanted = UpdateIn(
+            id=data_id,
+            desired={"name": "data", "size": 4},
+            expect=Expect(action="update", basis=basis),
+        )
+        with pytest.raises(DriverError, match="the plan changed since it was made") as refused:
+            fake.invoke(update, wanted, call)
+        # A direct call of a change op is refused before it reaches the vendor.
+        with pytest.raises(RemitError, match="only the built-in `apply` does"):
+            h.call("store.box.update", wanted.model_dump(mode="json"))
+    assert refused.value.vendor_code == "plan_changed"
     assert fake.records(box)[data_id]["size"] == 7
 
 

@@ -275,6 +275,13 @@ class DirectCalls:
             known = sorted(self.app.ops)
             shown = ", ".join(known[:30]) + (", …" if len(known) > 30 else "")
             raise RemitError(f"app `{self.app.name}` has no op `{op_id}` (it has: {shown})")
+        for rtype in self.app.resource_types.values():
+            if rtype.change_op(op.id):
+                raise RemitError(
+                    f"`{op.id}` changes a declared {rtype.id}, which only the built-in `apply` "
+                    "does: change the data file (resources/*.py), then `remit plan` and "
+                    "`remit apply`"
+                )
         return op
 
     def _hold(
