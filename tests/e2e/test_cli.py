@@ -80,7 +80,7 @@ def test_cancel_a_queued_run(cli: Cli) -> None:
         (["start", "chase-invoice", "--input", "{}"], "invoice_id: Field required"),
         (
             ["start", "chase-everyone"],
-            "has no workflow `chase-everyone` (it has: call, chase-invoice, follow-up, write-off)",
+            "has no workflow `chase-everyone` (it has: apply, call, chase-invoice, drift, follow-up, write-off)",
         ),
         (["show", "run_missing"], "no run `run_missing`"),
         (["cancel", "run_missing"], "no run `run_missing`"),
