@@ -326,3 +326,53 @@ def test_no_write_only_value_is_stored_in_any_table(database_url: str, tmp_path:
     for file in tmp_path.rglob("*"):
         if file.is_file() and not file.name.startswith("db"):
             assert SECRET.encode() not in file.read_bytes(), file
+
+
+class MovingStore(FakeStore):
+    """A vendor whose box someone changes at its console just after apply planned it."""
+
+    def _resource_plan(self, input: Any, call: CallContext) -> Any:
+        answer = super()._resource_plan(input, call)
+        if input.id is not None and call.op.resource == "box":
+            self.tamper(box, input.id, size=99)
+        return answer
+
+
+def test_a_change_after_the_runs_own_plan_fails_the_update_plan_changed(
+    database_url: str, tmp_path: Path
+) -> None:
+    fake = FakeStore(journal=tmp_path / "store.jsonl")
+    with harness(database_url, tmp_path, declared(), fake) as h:
+        applied(h)
+    grown = declared(data=box(name="data", size=3, password=secret("BOX_PW")))
+    moving = MovingStore(journal=tmp_path / "store.jsonl")
+    with harness(database_url, tmp_path, grown, moving) as h:
+        run = h.run("apply", {})
+    assert run.status == "failed"
+    assert "the plan changed since it was made" in (run.error or "")
+    assert "run `remit plan` again" in (run.error or "")
+    data_id = Lockfile(tmp_path / "remit.lock").read()["data"].id
+    assert moving.records(box)[data_id]["size"] == 99  # the update was not made
+
+
+def test_a_run_applies_what_it_planned_even_if_the_files_change_while_it_waits(
+    database_url: str, tmp_path: Path
+) -> None:
+    fake = FakeStore(journal=tmp_path / "store.jsonl")
+    with harness(database_url, tmp_path, declared(), fake) as h:
+        applied(h)
+    renamed = declared(data=box(name="data-two", size=2, password=secret("BOX_PW")))
+    with harness(database_url, tmp_path, renamed, fake) as h:
+        run = h.start("apply", {})
+        gate = h.gate(run.run_id)
+    # Someone edits the data file again before the replace is approved; the worker that
+    # carries the run on has the new files.
+    again = declared(data=box(name="data-three", size=2, password=secret("BOX_PW")))
+    with harness(database_url, tmp_path, again, fake) as h:
+        h.decide(gate.id, "approved")
+        done = h.wait(run.run_id)
+        after = plan_of(h)
+    assert done.status == "done", done.error
+    names = sorted(state["name"] for state in fake.records(box).values())
+    assert names == ["data-two"]  # what was planned and approved, not the later edit
+    assert [c.action for c in after.changes if c.name == "data"] == ["replace"]

@@ -22,7 +22,13 @@ from pydantic import BaseModel, Field
 
 from remit.core.errors import RemitError
 from remit.declare.ops import Op
-from remit.declare.resources import Applied, Made, ResourceType, database_url_secret
+from remit.declare.resources import (
+    Applied,
+    Declaration,
+    Made,
+    ResourceType,
+    database_url_secret,
+)
 from remit.declare.schedules import Schedule, schedule
 from remit.declare.workflows import Workflow, workflow
 from remit.execution.context import Context
@@ -98,12 +104,34 @@ def _run_caller(ctx: Context, ops: Mapping[str, Op[Any, Any]]) -> Caller:
     return call
 
 
-def _planned(ctx: Context, resources: Resources, ops: Mapping[str, Op[Any, Any]]) -> Plan:
+def _planned(
+    ctx: Context, resources: Resources, ops: Mapping[str, Op[Any, Any]]
+) -> tuple[Declared, Plan]:
+    """The data files and the lockfile as this run read them (each a step, so a resumed run
+    goes on with what it planned and was approved, whatever the files say by then), and the
+    plan made from them."""
+    files = ctx.step(
+        "read the data files",
+        lambda: {
+            name: {"type": d.type.id, "fields": dict(d.fields)}
+            for name, d in resources.declared.by_name.items()
+        },
+    )
     raw = ctx.step(
         "read remit.lock",
         lambda: {n: {"type": b.type, "id": b.id} for n, b in resources.bindings().items()},
     )
-    return plan(resources.declared, _bindings(raw), resources.types, _run_caller(ctx, ops))
+    missing = sorted({f["type"] for f in files.values()} - set(resources.types))
+    if missing:
+        raise RemitError(
+            f"this run read declarations of {', '.join(missing)}, which no connector of the "
+            "app declares now: put the connector back, or start a new apply"
+        )
+    declared = Declared.of(
+        {n: Declaration(resources.types[f["type"]], f["fields"]) for n, f in files.items()},
+        resources.types,
+    )
+    return declared, plan(declared, _bindings(raw), resources.types, _run_caller(ctx, ops))
 
 
 def apply_workflow(resources: Resources, ops: Mapping[str, Op[Any, Any]]) -> Workflow:
@@ -116,7 +144,7 @@ def apply_workflow(resources: Resources, ops: Mapping[str, Op[Any, Any]]) -> Wor
 
     @workflow(name=APPLY, input=ApplyInput, uses=list({o.id: o for o in used}.values()))
     def apply(ctx: Context, input: ApplyInput) -> dict[str, Any]:
-        the_plan = _planned(ctx, resources, ops)
+        declared, the_plan = _planned(ctx, resources, ops)
         refused = [c for c in the_plan.pending if c.refused]
         if refused:
             raise RemitError(
@@ -142,7 +170,7 @@ def apply_workflow(resources: Resources, ops: Mapping[str, Op[Any, Any]]) -> Wor
             )
             if not decision.approved:
                 return {"outcome": decision.status, "applied": [], "summary": the_plan.summary()}
-        walk = _Walk(ctx, resources, ops)
+        walk = _Walk(ctx, resources, declared, ops)
         for change in the_plan.changes:
             walk.apply(change)
         return {"outcome": "applied", "applied": walk.applied, "summary": the_plan.summary()}
@@ -154,15 +182,22 @@ class _Walk:
     """One apply's pass over its plan, keeping what each resource is once dealt with, for the
     references of those after it."""
 
-    def __init__(self, ctx: Context, resources: Resources, ops: Mapping[str, Op[Any, Any]]) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        resources: Resources,
+        declared: Declared,
+        ops: Mapping[str, Op[Any, Any]],
+    ) -> None:
         self.ctx = ctx
         self.resources = resources
+        self.declared = declared
         self.ops = ops
         self.known: dict[str, Mapping[str, Any] | None] = {}
         self.applied: list[dict[str, Any]] = []
 
     def apply(self, change: Change) -> None:
-        declaration = self.resources.declared.by_name.get(change.name)
+        declaration = self.declared.by_name.get(change.name)
         rtype = self.resources.types[change.type]
         if declaration is None:
             if change.action == "delete" and change.id is not None:
@@ -299,7 +334,7 @@ def drift_workflow(
 
     @workflow(name=DRIFT, input=DriftInput, uses=used, trigger=trigger)
     def drift(ctx: Context, input: DriftInput) -> dict[str, Any]:
-        the_plan = _planned(ctx, resources, ops)
+        _, the_plan = _planned(ctx, resources, ops)
         db, app = ctx.app_database
         run_id = ctx.run_id
         recorded = ctx.step(
