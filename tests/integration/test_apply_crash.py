@@ -97,6 +97,10 @@ def wait_for(
         time.sleep(0.002)
 
 
+def wait_for_creates(workers: Workers, proc: subprocess.Popen[bytes], count: int) -> None:
+    wait_for(lambda: len(creates(workers)) >= count, f"create {count}", workers, proc)
+
+
 def kill(proc: subprocess.Popen[bytes]) -> None:
     proc.kill()
     proc.wait(10)
@@ -158,8 +162,7 @@ def test_an_apply_killed_at_random_moments_makes_each_resource_once(stock: Worke
     proc = stock.start("stock-0")
     cut_at = [0]
     for target in targets:
-        least = max(target, cut_at[-1] + 1)
-        wait_for(lambda: len(creates(stock)) >= least, f"create {least}", stock, proc)
+        wait_for_creates(stock, proc, max(target, cut_at[-1] + 1))
         time.sleep(rng.uniform(0, 0.01))
         kill(proc)
         cut_at.append(len(creates(stock)))
@@ -185,7 +188,7 @@ def test_an_apply_killed_after_a_create_before_its_bind_makes_it_once(
             proc = stock.start("stock-0")
         before = bound.read()
         # The next create is made, then its bind waits for the lock: kill it there.
-        wait_for(lambda: len(creates(stock)) > len(before), "the next create", stock, proc)
+        wait_for_creates(stock, proc, len(before) + 1)
         kill(proc)
         made = creates(stock)
         assert bound.read() == before

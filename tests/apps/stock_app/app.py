@@ -7,7 +7,8 @@ The declarations are in `resources/`; copy the folder before applying, as apply 
 
 from __future__ import annotations
 
-from remit import App
 from tests.resource_support import store
+
+from remit import App
 
 app = App(name="stock", workflows=[], connectors=[store])

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from remit import ref
 from tests.resource_support import alias
+
+from remit import ref
 
 COUNT = 12
 

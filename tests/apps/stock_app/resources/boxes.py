@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from remit import secret
 from tests.resource_support import box
+
+from remit import secret
 
 COUNT = 12
 
