@@ -9,7 +9,6 @@ declaration to the object the vendor holds, and binds everything the vendor hold
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import random
@@ -108,9 +107,8 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
 
 @contextmanager
 def binds_held(folder: Path) -> Iterator[None]:
-    """Hold remit.lock's write lock (the one `Lockfile` takes), so a bind step waits for it."""
-    with (folder / f".{FILE}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    """Hold remit.lock's write lock, so a bind step waits for it."""
+    with Lockfile(folder / FILE).held():
         yield
 
 

@@ -83,7 +83,7 @@ class Lockfile:
 
     def bind(self, name: str, binding: Binding) -> None:
         """Bind `name` to `binding`, keeping every other binding."""
-        with self._locked():
+        with self.held():
             bindings = self.read()
             if bindings.get(name) == binding:
                 return
@@ -91,7 +91,7 @@ class Lockfile:
             self._write(bindings)
 
     def unbind(self, name: str) -> None:
-        with self._locked():
+        with self.held():
             bindings = self.read()
             if bindings.pop(name, None) is not None:
                 self._write(bindings)
@@ -112,7 +112,8 @@ class Lockfile:
                 os.close(folder)
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def held(self) -> Iterator[None]:
+        """Hold the lockfile's write lock: a bind or unbind elsewhere waits for it."""
         # The folder is locked, not the file: the file is replaced on every write, and a lock
         # file of its own would be one more file beside the data files.
         folder = os.open(self.path.parent, os.O_RDONLY)
