@@ -241,6 +241,18 @@ def client_of(app_dir: Path | None) -> Iterator["Surface"]:
         yield remote
 
 
+def here_only(command: str) -> None:
+    """Refuse `command`, which works on the app's folder and its database, when `--url`
+    (`REMIT_URL`) is given, rather than run it on a database the caller did not mean."""
+    if _state.url is not None:
+        from remit.core.errors import RemitError
+
+        raise RemitError(
+            f"`remit {command}` works on the app's folder and its database, not through "
+            f"{_state.url}: run it where the app and REMIT_DATABASE_URL are, without REMIT_URL"
+        )
+
+
 @contextlib.contextmanager
 def local_client(
     app_dir: Path | None, *, pool_size: int = 4, command: str | None = None
@@ -252,13 +264,8 @@ def local_client(
     when `--url` (`REMIT_URL`) is given rather than run on a database the caller did not mean."""
     from remit.client import Client
 
-    if command is not None and _state.url is not None:
-        from remit.core.errors import RemitError
-
-        raise RemitError(
-            f"`remit {command}` works on the app's folder and its database, not through "
-            f"{_state.url}: run it where the app and REMIT_DATABASE_URL are, without REMIT_URL"
-        )
+    if command is not None:
+        here_only(command)
     folder, settings = _settings(app_dir)
     with Client(folder, settings, pool_size=pool_size) as client:
         yield client

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.text import Text
 
-from remit.cli.base import ActAs, AppDir, PlainTable, cli, err, exit_now, load, out
+from remit.cli.base import ActAs, AppDir, PlainTable, cli, err, exit_now, here_only, load, out
 
 if TYPE_CHECKING:
     from remit.app import App
@@ -67,6 +67,7 @@ def plan(
     would change, 2 when something would, 1 on an error."""
     import json
 
+    here_only("plan")
     app, settings = load(app_dir)
     the_plan = _resources(app).plan(_caller(app, settings, settings.actor))
     if as_json:
@@ -95,6 +96,7 @@ def apply(
     says so. A crashed apply is resumed by any worker, making nothing twice."""
     from remit.resources.workflows import APPLY
 
+    here_only("apply")
     app, settings = load(app_dir)
     actor = as_ or settings.actor
     the_plan = _resources(app).plan(_caller(app, settings, actor))
@@ -181,6 +183,7 @@ def drift(
     from remit.resources.planner import Plan
     from remit.resources.workflows import DRIFT
 
+    here_only("drift")
     app, settings = load(app_dir)
     _resources(app)
     current = serve_run_here(
@@ -227,6 +230,7 @@ def import_(
     from remit.core.errors import AppError
     from remit.resources.lockfile import Binding
 
+    here_only("import")
     app, settings = load(app_dir)
     resources = _resources(app)
     rtype = resources.types.get(type_id)
@@ -273,6 +277,7 @@ def list_resources(
 ) -> None:
     """List the declared resources: each one's type, binding and state (up to date, or what
     apply would do), and bindings whose declarations are gone."""
+    here_only("resources")
     app, settings = load(app_dir)
     resources = _resources(app)
     bindings = resources.bindings()
