@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from remit import AppError, Client, DriverError, MissingCredential
+from remit import AppError, Client, DriverError, MissingCredential, RemitError
 from remit.connectors.base import CallContext, Implementation
 from remit.connectors.wakeup import (
     FakeWakeup,
@@ -234,16 +234,15 @@ def app_client(database_url: str, tmp_path: Path) -> Iterator[Client]:
         yield client
 
 
-def test_its_ops_are_called_through_remit_with_ledger_rows(app_client: Client) -> None:
-    made = app_client.call(CREATE.id, {"desired": {"host": HOST}})
-    assert made.status == "ok", made.error
-    id = made.output["id"]
-    assert made.output == {"id": id, "state": state(id, HOST)}
-    plan = app_client.call(PLAN.id, {"id": id, "desired": {"host": MOVED}})
-    assert plan.output["action"] == "update"
-    moved = app_client.call(UPDATE.id, {"id": id, "desired": {"host": MOVED}})
-    assert moved.output == {"id": id, "state": state(id, MOVED)}
-
-    for result, op in ((made, CREATE), (plan, PLAN), (moved, UPDATE)):
-        rows = [r for r in app_client.ledger() if r.idempotency_key == result.idempotency_key]
-        assert [(row.op_id, row.status, row.actor) for row in rows] == [(op.id, "ok", "user:ann")]
+def test_its_reads_are_called_through_remit_and_its_changes_only_by_apply(
+    app_client: Client,
+) -> None:
+    plan = app_client.call(PLAN.id, {"desired": {"host": HOST}})
+    assert plan.status == "ok", plan.error
+    assert plan.output["action"] == "create"
+    rows = [r for r in app_client.ledger() if r.idempotency_key == plan.idempotency_key]
+    assert [(row.op_id, row.status, row.actor) for row in rows] == [(PLAN.id, "ok", "user:ann")]
+    for op in (CREATE, UPDATE):
+        with pytest.raises(RemitError, match="only the built-in `apply` does"):
+            app_client.call(op.id, {"id": "ins_0001", "desired": {"host": HOST}})
+    assert [r.op_id for r in app_client.ledger()] == [PLAN.id]

@@ -30,6 +30,7 @@ one forgets it at the service. Both the driver and the fake answer its six ops.
 from __future__ import annotations
 
 import threading
+from abc import abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -347,6 +348,45 @@ class _InstanceType(ResourceImplementation):
     ) -> dict[str, Any] | None:
         return _normal(desired)
 
+    # How each reaches the service's instances: the same calls as the connector's ops.
+
+    @abstractmethod
+    def _register_at(self, call: CallContext, url: str) -> str:
+        """Register the instance's token at `url`; the instance's id."""
+
+    @abstractmethod
+    def _fetch(self, call: CallContext, instance_id: str) -> Instance:
+        """What the service holds for the instance (`found` False for none)."""
+
+    @abstractmethod
+    def _remove(self, call: CallContext, instance_id: str) -> bool:
+        """Forget the instance; False when the service held none of that id."""
+
+    def read_resource(
+        self, rtype: ResourceType, id: str, call: CallContext
+    ) -> Mapping[str, Any] | None:
+        return _state(self._fetch(call, id))
+
+    def create_resource(
+        self, rtype: ResourceType, desired: dict[str, Any], call: CallContext
+    ) -> tuple[str, Mapping[str, Any]]:
+        url = _host(desired, call)
+        made = self._register_at(call, url)
+        # Read back: the same token at the same URL keeps the wake it had.
+        return made, _state(self._fetch(call, made)) or {"host": url, "id": made}
+
+    def update_resource(
+        self, rtype: ResourceType, id: str, desired: dict[str, Any], call: CallContext
+    ) -> Mapping[str, Any]:
+        url = _host(desired, call)
+        made = self._register_at(call, url)
+        if made != id:
+            raise _another_instance(call, id, made)
+        return _state(self._fetch(call, made)) or {"host": url, "id": made}
+
+    def delete_resource(self, rtype: ResourceType, id: str, call: CallContext) -> None:
+        self._remove(call, id)
+
 
 class WakeupDriver(_InstanceType, ResourceDriver):
     """The wakeup service at `REMIT_WAKEUP_URL`. Registering, reading and deleting instances
@@ -360,7 +400,7 @@ class WakeupDriver(_InstanceType, ResourceDriver):
 
     @implements(create_instance)
     def create(self, input: Registration, call: CallContext) -> Registered:
-        return Registered(id=self._register(call, input.url), url=input.url)
+        return Registered(id=self._register_at(call, input.url), url=input.url)
 
     @implements(get_instance)
     def get(self, input: InstanceRef, call: CallContext) -> Instance:
@@ -378,34 +418,7 @@ class WakeupDriver(_InstanceType, ResourceDriver):
         self._answer(call, response, (204,))
         return Armed(at=at)
 
-    # `wakeup.instance`, through the same calls.
-
-    def read_resource(
-        self, rtype: ResourceType, id: str, call: CallContext
-    ) -> Mapping[str, Any] | None:
-        return _state(self._fetch(call, id))
-
-    def create_resource(
-        self, rtype: ResourceType, desired: dict[str, Any], call: CallContext
-    ) -> tuple[str, Mapping[str, Any]]:
-        url = _host(desired, call)
-        made = self._register(call, url)
-        # Read back: the same token at the same URL keeps the wake it had.
-        return made, _state(self._fetch(call, made)) or {"host": url, "id": made}
-
-    def update_resource(
-        self, rtype: ResourceType, id: str, desired: dict[str, Any], call: CallContext
-    ) -> Mapping[str, Any]:
-        url = _host(desired, call)
-        made = self._register(call, url)
-        if made != id:
-            raise _another_instance(call, id, made)
-        return _state(self._fetch(call, made)) or {"host": url, "id": made}
-
-    def delete_resource(self, rtype: ResourceType, id: str, call: CallContext) -> None:
-        self._remove(call, id)
-
-    def _register(self, call: CallContext, url: str) -> str:
+    def _register_at(self, call: CallContext, url: str) -> str:
         """Register the instance token at `url`; the instance's id."""
         body = {"url": url, "token": _instance_token(call)}
         response = self._send(call, "POST", "/wakeup/instances", _account_token(call), body)
@@ -608,29 +621,8 @@ class FakeWakeup(_InstanceType, Fake):
             self.registrations.append(WakeRegistered(id=held.id, at=at))
         return Armed(at=at)
 
-    # `wakeup.instance`, on the same instances.
-
-    def read_resource(
-        self, rtype: ResourceType, id: str, call: CallContext
-    ) -> Mapping[str, Any] | None:
-        return _state(self._fetch(call, id))
-
-    def create_resource(
-        self, rtype: ResourceType, desired: dict[str, Any], call: CallContext
-    ) -> tuple[str, Mapping[str, Any]]:
-        held = self._register(call, _host(desired, call))
-        return held.id, _state(self._fetch(call, held.id)) or {}
-
-    def update_resource(
-        self, rtype: ResourceType, id: str, desired: dict[str, Any], call: CallContext
-    ) -> Mapping[str, Any]:
-        held = self._register(call, _host(desired, call))
-        if held.id != id:
-            raise _another_instance(call, id, held.id)
-        return _state(self._fetch(call, held.id)) or {}
-
-    def delete_resource(self, rtype: ResourceType, id: str, call: CallContext) -> None:
-        self._remove(call, id)
+    def _register_at(self, call: CallContext, url: str) -> str:
+        return self._register(call, url).id
 
     def _register(self, call: CallContext, url: str) -> FakeInstance:
         token, account = _instance_token(call), self._account(call)
