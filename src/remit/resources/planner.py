@@ -73,6 +73,8 @@ class Change:
     stateless: bool = False
     # The desired fields as sent (references resolved; `(known after apply)` where unknown).
     desired: Mapping[str, Any] | None = None
+    # The vendor's state the plan was made from (its readable fields), None when there is none.
+    state: Mapping[str, Any] | None = None
 
     @property
     def destructive(self) -> bool:
@@ -93,6 +95,7 @@ class Change:
             "refused": self.refused,
             "stateless": self.stateless,
             "desired": None if self.desired is None else dict(self.desired),
+            "state": None if self.state is None else dict(self.state),
         }
 
     @classmethod
@@ -110,6 +113,7 @@ class Change:
             refused=raw.get("refused"),
             stateless=bool(raw.get("stateless")),
             desired=raw.get("desired"),
+            state=raw.get("state"),
         )
 
 
@@ -334,6 +338,7 @@ def _change(
         stateless=rtype.stateless,
         refused=_refusal(rtype, action),
         desired=shown,
+        state=out.state,
     )
 
 

@@ -228,7 +228,7 @@ class _Walk:
                     f"stateful {rtype.id}; run `remit plan` and apply again to be asked"
                 )
         if action == "none":
-            self.known[change.name] = self._read(rtype, change)
+            self.known[change.name] = change.state
             return
         if action == "update":
             applied = self._call(
@@ -266,13 +266,6 @@ class _Walk:
             )
         self.known[change.name] = made.state
         self._done(change, made.id)
-
-    def _read(self, rtype: ResourceType, change: Change) -> Mapping[str, Any] | None:
-        if change.id is None:
-            return None
-        found = self._call(rtype, "read", {"id": change.id}, f"read:{change.name}")
-        state = getattr(found, "state", None)
-        return state if isinstance(state, dict) else None
 
     def _call(self, rtype: ResourceType, name: str, payload: dict[str, Any], key: str) -> Any:
         return self.ctx.call(self.ops[rtype.ops[name].id], payload, key=key)
