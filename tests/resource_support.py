@@ -2,7 +2,8 @@
 
 `store.box` holds data (stateful): a name that cannot change, a size that can, a write-only
 password, a vendor-owned URL. `store.alias` is stateless: a name that cannot change, pointing
-at a box's URL by reference.
+at a box's URL by reference. `store.shelf` is the vendor's own (read-only to apply): imported
+and watched, never changed.
 """
 
 from __future__ import annotations
@@ -47,8 +48,15 @@ alias = resource_type(
 )
 
 
+class Shelf(BaseModel):
+    label: str
+
+
+shelf = resource_type("store.shelf", schema=Shelf, title="Shelf", writable=False)
+
+
 class FakeStore(ResourceFake):
-    resource_types = (box, alias)
+    resource_types = (box, alias, shelf)
     id_prefix = "st"
 
     def vendor_fields(
@@ -57,7 +65,7 @@ class FakeStore(ResourceFake):
         return {"url": f"https://{desired['name']}.store.test"} if rtype is box else {}
 
 
-store = Connector("store", ops=[], driver=FakeStore, fake=FakeStore, resources=[box, alias])
+store = Connector("store", ops=[], driver=FakeStore, fake=FakeStore, resources=[box, alias, shelf])
 
 
 def resource_app(

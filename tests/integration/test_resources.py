@@ -22,7 +22,7 @@ from remit.resources.findings import Findings
 from remit.resources.lockfile import Binding, Lockfile, render
 from remit.resources.planner import Plan
 from remit.testing import Harness
-from tests.resource_support import FakeStore, alias, box, resource_app
+from tests.resource_support import FakeStore, alias, box, resource_app, shelf
 
 SECRET = "s3cr3t-box-password-value"
 
@@ -385,3 +385,57 @@ def test_a_run_applies_what_it_planned_even_if_the_files_change_while_it_waits(
     names = sorted(state["name"] for state in fake.records(box).values())
     assert names == ["data-two"]  # what was planned and approved, not the later edit
     assert [c.action for c in after.changes if c.name == "data"] == ["replace"]
+
+
+def test_an_apply_waits_for_no_one_but_a_second_apply_is_refused(
+    database_url: str, tmp_path: Path
+) -> None:
+    fake = FakeStore()
+    with harness(database_url, tmp_path, declared(), fake) as h:
+        applied(h)
+    with harness(database_url, tmp_path, {}, fake) as h:
+        first = h.start("apply", {})
+        gate = h.gate(first.run_id)  # it waits to delete the box
+        second = h.run("apply", {})
+        assert second.status == "failed"
+        assert f"another apply, run {first.run_id}, is waiting and started first" in (
+            second.error or ""
+        )
+        h.decide(gate.id, "approved")
+        assert h.wait(first.run_id).status == "done"
+    assert fake.records(box) == {}
+
+
+def test_an_apply_shown_other_values_changes_nothing(database_url: str, tmp_path: Path) -> None:
+    fake = FakeStore()
+    with harness(database_url, tmp_path, declared(), fake) as h:
+        shown = plan_of(h)
+    seen = {
+        c.name: {"action": c.action, "basis": c.basis, "digest": c.digest()} for c in shown.pending
+    }
+    bigger = declared(data=box(name="data", size=99, password=secret("BOX_PW")))
+    with harness(database_url, tmp_path, bigger, fake) as h:
+        run = h.run("apply", {"seen": seen})
+    assert run.status == "failed"
+    assert "`data` is still create, to other values than were shown" in (run.error or "")
+    assert fake.records(box) == {}
+
+
+def test_a_removed_read_only_resource_is_forgotten_not_deleted(
+    database_url: str, tmp_path: Path
+) -> None:
+    fake = FakeStore()
+    fake.tamper(shelf, "sh-1", label="top")  # the vendor's own
+    lock = Lockfile(tmp_path / "remit.lock")
+    lock.bind("top", Binding("store.shelf", "sh-1"))
+    with harness(database_url, tmp_path, {"top": shelf(label="top")}, fake) as h:
+        assert not plan_of(h).has_changes
+    with harness(database_url, tmp_path, {}, fake) as h:
+        the_plan = plan_of(h)
+        (change,) = the_plan.pending
+        assert change.forget
+        assert not change.destructive
+        assert "top (store.shelf) sh-1 will be forgotten" in the_plan.render()
+        applied(h)
+    assert lock.read() == {}
+    assert fake.records(shelf) == {"sh-1": {"label": "top"}}

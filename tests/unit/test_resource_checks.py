@@ -313,6 +313,16 @@ MALFORMED_DECLARATIONS: list[tuple[str, dict[str, Any], str]] = [
         {"name": "x", "size": "big"},
         r"`size`: Input should be a valid integer.*\(got 'big'\)",
     ),
+    (
+        "a secret marker written by hand in a normal field",
+        {"name": "x", "target": {"$secret": "NAME"}},
+        "`target` holds a `\\$secret` or `\\$ref` object written by hand",
+    ),
+    (
+        "a reference marker written by hand",
+        {"name": {"$ref": "web.url"}},
+        "`name` holds a `\\$secret` or `\\$ref` object written by hand",
+    ),
 ]
 
 
@@ -332,3 +342,20 @@ def test_a_declaration_names_every_problem_at_once() -> None:
     assert "`colour` is no field" in message
     assert "`id` is set by the vendor" in message
     assert "`name` is required" in message
+
+
+def test_a_database_in_a_region_its_type_does_not_list_is_refused() -> None:
+    spec = database_spec()
+    listed = DatabaseSpec(
+        capabilities=spec.capabilities,
+        inputs=spec.inputs,
+        store_url=spec.store_url,
+        outputs=spec.outputs,
+        regions=("eu-west-1", "us-east-1"),
+    )
+    rtype = database_type(database=listed)
+    assert rtype(name="orders", region="eu-west-1").fields["region"] == "eu-west-1"
+    with pytest.raises(
+        AppError, match=r"`region` is 'mars-1', which is no region of acme\.database"
+    ):
+        rtype(name="orders", region="mars-1")

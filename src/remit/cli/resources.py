@@ -110,7 +110,10 @@ def apply(
         if not typer.confirm("Apply this plan?", default=False):
             err.print("nothing applied")
             _exit(ERROR)
-    seen = {c.name: {"action": c.action, "basis": c.basis} for c in the_plan.pending}
+    seen = {
+        c.name: {"action": c.action, "basis": c.basis, "digest": c.digest()}
+        for c in the_plan.pending
+    }
     shown: set[str] = set()
 
     def started(run: "Run") -> None:
@@ -247,7 +250,14 @@ def import_(
         )
     if declaration.type is not rtype:
         raise AppError(f"`{name}` is declared a {declaration.type.id}, not a {type_id}")
-    bound = resources.bindings().get(name)
+    bindings = resources.bindings()
+    for other, held in bindings.items():
+        if other != name and held.type == rtype.id and held.id == vendor_id:
+            raise AppError(
+                f"{type_id} {vendor_id} is bound to `{other}` already: one object is one "
+                f"declaration's (remove `{other}`'s binding from remit.lock to move it)"
+            )
+    bound = bindings.get(name)
     if bound is not None and bound.id != vendor_id:
         raise AppError(
             f"`{name}` is bound to {bound.id} already: remove its binding from remit.lock "

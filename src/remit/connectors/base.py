@@ -109,6 +109,11 @@ class Implementation:
     def implemented(cls) -> frozenset[str]:
         return frozenset(cls._handlers)
 
+    def call_credentials(self, input: BaseModel) -> tuple[str, ...]:
+        """The credentials one call names in its input, beside the declared ones: redacted
+        from its answer and its errors as they are."""
+        return ()
+
     def invoke(self, op: Op[Any, Any], input: BaseModel, call: CallContext) -> BaseModel:
         """Call the method that implements `op` and return its output as the op's model."""
         name = self._handlers.get(op.id)
@@ -116,7 +121,8 @@ class Implementation:
             raise AppError(f"{type(self).__name__} does not implement `{op.id}`")
         # Where the answer enters remit, secrets are redacted from it (`redaction.py`), and it
         # is checked against the limits (`answered`).
-        secrets = call_secrets(call.environ, getattr(self, "credentials", ()))
+        named = [*getattr(self, "credentials", ()), *self.call_credentials(input)]
+        secrets = call_secrets(call.environ, named)
         try:
             result = getattr(self, name)(input, call)
         except BaseException as error:  # SystemExit's text is stored too; re-raised as it is

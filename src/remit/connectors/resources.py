@@ -49,6 +49,7 @@ from remit.declare.resources import (
     UpdateIn,
     digest,
     is_marker,
+    secret_names,
 )
 
 # The folder a resource fake keeps its journal in when it is given none (one file per vendor),
@@ -134,6 +135,15 @@ def reveal(value: Any, call: CallContext) -> Any:
     return value
 
 
+def revealed(rtype: ResourceType, desired: dict[str, Any], call: CallContext) -> dict[str, Any]:
+    """`desired` with its write-only fields' secrets in the clear (`reveal`); no other field's
+    value is ever taken for a secret."""
+    return {
+        name: reveal(value, call) if name in rtype.write_only else value
+        for name, value in desired.items()
+    }
+
+
 def plan_changed(rtype: ResourceType, id: str, expected: str, now: str) -> DriverError:
     return DriverError(
         f"{rtype.id} {id}: the plan changed since it was made (it was {expected}, it is now "
@@ -190,6 +200,12 @@ class ResourceImplementation(Implementation, metaclass=ABCMeta):
         value the vendor normalises plans no change; by default as declared."""
         return desired
 
+    def call_credentials(self, input: BaseModel) -> tuple[str, ...]:
+        """The secrets a create or update sends: their values are redacted like credentials,
+        wherever they came from (remit's store, or the environment)."""
+        desired = getattr(input, "desired", None)
+        return tuple(secret_names(desired)) if isinstance(desired, dict) else ()
+
     # What remit answers alike.
 
     def _type(self, call: CallContext) -> ResourceType:
@@ -219,7 +235,7 @@ class ResourceImplementation(Implementation, metaclass=ABCMeta):
 
     def _resource_create(self, input: CreateIn, call: CallContext) -> Applied:
         rtype = self._type(call)
-        made, state = self.create_resource(rtype, reveal(input.desired, call), call)
+        made, state = self.create_resource(rtype, revealed(rtype, input.desired, call), call)
         return Applied(id=made, state=rtype.readable(state) or {})
 
     def _resource_update(self, input: UpdateIn, call: CallContext) -> Applied:
@@ -253,7 +269,7 @@ class ResourceImplementation(Implementation, metaclass=ABCMeta):
                 retryable=False,
                 vendor_code="replace_needed",
             )
-        updated = self.update_resource(rtype, input.id, reveal(desired, call), call)
+        updated = self.update_resource(rtype, input.id, revealed(rtype, desired, call), call)
         return Applied(id=input.id, state=rtype.readable(updated) or {})
 
     def _resource_delete(self, input: ResourceRef, call: CallContext) -> Deleted:

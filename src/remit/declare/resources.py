@@ -602,6 +602,26 @@ def _markers(value: Any, where: str, *, write_only: bool) -> Any:
     return value
 
 
+def _at_path(fields: Mapping[str, Any], path: str) -> Any:
+    current: Any = fields
+    for part in path.split("."):
+        if not isinstance(current, Mapping):
+            return None
+        current = current.get(part)
+    return current
+
+
+def _marked(value: Any, key: str) -> bool:
+    """Whether `value` holds a marker of `key` anywhere."""
+    if is_marker(value, key):
+        return True
+    if isinstance(value, dict):
+        return any(_marked(item, key) for item in value.values())
+    if isinstance(value, list):
+        return any(_marked(item, key) for item in value)
+    return False
+
+
 def _no_secrets(value: Any) -> Any:
     """`value` with each secret marker as a placeholder string, for checking its type."""
     if is_marker(value, SECRET_KEY):
@@ -659,6 +679,14 @@ class Declaration:
             except AppError as refused:
                 problems.append(str(refused))
                 continue
+            if _marked(written, REF_KEY) or (
+                name not in rtype.write_only and _marked(written, SECRET_KEY)
+            ):
+                problems.append(
+                    f"`{name}` holds a `$secret` or `$ref` object written by hand: use "
+                    'secret("NAME") in a write-only field, ref("name", "field") in a reference'
+                )
+                continue
             adapter: TypeAdapter[Any] = TypeAdapter(known[name].annotation or Any)
             try:
                 checked = adapter.validate_python(_no_secrets(written))
@@ -673,6 +701,14 @@ class Declaration:
         for name in rtype.declared_fields:
             if name not in given and known[name].is_required():
                 problems.append(f"`{name}` is required")
+        spec = rtype.database
+        if spec is not None and spec.regions is not None:
+            region = _at_path(fields, spec.inputs.region)
+            if isinstance(region, str) and region not in spec.regions:
+                problems.append(
+                    f"`{spec.inputs.region}` is {region!r}, which is no region of "
+                    f"{rtype.id} (its regions: {', '.join(spec.regions)})"
+                )
         if problems:
             raise AppError(f"{where}: " + "; ".join(problems))
         return cls(rtype, fields)

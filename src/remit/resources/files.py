@@ -20,7 +20,8 @@ from remit.core.errors import AppError
 from remit.declare.resources import Declaration, ResourceType
 
 FOLDER = "resources"
-_NAME = re.compile(r"[a-z][a-z0-9_]*")
+# A name is part of the keys apply calls with, which are at most 100 characters.
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,79}")
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ def _declared(
         if not _NAME.fullmatch(name):
             raise AppError(
                 f"resource `{name}`{at}: a declaration's name is lowercase letters, digits and "
-                "underscores, starting with a letter: rename the variable"
+                "underscores, starting with a letter, at most 80 characters: rename the variable"
             )
         if types.get(declaration.type.id) is not declaration.type:
             raise AppError(

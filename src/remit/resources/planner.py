@@ -39,6 +39,7 @@ _VERBS = {
     "update": "will be updated in place",
     "replace": "will be replaced",
     "delete": "will be deleted",
+    "forget": "will be forgotten: its binding is removed and the object left at the vendor",
     "none": "is up to date",
 }
 
@@ -70,6 +71,9 @@ class Change:
     gone: bool = False
     # Why apply cannot make this change (a type it may not change), when it cannot.
     refused: str | None = None
+    # A delete that only forgets the binding, leaving the object at the vendor (a read-only
+    # type's), or one already gone there.
+    forget: bool = False
     stateless: bool = False
     # The desired fields as sent (references resolved; `(known after apply)` where unknown).
     desired: Mapping[str, Any] | None = None
@@ -79,7 +83,21 @@ class Change:
     @property
     def destructive(self) -> bool:
         """A delete or replace of a resource that holds state: apply asks first."""
-        return self.action in ("delete", "replace") and not self.stateless
+        return self.action in ("delete", "replace") and not self.stateless and not self.forget
+
+    def digest(self) -> str:
+        """What the change would do, as a digest: the same change planned twice has the
+        same one, and any other value, field or state another."""
+        shown = [
+            self.action,
+            self.id,
+            self.basis,
+            list(self.replace),
+            [[f.field, f.old, f.new] for f in self.fields],
+            None if self.desired is None else dict(self.desired),
+        ]
+        text = json.dumps(shown, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -93,6 +111,7 @@ class Change:
             "basis": self.basis,
             "gone": self.gone,
             "refused": self.refused,
+            "forget": self.forget,
             "stateless": self.stateless,
             "desired": None if self.desired is None else dict(self.desired),
             "state": None if self.state is None else dict(self.state),
@@ -111,6 +130,7 @@ class Change:
             basis=raw.get("basis"),
             gone=bool(raw.get("gone")),
             refused=raw.get("refused"),
+            forget=bool(raw.get("forget")),
             stateless=bool(raw.get("stateless")),
             desired=raw.get("desired"),
             state=raw.get("state"),
@@ -167,7 +187,8 @@ class Plan:
             if change.action == "none" and not unchanged:
                 continue
             bound = f" {change.id}" if change.id else ""
-            head = f"{_SYMBOLS[change.action]:>3} {change.name} ({change.type}){bound} {_VERBS[change.action]}"
+            verb = _VERBS["forget" if change.forget else change.action]
+            head = f"{_SYMBOLS[change.action]:>3} {change.name} ({change.type}){bound} {verb}"
             if change.action == "replace" and change.replace:
                 head += f": {', '.join(change.replace)} cannot change in place"
             if change.gone:
@@ -263,16 +284,19 @@ def plan(
             )
         answer = call(bound_type.ops["plan"], {"id": binding.id, "desired": None}, f"plan:{name}")
         out = PlanOut.model_validate(answer.model_dump())
+        gone = out.action == "none"
         changes.append(
             Change(
                 name=name,
                 type=bound_type.id,
-                action=out.action,
+                action="delete",
                 id=binding.id,
                 basis=out.basis,
-                gone=out.action == "none",
+                gone=gone,
+                # A read-only type's object is not apply's to delete, and a gone one is gone.
+                forget=gone or not bound_type.writable,
                 stateless=bound_type.stateless,
-                refused=_refusal(bound_type, out.action),
+                state=out.state,
             )
         )
     return Plan(changes=tuple(changes))

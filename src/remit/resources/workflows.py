@@ -18,9 +18,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import sqlalchemy as sa
 from pydantic import BaseModel, Field
 
+from remit.core.database import Database
 from remit.core.errors import RemitError
+from remit.core.fence import FINISHED
+from remit.core.schema import runs
 from remit.declare.ops import Op
 from remit.declare.resources import (
     Applied,
@@ -49,6 +53,8 @@ class Seen(BaseModel):
 
     action: str
     basis: str | None = None
+    # The change's digest (`Change.digest`): its fields and values as shown.
+    digest: str | None = None
 
 
 class ApplyInput(BaseModel):
@@ -144,6 +150,9 @@ def apply_workflow(resources: Resources, ops: Mapping[str, Op[Any, Any]]) -> Wor
 
     @workflow(name=APPLY, input=ApplyInput, uses=list({o.id: o for o in used}.values()))
     def apply(ctx: Context, input: ApplyInput) -> dict[str, Any]:
+        db, _ = ctx.app_database
+        run_id = ctx.run_id
+        ctx.step("check no other apply", lambda: _alone(db, run_id))
         declared, the_plan = _planned(ctx, resources, ops)
         refused = [c for c in the_plan.pending if c.refused]
         if refused:
@@ -200,11 +209,11 @@ class _Walk:
         declaration = self.declared.by_name.get(change.name)
         rtype = self.resources.types[change.type]
         if declaration is None:
-            if change.action == "delete" and change.id is not None:
+            if change.action == "delete" and change.id is not None and not change.forget:
                 self._call(rtype, "delete", {"id": change.id}, f"delete:{change.name}")
-                self._forget_url(rtype, change.name)
-            self._unbind(change.name)
             if change.action == "delete":
+                self._forget_url(rtype, change.name)
+                self._unbind(change.name)
                 self._done(change, change.id)
             return
         desired, unknown = resolve(declaration.fields, self.known)
@@ -214,8 +223,10 @@ class _Walk:
                 "once its resource was applied; check the reference names a field the vendor sets"
             )
         action, basis, replace = change.action, change.basis, list(change.replace)
-        if change.unknown and change.id is not None and not change.gone:
-            # A reference only known now: plan again with its value.
+        moved = desired != dict(change.desired or {})
+        if (change.unknown or moved) and change.id is not None and not change.gone:
+            # A reference only known now, or changed by what apply did before: plan again
+            # with its value.
             fresh = self._call(
                 rtype, "plan", {"id": change.id, "desired": desired}, f"replan:{change.name}"
             )
@@ -246,6 +257,8 @@ class _Walk:
             return
         if action == "replace" and change.id is not None:
             self._call(rtype, "delete", {"id": change.id}, f"replace-delete:{change.name}")
+        if change.id is not None:
+            # The object it replaces, or one gone at the vendor: its URL names nothing now.
             self._forget_url(rtype, change.name)
         key = f"{'replace-' if action == 'replace' else ''}create:{change.name}"
         made = Applied.model_validate(
@@ -298,6 +311,31 @@ class _Walk:
         self.applied.append({"name": change.name, "action": change.action, "id": made})
 
 
+def _alone(db: Database, run_id: str) -> str:
+    """Refuse to go on while an earlier apply of the app is unfinished: two applies planning at
+    once would each make what the other makes. Of two started together, the earlier goes on."""
+    with db.engine.connect() as conn:
+        mine = conn.execute(sa.select(runs.c.created_at).where(runs.c.run_id == run_id)).scalar()
+        others = conn.execute(
+            sa.select(runs.c.run_id, runs.c.status, runs.c.created_at).where(
+                runs.c.workflow == APPLY,
+                runs.c.run_id != run_id,
+                runs.c.status.not_in(FINISHED),
+            )
+        ).all()
+    earlier = [
+        row for row in others if mine is None or (row.created_at, row.run_id) < (mine, run_id)
+    ]
+    if earlier:
+        first = min(earlier, key=lambda row: (row.created_at, row.run_id))
+        raise RemitError(
+            f"another apply, run {first.run_id}, is {first.status} and started first: wait "
+            f"for it to finish (`remit show {first.run_id}`), or cancel it (`remit cancel "
+            f"{first.run_id}`), then apply again"
+        )
+    return run_id
+
+
 def _check_seen(the_plan: Plan, seen: Mapping[str, Seen]) -> None:
     now = {c.name: c for c in the_plan.pending}
     moved: list[str] = []
@@ -309,6 +347,8 @@ def _check_seen(the_plan: Plan, seen: Mapping[str, Seen]) -> None:
             moved.append(f"`{name}` needed {was.action} and now needs nothing")
         elif was.action != is_.action or (was.basis or None) != (is_.basis or None):
             moved.append(f"`{name}` was {was.action} and is now {is_.action} of another state")
+        elif was.digest is not None and was.digest != is_.digest():
+            moved.append(f"`{name}` is still {is_.action}, to other values than were shown")
     if moved:
         raise RemitError(
             "the plan changed since it was shown, so apply changed nothing: "
