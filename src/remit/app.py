@@ -236,7 +236,7 @@ class App:
             if folder is None:
                 raise AppError("use_resources needs the lockfile's path with declarations")
             lockfile = Path(folder) / LOCKFILE
-        self.resources = Resources(self.resource_types, declared, Lockfile(lockfile))
+        self.resources = Resources(self.resource_types, declared, Lockfile(lockfile), self.name)
         self.workflows[APPLY] = apply_workflow(self.resources, self.ops)
         self.workflows[DRIFT] = drift_workflow(self.resources, self.ops, self.drift_schedule)
         self.approval_types[APPROVAL] = approval_type()

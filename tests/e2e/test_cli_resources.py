@@ -186,14 +186,21 @@ def test_drift_opens_a_finding_once_and_plan_shows_the_change(cli: Cli, tmp_path
     assert vendor(tmp_path).records(box)[data_id]["size"] == 5
 
 
+BY_HAND = """\
+from tests.resource_support import alias
+
+www = alias(name="www", target="https://elsewhere.test")
+other = alias(name="other", target="https://elsewhere.test")
+"""
+
+
 def test_import_binds_an_existing_object_and_refuses_what_it_cannot_bind(
     cli: Cli, tmp_path: Path
 ) -> None:
     folder = stock(cli, tmp_path)
-    applied(cli, folder)
-    made = lockfile(folder)
-    Lockfile(folder / "remit.lock").unbind("www")
-    assert set(lockfile(folder)) == {"data"}
+    (folder / "resources" / "main.py").write_text(BY_HAND)
+    # Made by hand at the vendor's console, before remit knew of it.
+    vendor(tmp_path).tamper(alias, "st-byhand", name="www", target="https://elsewhere.test")
     unbound = cli("plan", app=folder, check=False)
     assert unbound.returncode == 2, printed(unbound)
     assert "+ www (store.alias) will be created" in unbound.stdout
@@ -203,34 +210,55 @@ def test_import_binds_an_existing_object_and_refuses_what_it_cannot_bind(
     assert "error: alias st-nope: the vendor has no such store.alias; check the id" in flat(
         unknown.stderr
     )
-    assert set(lockfile(folder)) == {"data"}
+    assert not (folder / "remit.lock").exists()
 
-    nothing = cli(
-        "import", "store.alias", made["www"].id, "--as", "nothing", app=folder, check=False
-    )
+    nothing = cli("import", "store.alias", "st-byhand", "--as", "nothing", app=folder, check=False)
     assert nothing.returncode == 1, printed(nothing)
     assert "no data file declares `nothing`: declare it in resources/*.py first" in flat(
         nothing.stderr
     )
-    wrong_type = cli("import", "store.box", made["www"].id, "--as", "www", app=folder, check=False)
+    wrong_type = cli("import", "store.box", "st-byhand", "--as", "www", app=folder, check=False)
     assert wrong_type.returncode == 1, printed(wrong_type)
     assert "`www` is declared a store.alias, not a store.box" in flat(wrong_type.stderr)
-    no_type = cli("import", "store.nope", made["www"].id, "--as", "www", app=folder, check=False)
+    no_type = cli("import", "store.nope", "st-byhand", "--as", "www", app=folder, check=False)
     assert no_type.returncode == 1, printed(no_type)
     assert "no connector of the app declares the resource type `store.nope`" in flat(no_type.stderr)
-    assert set(lockfile(folder)) == {"data"}
+    assert not (folder / "remit.lock").exists()
 
-    done = cli("import", "store.alias", made["www"].id, "--as", "www", app=folder, check=False)
+    done = cli("import", "store.alias", "st-byhand", "--as", "www", app=folder, check=False)
     assert done.returncode == 0, printed(done)
-    assert f"imported store.alias {made['www'].id} as `www` into remit.lock" in done.stdout
+    assert "imported store.alias st-byhand as `www` into remit.lock" in done.stdout
     assert "`www` matches its declaration." in done.stdout
-    assert lockfile(folder) == made
-    assert cli("plan", app=folder, check=False).returncode == 0
+    assert lockfile(folder) == {"www": Binding("store.alias", "st-byhand")}
+    after = cli("plan", app=folder, check=False)
+    assert after.returncode == 2, printed(after)  # `other` is still to make
+    assert "www" not in after.stdout
 
     taken = cli("import", "store.alias", "st-other", "--as", "www", app=folder, check=False)
     assert taken.returncode == 1, printed(taken)
-    assert f"`www` is bound to {made['www'].id} already" in flat(taken.stderr)
+    assert "`www` is bound to st-byhand already" in flat(taken.stderr)
+    twice = cli("import", "store.alias", "st-byhand", "--as", "other", app=folder, check=False)
+    assert twice.returncode == 1, printed(twice)
+    assert "store.alias st-byhand is bound to `www` already" in flat(twice.stderr)
+    assert lockfile(folder) == {"www": Binding("store.alias", "st-byhand")}
+
+
+def test_the_database_holds_the_bindings_and_the_lockfile_is_written_from_it(
+    cli: Cli, tmp_path: Path
+) -> None:
+    folder = stock(cli, tmp_path)
+    applied(cli, folder)
+    made = lockfile(folder)
+    # The file is lost (a checkout elsewhere, a bad merge): the database still binds both.
+    (folder / "remit.lock").unlink()
+    the_plan = cli("plan", app=folder, check=False)
+    assert the_plan.returncode == 0, printed(the_plan)
+    assert "www: remit.lock has unbound, the database store.alias" in flat(the_plan.stderr)
+    again = cli("apply", "--yes", app=folder, check=False, stdin="")
+    assert again.returncode == 0, printed(again)
+    assert "written from the database's bindings" in flat(again.stderr)
     assert lockfile(folder) == made
+    assert vendor(tmp_path).records(box).keys() == {made["data"].id}  # nothing made twice
 
 
 def test_removing_the_declarations_deletes_after_an_approval(cli: Cli, tmp_path: Path) -> None:

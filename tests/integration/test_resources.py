@@ -12,10 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from remit import CallContext, DriverError, RemitError, secret
 from remit.core.errors import AppError
+from remit.core.schema import bindings as bindings_table
 from remit.declare.resources import Expect, UpdateIn, ref
+from remit.resources.bindings import Bindings
 from remit.resources.direct import direct_caller
 from remit.resources.files import _ordered
 from remit.resources.findings import Findings
@@ -439,3 +442,47 @@ def test_a_removed_read_only_resource_is_forgotten_not_deleted(
         applied(h)
     assert lock.read() == {}
     assert fake.records(shelf) == {"sh-1": {"label": "top"}}
+
+
+def test_bindings_are_the_databases_wherever_the_apply_ran(
+    database_url: str, tmp_path: Path
+) -> None:
+    fake = FakeStore()
+    server = tmp_path / "server"
+    server.mkdir()
+    with harness(database_url, server, declared(), fake) as h:
+        applied(h)  # on a worker whose folder is not the checkout's
+        assert h.app.resources is not None
+        here = Lockfile(tmp_path / "checkout.lock")
+        store = Bindings(h.worker.db, h.app.name, here)
+        held = store.read()
+        assert held == Lockfile(server / "remit.lock").read()
+        assert set(held) == {"data", "www"}
+        assert store.differences() == [
+            f"data: remit.lock has unbound, the database store.box {held['data'].id}",
+            f"www: remit.lock has unbound, the database store.alias {held['www'].id}",
+        ]
+        assert store.export()
+        assert here.read() == held
+        assert not store.export()  # already the same
+        assert store.differences() == []
+
+
+def test_a_database_without_bindings_adopts_the_lockfiles(
+    database_url: str, tmp_path: Path
+) -> None:
+    fake = FakeStore()
+    with harness(database_url, tmp_path, declared(), fake) as h:
+        applied(h)
+        brought = Lockfile(tmp_path / "remit.lock").read()
+        # As a database restored from before bindings were kept, or a new one for the app:
+        # the lockfile from git is adopted, and nothing is made anew.
+        with h.worker.db.begin() as conn:
+            conn.execute(sa.delete(bindings_table))
+        store = Bindings(h.worker.db, h.app.name, Lockfile(tmp_path / "remit.lock"))
+        assert store.read() == brought
+        with h.worker.db.engine.connect() as conn:
+            adopted = conn.execute(sa.select(bindings_table.c.name, bindings_table.c.bound_by))
+            assert sorted(adopted) == [("data", "remit:lockfile"), ("www", "remit:lockfile")]
+        assert applied(h)["applied"] == []
+    assert len(fake.records(box)) == 1

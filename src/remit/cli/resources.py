@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from remit.app import App
     from remit.core.runs import Run
     from remit.core.settings import Settings
+    from remit.resources.bindings import Bindings
     from remit.resources.planner import Caller
     from remit.resources.workflows import Resources
     from remit.serve.worker import Worker
@@ -37,7 +38,9 @@ def _resources(app: "App") -> "Resources":
     return app.resources
 
 
-def _caller(app: "App", settings: "Settings", actor: str) -> "Caller":
+def _session(app: "App", settings: "Settings", actor: str) -> tuple["Caller", "Bindings"]:
+    """How the command reads the vendors (their ops called directly), and the app's bindings
+    (in its database, mirrored to remit.lock)."""
     from remit.core.database import Database
     from remit.ops.runtime import implementations_for
     from remit.resources.direct import direct_caller
@@ -45,7 +48,25 @@ def _caller(app: "App", settings: "Settings", actor: str) -> "Caller":
     db = Database(settings.database_url, pool_size=1)
     db.prepare()
     implementations, credentials = implementations_for(app, db, settings)
-    return direct_caller(implementations, credentials, actor=actor, timeout=settings.op_timeout)
+    call = direct_caller(implementations, credentials, actor=actor, timeout=settings.op_timeout)
+    return call, _resources(app).store(db)
+
+
+def _told_apart(store: "Bindings") -> None:
+    """Say on stderr where remit.lock says other than the database, which wins."""
+    differ = store.differences()
+    if differ:
+        err.print(
+            Text(
+                "remit.lock differs from the bindings in the database, which the plan uses "
+                "(`remit apply` writes the file from them):\n  " + "\n  ".join(differ)
+            )
+        )
+
+
+def _exported(store: "Bindings") -> None:
+    if store.export():
+        err.print(f"{store.lockfile.path} written from the database's bindings")
 
 
 def _exit(code: int) -> None:
@@ -69,7 +90,9 @@ def plan(
 
     here_only("plan")
     app, settings = load(app_dir)
-    the_plan = _resources(app).plan(_caller(app, settings, settings.actor))
+    call, store = _session(app, settings, settings.actor)
+    the_plan = _resources(app).plan(call, store.read())
+    _told_apart(store)
     if as_json:
         out.print_json(json.dumps(the_plan.as_json()))
     else:
@@ -99,9 +122,12 @@ def apply(
     here_only("apply")
     app, settings = load(app_dir)
     actor = as_ or settings.actor
-    the_plan = _resources(app).plan(_caller(app, settings, actor))
+    call, store = _session(app, settings, actor)
+    the_plan = _resources(app).plan(call, store.read())
+    _told_apart(store)
     out.print(Text(the_plan.render()))
     if not the_plan.has_changes:
+        _exported(store)
         _exit(NO_CHANGES)
     if not yes:
         if not sys.stdin.isatty():
@@ -133,6 +159,7 @@ def apply(
     current = serve_run_here(
         app, settings, APPLY, {"seen": seen}, actor, timeout, started, progress
     )
+    _exported(store)
     result = current.output if isinstance(current.output, dict) else {}
     if current.status == "done" and result.get("outcome") == "applied":
         out.print(f"Applied: {len(result.get('applied', []))} changed. remit.lock is up to date.")
@@ -250,7 +277,8 @@ def import_(
         )
     if declaration.type is not rtype:
         raise AppError(f"`{name}` is declared a {declaration.type.id}, not a {type_id}")
-    bindings = resources.bindings()
+    call, store = _session(app, settings, settings.actor)
+    bindings = store.read()
     for other, held in bindings.items():
         if other != name and held.type == rtype.id and held.id == vendor_id:
             raise AppError(
@@ -263,11 +291,10 @@ def import_(
             f"`{name}` is bound to {bound.id} already: remove its binding from remit.lock "
             "first if it should be bound to another object"
         )
-    call = _caller(app, settings, settings.actor)
     found = call(rtype.ops["import"], {"id": vendor_id}, f"import:{name}")
-    resources.lockfile.bind(name, Binding(type=rtype.id, id=vendor_id))
+    store.bind(name, Binding(type=rtype.id, id=vendor_id), by=settings.actor)
     out.print(f"imported {type_id} {getattr(found, 'id', vendor_id)} as `{name}` into remit.lock")
-    the_plan = resources.plan(call)
+    the_plan = resources.plan(call, store.read())
     mine = [c for c in the_plan.changes if c.name == name]
     if mine and mine[0].action != "none":
         from remit.resources.planner import Plan
@@ -290,10 +317,12 @@ def list_resources(
     here_only("resources")
     app, settings = load(app_dir)
     resources = _resources(app)
-    bindings = resources.bindings()
+    call, store = _session(app, settings, settings.actor)
+    bindings = store.read()
+    _told_apart(store)
     actions: dict[str, str] = {}
     if not offline:
-        for change in resources.plan(_caller(app, settings, settings.actor)).changes:
+        for change in resources.plan(call, bindings).changes:
             actions[change.name] = (
                 "up to date" if change.action == "none" else f"{change.action} pending"
             )

@@ -298,6 +298,8 @@ class ResourceFake(ResourceImplementation, Fake):
             folder = Path(os.environ[FAKES_DIR])
             folder.mkdir(parents=True, exist_ok=True)
             journal = folder / f"{self.resource_types[0].vendor}.jsonl"
+        if journal is not None:
+            Path(journal).parent.mkdir(parents=True, exist_ok=True)
         self._records: dict[tuple[str, str], dict[str, Any]] = {}
         self._folded = 0
         self._fold_lock = threading.Lock()

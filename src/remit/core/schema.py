@@ -302,6 +302,19 @@ wakeups = sa.Table(
     sa.Column("checked_at", UTCDateTime),
 )
 
+# Which vendor object each declared resource is bound to: what apply and import write, wherever
+# they run, and what `remit.lock` in the app's folder is written from.
+bindings = sa.Table(
+    "remit_bindings",
+    metadata,
+    sa.Column("app", sa.String(200), primary_key=True),
+    sa.Column("name", sa.String(100), primary_key=True),
+    sa.Column("type", sa.String(200), nullable=False),
+    sa.Column("vendor_id", sa.String(500), nullable=False),
+    sa.Column("bound_at", UTCDateTime, nullable=False),
+    sa.Column("bound_by", sa.String(200), nullable=False),
+)
+
 # What `drift` found: one open row per difference between the vendors and the data files (its
 # fingerprint), seen pass after pass until the world matches again or differs otherwise.
 drift = sa.Table(

@@ -12,7 +12,8 @@ indents and a final newline, so one binding added is one small diff:
 
 Apply writes it as each resource is bound (and imports add to it), each write a whole new file
 renamed into place under a lock, so a crash mid-apply leaves the bindings made so far and never
-half a file. It holds ids only: no state, and so no value of a write-only field.
+half a file. It holds ids only: no state, and so no value of a write-only field. The app's
+database holds the same bindings (`bindings.py`), which is what a plan reads.
 """
 
 from __future__ import annotations
@@ -95,6 +96,10 @@ class Lockfile:
             bindings = self.read()
             if bindings.pop(name, None) is not None:
                 self._write(bindings)
+
+    def write(self, bindings: Mapping[str, Binding]) -> None:
+        """Replace the file's bindings with `bindings` (under `held()`)."""
+        self._write(bindings)
 
     def _write(self, bindings: Mapping[str, Binding]) -> None:
         text = render(bindings)

@@ -3,7 +3,7 @@
 `apply` plans inside the run (each `plan` call a step in the ledger), checks the plan is the one
 its starter was shown, asks one approval before any delete or replace of a resource that holds
 state, then walks the plan in reference order: each create, update or delete a keyed call, and
-each new binding written to the lockfile in a step of its own right after. A run that crashes
+each new binding written to the database and the lockfile in a step of its own right after. A run that crashes
 resumes where it was: the calls already made answer from the record, a call cut off is made
 again with its key (the vendor makes nothing twice), and every binding it made is in the file.
 
@@ -37,6 +37,7 @@ from remit.declare.schedules import Schedule, schedule
 from remit.declare.workflows import Workflow, workflow
 from remit.execution.context import Context
 from remit.people.approvals import ApprovalType
+from remit.resources.bindings import Bindings
 from remit.resources.files import Declared
 from remit.resources.findings import Findings
 from remit.resources.lockfile import Binding, Lockfile
@@ -90,12 +91,16 @@ class Resources:
     types: Mapping[str, ResourceType]
     declared: Declared
     lockfile: Lockfile
+    app: str = ""
 
-    def bindings(self) -> dict[str, Binding]:
-        return self.lockfile.read()
+    def store(self, db: Database) -> Bindings:
+        """The bindings in `db` (the truth), mirrored to the lockfile."""
+        return Bindings(db, self.app, self.lockfile)
 
-    def plan(self, call: Caller) -> Plan:
-        return plan(self.declared, self.bindings(), self.types, call)
+    def plan(self, call: Caller, bindings: Mapping[str, Binding] | None = None) -> Plan:
+        """The plan against `bindings` (default: the lockfile's)."""
+        bound = self.lockfile.read() if bindings is None else bindings
+        return plan(self.declared, bound, self.types, call)
 
 
 def _bindings(raw: Mapping[str, Any]) -> dict[str, Binding]:
@@ -123,9 +128,11 @@ def _planned(
             for name, d in resources.declared.by_name.items()
         },
     )
+    db, app = ctx.app_database
+    store = Bindings(db, app, resources.lockfile)
     raw = ctx.step(
-        "read remit.lock",
-        lambda: {n: {"type": b.type, "id": b.id} for n, b in resources.bindings().items()},
+        "read the bindings",
+        lambda: {n: {"type": b.type, "id": b.id} for n, b in store.read().items()},
     )
     missing = sorted({f["type"] for f in files.values()} - set(resources.types))
     if missing:
@@ -202,6 +209,8 @@ class _Walk:
         self.resources = resources
         self.declared = declared
         self.ops = ops
+        db, app = ctx.app_database
+        self.store = Bindings(db, app, resources.lockfile)
         self.known: dict[str, Mapping[str, Any] | None] = {}
         self.applied: list[dict[str, Any]] = []
 
@@ -264,10 +273,10 @@ class _Walk:
         made = Applied.model_validate(
             self._call(rtype, "create", {"desired": desired}, key).model_dump()
         )
-        lockfile = self.resources.lockfile
+        store, by = self.store, self.ctx.run_id
 
         def bind() -> str:
-            lockfile.bind(change.name, Binding(rtype.id, made.id))
+            store.bind(change.name, Binding(rtype.id, made.id), by=by)
             return made.id
 
         self.ctx.step(f"bind {change.name}", bind)
@@ -299,10 +308,10 @@ class _Walk:
         self.ctx.step(f"forget {secret_name}", forget)
 
     def _unbind(self, name: str) -> None:
-        lockfile = self.resources.lockfile
+        store = self.store
 
         def unbind() -> str:
-            lockfile.unbind(name)
+            store.unbind(name)
             return name
 
         self.ctx.step(f"unbind {name}", unbind)
