@@ -3,10 +3,11 @@ database. `remit plan` shows what would change to make the vendors match this fi
 apply` makes it so, and writes the vendors' ids to remit.lock. Each variable's name is the
 resource's: `store`'s URL is stored as the secret REMIT_DATABASE_URL_STORE once it is made."""
 
-from ar_desk.connectors.dns import record
-from ar_desk.connectors.hosting import container
-from ar_desk.connectors.pgcloud import project
 from remit import ref, secret
+
+from ..connectors.dns import record
+from ..connectors.hosting import container
+from ..connectors.pgcloud import project
 
 # The desk's worker, served from a container; the mail password is one of remit's secrets
 # (`remit secrets set SMTP_PASSWORD`), sent to the host and never written anywhere else.
