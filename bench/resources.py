@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench.py --only resources [--quick] [--write]   # `make bench` runs it too
     .venv/bin/python bench/resources.py [--quick] [--write]
 
-The vendor is a small fake of two resource types, the shape the tests use: `store.box` holds
+The vendor is the tests' small fake of two resource types (`tests/resource_support.py`): `store.box` holds
 data (a name that cannot change, a size, a write-only password taken from a secret, a URL the
 vendor sets) and `store.alias` is stateless, pointing at a box's URL by reference. Every
 declared alias references a box, so half the resources wait on another's vendor-set field.
@@ -25,17 +25,15 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import tempfile
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from common import Figure, drop_database, figure_table, fresh_database, run_alone, write_section
 from dbos import DBOS, WorkflowHandle
-from pydantic import BaseModel
 
-from remit import App, Connector, Reference, ResourceFake, ResourceType, ref, resource_type, secret
+from remit import App, ref, secret
 from remit.connectors.base import CallContext
 from remit.core.fence import attempt_workflow_id
 from remit.declare.resources import SECRET_KEY, CreateIn, Declaration
@@ -43,53 +41,14 @@ from remit.resources.direct import direct_caller
 from remit.resources.lockfile import Binding, render
 from remit.testing import Harness
 
+# The tests' vendor of two resource types, the one this measures.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.resource_support import FakeStore, alias, box, store
+
 PASSWORD = "BOX_PASSWORD"
 ENVIRON = {PASSWORD: "a-password-for-the-bench"}
 BARE_WORKFLOW = "bare-resource-steps"
 POLL = 0.01
-
-
-class Box(BaseModel):
-    name: str
-    size: int = 1
-    password: str | None = None
-    url: str | None = None
-
-
-class Alias(BaseModel):
-    name: str
-    target: str
-
-
-box = resource_type(
-    "store.box",
-    schema=Box,
-    title="Box",
-    immutable=["name"],
-    vendor_owned=["url"],
-    write_only=["password"],
-)
-alias = resource_type(
-    "store.alias",
-    schema=Alias,
-    title="Alias",
-    immutable=["name"],
-    references={"target": Reference(types=("store.box",), fields=("url",))},
-    stateless=True,
-)
-
-
-class FakeStore(ResourceFake):
-    resource_types = (box, alias)
-    id_prefix = "st"
-
-    def vendor_fields(
-        self, rtype: ResourceType, id: str, desired: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        return {"url": f"https://{desired['name']}.store.test"} if rtype is box else {}
-
-
-store = Connector("store", ops=[], driver=FakeStore, fake=FakeStore, resources=[box, alias])
 
 
 def declarations(pairs: int) -> dict[str, Declaration]:

@@ -10,6 +10,12 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from pydantic import BaseModel
+
+from remit.connectors.base import CallContext, Implementation
+from remit.core.wakeup_tokens import mint_instance_token
+from remit.declare.ops import Op
+
 
 class Instances:
     """A threaded HTTP server on 127.0.0.1 standing in for many instances, one per path
@@ -139,3 +145,21 @@ class NotTheService:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def call(
+    implementation: Implementation, op: Op[Any, Any], input: BaseModel, env: dict[str, str]
+) -> dict[str, Any]:
+    """One call of `op` on `implementation`, as remit makes it, under a key of its own: its
+    output as JSON."""
+    context = CallContext(
+        op=op,
+        idempotency_key=f"k-{mint_instance_token()[4:16]}",
+        run_id="run_test",
+        attempt=1,
+        actor="user:ann",
+        environ=env,
+        timeout=30.0,
+    )
+    output: dict[str, Any] = implementation.invoke(op, input, context).model_dump(mode="json")
+    return output

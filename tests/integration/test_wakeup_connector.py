@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel
 
 from remit import Client, DriverError, MissingCredential, RemitError
-from remit.connectors.base import CallContext, Implementation
+from remit.connectors.base import Implementation
 from remit.connectors.wakeup import (
     FakeWakeup,
     InstanceRef,
@@ -35,7 +35,7 @@ from remit.core.wakeup_tokens import mint_instance_token
 from remit.declare.ops import Op
 from tests.instances import WakeupService
 from tests.support import make_app
-from tests.wakeup_support import NotTheService
+from tests.wakeup_support import NotTheService, call
 
 AT = datetime(2030, 1, 31, 9, 0, tzinfo=UTC)
 INSTANCE_URL = "http://127.0.0.1:9/remit"
@@ -48,26 +48,6 @@ def environ(url: str, account: str | None, instance: str | None) -> dict[str, st
     if instance is not None:
         given["REMIT_WAKEUP_TOKEN"] = instance
     return given
-
-
-def call(
-    implementation: Implementation,
-    op: Op[Any, Any],
-    input: BaseModel,
-    env: dict[str, str],
-) -> dict[str, Any]:
-    """One call of `op` on `implementation`, as remit makes it: its output as JSON."""
-    context = CallContext(
-        op=op,
-        idempotency_key=f"k-{mint_instance_token()[4:16]}",
-        run_id="run_test",
-        attempt=1,
-        actor="user:ann",
-        environ=env,
-        timeout=30.0,
-    )
-    output: dict[str, Any] = implementation.invoke(op, input, context).model_dump(mode="json")
-    return output
 
 
 def test_an_instance_registers_reads_arms_and_is_deleted(wakeup_service: WakeupService) -> None:

@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from remit import AppError, Client, DriverError, MissingCredential, RemitError
-from remit.connectors.base import CallContext, Implementation
+from remit.connectors.base import Implementation
 from remit.connectors.wakeup import (
     FakeWakeup,
     InstanceRef,
@@ -29,7 +28,6 @@ from remit.connectors.wakeup import (
 )
 from remit.core.settings import Settings
 from remit.core.wakeup_tokens import mint_instance_token
-from remit.declare.ops import Op
 from remit.declare.resources import (
     RESOURCE_OPS,
     CreateIn,
@@ -42,6 +40,7 @@ from remit.declare.resources import (
 )
 from tests.instances import WakeupService
 from tests.support import make_app
+from tests.wakeup_support import call
 
 HOST = "http://127.0.0.1:9/web"
 MOVED = "http://127.0.0.1:9/web-2"
@@ -54,23 +53,6 @@ def environ(url: str, account: str, token: str | None) -> dict[str, str]:
     if token is not None:
         given["REMIT_WAKEUP_TOKEN"] = token
     return given
-
-
-def call(
-    implementation: Implementation, op: Op[Any, Any], input: BaseModel, env: dict[str, str]
-) -> dict[str, Any]:
-    """One call of `op` on `implementation`, under a key of its own: its output as JSON."""
-    context = CallContext(
-        op=op,
-        idempotency_key=f"k-{mint_instance_token()[4:16]}",
-        run_id="run_test",
-        attempt=1,
-        actor="user:ann",
-        environ=env,
-        timeout=30.0,
-    )
-    output: dict[str, Any] = implementation.invoke(op, input, context).model_dump(mode="json")
-    return output
 
 
 @pytest.fixture(params=["fake", "driver"])

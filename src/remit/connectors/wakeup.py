@@ -362,6 +362,22 @@ class _InstanceType(ResourceImplementation):
     def _remove(self, call: CallContext, instance_id: str) -> bool:
         """Forget the instance; False when the service held none of that id."""
 
+    # The connector's ops.
+
+    @implements(create_instance)
+    def create(self, input: Registration, call: CallContext) -> Registered:
+        return Registered(id=self._register_at(call, input.url), url=input.url)
+
+    @implements(get_instance)
+    def get(self, input: InstanceRef, call: CallContext) -> Instance:
+        return self._fetch(call, input.id)
+
+    @implements(delete_instance)
+    def delete(self, input: InstanceRef, call: CallContext) -> Removed:
+        return Removed(id=input.id, deleted=self._remove(call, input.id))
+
+    # The type's.
+
     def read_resource(
         self, rtype: ResourceType, id: str, call: CallContext
     ) -> Mapping[str, Any] | None:
@@ -397,18 +413,6 @@ class WakeupDriver(_InstanceType, ResourceDriver):
 
     def __init__(self, transport: httpx.BaseTransport | None = None) -> None:
         self.transport = transport
-
-    @implements(create_instance)
-    def create(self, input: Registration, call: CallContext) -> Registered:
-        return Registered(id=self._register_at(call, input.url), url=input.url)
-
-    @implements(get_instance)
-    def get(self, input: InstanceRef, call: CallContext) -> Instance:
-        return self._fetch(call, input.id)
-
-    @implements(delete_instance)
-    def delete(self, input: InstanceRef, call: CallContext) -> Removed:
-        return Removed(id=input.id, deleted=self._remove(call, input.id))
 
     @implements(register_wake)
     def register(self, input: Wake, call: CallContext) -> Armed:
@@ -595,19 +599,6 @@ class FakeWakeup(_InstanceType, Fake):
         self.instances: dict[str, FakeInstance] = {}
         self.registrations: list[WakeRegistered] = []
         self._state = threading.Lock()
-
-    @implements(create_instance)
-    def create(self, input: Registration, call: CallContext) -> Registered:
-        held = self._register(call, input.url)
-        return Registered(id=held.id, url=held.url)
-
-    @implements(get_instance)
-    def get(self, input: InstanceRef, call: CallContext) -> Instance:
-        return self._fetch(call, input.id)
-
-    @implements(delete_instance)
-    def delete(self, input: InstanceRef, call: CallContext) -> Removed:
-        return Removed(id=input.id, deleted=self._remove(call, input.id))
 
     @implements(register_wake)
     def register(self, input: Wake, call: CallContext) -> Armed:
