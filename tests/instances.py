@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -168,11 +169,16 @@ class Instance:
     def row(self) -> WakeupRow | None:
         return WakeupState(self.db, "sleepy").get()
 
-    def wait_state(self, state: str, timeout: float = 60) -> WakeupRow:
+    def wait_state(
+        self, state: str, timeout: float = 60, *, since: datetime | None = None
+    ) -> WakeupRow:
+        """The worker's row once it is `state`; with `since`, once it stopped after then (not
+        the stop it was in before a write woke it)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             row = self.row()
-            if row is not None and row.state == state:
+            later = since is None or (row is not None and (row.stopped_at or since) > since)
+            if row is not None and row.state == state and later:
                 return row
             time.sleep(0.05)
         raise AssertionError(f"the worker was never {state}: {self.row()}\n{self.log()}")

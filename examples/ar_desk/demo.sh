@@ -132,6 +132,16 @@ instance=$!
 trap 'stop_all "$server" "$service" "$instance"' EXIT
 instance_url="$(listening "$wakeup_dir/instance.log")"
 r wakeup connect "$instance_url" --as user:sam
+# The desk's only deadline is its morning drift check: once connected, the worker registers it
+# with the service and stops.
+status=""
+for _ in $(seq 1 300); do
+    status="$(r wakeup status)"
+    grep -q 'worker: *stopped' <<<"$status" && break
+    sleep 0.1
+done
+echo "-- with nothing due before the morning's drift check, the worker registered it and stopped"
+grep -E '^(worker|registered):' <<<"$status"
 follow="$(r start follow-up --as user:ann --input '{"invoice_id": "inv_1001", "wait_seconds": 6}')"
 echo "-- ann starts follow-up $follow: it sleeps 6 s; with nothing else to do, the worker stops"
 status=""

@@ -65,11 +65,12 @@ def test_help_loads_no_heavy_module() -> None:
 def test_help_lists_every_command_under_a_heading_with_its_whole_first_sentence() -> None:
     [printed] = probe(["--help"]).outputs
     headings = [line[:-1] for line in printed.splitlines() if line and not line[0].isspace()]
-    assert headings[-5:] == [
+    assert headings[-6:] == [
         "Runs",
         "People",
         "Ops, data and money",
         "Policies and access",
+        "Resources",
         "Running the app",
     ]
     commands = printed.split("Runs:\n", 1)[1].splitlines()
@@ -125,6 +126,11 @@ COMMANDS = [
     ["tokens", "list"],
     ["tokens", "revoke"],
     ["wakeup", "connect"],
+    ["plan"],
+    ["apply"],
+    ["drift"],
+    ["import"],
+    ["resources"],
 ]
 
 

@@ -9,6 +9,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -228,8 +229,9 @@ def test_a_sleeping_run_is_woken_by_the_service_at_its_deadline(connected: Insta
 
 
 def test_an_approval_expiry_is_woken_at_its_time(connected: Instance) -> None:
+    began = datetime.now(UTC)
     run_id = connected.start("ask", {"expires_in": 4})
-    stopped = connected.wait_state("stopped", timeout=30)
+    stopped = connected.wait_state("stopped", timeout=30, since=began)
     assert stopped.at is not None
     expired = connected.wait_moment(run_id, "expired", timeout=60)
     late = expired - stopped.at.timestamp()

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from remit import CallContext, DriverError, RemitError, secret
+from remit import App, CallContext, DriverError, RemitError, secret
 from remit.core.errors import AppError
 from remit.core.schema import bindings as bindings_table
 from remit.declare.resources import Expect, UpdateIn, ref
@@ -25,7 +25,7 @@ from remit.resources.findings import Findings
 from remit.resources.lockfile import Binding, Lockfile, render
 from remit.resources.planner import Plan
 from remit.testing import Harness
-from tests.resource_support import FakeStore, alias, box, resource_app, shelf
+from tests.resource_support import FakeStore, alias, box, resource_app, shelf, store
 
 SECRET = "s3cr3t-box-password-value"
 
@@ -486,3 +486,20 @@ def test_a_database_without_bindings_adopts_the_lockfiles(
             assert sorted(adopted) == [("data", "remit:lockfile"), ("www", "remit:lockfile")]
         assert applied(h)["applied"] == []
     assert len(fake.records(box)) == 1
+
+
+def test_a_drift_schedule_makes_drift_a_scheduled_workflow(
+    database_url: str, tmp_path: Path
+) -> None:
+    app = App(name="stock", workflows=[], connectors=[store], drift_schedule="0 * * * *")
+    app.use_resources(declarations=declared(), lockfile=tmp_path / "remit.lock")
+    with Harness(
+        app,
+        database_url=database_url,
+        implementations={"store": FakeStore()},
+        environ={"BOX_PW": SECRET},
+    ) as h:
+        due = [d for d in h.deadlines() if d.kind == "schedule" and d.target == "drift"]
+    assert len(due) == 1
+    assert due[0].at.minute == 0
+    assert due[0].at.second == 0

@@ -72,6 +72,7 @@ class _RemitGroup(HelpGroup):
         "People": ["approvals", "approve", "reject", "tasks", "task", "activity"],
         "Ops, data and money": ["call", "data", "ledger", "budgets", "secrets"],
         "Policies and access": ["policies", "denials", "tokens"],
+        "Resources": ["plan", "apply", "drift", "import", "resources"],
         "Running the app": [
             "worker",
             "serve",
