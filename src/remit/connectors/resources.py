@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from remit.connectors.base import AppliedEffect, CallContext, Driver, Fake, Implementation
-from remit.core.errors import DriverError, MissingCredential
+from remit.core.errors import DriverError
 from remit.declare.ops import Op
 from remit.declare.resources import (
     SECRET_KEY,
@@ -118,16 +118,7 @@ def reveal(value: Any, call: CallContext) -> Any:
     the call's credentials (the environment over remit's stored secrets); a secret that is not
     set fails the call naming it."""
     if is_marker(value, SECRET_KEY):
-        name = value[SECRET_KEY]
-        found = call.environ.get(name)
-        if not found:
-            raise MissingCredential(
-                f"op `{call.op.id}` needs the secret {name}, which is not set: set it with "
-                f"`remit secrets set {name}`",
-                op=call.op.id,
-                variable=name,
-            )
-        return found
+        return call.credential(value[SECRET_KEY])
     if isinstance(value, dict):
         return {key: reveal(item, call) for key, item in value.items()}
     if isinstance(value, list):
