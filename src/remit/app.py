@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 
 from remit._version import __version__
 from remit.budgets.model import Budget, Price
+from remit.connectors.apps import VENDOR as APPS_VENDOR
+from remit.connectors.apps import AppEntry, AppList, apps_connector
 from remit.connectors.base import Connector
 from remit.connectors.data import VENDOR as DATA_VENDOR
 from remit.connectors.data import Collection
@@ -25,9 +27,17 @@ from remit.connectors.wakeup import VENDOR as WAKEUP_VENDOR
 from remit.connectors.wakeup import wakeup_connector
 from remit.core.errors import AppError, UnknownWorkflow
 from remit.core.settings import app_folder
+from remit.declare.apps import (
+    APPS_FOLDER,
+    app_of_name,
+    caller_app,
+    check_app_name,
+    qualified,
+    register_repo,
+)
 from remit.declare.ops import Op
 from remit.declare.schedules import Schedule
-from remit.declare.workflows import DEFAULT_QUEUE, Workflow, check_name
+from remit.declare.workflows import DEFAULT_QUEUE, Workflow, check_name, check_qualified
 from remit.execution.direct import held_call_type, held_call_workflow
 from remit.people.approvals import ApprovalType
 from remit.people.notify import Notifier
@@ -66,7 +76,12 @@ class Queue:
     rate: tuple[int, float] | None = None
 
     def __post_init__(self) -> None:
-        check_name("queue", self.name)
+        # Declared in an app's folder (`apps/<app>/`), the queue is that app's: `<app>.<name>`.
+        app = caller_app(3)
+        if app is not None and "." not in self.name:
+            check_name("queue", self.name)
+            object.__setattr__(self, "name", qualified(app, self.name))
+        check_qualified("queue", self.name)
         if self.rate is not None:
             limit, period = self.rate
             if limit < 1 or period <= 0:
@@ -142,11 +157,11 @@ class App:
                 raise AppError(f"app `{name}` lists {connector!r} among its connectors")
             if connector is wakeup_connector:
                 continue  # every app has it
-            if connector.vendor == WAKEUP_VENDOR:
+            if connector.vendor in (WAKEUP_VENDOR, APPS_VENDOR):
                 raise AppError(
-                    f"app `{name}` declares a connector for the vendor `{WAKEUP_VENDOR}`, which "
-                    f"is remit's own vendor (its connector is in every app): rename yours, and "
-                    f"its ops' ids"
+                    f"app `{name}` declares a connector for the vendor `{connector.vendor}`, "
+                    f"which is remit's own vendor (its connector is in every app): rename "
+                    f"yours, and its ops' ids"
                 )
             if connector.vendor in self.connectors:
                 raise AppError(
@@ -154,6 +169,7 @@ class App:
                 )
             self.connectors[connector.vendor] = connector
         self.connectors[WAKEUP_VENDOR] = wakeup_connector
+        self.connectors[APPS_VENDOR] = apps_connector(self.listing)
         self.resource_types = resource_files.types_of(self.connectors.values())
         self.collections = _collections(name, collections, self.connectors)
         self.ops: dict[str, Op[Any, Any]] = {
@@ -172,6 +188,7 @@ class App:
         self.workflows: dict[str, Workflow] = {}
         for wf in workflows:
             self._add(wf)
+        self._declared_budgets = list(budgets)
         self.budgets = _budgets(name, budgets, self.workflows)
         self.llm_prices = _prices(name, llm_prices)
         # Open (nothing checked) until the app has a policies folder: `policies=`, or the app
@@ -179,6 +196,83 @@ class App:
         self.policy = Policy.open()
         if policies is not None:
             self.use_policies(Path(policies))
+
+    def include(
+        self,
+        *,
+        workflows: Iterable[Workflow] = (),
+        collections: Iterable[Collection[Any]] = (),
+        queues: Iterable[Queue] = (),
+        approvals: Iterable[ApprovalType] = (),
+        budgets: Iterable[Budget] = (),
+    ) -> None:
+        """Add what the repo's folders declare beside `App(...)`: the root's `workflows/` and
+        each app's `apps/<app>/workflows/` (`load_app` finds them). Checked as `App(...)` checks
+        its own; the policies, if the app has them, are loaded again to know the new names."""
+        for held in collections:
+            if not isinstance(held, Collection):
+                raise AppError(f"app `{self.name}` lists {held!r} among its collections")
+            if held.name in self.collections:
+                if self.collections[held.name] is held:
+                    continue
+                raise AppError(
+                    f"app `{self.name}` has two collections named `{held.name}`: keep one, or "
+                    "rename the other"
+                )
+            if DATA_VENDOR in self.connectors:
+                raise AppError(
+                    f"app `{self.name}` has a connector for the vendor `{DATA_VENDOR}`, whose "
+                    "ops are its collections': rename the connector's vendor (and its ops' ids)"
+                )
+            self.collections[held.name] = held
+            self.ops.update({declared.id: declared for declared in held.ops})
+        for queue in queues:
+            known = self.queues.get(queue.name)
+            if known is not None and known != queue:
+                raise AppError(
+                    f"app `{self.name}` declares the queue `{queue.name}` twice: keep one"
+                )
+            self.queues[queue.name] = queue
+        for declared in approvals:
+            known_type = self.approval_types.get(declared.name)
+            if known_type is not None and known_type is not declared:
+                raise AppError(
+                    f"app `{self.name}` declares the approval type `{declared.name}` twice: "
+                    "rename one"
+                )
+            self.approval_types[declared.name] = declared
+        for wf in workflows:
+            if self.workflows.get(wf.name) is not wf:
+                self._add(wf)
+        self._declared_budgets += [b for b in budgets if b not in self._declared_budgets]
+        self.budgets = _budgets(self.name, self._declared_budgets, self.workflows)
+        if self.policy.enabled and self._policies_folder is not None:
+            del self.workflows[HELD], self.approval_types[HELD]
+            self.use_policies(self._policies_folder)
+
+    @property
+    def apps(self) -> dict[str, list[str]]:
+        """Each app of the repo (`apps/<app>/`) with its workflows' names, sorted."""
+        found: dict[str, list[str]] = {}
+        for name in sorted(self.workflows):
+            app = self.workflows[name].app
+            if app is not None:
+                found.setdefault(app, []).append(name)
+        return dict(sorted(found.items()))
+
+    def listing(self) -> AppList:
+        """What `remit.apps.list` answers: the root's workflows and each app's."""
+        entries = [
+            AppEntry(
+                name=app,
+                workflows=names,
+                collections=sorted(c for c in self.collections if app_of_name(c) == app),
+                queues=sorted(q for q in self.queues if app_of_name(q) == app),
+            )
+            for app, names in self.apps.items()
+        ]
+        root = sorted(name for name, wf in self.workflows.items() if wf.app is None)
+        return AppList(repo=self.name, workflows=root, apps=entries)
 
     def use_policies(self, folder: Path) -> None:
         """Govern the app by the Cedar policies in `folder` (see `policy/cedar.py`).
@@ -307,6 +401,9 @@ class App:
                 f"workflow `{wf.name}` calls {listed}, which its `uses` does not list: add "
                 f"{'it' if len(unlisted) == 1 else 'them'} to @workflow(uses=[...])"
             )
+        if wf.app is not None and wf.queue == qualified(wf.app, DEFAULT_QUEUE):
+            # Each app has a default queue of its own, `<app>.default`.
+            self.queues.setdefault(wf.queue, Queue(wf.queue))
         if wf.queue not in self.queues:
             raise AppError(
                 f"workflow `{wf.name}` runs on queue `{wf.queue}`, which the app does not "
@@ -449,9 +546,11 @@ def referenced_ops(fn: Callable[..., Any], ops: Mapping[str, Op[Any, Any]]) -> s
                 if isinstance(member, Op) and id(member) in known:
                     found.add(member.id)
                 attributes.append(name)
-                path = tuple(attributes[-3:])
-                if path in by_path:
-                    found.add(by_path[path])
+                # `ctx.<vendor>.<resource>.<op>`, or an app's `ctx.data.<app>.<name>.<op>`
+                for length in (3, 4):
+                    path = tuple(attributes[-length:])
+                    if path in by_path:
+                        found.add(by_path[path])
             else:
                 attributes = []
             holder = value
@@ -470,11 +569,14 @@ def _where(wf: Workflow) -> str:
 
 
 def load_app(path: Path | str = ".") -> App:
-    """Load the app in folder `path`.
+    """Load the repo (or app) in folder `path`.
 
     The folder is imported as a package named after it. Its entry module `app.py` declares an
-    `App(...)`; without one, the workflows in `workflows/*.py` and the connectors in
-    `connectors/*.py` are discovered and the app is named after the folder.
+    `App(...)`; without one, the connectors in `connectors/*.py` are discovered and the app is
+    named after the folder. Beside it, the workflows (and the collections, queues, approval
+    types and budgets declared with them) of `workflows/*.py` and of each app's
+    `apps/<app>/workflows/*.py` are discovered; an app's are named `<app>.<name>`
+    (`declare/apps.py`). `resources/` and `policies/` at the root govern them all.
     """
     folder = app_folder(path)
     package = folder.name
@@ -486,9 +588,12 @@ def load_app(path: Path | str = ".") -> App:
     parent = str(folder.parent)
     if parent not in sys.path:
         sys.path.insert(0, parent)
+    register_repo(package)
     _ensure_package(package, folder)
 
     app = _declared_app(folder, package)
+    for module in _app_modules(folder, package):
+        app.include(**_declared_in([module]))
     if app.resources is None and (folder / resource_files.FOLDER).is_dir():
         app.use_resources(folder, package=package)
     if not app.policy.enabled and (folder / POLICIES_FOLDER).is_dir():
@@ -506,25 +611,54 @@ def _declared_app(folder: Path, package: str) -> App:
             )
         return apps[0]
 
-    workflows = [
-        v
-        for module in _modules(folder, package, "workflows")
-        for v in vars(module).values()
-        if isinstance(v, Workflow)
-    ]
     connectors = [
         v
         for module in _modules(folder, package, "connectors")
         for v in vars(module).values()
         if isinstance(v, Connector)
     ]
-    if not workflows:
+    root = _declared_in(_modules(folder, package, "workflows"))
+    if not root["workflows"] and not any((folder / APPS_FOLDER).glob("*/workflows/*.py")):
         raise AppError(
-            f"{folder} has no app.py declaring `App(...)` and no workflows in workflows/*.py: "
-            "add one or the other"
+            f"{folder} has no app.py declaring `App(...)` and no workflows in workflows/*.py "
+            f"or {APPS_FOLDER}/<app>/workflows/*.py: add one or the other"
         )
     name = package.replace("_", "-").lower()
-    return App(name=name, workflows=_unique(workflows), connectors=_unique(connectors))
+    app = App(name=name, connectors=_unique(connectors), workflows=())
+    app.include(**root)
+    return app
+
+
+def _app_modules(folder: Path, package: str) -> list[ModuleType]:
+    """The modules of every app in the repo, `apps/<app>/workflows/*.py`, app by app."""
+    found: list[ModuleType] = []
+    apps = folder / APPS_FOLDER
+    if not apps.is_dir():
+        return found
+    for each in sorted(
+        p for p in apps.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
+    ):
+        check_app_name(each.name)
+        found += _modules(each, f"{package}.{APPS_FOLDER}.{each.name}", "workflows")
+    return found
+
+
+def _declared_in(modules: Iterable[ModuleType]) -> dict[str, list[Any]]:
+    """What modules declare at their top level, by kind, for `App.include`."""
+    kinds: dict[str, type] = {
+        "workflows": Workflow,
+        "collections": Collection,
+        "queues": Queue,
+        "approvals": ApprovalType,
+        "budgets": Budget,
+    }
+    found: dict[str, list[Any]] = {kind: [] for kind in kinds}
+    for module in modules:
+        for value in vars(module).values():
+            for kind, cls in kinds.items():
+                if isinstance(value, cls):
+                    found[kind].append(value)
+    return {kind: _unique(values) for kind, values in found.items()}
 
 
 def _modules(folder: Path, package: str, kind: str) -> list[ModuleType]:

@@ -239,7 +239,7 @@ class Desk:
         self.db = Database(url, pool_size=2)
         self.db.prepare()
         self.client = self.db.client(self.app.name)
-        self.runs = RunStore(self.db)
+        self.runs = RunStore(self.db, app=self.app.name)
         self.gates = Gates(self.db, self.app.approval_types)
         self.approvals = Approvals(self.db, self.client, self.app.approval_types)
 

@@ -26,7 +26,7 @@ from tests.support import FakeShop, create_order, make_app, send_email
 def store(database_url: str) -> Iterator[tuple[Database, RunStore]]:
     db = Database(database_url)
     db.prepare()
-    yield db, RunStore(db)
+    yield db, RunStore(db, app="shop")
     db.dispose()
 
 

@@ -38,7 +38,7 @@ def _reconciler(h: Harness) -> Reconciler:
 
 
 def _queue_bounds(h: Harness) -> int | None:
-    (queue,) = [q for q in h.worker.client.list_queues() if q.name == "default"]
+    (queue,) = [q for q in h.worker.client.list_queues() if q.name == "shop:default"]
     return queue.global_concurrency
 
 
@@ -180,7 +180,9 @@ def test_a_resume_landing_while_a_worker_boots_is_healed_by_the_reconciler(
     try:
         ops = AppState(db, client, app, poll_interval=0.05)
         ops.pause(by="user:ops")
-        run = RunStore(db).start(client, app.workflow("purchase"), {"sku": "sku-1"}, started_by="t")
+        run = RunStore(db, app=app.name).start(
+            client, app.workflow("purchase"), {"sku": "sku-1"}, started_by="t"
+        )
 
         h = Harness(app, database_url=database_url, sweep_interval=3.0)
         # Passes often, so the window closes within the test; the worker's copy of the flag

@@ -36,7 +36,7 @@ def test_limits_hold_across_three_workers(database_url: str, tmp_path: Path) -> 
     )
     try:
         app = load_app(QUEUE_APP)
-        runs = RunStore(workers.db)
+        runs = RunStore(workers.db, app=app.name)
         client = workers.db.client(app.name)
         try:
             started = [

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 
+import sqlalchemy as sa
+
+from remit.core.clock import SystemClock
+from remit.core.database import Database
 from remit.core.schema import approvals as approvals_table
 from remit.core.schema import ledger as ledger_table
 from remit.core.schema import runs as runs_table
@@ -176,25 +181,28 @@ def test_a_pass_leaves_gates_past_due_to_the_sweep(database_url: str) -> None:
         assert h.wait(run.run_id).output == {"status": "expired", "by": "remit:expiry"}
 
 
+def _queued_row(run_id: str, queue: str, now: datetime) -> sa.Insert:
+    """A purchase's row, queued, as a start writes it before it enqueues the first attempt."""
+    return runs_table.insert().values(
+        run_id=run_id,
+        workflow="purchase",
+        queue=queue,
+        input={"sku": "sku-1", "quantity": 1, "email": "a@example.com"},
+        status="queued",
+        attempt=1,
+        workflow_id=f"{run_id}:1",
+        started_by="user:test",
+        created_at=now,
+        updated_at=now,
+    )
+
+
 def test_a_first_attempt_dbos_never_received_is_enqueued(database_url: str) -> None:
     with Harness(make_app(), database_url=database_url) as harness:
         # The window: the run's row stands, and DBOS holds no attempt for it.
         now = harness.worker.runtime.clock.now()
         with harness.worker.db.begin() as conn:
-            conn.execute(
-                runs_table.insert().values(
-                    run_id="run_lost1",
-                    workflow="purchase",
-                    queue="default",
-                    input={"sku": "sku-1", "quantity": 1, "email": "a@example.com"},
-                    status="queued",
-                    attempt=1,
-                    workflow_id="run_lost1:1",
-                    started_by="user:test",
-                    created_at=now,
-                    updated_at=now,
-                )
-            )
+            conn.execute(_queued_row("run_lost1", "shop:default", now))
         assert harness.attempt_status("run_lost1", 1) is None
 
         report = reconciler(harness).run_pass()
@@ -206,3 +214,22 @@ def test_a_first_attempt_dbos_never_received_is_enqueued(database_url: str) -> N
         done = harness.wait("run_lost1")
         assert (done.status, done.attempt) == ("done", 1), done.error
         assert harness.fake("shop", FakeShop).orders == 1
+
+
+def test_a_run_written_on_the_queue_of_an_older_version_is_moved_onto_the_apps_own(
+    database_url: str,
+) -> None:
+    # Before queues were named by app, a run's row named the queue `default`; a worker of the
+    # app moves it onto `shop:default` as it starts, so the reconciler's enqueue is served.
+    db = Database(database_url)
+    db.prepare()
+    now = SystemClock().now()
+    with db.begin() as conn:
+        conn.execute(_queued_row("run_old1", "default", now))
+    db.dispose()
+    with Harness(make_app(), database_url=database_url) as harness:
+        assert harness.runs.get("run_old1").queue == "shop:default"
+        reconciler(harness).run_pass()  # the worker's own first pass may have been first
+        assert harness.wait("run_old1").status == "done"
+        attempt = harness.worker.client.retrieve_workflow("run_old1:1").get_status()
+        assert attempt.queue_name == "shop:default"

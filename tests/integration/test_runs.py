@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from remit import DriverError, InputInvalid
 from remit.core.database import Database
+from remit.core.errors import RemitError
 from remit.core.runs import RunStore
 from remit.testing import Harness
 from tests.support import FakeShop, create_order, get_item, make_app, send_email
@@ -217,13 +218,13 @@ def test_start_needs_no_worker_and_writes_row_and_attempt_together(database_url:
     client = db.client("shop")
     try:
         app = make_app()
-        run = RunStore(db).start(
+        run = RunStore(db, app=app.name).start(
             client, app.workflow("purchase"), {"sku": "sku-1"}, started_by="cli:ann"
         )
         assert (run.status, run.attempt, run.started_by) == ("queued", 1, "cli:ann")
         status = client.retrieve_workflow(run.workflow_id).get_status()
         assert status.status == "ENQUEUED"
-        assert status.queue_name == "default"
+        assert status.queue_name == "shop:default"  # the app's queue, by the app's name
 
         # The row and the attempt commit together: when the enqueue fails (its workflow id is
         # taken), the row is rolled back too.
@@ -235,7 +236,7 @@ def test_start_needs_no_worker_and_writes_row_and_attempt_together(database_url:
             "x",
         )
         with pytest.raises(Exception, match="run_taken:1"):
-            RunStore(db).start(
+            RunStore(db, app=app.name).start(
                 client,
                 app.workflow("purchase"),
                 {"sku": "sku-1"},
@@ -243,6 +244,8 @@ def test_start_needs_no_worker_and_writes_row_and_attempt_together(database_url:
                 run_id="run_taken",
             )
         assert [r.run_id for r in RunStore(db).list()] == [run.run_id]
+        with pytest.raises(RemitError, match=r"knows no app.*RunStore\(app=\.\.\.\)"):
+            RunStore(db).start(client, app.workflow("purchase"), {"sku": "sku-2"}, started_by="x")
     finally:
         client.destroy()
         db.dispose()

@@ -20,6 +20,7 @@ from remit import (
 )
 from remit import op as declare_op
 from remit.app import referenced_ops
+from remit.connectors.apps import list_apps
 from remit.connectors.data import Deleted, PageRequest
 from remit.connectors.wakeup import wakeup_connector
 
@@ -157,8 +158,10 @@ def test_an_app_serves_its_collections_ops_under_data() -> None:
     app = App(name="crm", workflows=[crm], collections=[customers, invoices])
     assert app.collections == {"customers": customers, "invoices": invoices}
     assert app.ops["data.customers.put"] is customers.put
-    assert set(app.ops) == {o.id for o in (*customers.ops, *invoices.ops, *wakeup_connector.ops)}
-    assert list(app.connectors) == ["wakeup"]
+    assert set(app.ops) == {
+        o.id for o in (*customers.ops, *invoices.ops, *wakeup_connector.ops, list_apps)
+    }
+    assert list(app.connectors) == ["wakeup", "remit"]
 
 
 def test_two_collections_with_one_name_are_refused() -> None:

@@ -24,6 +24,7 @@ from remit import (
     op,
     workflow,
 )
+from remit.connectors.apps import list_apps
 from remit.connectors.wakeup import wakeup_connector
 from remit.core.runs import attempt_workflow_id, parse_input
 
@@ -376,11 +377,12 @@ def test_app_collects_workflows_connectors_and_queues() -> None:
     )
 
     assert app.workflow("chase-invoice") is wf
-    assert set(app.connectors) == {"payments", "mail", "wakeup"}
+    assert set(app.connectors) == {"payments", "mail", "wakeup", "remit"}
     assert app.ops == {
         "payments.invoices.get": get_invoice,
         "mail.messages.send": send_reminder,
         **{o.id: o for o in wakeup_connector.ops},
+        list_apps.id: list_apps,
     }
     assert set(app.queues) == {"default", "slow"}
     assert app.queues["slow"].concurrency == 2

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from remit import App, AppError, Connector, Workflow, load_app
+from remit.connectors.apps import list_apps
 from remit.connectors.wakeup import wakeup_connector
 
 CONNECTOR = """
@@ -133,7 +134,7 @@ def test_an_app_py_declaring_one_app(app_folder: Callable[..., Path]) -> None:
     assert app.name == "ar-desk"
     assert list(app.workflows) == ["chase-invoice"]
     assert app.workflows["chase-invoice"].queue == "slow"
-    assert list(app.connectors) == ["payments", "wakeup"]
+    assert list(app.connectors) == ["payments", "wakeup", "remit"]
     assert app.queues["slow"].concurrency == 2
     assert app.workflows["chase-invoice"].fn.__module__ == f"{folder.name}.app"
 
@@ -167,9 +168,13 @@ def test_without_app_py_workflows_and_connectors_are_discovered(
     assert list(app.workflows) == ["chase-invoice"]
     assert isinstance(app.workflows["chase-invoice"], Workflow)
     # The workflow module imports the connector too; it is counted once.
-    assert list(app.connectors) == ["payments", "wakeup"]
+    assert list(app.connectors) == ["payments", "wakeup", "remit"]
     assert isinstance(app.connectors["payments"], Connector)
-    assert set(app.ops) == {"payments.invoices.get", *(o.id for o in wakeup_connector.ops)}
+    assert set(app.ops) == {
+        "payments.invoices.get",
+        list_apps.id,
+        *(o.id for o in wakeup_connector.ops),
+    }
 
 
 def test_a_folder_with_neither_app_py_nor_workflows(app_folder: Callable[..., Path]) -> None:

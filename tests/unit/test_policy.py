@@ -13,6 +13,7 @@ import pytest
 from pydantic import BaseModel
 
 from remit import App, AppError, Connector, Fake, implements, op, workflow
+from remit.connectors.apps import list_apps
 from remit.connectors.wakeup import wakeup_connector
 from remit.execution.context import Context
 from remit.policy.cedar import Catalog, Policy, Principal, cedar_type, split_statements
@@ -300,6 +301,7 @@ def test_an_app_without_policies_checks_nothing_and_one_with_them_has_the_call_w
     assert governed.policy.problem is None
     assert governed.workflows["call"].op_ids == {
         "shop.orders.get",
+        list_apps.id,
         *(o.id for o in wakeup_connector.ops),
     }
     assert "call" in governed.approval_types
@@ -351,6 +353,6 @@ def test_an_app_cannot_declare_the_wakeup_vendor() -> None:
     with pytest.raises(AppError, match="`wakeup`, which is remit's own vendor"):
         App(name="shop", workflows=[], connectors=[mine])
     # remit's own connector listed by the app is the one it has anyway.
-    assert App(name="shop", workflows=[], connectors=[wakeup_connector]).connectors == {
-        "wakeup": wakeup_connector
-    }
+    assert App(name="shop", workflows=[], connectors=[wakeup_connector]).connectors["wakeup"] is (
+        wakeup_connector
+    )

@@ -31,7 +31,8 @@ from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Any, Literal, Protocol, get_args
 
 from remit.core.errors import AppError, BudgetExceeded
-from remit.declare.workflows import check_name
+from remit.declare.apps import caller_app, qualified
+from remit.declare.workflows import check_name, check_qualified
 
 PeriodKind = Literal["month", "week", "day"]
 APP_SCOPE = "app"
@@ -124,7 +125,12 @@ class Budget:
                 f"Budget(period={period!r}): use 'month', 'week' or 'day' (periods are in UTC)"
             )
         if workflow is not None:
-            check_name("Budget(workflow=...): workflow", workflow)
+            # Declared in an app's folder, a budget names that app's workflow (`<app>.<name>`).
+            app = caller_app(2)
+            if app is not None and "." not in workflow:
+                check_name("Budget(workflow=...): workflow", workflow)
+                workflow = qualified(app, workflow)
+            check_qualified("Budget(workflow=...): workflow", workflow)
         object.__setattr__(self, "limit_usd", money(limit))
         object.__setattr__(self, "period", period)
         object.__setattr__(self, "workflow", workflow)

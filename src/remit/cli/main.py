@@ -17,6 +17,7 @@ from rich.text import Text
 
 from remit.cli import (  # noqa: F401
     activity,
+    apps,
     budgets,
     credentials,
     deploy,

@@ -29,6 +29,7 @@ from remit.core.database import Database
 from remit.core.errors import AppError, DriverError
 from remit.core.schema import data
 from remit.core.text import printable, unsafe
+from remit.declare.apps import caller_app, qualified
 from remit.declare.ops import Op, op
 
 M = TypeVar("M", bound=BaseModel)
@@ -84,9 +85,17 @@ class Collection(Generic[M]):
     delete: Op[Any, Deleted]
 
     def __init__(
-        self, name: str, *, model: type[M], key: str = "id", description: str = ""
+        self,
+        name: str,
+        *,
+        model: type[M],
+        key: str = "id",
+        description: str = "",
+        app: str | None = None,
     ) -> None:
         _check(name, model, key)
+        # An app's collection (`apps/<app>/`) is `<app>.<name>`: `data.<app>.<name>.<op>`.
+        name = qualified(app, name)
         key_input = _key_input(model, key)
         found = cast(type[Found[M]], cast(Any, Found)[model])
         page = cast(type[Page[M]], cast(Any, Page)[model])
@@ -147,8 +156,9 @@ def collection(
     name: str, *, model: type[M], key: str = "id", description: str = ""
 ) -> Collection[M]:
     """Declare a collection of `model` records stored by their `key` field (a str or int field;
-    the stored key is its string form). See `Collection`."""
-    return Collection(name, model=model, key=key, description=description)
+    the stored key is its string form). See `Collection`. Declared in an app's folder
+    (`apps/<app>/`), it is the app's: `<app>.<name>`, read as `ctx.data.<app>.<name>`."""
+    return Collection(name, model=model, key=key, description=description, app=caller_app())
 
 
 def _check(name: str, model: Any, key: str) -> None:

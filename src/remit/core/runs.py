@@ -12,7 +12,7 @@ import builtins
 import logging
 import math
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -81,6 +81,12 @@ class RunInfo:
     deadline: datetime | None = None
 
 
+def queue_id(app: str | None, queue: str) -> str:
+    """The DBOS queue of the app `app`'s queue `queue`: `<app>:<queue>`, so two apps sharing a
+    database (each with a queue `default`) neither serve nor pause each other's runs."""
+    return queue if app is None else f"{app}:{queue}"
+
+
 def new_run_id() -> str:
     return f"run_{uuid.uuid4().hex[:16]}"
 
@@ -134,6 +140,25 @@ class RunStore:
         record the workflow derives from its input, if it does)."""
         return RunStore(self.db, clock=self.clock, app=app, record=record)
 
+    def adopt_queues(self, workflows: Iterable[str], queues: Iterable[str]) -> int:
+        """Move the store's app's runs written before queues were named by app (queue
+        `default`, not `<app>:default`) onto the app's own queues, so a later attempt of theirs
+        (a resume, a retry, the reconciler's enqueue) is served by the app's workers and stopped
+        by its pause. Returns how many rows moved. An attempt DBOS already holds on the old
+        queue stays there, served while DBOS keeps that queue for the app."""
+        if self.app is None:
+            raise RemitError("adopting runs onto an app's queues needs RunStore(app=...)")
+        names = list(workflows)
+        moved = 0
+        with self.db.begin() as conn:
+            for queue in queues:
+                moved += conn.execute(
+                    runs.update()
+                    .where(runs.c.queue == queue, runs.c.workflow.in_(names))
+                    .values(queue=queue_id(self.app, queue))
+                ).rowcount
+        return moved
+
     def start(
         self,
         client: DBOSClient,
@@ -153,24 +178,25 @@ class RunStore:
         its input (`@workflow(record=...)`), if any: its start is then written to the record's
         activity in the same transaction.
         """
+        if self.app is None:
+            # Its queue is the app's (`queue_id`): without the app, no worker would serve it.
+            raise RemitError(
+                f"a run of `{workflow.name}` is started on its app's queue, and this store knows "
+                "no app: start it through the app's client (`Client.start`) or a "
+                "RunStore(app=...)"
+            )
+        app = self.app
         payload = parse_input(workflow, input)
         if record is not None:
             record = check_record(record, where=f"start of workflow `{workflow.name}`")
         record = record or self.record or derived_record(workflow, payload)
-        app = None if record is None else self.app
-        if record is not None and app is None:
-            raise RemitError(
-                f"a run of `{workflow.name}` names the record {record!r}, but the app it belongs "
-                "to is unknown: start it through the app's client (`Client.start`) or a "
-                "RunStore(app=...)"
-            )
         run_id = run_id or new_run_id()
         workflow_id = attempt_workflow_id(run_id, 1)
         now = self.clock.now()
         run = Run(
             run_id=run_id,
             workflow=workflow.name,
-            queue=workflow.queue,
+            queue=queue_id(app, workflow.queue),
             input=payload,
             status="queued",
             attempt=1,
@@ -196,7 +222,7 @@ class RunStore:
                 target=run_id,
                 meta={"workflow": workflow.name},
             )
-            if record is not None and app is not None:
+            if record is not None:
                 activity_row(
                     conn,
                     RecordRef(app, *record),

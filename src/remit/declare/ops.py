@@ -22,7 +22,8 @@ In = TypeVar("In", bound=BaseModel)
 Out = TypeVar("Out", bound=BaseModel)
 
 _PART = r"[a-z][a-z0-9_]*"
-_OP_ID = re.compile(rf"^{_PART}\.{_PART}\.{_PART}$")
+# An app's collections' ops have four parts: `data.<app>.<collection>.<op>`.
+_OP_ID = re.compile(rf"^(?:{_PART}\.{_PART}\.{_PART}|data\.{_PART}\.{_PART}\.{_PART})$")
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,11 +101,12 @@ class Op(Generic[In, Out]):
 
     @property
     def resource(self) -> str:
-        return self.id.split(".")[1]
+        """The middle of the id: `invoices`, or an app's collection, `ar.contacts`."""
+        return self.id.split(".", 1)[1].rsplit(".", 1)[0]
 
     @property
     def name(self) -> str:
-        return self.id.split(".")[2]
+        return self.id.rsplit(".", 1)[1]
 
     @property
     def safe_to_repeat(self) -> bool:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from remit.core.errors import AppError
+from remit.declare.apps import app_of_module, check_app_name, qualified, suggested
 from remit.declare.ops import Op
 from remit.declare.schedules import Schedule, check_scheduled_input
 
@@ -23,12 +24,20 @@ DEFAULT_QUEUE = "default"
 In = TypeVar("In", bound=BaseModel)
 
 
+def check_qualified(kind: str, name: str) -> None:
+    """Refuse a name that is neither a plain name nor an app's (`<app>.<name>`)."""
+    app, dot, rest = name.partition(".") if isinstance(name, str) else ("", "", name)
+    if dot:
+        check_app_name(app)
+        check_name(kind, rest)
+    else:
+        check_name(kind, name)
+
+
 def check_name(kind: str, name: str) -> None:
     """Refuse a name that is not lowercase letters, digits and dashes starting with a letter."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        suggestion = re.sub(r"[^a-z0-9-]+", "-", str(name).lower()).strip("-") or "my-name"
-        if not suggestion[0].isalpha():
-            suggestion = f"w-{suggestion}"
+        suggestion = suggested(name, joiner="-", fallback="my-name", prefix="w-")
         raise AppError(
             f"{kind} name `{name}` must be lowercase letters, digits and dashes, starting with "
             f"a letter: for example `{suggestion}`"
@@ -52,6 +61,9 @@ class Workflow:
     record: Callable[[Any], tuple[str, str] | None] | None = None
     # Seconds a run may take from its start to its end, waits included; None for no bound.
     timeout: float | None = None
+    # The app whose folder (`apps/<app>/`) declares it, None for the repo's root; its `name`
+    # and `queue` are then `<app>.<name>` and `<app>.<queue>` (see `declare/apps.py`).
+    app: str | None = None
 
     @property
     def op_ids(self) -> frozenset[str]:
@@ -100,6 +112,9 @@ def workflow(
     start that names a record itself overrides it.
     `timeout` (seconds or a timedelta) bounds a run from its start to its end, time spent
     waiting at gates and sleeping included: a run still going past it fails, saying so.
+
+    In an app's folder (`apps/<app>/`) the workflow is named `<app>.<name>` and runs on the
+    queue `<app>.<queue>`.
     """
     check_name("workflow", name)
     seconds = _timeout_seconds(name, timeout)
@@ -137,16 +152,18 @@ def workflow(
             ) from None
         except ValueError:
             pass  # no signature to read (a builtin): the run will tell
+        app = app_of_module(getattr(fn, "__module__", None))
         return Workflow(
-            name=name,
+            name=qualified(app, name),
             fn=fn,
             input=input,
             uses=used,
-            queue=queue,
+            queue=qualified(app, queue),
             is_async=inspect.iscoroutinefunction(fn),
             trigger=trigger,
             record=record,
             timeout=seconds,
+            app=app,
         )
 
     return declare

@@ -294,7 +294,7 @@ class DirectCalls:
                 f"a policy holds {op.id} for an approval, but app `{self.app.name}` has no "
                 "`call` workflow: held calls need the app's policies folder"
             )
-        runs = RunStore(self.db, clock=self.clock)
+        runs = RunStore(self.db, clock=self.clock, app=self.app.name)
         wanted = {"op": op.id, "input": parsed, "note": note, "key": key or ""}
         if not key:
             run = runs.start(self.client, held, wanted, started_by=by)

@@ -35,6 +35,7 @@ from remit.core.database import Database
 from remit.core.fence import advance, lock
 from remit.core.outbox import Resume, Resumer
 from remit.core.periodic import Periodic
+from remit.core.runs import queue_id
 from remit.core.schema import app_state, runs
 
 if TYPE_CHECKING:
@@ -60,11 +61,14 @@ def limits(queue: Queue, *, paused: bool) -> Limits:
     return Limits(queue.concurrency, queue.worker_concurrency)
 
 
-def register_queue(client: DBOSClient, queue: Queue, *, paused: bool, poll_interval: float) -> None:
-    """Write the queue's row in DBOS's queue table: its bounds as the pause flag says."""
+def register_queue(
+    client: DBOSClient, app: str, queue: Queue, *, paused: bool, poll_interval: float
+) -> None:
+    """Write the app's queue's row in DBOS's queue table (`queue_id`): its bounds as the pause
+    flag says."""
     bounds = limits(queue, paused=paused)
     client.register_queue(
-        queue.name,
+        queue_id(app, queue.name),
         global_concurrency=bounds.concurrency,
         worker_concurrency=bounds.worker_concurrency,
         limiter=None if queue.rate is None else {"limit": queue.rate[0], "period": queue.rate[1]},
@@ -154,7 +158,7 @@ class AppState:
         current = {q.name: q for q in self.client.list_queues()}
         off = []
         for queue in self.app.queues.values():
-            found = current.get(queue.name)
+            found = current.get(queue_id(self.app.name, queue.name))
             if found is None:
                 continue
             want = limits(queue, paused=want_paused)
@@ -177,6 +181,7 @@ class AppState:
             for name in off:
                 register_queue(
                     self.client,
+                    self.app.name,
                     self.app.queues[name],
                     paused=want_paused,
                     poll_interval=self.poll_interval,

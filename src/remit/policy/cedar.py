@@ -474,7 +474,8 @@ def build_schema(
                 "User": {"memberOfTypes": ["Group"]},
                 "Agent": {"memberOfTypes": ["Group"]},
                 "Group": {"memberOfTypes": ["Group"]},
-                "Workflow": {},
+                # `app`: the app whose folder declares it (`apps/<app>/`), "" at the root.
+                "Workflow": {"shape": _record({"app": {"type": "String"}})},
                 "Op": {
                     "shape": _record(
                         {
@@ -676,7 +677,9 @@ def _entities(principals_file: Path, catalog: Catalog) -> list[dict[str, Any]]:
         vendor = op_id.split(".", 1)[0]
         attrs = {"vendor": vendor, "effect": effect, "idempotent": idempotent}
         entities.append({"uid": {"type": "Op", "id": op_id}, "attrs": attrs, "parents": []})
-    for kind, names in (("Workflow", catalog.workflows), ("ApprovalType", catalog.approval_types)):
-        for ident in sorted(names):
-            entities.append({"uid": {"type": kind, "id": ident}, "attrs": {}, "parents": []})
+    for ident in sorted(catalog.workflows):
+        attrs = {"app": ident.split(".", 1)[0] if "." in ident else ""}
+        entities.append({"uid": {"type": "Workflow", "id": ident}, "attrs": attrs, "parents": []})
+    for ident in sorted(catalog.approval_types):
+        entities.append({"uid": {"type": "ApprovalType", "id": ident}, "attrs": {}, "parents": []})
     return entities

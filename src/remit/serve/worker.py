@@ -39,6 +39,7 @@ from remit.core.clock import Clock, SystemClock
 from remit.core.database import portable_serializer
 from remit.core.errors import RemitError
 from remit.core.periodic import Periodic
+from remit.core.runs import queue_id
 from remit.core.settings import Settings
 from remit.execution.timers import Waker
 from remit.ops.idle import IdleCheck
@@ -243,11 +244,20 @@ class Worker:
         for queue in self.app.queues.values():
             register_queue(
                 self.client,
+                self.app.name,
                 queue,
                 paused=self.runtime.paused.is_set(),
                 poll_interval=self.settings.poll_interval,
             )
         self.registry.register(self.executor_id, app=self.app.name, version=self.runtime.version)
+        moved = self.runtime.runs.adopt_queues(self.app.workflows, self.app.queues)
+        if moved:
+            log.info(
+                "%d runs moved onto %s's own queues (`%s:<queue>`)",
+                moved,
+                self.app.name,
+                self.app.name,
+            )
         deployed = self.runtime.version not in {
             known["version_name"]
             for known in self.client.list_application_versions()
@@ -297,7 +307,7 @@ class Worker:
         return IdleCheck(
             self.db,
             self.client,
-            queues=list(self.app.queues),
+            queues=[queue_id(self.app.name, name) for name in self.app.queues],
             executor_id=self.executor_id,
             # Read from the database, not the worker's copy: a resume elsewhere within the
             # last sweep interval must make its queued runs count.
