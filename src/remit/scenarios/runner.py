@@ -78,7 +78,8 @@ class Steps:
     ) -> tuple[StepDefinition, dict[str, Any], str | None] | None:
         """The connector step `text` says, its values, and the name it gives its result."""
         named = _NAMED.search(text)
-        tries = [(text, None)] + ([(text[: named.start()], named.group(1))] if named else [])
+        # A trailing `as $name` names the result, before it could be read as a value.
+        tries = ([(text[: named.start()], named.group(1))] if named else []) + [(text, None)]
         for said, name in tries:
             found = [
                 (definition, values)
