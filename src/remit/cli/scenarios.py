@@ -23,7 +23,7 @@ PLUGIN = "remit.scenarios.pytest_plugin"
     "test",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )
-def test(
+def run_tests(
     ctx: typer.Context,
     path: Annotated[
         Path | None,
