@@ -113,11 +113,10 @@ class StepSet:
             raise AppError(
                 f"the {self.vendor} step {pattern!r} has an unnamed value: name each, as {{name}}"
             )
-        for taken in self.definitions:
-            if taken.pattern == pattern:
-                raise AppError(f"the {self.vendor} connector declares the step {pattern!r} twice")
 
         def declare(fn: F) -> F:
+            if any(taken.pattern == pattern for taken in self.definitions):
+                raise AppError(f"the {self.vendor} connector declares the step {pattern!r} twice")
             self.definitions.append(StepDefinition(self.vendor, kind, pattern, fn, matcher))
             return fn
 
