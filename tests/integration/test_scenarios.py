@@ -219,3 +219,20 @@ def test_seed_runs_the_backgrounds_givens_and_returns_what_they_made(database_ur
         "written_off": 0,
     }
     assert made["small"]["amount"] == 300
+
+
+def test_a_budget_step_compares_what_was_spent(tmp_path: Path, database_url: str) -> None:
+    report = failure(
+        tmp_path,
+        database_url,
+        """\
+When ann starts chase with:
+  | invoice_id | inv_1 |
+Then the app has spent 0.00001 USD this month
+And chase has spent at most 0.00001 USD in 2026-11
+And the app has spent 0.5 USD this month
+""",
+    )
+    assert "      ok  And chase has spent at most 0.00001 USD in 2026-11  (line 10)" in report
+    assert "  FAILED  And the app has spent 0.5 USD this month  (line 11)" in report
+    assert "  - spent in 2026-11 | 0.5\n  + spent in 2026-11 | 0.000010\n" in report

@@ -7,11 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from remit import AppError, Connector, Fake, Given, steps
+from remit import AppError, Connector, Given, load_app, steps
 from remit.scenarios import feature_files, read, seed
 from remit.scenarios.pytest_plugin import app_folder_of
 from remit.scenarios.values import Names, UnknownReference, cell, fields_table
-from tests.apps.scen_app.books import FakeBooks, books, create_invoice
+
+SCEN_APP = Path(__file__).resolve().parent.parent / "apps" / "scen_app"
+APP = load_app(SCEN_APP)
+BOOKS = APP.connectors["books"]
+CREATE_INVOICE = APP.ops["books.invoices.create"]
 
 FEATURE = """\
 Feature: Reading
@@ -117,13 +121,11 @@ def test_a_step_pattern_must_name_its_values() -> None:
 def test_a_connector_takes_only_its_own_vendors_steps() -> None:
     with pytest.raises(AppError, match=r"declare them with `remit.steps\('books'\)`"):
         Connector(
-            "books", ops=books.ops, driver=books.driver, fake=FakeBooks, steps=steps("payments")
+            "books", ops=BOOKS.ops, driver=BOOKS.driver, fake=BOOKS.fake, steps=steps("payments")
         )
 
 
 def test_seed_calls_each_given_once_through_a_callable(tmp_path: Path) -> None:
-    from tests.integration.test_scenarios import APP
-
     path = tmp_path / "reading.feature"
     path.write_text(FEATURE)
     calls: list[tuple[str, dict[str, object], str | None]] = []
@@ -135,7 +137,7 @@ def test_seed_calls_each_given_once_through_a_callable(tmp_path: Path) -> None:
     made = seed(APP, [path], call)
     assert calls == [
         (
-            create_invoice.id,
+            CREATE_INVOICE.id,
             {
                 "invoice_id": "inv_1",
                 "amount": 1200,
@@ -149,10 +151,10 @@ def test_seed_calls_each_given_once_through_a_callable(tmp_path: Path) -> None:
 
 
 def test_a_given_returns_what_to_call() -> None:
-    made = Given(op=create_invoice, input={"invoice_id": "x"}, name="invoice")
+    made = Given(op=CREATE_INVOICE, input={"invoice_id": "x"}, name="invoice")
     assert (made.op_id, made.input_json(), made.actor) == (
         "books.invoices.create",
         {"invoice_id": "x"},
         None,
     )
-    assert isinstance(FakeBooks(), Fake)
+    assert Given(op="books.invoices.get").op_id == "books.invoices.get"
