@@ -236,3 +236,20 @@ And the app has spent 0.5 USD this month
     assert "      ok  And chase has spent at most 0.00001 USD in 2026-11  (line 10)" in report
     assert "  FAILED  And the app has spent 0.5 USD this month  (line 11)" in report
     assert "  - spent in 2026-11 | 0.5\n  + spent in 2026-11 | 0.000010\n" in report
+
+
+def test_an_apps_scenario_names_its_workflows_with_or_without_the_apps_prefix(
+    tmp_path: Path, database_url: str
+) -> None:
+    scenario = scenario_of(
+        tmp_path,
+        """\
+When ann starts desk.chase as $chase with:
+  | invoice_id | inv_1 |
+And ann starts follow-up as $follow with:
+  | invoice_id | inv_1 |
+Then $chase is done
+And $follow is sleeping
+""",
+    )
+    run_scenario(APP, scenario, database_url=database_url, app_name="desk")
