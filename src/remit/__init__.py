@@ -87,6 +87,7 @@ if TYPE_CHECKING:
         secret,
     )
     from remit.declare.schedules import Schedule, schedule
+    from remit.declare.steps import Given, StepSet, steps
     from remit.declare.workflows import Workflow, workflow
     from remit.execution.context import AsyncContext, Context
     from remit.ops.deadlines import Deadline, next_deadline, upcoming_deadlines
@@ -178,6 +179,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "remit.core.runs": ("Run",),
     "remit.core.settings": ("Settings",),
     "remit.declare.schedules": ("Schedule", "schedule"),
+    "remit.declare.steps": ("Given", "StepSet", "steps"),
     "remit.declare.workflows": ("Workflow", "workflow"),
     "remit.execution.context": ("AsyncContext", "Context"),
     "remit.ops.deadlines": ("Deadline", "next_deadline", "upcoming_deadlines"),
@@ -239,6 +241,7 @@ __all__ = [
     "Fake",
     "FakeLLM",
     "FakeReply",
+    "Given",
     "HostSpec",
     "InputInvalid",
     "KeyReused",
@@ -271,6 +274,7 @@ __all__ = [
     "Settings",
     "SettingsError",
     "StepFailed",
+    "StepSet",
     "SystemClock",
     "Task",
     "TaskNotFound",
@@ -296,6 +300,7 @@ __all__ = [
     "resource_type",
     "schedule",
     "secret",
+    "steps",
     "upcoming_deadlines",
     "workflow",
 ]

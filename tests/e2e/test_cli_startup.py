@@ -131,6 +131,7 @@ COMMANDS = [
     ["drift"],
     ["import"],
     ["resources"],
+    ["test"],
 ]
 
 

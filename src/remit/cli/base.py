@@ -83,6 +83,7 @@ class _RemitGroup(HelpGroup):
             "reconcile",
             "deadlines",
             "deploy",
+            "test",
             "telegram",
             "wakeup",
         ],
@@ -210,12 +211,17 @@ def load(app_dir: Path | None) -> tuple["App", "Settings"]:
     return load_app(folder), settings
 
 
+def app_folder_of(app_dir: Path | None) -> Path:
+    """The folder `--app` names (after the command or before it), else the current one."""
+    return app_dir or _state.app_path
+
+
 def _settings(app_dir: Path | None) -> tuple[Path, "Settings"]:
     """The app's folder and its settings from the environment, with logging set up."""
     from remit.core import telemetry
     from remit.core.settings import Settings
 
-    folder = app_dir or _state.app_path
+    folder = app_folder_of(app_dir)
     settings = Settings.from_env(folder)
     telemetry.configure_logging(settings)
     return folder, settings

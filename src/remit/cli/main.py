@@ -23,6 +23,7 @@ from remit.cli import (  # noqa: F401
     deploy,
     direct,
     resources,
+    scenarios,
     telegram,
     tokens,
     wakeup,

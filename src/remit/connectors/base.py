@@ -24,6 +24,7 @@ from remit.core.errors import AppError, DriverError, InputInvalid, MissingCreden
 from remit.core.limits import check_json
 from remit.declare.ops import Op
 from remit.declare.resources import ResourceType, check_contract_ops
+from remit.declare.steps import StepSet
 
 _OP_MARK = "__remit_op__"
 
@@ -278,7 +279,8 @@ class Connector:
 
     `driver` and `fake` are called with no arguments to make an implementation. `resources`
     lists the vendor's resource types (`remit.resource_type`); their six ops each are added
-    to `ops`.
+    to `ops`. `steps` are the scenario steps the connector offers (`remit.steps`): givens
+    that seed its fake through its ops, thens that read the fake.
     """
 
     vendor: str
@@ -287,6 +289,7 @@ class Connector:
     fake: Callable[[], Implementation]
     description: str = ""
     resources: tuple[ResourceType, ...] = ()
+    steps: StepSet | None = None
 
     def __init__(
         self,
@@ -297,6 +300,7 @@ class Connector:
         fake: Callable[[], Implementation],
         description: str = "",
         resources: Iterable[ResourceType] = (),
+        steps: StepSet | None = None,
     ) -> None:
         types = tuple(resources)
         for rtype in types:
@@ -313,6 +317,7 @@ class Connector:
         object.__setattr__(self, "fake", fake)
         object.__setattr__(self, "description", description)
         object.__setattr__(self, "resources", types)
+        object.__setattr__(self, "steps", steps)
         self._check()
         by_id = {declared.id: declared for declared in self.ops}
         for rtype in types:
@@ -334,6 +339,13 @@ class Connector:
             if declared.id in seen:
                 raise AppError(f"connector `{self.vendor}` declares `{declared.id}` twice")
             seen.add(declared.id)
+        if self.steps is not None and (
+            not isinstance(self.steps, StepSet) or self.steps.vendor != self.vendor
+        ):
+            raise AppError(
+                f"connector `{self.vendor}` is given steps={self.steps!r}: declare them with "
+                f"`remit.steps({self.vendor!r})`"
+            )
         for role, factory in (("driver", self.driver), ("fake", self.fake)):
             implemented = getattr(factory, "implemented", None)
             if implemented is None:

@@ -1,0 +1,378 @@
+"""The steps every scenario may say, whatever its connectors: the clock, starting runs,
+deciding gates, resolving tasks, and what to expect of runs, gates, the ledger and budgets.
+
+Each is a regular expression over the step's text (the keyword, Given, When, Then, And or But,
+is not part of it) and a function doing it on the scenario's `World`. `README.md`, "Scenarios",
+lists every sentence.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from remit.budgets.model import APP_SCOPE, period_key
+from remit.core.errors import AppError
+from remit.scenarios.features import Step
+from remit.scenarios.values import doc_json, fields_table, rows_table
+from remit.scenarios.world import Mismatch, World, acting, principal
+
+WHO = r"(?P<who>[\w.@:-]+)"
+RUN = r"\$(?P<run>[\w-]+)"
+UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400}
+RUN_STATUSES = "queued|running|waiting|sleeping|paused|done|failed|cancelled"
+GATE_STATUSES = "pending|approved|rejected|expired|cancelled"
+# A ledger table's columns, and the row field each reads.
+LEDGER_COLUMNS = {
+    "op": "op_id",
+    "status": "status",
+    "attempt": "attempt",
+    "effect": "effect",
+    "tries": "tries",
+    "actor": "actor",
+}
+
+Action = Callable[[World, Step, dict[str, str]], None]
+
+
+@dataclass(frozen=True)
+class Generic:
+    """One generic step: its pattern, an example of it, and what it does."""
+
+    pattern: re.Pattern[str]
+    example: str
+    do: Action
+
+    def match(self, text: str) -> dict[str, str] | None:
+        found = self.pattern.fullmatch(text.strip())
+        return None if found is None else {k: v for k, v in found.groupdict().items() if v}
+
+
+GENERIC: list[Generic] = []
+
+
+def generic(pattern: str, example: str) -> Callable[[Action], Action]:
+    def add(do: Action) -> Action:
+        GENERIC.append(Generic(re.compile(pattern), example, do))
+        return do
+
+    return add
+
+
+def parse_moment(text: str) -> datetime:
+    """`2026-11-29 09:00 UTC`, `2026-11-29` (midnight UTC) or an ISO 8601 time."""
+    cleaned = text.strip()
+    if cleaned.upper().endswith(" UTC"):
+        cleaned = cleaned[:-4] + "+00:00"
+    try:
+        moment = datetime.fromisoformat(cleaned)
+    except ValueError:
+        raise AppError(
+            f"`it is {text}`: write the time as 2026-11-29 09:00 UTC (or 2026-11-29)"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def show(value: Any) -> str:
+    """A value as a scenario's table writes it."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, default=str, sort_keys=True)
+
+
+def same(expected: Any, actual: Any) -> bool:
+    """Whether a table's value is the one found: equal, or written the same."""
+    return bool(expected == actual) or show(expected) == show(actual)
+
+
+def compare_fields(what: str, expected: Mapping[str, Any], actual: Any) -> None:
+    """Fail unless `actual` (a mapping) has each expected field with its value."""
+    if not isinstance(actual, Mapping):
+        raise Mismatch(f"{what} is {show(actual)}, not a record with fields")
+    wrong = [f for f, v in expected.items() if f not in actual or not same(v, actual[f])]
+    if wrong:
+        raise Mismatch(
+            f"{what} differs in {', '.join(f'`{f}`' for f in wrong)}",
+            expected=[f"{f} | {show(v)}" for f, v in expected.items()],
+            actual=[
+                f"{f} | {show(actual[f]) if f in actual else '(no such field)'}" for f in expected
+            ],
+        )
+
+
+# The clock.
+
+
+@generic(r"it is (?P<moment>\d.*)", "it is 2026-11-29 09:00 UTC")
+def it_is(world: World, step: Step, m: dict[str, str]) -> None:
+    world.set_time(parse_moment(m["moment"]).timestamp())
+
+
+@generic(rf"(?P<n>\d+(?:\.\d+)?) (?P<unit>{'|'.join(UNITS)})s? pass(?:es)?", "30 days pass")
+def time_passes(world: World, step: Step, m: dict[str, str]) -> None:
+    world.pass_time(float(m["n"]) * UNITS[m["unit"]])
+
+
+# Runs.
+
+
+@generic(
+    rf"{WHO} starts \"?(?P<workflow>[\w.:-]+)\"?(?: as \$(?P<name>[\w-]+))?(?: with)?:?",
+    "ann starts chase-invoice as $chase with:",
+)
+def starts(world: World, step: Step, m: dict[str, str]) -> None:
+    name = m.get("name", "run")
+    what = f"the input of {m['workflow']}"
+    given = (
+        doc_json(step.doc, world.names, what=what)
+        if step.doc is not None
+        else fields_table(step.table, world.names, what=what)
+    )
+    if not isinstance(given, Mapping):
+        raise AppError(f"{what}: the docstring must be a JSON object")
+    workflow = world.workflow(m["workflow"])
+    with acting():
+        run = world.harness.start(workflow, given, by=principal(m["who"]))
+    world.name_run(name, run.run_id)
+    world.settle([run.run_id])
+
+
+@generic(rf"{RUN} is (?P<status>{RUN_STATUSES})", "$chase is done")
+def run_is(world: World, step: Step, m: dict[str, str]) -> None:
+    view = world.run_view(world.run_id(m["run"]))
+    if view["status"] != m["status"]:
+        error = f" ({view['error']})" if view["error"] else ""
+        raise Mismatch(
+            f"${m['run']} is {view['status']}{error}",
+            expected=[f"status | {m['status']}"],
+            actual=[f"status | {view['status']}"],
+        )
+
+
+@generic(rf"{RUN} failed because (?P<reason>.+)", "$chase failed because no invoice")
+def run_failed(world: World, step: Step, m: dict[str, str]) -> None:
+    view = world.run_view(world.run_id(m["run"]))
+    reason = m["reason"].strip().strip('"')
+    if view["status"] != "failed" or reason.lower() not in (view["error"] or "").lower():
+        raise Mismatch(
+            f"${m['run']} is {view['status']}, not failed because {reason!r}",
+            expected=["status | failed", f"error contains | {reason}"],
+            actual=[f"status | {view['status']}", f"error | {view['error']}"],
+        )
+
+
+@generic(rf"the output of {RUN} is:?", "the output of $chase is:")
+def output_is(world: World, step: Step, m: dict[str, str]) -> None:
+    what = f"the output of ${m['run']}"
+    actual = world.run_view(world.run_id(m["run"]))["output"]
+    if step.doc is not None:
+        expected = doc_json(step.doc, world.names, what=what)
+        if not same(expected, actual):
+            raise Mismatch(
+                f"{what} differs",
+                expected=json.dumps(expected, indent=2, sort_keys=True).splitlines(),
+                actual=json.dumps(actual, indent=2, sort_keys=True, default=str).splitlines(),
+            )
+        return
+    compare_fields(what, fields_table(step.table, world.names, what=what), actual)
+
+
+@generic(rf"the ledger of {RUN} is:?", "the ledger of $chase is:")
+def ledger_is(world: World, step: Step, m: dict[str, str]) -> None:
+    expected = rows_table(step.table)
+    columns = list(expected[0]) if expected else ["op", "status"]
+    unknown = [c for c in columns if c not in LEDGER_COLUMNS]
+    if unknown:
+        raise AppError(
+            f"the ledger table has the column(s) {', '.join(unknown)}: use "
+            f"{', '.join(LEDGER_COLUMNS)}"
+        )
+    rows = world.harness.ledger(world.run_id(m["run"]))
+    wanted = [
+        " | ".join(show(world.names.resolve_cell(row[c])) for c in columns) for row in expected
+    ]
+    found = [" | ".join(show(getattr(row, LEDGER_COLUMNS[c])) for c in columns) for row in rows]
+    if wanted != found:
+        header = " | ".join(columns)
+        raise Mismatch(
+            f"the ledger of ${m['run']} differs",
+            expected=[header, *wanted],
+            actual=[header, *found],
+        )
+
+
+# Gates.
+
+
+def _pending_gate(world: World, name: str) -> Any:
+    run_id = world.run_id(name)
+    pending = world.harness.approvals.list(run_id=run_id, status="pending")
+    if not pending:
+        view = world.run_view(run_id)
+        raise Mismatch(f"${name} has no pending gate to decide (it is {view['status']})")
+    return pending[-1]
+
+
+def _latest_gate(world: World, name: str) -> Any:
+    found = world.harness.approvals.list(run_id=world.run_id(name))
+    if not found:
+        raise Mismatch(
+            f"${name} has reached no gate (it is {world.run_view(world.run_id(name))['status']})"
+        )
+    return found[0]
+
+
+def _decide(
+    world: World,
+    name: str,
+    decision: str,
+    who: str,
+    *,
+    edits: Mapping[str, Any] | None = None,
+    reason: str | None = None,
+) -> None:
+    gate = _pending_gate(world, name)
+    attempt = world.harness.runs.get(gate.run_id).attempt
+    with acting():
+        decided = world.harness.decide(
+            gate.id, decision, by=principal(who), edits=edits or None, reason=reason
+        )
+    resumed = any(d.resumed_workflow_id for d in decided.decided)
+    world.settle(moved={gate.run_id: attempt} if resumed else None)
+
+
+@generic(rf"{WHO} approves {RUN}(?: with)?:?", "carol approves $writeoff")
+def approves(world: World, step: Step, m: dict[str, str]) -> None:
+    edits = fields_table(step.table, world.names, what=f"the edits to ${m['run']}'s draft")
+    _decide(world, m["run"], "approved", m["who"], edits=edits)
+
+
+@generic(
+    rf"{WHO} rejects {RUN}(?: because (?P<reason>.+))?", "carol rejects $writeoff because paid"
+)
+def rejects(world: World, step: Step, m: dict[str, str]) -> None:
+    reason = m.get("reason")
+    _decide(
+        world, m["run"], "rejected", m["who"], reason=reason.strip().strip('"') if reason else None
+    )
+
+
+@generic(r"it is refused(?: because (?P<reason>.+))?", "it is refused because not permitted")
+def refused(world: World, step: Step, m: dict[str, str]) -> None:
+    refusal = world.expect_refusal()
+    reason = (m.get("reason") or "").strip().strip('"')
+    if reason.lower() not in str(refusal.error).lower():
+        raise Mismatch(
+            f"{refusal.step.sentence} was refused, for another reason",
+            expected=[f"refused because | {reason}"],
+            actual=[f"refused because | {refusal.error}"],
+        )
+
+
+@generic(rf"the gate of {RUN} is (?P<status>{GATE_STATUSES})", "the gate of $writeoff is pending")
+def gate_is(world: World, step: Step, m: dict[str, str]) -> None:
+    gate = _latest_gate(world, m["run"])
+    if gate.status != m["status"]:
+        raise Mismatch(
+            f"the gate of ${m['run']} is {gate.status}",
+            expected=[f"status | {m['status']}"],
+            actual=[f"status | {gate.status}"],
+        )
+
+
+@generic(rf"the gate of {RUN} was decided by {WHO}", "the gate of $writeoff was decided by carol")
+def decided_by(world: World, step: Step, m: dict[str, str]) -> None:
+    gate = _latest_gate(world, m["run"])
+    if gate.decided_by != principal(m["who"]):
+        raise Mismatch(
+            f"the gate of ${m['run']} is {gate.status}, decided by {gate.decided_by or 'no one'}",
+            expected=[f"decided by | {principal(m['who'])}"],
+            actual=[f"decided by | {gate.decided_by}"],
+        )
+
+
+@generic(rf"the gate of {RUN} has the draft:?", "the gate of $writeoff has the draft:")
+def gate_draft(world: World, step: Step, m: dict[str, str]) -> None:
+    gate = _latest_gate(world, m["run"])
+    what = f"the draft of ${m['run']}'s gate"
+    draft = gate.edited_draft_json if gate.edited_draft_json is not None else gate.draft_json
+    compare_fields(what, fields_table(step.table, world.names, what=what), draft)
+
+
+# Tasks.
+
+
+def _resolve(world: World, name: str, who: str, *, done: bool, output: Any = None) -> None:
+    run_id = world.run_id(name)
+    run = world.harness.runs.get(run_id)
+    tasks = world.harness.tasks.list(run_id=run_id, status="open")
+    if not tasks:
+        raise Mismatch(f"${name} has no open task to resolve (it is {run.status})")
+    with acting():
+        resolved = world.harness.resolve(
+            tasks[0].id,
+            done=done,
+            output=output,
+            by=principal(who),
+            key=f"scenario:{uuid.uuid4().hex}",
+        )
+    world.settle(moved={run_id: run.attempt} if resolved.resumed_workflow_id else None)
+
+
+@generic(
+    rf"{WHO} says the task of {RUN} happened(?: with)?:?", "ann says the task of $post happened"
+)
+def task_happened(world: World, step: Step, m: dict[str, str]) -> None:
+    what = f"the output of ${m['run']}'s task"
+    output = (
+        doc_json(step.doc, world.names, what=what)
+        if step.doc is not None
+        else fields_table(step.table, world.names, what=what)
+    )
+    _resolve(world, m["run"], m["who"], done=True, output=output)
+
+
+@generic(
+    rf"{WHO} says the task of {RUN} did not happen", "ann says the task of $post did not happen"
+)
+def task_not_done(world: World, step: Step, m: dict[str, str]) -> None:
+    _resolve(world, m["run"], m["who"], done=False)
+
+
+# Budgets.
+
+
+@generic(
+    r"(?P<scope>the app|[\w.:-]+) has spent (?P<most>at most )?(?P<amount>[\d.]+) USD "
+    r"(?P<period>this month|this week|today|in [\w-]+)",
+    "the app has spent at most 0.05 USD this month",
+)
+def spent(world: World, step: Step, m: dict[str, str]) -> None:
+    try:
+        amount = Decimal(m["amount"])
+    except InvalidOperation:
+        raise AppError(f"{m['amount']} is not an amount in USD: write it as 0.25") from None
+    scope = APP_SCOPE if m["scope"] == "the app" else f"workflow:{world.workflow(m['scope'])}"
+    now = world.clock.now()
+    period = {
+        "this month": period_key("month", now),
+        "this week": period_key("week", now),
+        "today": period_key("day", now),
+    }.get(m["period"]) or m["period"].removeprefix("in ")
+    states = {(s.scope, s.period): s for s in world.harness.budgets.periods(limit=1000)}
+    state = states.get((scope, period))
+    found = state.spent_usd if state is not None else Decimal(0)
+    ok = found <= amount if m.get("most") else found == amount
+    if not ok:
+        bound = "at most " if m.get("most") else ""
+        raise Mismatch(
+            f"{m['scope']} has spent {found} USD in {period}",
+            expected=[f"spent in {period} | {bound}{amount}"],
+            actual=[f"spent in {period} | {found}"],
+        )

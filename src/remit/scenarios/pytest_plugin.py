@@ -1,0 +1,111 @@
+"""pytest collects scenarios: each scenario of a `scenarios/*.feature` file (a repo's, or an
+app's in `apps/<app>/scenarios/`) is one test, named by its feature and scenario.
+
+Registered as remit's `pytest11` plugin, so `pytest` finds it where remit is installed; load it
+by hand with `pytest -p remit.scenarios.pytest_plugin`. `--remit-database-url` (default
+`REMIT_SCENARIO_DATABASE_URL`) runs each scenario on a fresh database on a Postgres server
+instead of a SQLite file. A failing scenario's report is remit's (`report.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from remit.scenarios import features
+from remit.scenarios.features import APPS_FOLDER, Scenario
+
+if TYPE_CHECKING:
+    from remit.app import App
+
+_APPS = pytest.StashKey[dict[Path, "App"]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("remit", "remit scenarios")
+    group.addoption(
+        "--remit-database-url",
+        default=None,
+        help="Run each scenario on a fresh database on this Postgres server (default: "
+        "REMIT_SCENARIO_DATABASE_URL, else a SQLite file).",
+    )
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if features.is_scenario_file(file_path):
+        return FeatureFile.from_parent(parent, path=file_path)
+    return None
+
+
+def app_folder_of(path: Path) -> tuple[Path, str | None]:
+    """The folder to load the app of feature file `path` from, and the app's name in a repo
+    (`apps/<app>/`): the repo's root when it is an app itself, else the app's folder."""
+    folder = path.resolve().parent.parent
+    if folder.parent.name != APPS_FOLDER:
+        return folder, None
+    repo = folder.parent.parent
+    if (repo / "app.py").exists() or (repo / "workflows").is_dir():
+        return repo, folder.name
+    return folder, folder.name
+
+
+class FeatureFile(pytest.File):
+    """One feature file: a test per scenario."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        seen: dict[str, int] = {}
+        for scenario in features.read(self.path):
+            name = scenario.title
+            seen[name] = seen.get(name, 0) + 1
+            if seen[name] > 1:
+                name = f"{name} [{seen[name]}]"
+            yield ScenarioItem.from_parent(self, name=name, scenario=scenario)
+
+    def app(self) -> tuple[App, str | None]:
+        from remit.app import load_app
+
+        folder, name = app_folder_of(self.path)
+        apps = self.config.stash.setdefault(_APPS, {})
+        if folder not in apps:
+            apps[folder] = load_app(folder)
+        return apps[folder], name
+
+
+class ScenarioItem(pytest.Item):
+    """One scenario, run on the app's fakes, a fresh database and a manual clock."""
+
+    def __init__(self, *, scenario: Scenario, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.scenario = scenario
+        for tag in scenario.tags:  # `-k wip` selects the scenarios tagged @wip
+            self.keywords[tag.lstrip("@")] = True
+
+    def runtest(self) -> None:
+        from remit.scenarios.databases import scenario_database
+        from remit.scenarios.runner import run_scenario
+
+        assert isinstance(self.parent, FeatureFile)
+        app, name = self.parent.app()
+        with scenario_database(self.config.getoption("remit_database_url")) as url:
+            result = run_scenario(app, self.scenario, database_url=url, app_name=name)
+        self.user_properties.append(("scenario_seconds", round(result.took, 3)))
+
+    def repr_failure(
+        self,
+        excinfo: pytest.ExceptionInfo[BaseException],
+        style: Any = None,
+    ) -> str | Any:
+        from remit.core.errors import RemitError
+        from remit.scenarios.runner import ScenarioFailed
+
+        if isinstance(excinfo.value, ScenarioFailed):
+            return excinfo.value.report
+        if isinstance(excinfo.value, RemitError):
+            return f"{self.scenario.title} ({self.path}:{self.scenario.line}): {excinfo.value}"
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, self.scenario.line - 1, self.scenario.title

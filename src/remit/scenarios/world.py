@@ -1,0 +1,171 @@
+"""What one running scenario holds: its harness and clock, the runs and values it named, and
+how it waits for the app to settle after each action."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from remit.app import App
+from remit.core.clock import ManualClock
+from remit.core.errors import AppError, RemitError
+from remit.scenarios.features import Step
+from remit.scenarios.values import Names
+from remit.testing import Harness
+
+# How long a step waits for the app to settle before the scenario fails.
+SETTLE_TIMEOUT = 30.0
+# Statuses a run rests in until someone (or the clock) moves it.
+RESTING = ("waiting", "sleeping", "paused")
+
+
+class Mismatch(AssertionError):
+    """A then found something other than it expected: `expected` and `actual` are the lines
+    the failure shows as a diff (empty when the message says it all)."""
+
+    def __init__(
+        self, message: str, *, expected: Sequence[str] = (), actual: Sequence[str] = ()
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.expected = list(expected)
+        self.actual = list(actual)
+
+
+class Refused(Exception):
+    """The app refused an action a step took (a policy, a decision or a task refused it):
+    what the next step may expect with `it is refused because ...`."""
+
+    def __init__(self, error: RemitError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+@contextlib.contextmanager
+def acting() -> Iterator[None]:
+    """Around what a step asks of the app: the app's refusal becomes `Refused`."""
+    try:
+        yield
+    except RemitError as error:
+        raise Refused(error) from error
+
+
+@dataclass
+class Refusal:
+    """An action the app refused, kept for the next step to expect (`it is refused`)."""
+
+    step: Step
+    error: RemitError
+
+
+def principal(who: str) -> str:
+    """A person's short name as a principal (`ann` is `user:ann`); a principal as it is."""
+    return who if ":" in who else f"user:{who}"
+
+
+class World:
+    """One scenario's run: the app on a harness and a manual clock, and what its steps named."""
+
+    def __init__(self, app: App, harness: Harness, clock: ManualClock, *, app_name: str | None):
+        self.app = app
+        self.harness = harness
+        self.clock = clock
+        self.app_name = app_name
+        self.names = Names()
+        self.runs: dict[str, str] = {}  # name -> run id, in the order they started
+        self.refused: Refusal | None = None
+
+    # Runs the scenario named.
+
+    def name_run(self, name: str, run_id: str) -> None:
+        self.runs[name] = run_id
+        self.names.keep_live(name, lambda: self.run_view(run_id))
+
+    def run_id(self, name: str) -> str:
+        if name not in self.runs:
+            known = ", ".join(f"${n}" for n in self.runs) or "none yet"
+            raise Mismatch(
+                f"${name} is not a run this scenario started (its runs: {known}): start it "
+                f"first, `When ann starts <workflow> as ${name}`"
+            )
+        return self.runs[name]
+
+    def run_view(self, run_id: str) -> dict[str, Any]:
+        """A run as `$name` shows it: its id, workflow, status, input, output and error."""
+        run = self.harness.runs.get(run_id)
+        return {
+            "run_id": run.run_id,
+            "workflow": run.workflow,
+            "status": run.status,
+            "attempt": run.attempt,
+            "started_by": run.started_by,
+            "input": run.input,
+            "output": run.output,
+            "error": run.error,
+        }
+
+    def workflow(self, name: str) -> str:
+        """The workflow `name` names in this app: as it is, or with or without the app's
+        prefix (`ar.chase-invoice` and `chase-invoice` are one workflow of the app `ar`)."""
+        known = self.app.workflows
+        candidates = [name]
+        if self.app_name is not None:
+            candidates += [name.removeprefix(f"{self.app_name}."), f"{self.app_name}.{name}"]
+        for candidate in candidates:
+            if candidate in known:
+                return candidate
+        return self.app.workflow(name).name  # raises, naming the workflows there are
+
+    # Waiting for the app to settle.
+
+    def settle(
+        self, run_ids: Iterable[str] | None = None, *, moved: Mapping[str, int] | None = None
+    ) -> None:
+        """Wait until each run in `moved` has gone past its attempt there, then until every
+        run (default: all the scenario's) rests: finished, or waiting, sleeping or paused
+        with its attempt over."""
+        for run_id, attempt in (moved or {}).items():
+            self.harness.wait_moved(run_id, attempt, timeout=SETTLE_TIMEOUT)
+        for run_id in self.runs.values() if run_ids is None else run_ids:
+            run = self.harness.wait(run_id, timeout=SETTLE_TIMEOUT, until=RESTING)
+            if not run.finished:
+                self.harness.wait_attempt_ended(run_id, run.attempt, timeout=SETTLE_TIMEOUT)
+
+    def pass_time(self, seconds: float) -> None:
+        """Move the clock on, and wait for every run that fell due (a sleep ending, a gate
+        expiring) to carry on and settle again."""
+        until = self.clock.now().timestamp() + seconds
+        mine = set(self.runs.values())
+        due = [
+            deadline
+            for deadline in self.harness.deadlines(limit=1000)
+            if deadline.run_id in mine and deadline.at.timestamp() <= until
+        ]
+        moved = {
+            d.run_id: self.harness.runs.get(d.run_id).attempt
+            for d in due
+            if d.kind in ("wake", "expiry")
+        }
+        self.clock.advance(seconds)
+        for deadline in due:
+            if deadline.kind == "timeout":
+                self.harness.wait(deadline.run_id, timeout=SETTLE_TIMEOUT)
+        self.settle(moved=moved)
+
+    def set_time(self, moment: float) -> None:
+        """Move the clock to `moment` (a Unix time), which must not be before now."""
+        now = self.clock.now().timestamp()
+        if moment < now - 1e-6:
+            raise AppError(
+                "the scenario sets the time back: a scenario's time only moves on. Set it "
+                "once at the start (`Given it is ...`), then let time pass (`When 2 days pass`)"
+            )
+        self.pass_time(moment - now)
+
+    def expect_refusal(self) -> Refusal:
+        refused, self.refused = self.refused, None
+        if refused is None:
+            raise Mismatch("expected the step before to be refused, and it was not")
+        return refused

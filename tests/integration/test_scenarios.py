@@ -1,0 +1,255 @@
+"""Scenarios run on the test app's fakes and a manual clock, on SQLite and Postgres: the
+app's own feature files pass, a failing one names its step and shows the difference, and
+connector givens seed an instance (`seed`)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remit import load_app
+from remit.scenarios import Scenario, ScenarioFailed, read, run_scenario, seed
+from remit.testing import Harness
+
+SCEN_APP = Path(__file__).resolve().parent.parent / "apps" / "scen_app"
+FEATURES = sorted((SCEN_APP / "scenarios").glob("*.feature"))
+APP = load_app(SCEN_APP)
+SCENARIOS = [scenario for path in FEATURES for scenario in read(path)]
+
+BACKGROUND = """\
+Feature: Chasing, written wrong
+  Background:
+    Given it is 2026-11-29 09:00 UTC
+    And an invoice inv_1 of 1200 due 2026-10-01
+
+  Scenario: {name}
+{steps}
+"""
+
+
+def scenario_of(tmp_path: Path, steps: str, name: str = "Broken") -> Scenario:
+    path = tmp_path / "broken.feature"
+    path.write_text(BACKGROUND.format(name=name, steps=textwrap.indent(steps, "    ")))
+    (scenario,) = read(path)
+    return scenario
+
+
+def failure(tmp_path: Path, database_url: str, steps: str) -> str:
+    scenario = scenario_of(tmp_path, steps)
+    with pytest.raises(ScenarioFailed) as failed:
+        run_scenario(APP, scenario, database_url=database_url)
+    return failed.value.report
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.title for s in SCENARIOS])
+def test_each_scenario_of_the_test_app_passes(scenario: Scenario, database_url: str) -> None:
+    result = run_scenario(APP, scenario, database_url=database_url)
+    assert result.scenario is scenario
+
+
+def test_a_month_asleep_runs_in_under_a_second(database_url: str) -> None:
+    (month,) = [s for s in SCENARIOS if s.name == "A month asleep, then a second reminder"]
+    result = run_scenario(APP, month, database_url=database_url)
+    # The steps alone, the harness's start and stop left out: no real waiting happens.
+    assert result.took < 1.0, f"a scenario of 30 days took {result.took:.2f}s"
+
+
+def test_a_failing_output_names_its_step_and_shows_the_difference(
+    tmp_path: Path, database_url: str
+) -> None:
+    report = failure(
+        tmp_path,
+        database_url,
+        """\
+When ann starts chase as $chase with:
+  | invoice_id | inv_1 |
+Then $chase is done
+And the output of $chase is:
+  | invoice_id | inv_1 |
+  | reminders  | 2     |
+""",
+    )
+    where = tmp_path / "broken.feature"
+    assert report.startswith("Scenario failed: Chasing, written wrong: Broken\n")
+    assert f"  at {where}:10: And the output of $chase is:\n" in report
+    assert "the output of $chase differs in `reminders`" in report
+    assert "  - reminders | 2\n  + reminders | 1\n" in report
+    assert "      ok  Then $chase is done  (line 9)" in report
+    assert "  FAILED  And the output of $chase is:  (line 10)" in report
+    # What the run did: its steps and its ledger.
+    assert "$chase: chase run_" in report
+    assert "        3  books.invoices.remind" in report
+    assert "      books.invoices.remind  ok  attempt 1  tries 1" in report
+
+
+def test_a_failing_ledger_shows_both_tables(tmp_path: Path, database_url: str) -> None:
+    report = failure(
+        tmp_path,
+        database_url,
+        """\
+When ann starts chase as $chase with:
+  | invoice_id | inv_1 |
+Then the ledger of $chase is:
+  | op                    | status |
+  | books.invoices.get    | ok     |
+  | books.invoices.remind | ok     |
+""",
+    )
+    assert "the ledger of $chase differs" in report
+    assert "    op | status\n    books.invoices.get | ok\n  + llm.chat.complete | ok\n" in report
+
+
+def test_a_connector_then_fails_with_its_message(tmp_path: Path, database_url: str) -> None:
+    report = failure(
+        tmp_path,
+        database_url,
+        """\
+When ann starts chase with:
+  | invoice_id | inv_1 |
+Then the invoice inv_1 has 3 reminders
+""",
+    )
+    assert f"at {tmp_path / 'broken.feature'}:9: Then the invoice inv_1 has 3 reminders" in report
+    assert "the invoice inv_1 has 1 reminders, not 3" in report
+
+
+def test_an_unknown_reference_names_what_the_scenario_has(
+    tmp_path: Path, database_url: str
+) -> None:
+    report = failure(
+        tmp_path,
+        database_url,
+        """\
+When ann starts chase as $chase with:
+  | invoice_id | $bill.invoice_id |
+""",
+    )
+    assert (
+        "$bill.invoice_id refers to $bill, which no earlier step made (the scenario has "
+        "$invoice): name it in an earlier step (`as $bill`)"
+    ) in report
+
+
+def test_an_unknown_field_names_the_fields_there_are(tmp_path: Path, database_url: str) -> None:
+    report = failure(
+        tmp_path,
+        database_url,
+        """\
+When ann starts chase as $chase with:
+  | invoice_id | $invoice.id |
+""",
+    )
+    assert (
+        "$invoice.id: $invoice has no `id` (it has: amount, due, email, invoice_id, "
+        "reminders, status, written_off)"
+    ) in report
+
+
+def test_a_run_is_referred_to_by_its_fields(tmp_path: Path, database_url: str) -> None:
+    scenario = scenario_of(
+        tmp_path,
+        """\
+When ann starts chase as $chase with:
+  | invoice_id | inv_1 |
+And ann starts follow-up as $follow with:
+  | invoice_id | $chase.output.invoice_id |
+  | days       | $chase.output.reminders  |
+Then $follow is sleeping
+And the output of $chase is:
+  | invoice_id | $follow.input.invoice_id |
+  | reminders  | $follow.input.days       |
+""",
+    )
+    run_scenario(APP, scenario, database_url=database_url)
+
+
+def test_a_step_no_one_declares_is_named(tmp_path: Path, database_url: str) -> None:
+    report = failure(tmp_path, database_url, "Then the invoices were all paid\n")
+    assert "no step reads `the invoices were all paid`" in report
+
+
+def test_a_refusal_no_step_expects_fails_the_scenario(tmp_path: Path, database_url: str) -> None:
+    report = failure(
+        tmp_path,
+        database_url,
+        """\
+When bob starts chase as $chase with:
+  | invoice_id | inv_1 |
+Then $chase is done
+""",
+    )
+    assert "  FAILED  Then $chase is done  (line 9)" in report
+    assert "`When bob starts chase as $chase with:` (line 7) was refused: " in report
+    assert 'user:bob may not start Workflow::"chase": no policy permits it' in report
+
+
+def test_an_expected_refusal_that_does_not_come_fails(tmp_path: Path, database_url: str) -> None:
+    report = failure(
+        tmp_path,
+        database_url,
+        """\
+When ann starts chase with:
+  | invoice_id | inv_1 |
+Then it is refused because ann may not
+""",
+    )
+    assert "expected the step before to be refused, and it was not" in report
+
+
+def test_seed_runs_the_backgrounds_givens_and_returns_what_they_made(database_url: str) -> None:
+    files = [
+        SCEN_APP / "scenarios" / "write_off.feature",
+        SCEN_APP / "scenarios" / "letters.feature",
+    ]
+    with Harness(APP, database_url=database_url) as harness:
+        made = seed(APP, files, harness)
+        books: Any = harness.fake("books")
+        assert sorted(books.invoices) == ["inv_7", "inv_8"]
+    assert sorted(made) == ["big", "small"]
+    assert made["big"] == {
+        "invoice_id": "inv_7",
+        "amount": 1200,
+        "due": "2026-09-01",
+        "email": "ap@inv_7.example",
+        "status": "open",
+        "reminders": 0,
+        "written_off": 0,
+    }
+    assert made["small"]["amount"] == 300
+
+
+def test_a_budget_step_compares_what_was_spent(tmp_path: Path, database_url: str) -> None:
+    report = failure(
+        tmp_path,
+        database_url,
+        """\
+When ann starts chase with:
+  | invoice_id | inv_1 |
+Then the app has spent 0.00001 USD this month
+And chase has spent at most 0.00001 USD in 2026-11
+And the app has spent 0.5 USD this month
+""",
+    )
+    assert "      ok  And chase has spent at most 0.00001 USD in 2026-11  (line 10)" in report
+    assert "  FAILED  And the app has spent 0.5 USD this month  (line 11)" in report
+    assert "  - spent in 2026-11 | 0.5\n  + spent in 2026-11 | 0.000010\n" in report
+
+
+def test_an_apps_scenario_names_its_workflows_with_or_without_the_apps_prefix(
+    tmp_path: Path, database_url: str
+) -> None:
+    scenario = scenario_of(
+        tmp_path,
+        """\
+When ann starts desk.chase as $chase with:
+  | invoice_id | inv_1 |
+And ann starts follow-up as $follow with:
+  | invoice_id | inv_1 |
+Then $chase is done
+And $follow is sleeping
+""",
+    )
+    run_scenario(APP, scenario, database_url=database_url, app_name="desk")

@@ -1,0 +1,160 @@
+"""The parts of scenarios that need no database: reading feature files, finding them,
+`$name.field` references, and connectors' step declarations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from remit import AppError, Connector, Given, load_app, steps
+from remit.scenarios import feature_files, read, seed
+from remit.scenarios.pytest_plugin import app_folder_of
+from remit.scenarios.values import Names, UnknownReference, cell, fields_table
+
+SCEN_APP = Path(__file__).resolve().parent.parent / "apps" / "scen_app"
+APP = load_app(SCEN_APP)
+BOOKS = APP.connectors["books"]
+CREATE_INVOICE = APP.ops["books.invoices.create"]
+
+FEATURE = """\
+Feature: Reading
+  Background:
+    Given an invoice inv_1 of 1200 due 2026-10-01
+
+  Scenario: With a table
+    When ann starts chase with:
+      | field      | value |
+      | invoice_id | inv_1 |
+    Then $run is done
+
+  Scenario Outline: One per row
+    When <who> starts chase
+    Examples:
+      | who |
+      | ann |
+      | bob |
+"""
+
+
+def test_a_feature_file_reads_as_scenarios_with_their_background(tmp_path: Path) -> None:
+    path = tmp_path / "reading.feature"
+    path.write_text(FEATURE)
+    first, ann, bob = read(path)
+    assert (first.title, first.line) == ("Reading: With a table", 5)
+    assert [(s.keyword.strip(), s.text, s.line, s.background) for s in first.steps] == [
+        ("Given", "an invoice inv_1 of 1200 due 2026-10-01", 3, True),
+        ("When", "ann starts chase with:", 6, False),
+        ("Then", "$run is done", 9, False),
+    ]
+    assert first.steps[1].table == (("field", "value"), ("invoice_id", "inv_1"))
+    assert [s.text for s in ann.steps[1:]] == ["ann starts chase"]
+    assert [s.text for s in bob.steps[1:]] == ["bob starts chase"]
+
+
+def test_a_file_that_does_not_parse_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "bad.feature"
+    path.write_text("Feature: x\n  Scenario: y\n    Given a\nFeature: twice\n")
+    with pytest.raises(AppError, match=r"bad.feature is not a feature file remit can read"):
+        read(path)
+
+
+def test_feature_files_are_found_at_the_root_and_in_each_app(tmp_path: Path) -> None:
+    for where in ["scenarios/a.feature", "apps/ar/scenarios/b.feature", "apps/ar/c.feature"]:
+        (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / where).write_text("Feature: x\n")
+    assert feature_files(tmp_path) == [
+        tmp_path / "apps/ar/scenarios/b.feature",
+        tmp_path / "scenarios/a.feature",
+    ]
+    assert app_folder_of(tmp_path / "apps/ar/scenarios/b.feature") == (tmp_path / "apps/ar", "ar")
+    assert app_folder_of(tmp_path / "scenarios/a.feature") == (tmp_path, None)
+    (tmp_path / "app.py").write_text("")
+    assert app_folder_of(tmp_path / "apps/ar/scenarios/b.feature") == (tmp_path, "ar")
+
+
+def test_cells_are_json_when_they_parse_and_text_otherwise() -> None:
+    assert [cell(c) for c in ["12", "true", "null", '"12"', "inv_1", '{"a": 1}']] == [
+        12,
+        True,
+        None,
+        "12",
+        "inv_1",
+        {"a": 1},
+    ]
+
+
+def test_references_take_the_value_alone_and_write_it_into_text() -> None:
+    names = Names()
+    names.keep("invoice", {"invoice_id": "inv_1", "amount": 1200, "lines": [{"sku": "a"}]})
+    assert names.resolve("$invoice.amount") == 1200
+    assert names.resolve("$invoice.lines.0.sku") == "a"
+    assert (
+        names.resolve("invoice $invoice.invoice_id of $invoice.amount") == "invoice inv_1 of 1200"
+    )
+    assert names.resolve({"a": ["$invoice.invoice_id"]}) == {"a": ["inv_1"]}
+    assert names.resolve("costs $5.00") == "costs $5.00"
+    table = (("field", "value"), ("id", "$invoice.invoice_id"), ("n", "3"))
+    assert fields_table(table, names, what="x") == {"id": "inv_1", "n": 3}
+
+
+def test_an_unknown_reference_names_what_there_is() -> None:
+    names = Names()
+    names.keep("invoice", {"invoice_id": "inv_1"})
+    with pytest.raises(
+        UnknownReference, match=r"which no earlier step made \(the scenario has \$invoice\)"
+    ):
+        names.resolve("$bill.invoice_id")
+    with pytest.raises(UnknownReference, match=r"\$invoice has no `amount` \(it has: invoice_id\)"):
+        names.resolve("$invoice.amount")
+
+
+def test_a_step_pattern_must_name_its_values() -> None:
+    declared = steps("books")
+    with pytest.raises(AppError, match=r"has an unnamed value: name each"):
+        declared.given("an invoice {} of {amount:d}")
+    declared.then("the invoice {id} is open")(print)
+    with pytest.raises(AppError, match=r"declares the step 'the invoice \{id\} is open' twice"):
+        declared.then("the invoice {id} is open")(print)
+
+
+def test_a_connector_takes_only_its_own_vendors_steps() -> None:
+    with pytest.raises(AppError, match=r"declare them with `remit.steps\('books'\)`"):
+        Connector(
+            "books", ops=BOOKS.ops, driver=BOOKS.driver, fake=BOOKS.fake, steps=steps("payments")
+        )
+
+
+def test_seed_calls_each_given_once_through_a_callable(tmp_path: Path) -> None:
+    path = tmp_path / "reading.feature"
+    path.write_text(FEATURE)
+    calls: list[tuple[str, dict[str, object], str | None]] = []
+
+    def call(op_id: str, input: dict[str, object], by: str | None) -> dict[str, object]:
+        calls.append((op_id, dict(input), by))
+        return {**input, "status": "open"}
+
+    made = seed(APP, [path], call)
+    assert calls == [
+        (
+            CREATE_INVOICE.id,
+            {
+                "invoice_id": "inv_1",
+                "amount": 1200,
+                "due": "2026-10-01",
+                "email": "ap@inv_1.example",
+            },
+            "user:sam",
+        )
+    ]
+    assert made == {"invoice": {**calls[0][1], "status": "open"}}
+
+
+def test_a_given_returns_what_to_call() -> None:
+    made = Given(op=CREATE_INVOICE, input={"invoice_id": "x"}, name="invoice")
+    assert (made.op_id, made.input_json(), made.actor) == (
+        "books.invoices.create",
+        {"invoice_id": "x"},
+        None,
+    )
+    assert Given(op="books.invoices.get").op_id == "books.invoices.get"
