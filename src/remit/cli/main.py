@@ -19,6 +19,7 @@ from remit.cli import (  # noqa: F401
     activity,
     budgets,
     credentials,
+    demo,
     deploy,
     direct,
     resources,
@@ -40,6 +41,7 @@ from remit.cli.base import (
     cli,
     client_of,
     err,
+    here_only,
     json_input,
     load,
     local_client,
@@ -88,6 +90,8 @@ def worker(
 ) -> None:
     """Serve the app's queues until SIGTERM or Ctrl-C, then drain running work."""
     from remit.serve.worker import Worker
+
+    here_only("worker")
 
     app, settings = load(app_dir)
     if executor_id:
@@ -140,6 +144,7 @@ def run(
     the run waits at an approval, it says how to decide it and goes on serving: decide it from
     another terminal (`remit approve ID`) and the run carries on here.
     """
+    here_only("run")  # a worker here, on the database: through REMIT_URL, `remit start` it
     payload = json_input(input, "--input", app_dir, cap="input_bytes")
     app, settings = load(app_dir)
     wf = app.workflow(name)
