@@ -139,10 +139,16 @@ class Demo:
         """A direct call on the demo's fakes, under the policies, as `by` (default: the default
         actor). One that does not come to `ok` is raised, naming the op: a seed that fails
         would leave the demo showing something other than it promises."""
-        result = self.client.call(op_id, input, by=by)
+        who = by or self.settings.actor
+        try:
+            result = self.client.call(op_id, input, by=who)
+        except RemitError as refused:
+            raise RemitError(
+                f"seeding the demo: `{op_id}` as {who} was refused: {refused}"
+            ) from None
         if result.status != "ok":
             why = result.error or f"it is {result.status} ({result.note or 'a run waits'})"
-            raise RemitError(f"seeding the demo: the call of `{op_id}` did not succeed: {why}")
+            raise RemitError(f"seeding the demo: `{op_id}` as {who} did not succeed: {why}")
         return result
 
     def api(self) -> FastAPI:
