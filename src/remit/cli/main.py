@@ -271,6 +271,9 @@ def runs(
     status: Annotated[str | None, typer.Option(help="Only runs with this status.")] = None,
     workflow: Annotated[str | None, typer.Option(help="Only runs of this workflow.")] = None,
     limit: Annotated[int, typer.Option(min=1, help="How many, newest first.")] = 50,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print only their ids (nothing when none).")
+    ] = False,
     app_dir: AppDir = None,
 ) -> None:
     """List runs, newest first."""
@@ -283,6 +286,10 @@ def runs(
         )
     with client_of(app_dir) as remit:
         found = remit.runs(status=status, workflow=workflow, limit=limit)
+    if quiet:
+        for each in found:
+            out.print(each.run_id)
+        return
     table = PlainTable(
         "run", "workflow", "status", "attempt", "started by", "created", "finished", box=None
     )
