@@ -131,6 +131,8 @@ COMMANDS = [
     ["drift"],
     ["import"],
     ["resources"],
+    ["demo"],
+    ["fakes", "show"],
 ]
 
 
