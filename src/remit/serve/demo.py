@@ -96,6 +96,7 @@ class Demo:
 
     @property
     def worker(self) -> Worker:
+        """The demo's worker, serving the app's queues on the shared fakes."""
         if self._worker is None:
             raise RemitError("the demo has not started: call Demo.start() first")
         return self._worker

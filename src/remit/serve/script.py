@@ -68,6 +68,7 @@ class Line:
     background: bool = False
 
     def where(self) -> str:
+        """The line as an error names it: its number and its text."""
         return f"line {self.number} (`{self.text}`)"
 
 
