@@ -432,6 +432,11 @@ class RemoteClient:
 
     # The wire.
 
+    def fake_state(self, vendor: str) -> dict[str, Any]:
+        """What the vendor's fake holds, as a demo instance (`remit demo`) serves it."""
+        state: dict[str, Any] = self._get(f"/fakes/{_part(vendor)}")
+        return state
+
     def _as_token(self, by: str | None) -> None:
         if by is not None:
             raise RemitError(

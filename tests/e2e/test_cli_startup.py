@@ -132,6 +132,8 @@ COMMANDS = [
     ["import"],
     ["resources"],
     ["test"],
+    ["demo"],
+    ["fakes", "show"],
 ]
 
 

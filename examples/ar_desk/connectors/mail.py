@@ -86,6 +86,11 @@ class FakeMail(Fake):
         super().__init__(**kwargs)
         self.outbox: list[Message] = []
 
+    def state(self) -> dict[str, Any]:
+        """Every message sent, in order."""
+        with self._lock:
+            return {"sent": [message.model_dump(mode="json") for message in self.outbox]}
+
     @implements(send_message)
     def send(self, input: Message, call: CallContext) -> Sent:
         with self._lock:

@@ -203,6 +203,14 @@ class FakePayments(Fake):
         }
         self.credit_notes: list[CreditNote] = []
 
+    def state(self) -> dict[str, Any]:
+        """The invoices as they stand, and the credit notes written."""
+        with self._lock:
+            return {
+                "invoices": [invoice.model_dump(mode="json") for invoice in self.invoices.values()],
+                "credit_notes": [note.model_dump(mode="json") for note in self.credit_notes],
+            }
+
     @implements(get_invoice)
     def get(self, input: InvoiceRef, call: CallContext) -> Invoice:
         invoice = self.invoices.get(input.invoice_id)

@@ -86,6 +86,8 @@ class _RemitGroup(HelpGroup):
             "test",
             "telegram",
             "wakeup",
+            "demo",
+            "fakes",
         ],
     }
 
@@ -247,6 +249,16 @@ def client_of(app_dir: Path | None) -> Iterator["Surface"]:
     _, settings = _settings(app_dir)
     with RemoteClient(_state.url, _state.token, settings=settings) as remote:
         yield remote
+
+
+def folder_of(app_dir: Path | None) -> Path:
+    """The app's folder: `app_dir`, else the one `remit --app` named (the current folder)."""
+    return app_dir or _state.app_path
+
+
+def remote_of() -> tuple[str | None, str | None]:
+    """The server `--url` (REMIT_URL) names and the token `--token` (REMIT_TOKEN) gives."""
+    return _state.url, _state.token
 
 
 def here_only(command: str) -> None:

@@ -20,6 +20,7 @@ from remit.cli import (  # noqa: F401
     apps,
     budgets,
     credentials,
+    demo,
     deploy,
     direct,
     resources,
@@ -42,6 +43,7 @@ from remit.cli.base import (
     cli,
     client_of,
     err,
+    here_only,
     json_input,
     load,
     local_client,
@@ -90,6 +92,8 @@ def worker(
 ) -> None:
     """Serve the app's queues until SIGTERM or Ctrl-C, then drain running work."""
     from remit.serve.worker import Worker
+
+    here_only("worker")
 
     app, settings = load(app_dir)
     if executor_id:
@@ -142,6 +146,7 @@ def run(
     the run waits at an approval, it says how to decide it and goes on serving: decide it from
     another terminal (`remit approve ID`) and the run carries on here.
     """
+    here_only("run")  # a worker here, on the database: through REMIT_URL, `remit start` it
     payload = json_input(input, "--input", app_dir, cap="input_bytes")
     app, settings = load(app_dir)
     wf = app.workflow(name)
@@ -268,6 +273,9 @@ def runs(
     status: Annotated[str | None, typer.Option(help="Only runs with this status.")] = None,
     workflow: Annotated[str | None, typer.Option(help="Only runs of this workflow.")] = None,
     limit: Annotated[int, typer.Option(min=1, help="How many, newest first.")] = 50,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print only their ids (nothing when none).")
+    ] = False,
     app_dir: AppDir = None,
 ) -> None:
     """List runs, newest first."""
@@ -280,6 +288,10 @@ def runs(
         )
     with client_of(app_dir) as remit:
         found = remit.runs(status=status, workflow=workflow, limit=limit)
+    if quiet:
+        for each in found:
+            out.print(each.run_id)
+        return
     table = PlainTable(
         "run", "workflow", "status", "attempt", "started by", "created", "finished", box=None
     )

@@ -204,6 +204,14 @@ class Fake(Implementation):
         op_id = op if isinstance(op, str) else op.id
         return [effect for effect in self.effects if effect.op == op_id]
 
+    def state(self) -> dict[str, Any]:
+        """What the fake vendor holds, as JSON a person reads to see what a demo or a test did
+        (`remit fakes show`). By default the writes it applied, in order; a fake that keeps
+        state of its own (invoices, an outbox) says what it holds instead."""
+        self._catch_up()
+        with self._lock:
+            return {"effects": [dict(effect.__dict__) for effect in self.effects]}
+
     def invoke(self, op: Op[Any, Any], input: BaseModel, call: CallContext) -> BaseModel:
         with self._lock:
             self.calls.append((op.id, call.idempotency_key))
@@ -277,16 +285,18 @@ class Fake(Implementation):
 class Connector:
     """A vendor's ops with their driver and fake, e.g. `Connector("payments", ops=[...], ...)`.
 
-    `driver` and `fake` are called with no arguments to make an implementation. `resources`
-    lists the vendor's resource types (`remit.resource_type`); their six ops each are added
-    to `ops`. `steps` are the scenario steps the connector offers (`remit.steps`): givens
-    that seed its fake through its ops, thens that read the fake.
+    `driver` and `fake` are called with no arguments to make an implementation. `fake` may be
+    left out: such a connector runs on its driver only, and a worker, a harness or a demo on
+    fakes refuses it, naming it. `resources` lists the vendor's resource types
+    (`remit.resource_type`); their six ops each are added to `ops`. `steps` are the scenario
+    steps the connector offers (`remit.steps`): givens that seed its fake through its ops,
+    thens that read the fake.
     """
 
     vendor: str
     ops: tuple[Op[Any, Any], ...]
     driver: Callable[[], Implementation]
-    fake: Callable[[], Implementation]
+    fake: Callable[[], Implementation] | None
     description: str = ""
     resources: tuple[ResourceType, ...] = ()
     steps: StepSet | None = None
@@ -297,7 +307,7 @@ class Connector:
         *,
         ops: Iterable[Op[Any, Any]],
         driver: Callable[[], Implementation],
-        fake: Callable[[], Implementation],
+        fake: Callable[[], Implementation] | None = None,
         description: str = "",
         resources: Iterable[ResourceType] = (),
         steps: StepSet | None = None,
@@ -347,6 +357,8 @@ class Connector:
                 f"`remit.steps({self.vendor!r})`"
             )
         for role, factory in (("driver", self.driver), ("fake", self.fake)):
+            if factory is None:
+                continue
             implemented = getattr(factory, "implemented", None)
             if implemented is None:
                 continue

@@ -256,6 +256,14 @@ class FakeLLM(Fake):
         self.requests: list[ChatRequest] = []
         self._script = threading.Lock()
 
+    def state(self) -> dict[str, Any]:
+        """Every request answered or failed, in order, and how many scripted replies are left."""
+        with self._script:
+            return {
+                "requests": [request.model_dump(mode="json") for request in self.requests],
+                "replies_left": len(self.responses),
+            }
+
     @implements(chat_complete)
     def complete(self, input: ChatRequest, call: CallContext) -> ChatReply:
         with self._script:

@@ -315,6 +315,20 @@ class ResourceFake(ResourceImplementation, Fake):
         self._fold()
         return {rid: dict(state) for (tid, rid), state in self._records.items() if tid == type_id}
 
+    def state(self) -> dict[str, Any]:
+        """Every resource the fake vendor holds, by type and id (what it was sent in write-only
+        fields is left out, as the vendor would never show it)."""
+        self._catch_up()
+        self._fold()
+        with self._fold_lock:
+            held: dict[str, dict[str, Any]] = {rtype.id: {} for rtype in self.resource_types}
+            for (type_id, rid), fields in sorted(self._records.items()):
+                hidden = self._types_by_id[type_id].write_only
+                held.setdefault(type_id, {})[rid] = {
+                    name: value for name, value in fields.items() if name not in hidden
+                }
+        return {"resources": held}
+
     def tamper(self, rtype: ResourceType, id: str, **fields: Any) -> None:
         """Change a resource behind remit's back (a person at the vendor's console); a field
         given as None is removed. Recorded like any write, so every process sees it."""

@@ -23,7 +23,7 @@ from pydantic_core import to_jsonable_python
 
 from remit.app import App
 from remit.budgets.store import Budgets
-from remit.connectors.base import Implementation
+from remit.connectors.base import Connector, Implementation
 from remit.connectors.credentials import Credentials, SecretKey, Secrets
 from remit.connectors.data import VENDOR as DATA_VENDOR
 from remit.connectors.data import CollectionStore
@@ -33,7 +33,7 @@ from remit.connectors.wakeup import VENDOR as WAKEUP_VENDOR
 from remit.core import telemetry
 from remit.core.clock import Clock
 from remit.core.database import Database
-from remit.core.errors import CodeChanged, RemitError, RunMovedOn, RunTimedOut, Suspended
+from remit.core.errors import AppError, CodeChanged, RemitError, RunMovedOn, RunTimedOut, Suspended
 from remit.core.ledger import LedgerStore
 from remit.core.redact import Redactor
 from remit.core.runs import RunInfo, RunStore, attempt_workflow_id, output_refused
@@ -402,7 +402,7 @@ def implementations_for(
         # on fakes still registers its wakes there, or nothing would start it again.
         fake = settings.fakes and not (vendor == WAKEUP_VENDOR and settings.wakeup_url)
         if vendor not in chosen:
-            chosen[vendor] = connector.fake() if fake else connector.driver()
+            chosen[vendor] = _fake_of(connector) if fake else connector.driver()
     # Collections live in the app's database with drivers and fakes alike.
     if app.collections and DATA_VENDOR not in chosen:
         chosen[DATA_VENDOR] = CollectionStore(db, app.name, app.collections, clock=clock)
@@ -418,3 +418,15 @@ def implementations_for(
         },
     )
     return chosen, credentials
+
+
+def _fake_of(connector: Connector) -> Implementation:
+    """The connector's fake, made; refused, naming the vendor, for a connector that has none."""
+    if connector.fake is None:
+        raise AppError(
+            f"connector `{connector.vendor}` has no fake, and this instance runs every connector "
+            f"on its fake (REMIT_FAKES, a test harness or `remit demo`): give it one with "
+            f'`Connector("{connector.vendor}", fake=...)`, or run with drivers (REMIT_FAKES '
+            "unset)"
+        )
+    return connector.fake()

@@ -35,6 +35,7 @@
     DELETE /tokens/{id}                 revoke one
     GET    /records/{type}/{id}/activity  ?limit&after: a business record's timeline, oldest first
     POST   /records/{type}/{id}/archive   {"reason": "..."}: cancel the record's pending gates
+    GET    /fakes/{vendor}              what a fake vendor holds (`remit demo` only)
     GET    /health                      {"ok": true} while the database answers
     GET    /wake                        start the worker if it stopped itself (`serve --worker`)
     GET    /openapi.json                the spec of every route above
@@ -64,7 +65,7 @@ The routes are in `serve/routes.py`; what they take and answer in `serve/params.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -75,6 +76,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from remit._version import __version__
 from remit.client import Client
+from remit.connectors.base import Fake
 from remit.core.errors import RemitError
 from remit.serve.body import BodyLimit
 from remit.serve.errors import error_response
@@ -85,7 +87,7 @@ from remit.serve.models import (
     Woken,
     error_responses,
 )
-from remit.serve.routes import router
+from remit.serve.routes import fake_routes, router
 
 # The names a server on this machine answers to when none are configured.
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1", "[::1]")
@@ -99,6 +101,7 @@ def create_api(
     allowed_hosts: Sequence[str] = LOCAL_NAMES,
     wake: Callable[[], str] | None = None,
     around: tuple[Callable[[], None], Callable[[], None]] | None = None,
+    fakes: Mapping[str, Fake] | None = None,
 ) -> FastAPI:
     """The HTTP API over `client`'s app. Route functions are synchronous (the database calls
     block), so FastAPI runs each in its threadpool. `allowed_hosts`: the names (`Host` header)
@@ -106,7 +109,8 @@ def create_api(
     server that runs its own worker, answers `GET /wake`: it starts the worker if it stopped
     itself, and returns what the worker was doing. `around` is called before and after each
     request (such a server closes its connections after a request while its worker is
-    stopped)."""
+    stopped). `fakes`, given by an instance that runs every connector on its fake (`remit
+    demo`), answers `GET /fakes/{vendor}` with what each fake holds."""
     api = FastAPI(
         title=title or f"remit: {client.app.name}",
         version=version,
@@ -151,6 +155,8 @@ def create_api(
     api.add_middleware(BodyLimit, limit=client.settings.max_body_bytes)
     api.state.remit = client
     routes = router(client)
+    if fakes is not None:
+        fake_routes(routes, fakes)
     for error in (
         Problem,
         RequestValidationError,

@@ -1,0 +1,264 @@
+"""`remit demo`: the whole app in one process on fakes, to try or to show; `remit fakes show`:
+what a demo's fake vendors hold.
+
+The demo is `serve/demo.py`'s `Demo` behind the HTTP API; `--script` plays a session on it
+(`serve/script.py`) and stops it at the end.
+"""
+
+# No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
+
+import importlib
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.text import Text
+
+from remit.cli.base import (
+    AppDir,
+    PlainTable,
+    cli,
+    command_group,
+    err,
+    exit_now,
+    folder_of,
+    here_only,
+    load,
+    out,
+    remote_of,
+)
+
+if TYPE_CHECKING:
+    from remit.serve.demo import Demo, Seed
+    from remit.serve.script import Line
+
+# Where `remit demo` looks for scenarios whose givens seed it, under the app's folder.
+FEATURES = "demo"
+
+
+@cli.command()
+def demo(
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="The port on 127.0.0.1 (default: a free one).")
+    ] = 0,
+    script: Annotated[
+        Path | None,
+        typer.Option(
+            "--script",
+            help="Play this session against the demo, print each command and its output, then "
+            "stop (exit 0 when every line behaved).",
+        ),
+    ] = None,
+    app_dir: AppDir = None,
+) -> None:
+    """Run the whole app in this process, on fakes: a worker and the HTTP API on a fresh SQLite
+    database in .remit/demo/ (wiped at start), one fake per vendor for every run and call.
+
+    It prints the API's address, the tokens it made (in .remit/demo/instance.json) and how to
+    point the command line at it, then serves until Ctrl-C; with --script it plays the script
+    and stops.
+    """
+    from remit.serve.demo import DEMO_HOST, Demo
+    from remit.serve.script import parse_script
+    from remit.serve.server import serve as serve_http
+
+    here_only("demo")
+    folder = folder_of(app_dir)
+    lines = None if script is None else parse_script(_read(script), source=str(script))
+    app, _ = load(folder)
+    instance = Demo.of(app, folder)
+    played: dict[str, int] = {}
+    try:
+        instance.start(seed=_feature_seed(folder))
+
+        def listening(url: str) -> None:
+            path = instance.publish(url)
+            _tell(instance, url, path, quiet=lines is not None)
+            if lines is not None and script is not None:
+                threading.Thread(
+                    target=_play,
+                    args=(instance, folder, url, lines, script, played),
+                    name="remit-demo-script",
+                    daemon=True,
+                ).start()
+
+        serve_http(
+            instance.api(),
+            host=DEMO_HOST,
+            port=port,
+            drain_timeout=instance.settings.drain_timeout,
+            listening=listening,
+        )
+    finally:
+        instance.close()
+    if lines is None:
+        err.print("demo stopped")
+        exit_now(0)
+    if "code" not in played:
+        err.print(f"[red]the demo stopped before {script} ended[/]")
+        exit_now(1)
+    exit_now(played["code"])
+
+
+def _read(script: Path) -> str:
+    from remit.core.errors import RemitError
+
+    try:
+        return script.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise RemitError(f"--script {script}: the file cannot be read ({error})") from None
+
+
+def _feature_seed(folder: Path) -> "Seed | None":
+    """What seeds the demo: the givens of the scenarios in the app's `demo/*.feature`, when this
+    remit reads scenarios, else nothing."""
+    features = sorted((folder / FEATURES).glob("*.feature"))
+    if not features:
+        return None
+    # `remit.scenarios.seed(features, call)` runs the givens of the features' Backgrounds as
+    # direct calls through `call`; a remit without that module starts the demo unseeded.
+    try:
+        scenarios = importlib.import_module("remit.scenarios")
+    except ImportError:
+        scenarios = None
+    seed = getattr(scenarios, "seed", None)
+    if seed is None:
+        err.print(
+            f"[yellow]{FEATURES}/ holds {len(features)} .feature files, and this remit reads no "
+            "scenarios: the demo starts unseeded[/]"
+        )
+        return None
+    return lambda call: seed(features, call)
+
+
+def _tell(instance: "Demo", url: str, path: Path, *, quiet: bool) -> None:
+    """Print where the demo answers and how to reach it (a script's session: one line)."""
+    actor = instance.settings.actor
+    vendors = sorted(instance.fakes)
+    if quiet:
+        err.print(f"demo of [bold]{instance.app.name}[/] on {url} (tokens in {path})")
+        return
+    out.print(f"demo of [bold]{instance.app.name}[/] on fakes, serving its API on {url}")
+    out.print(f"database: {instance.settings.database_url} (wiped at the next `remit demo`)")
+    out.print(f"API tokens, by who they act as (also in {path}):")
+    width = max(len(principal) for principal in instance.tokens)
+    for principal, token in instance.tokens.items():
+        out.print(Text(f"  {principal:<{width}}  {token}"))
+    out.print(f"point the command line at it, as {actor}:")
+    out.print(Text(f"  export REMIT_URL={url} REMIT_TOKEN={instance.tokens[actor]}"))
+    if vendors:
+        out.print(f"see what a fake vendor holds: remit fakes show VENDOR ({', '.join(vendors)})")
+    out.print("Ctrl-C stops the demo")
+
+
+def _play(
+    instance: "Demo",
+    folder: Path,
+    url: str,
+    lines: "list[Line]",
+    script: Path,
+    played: dict[str, int],
+) -> None:
+    """Play the script, note how it went in `played`, and stop the server."""
+    import sys
+
+    from remit.serve.script import Player, ScriptError
+
+    environ = {
+        **os.environ,
+        # A command that would open a database finds the demo's, never the app's own.
+        "REMIT_DATABASE_URL": instance.settings.database_url,
+    }
+    player = Player(
+        app_folder=folder,
+        url=url,
+        tokens=instance.tokens,
+        actor=instance.settings.actor,
+        environ=environ,
+        out=sys.stdout,
+    )
+    try:
+        player.play(lines)
+    except ScriptError as failed:
+        err.print(Text(f"{script}: {failed}", style="red"))
+        played["code"] = 1
+    except Exception as error:  # the script ends the demo however it ends
+        err.print(Text(f"{script}: {type(error).__name__}: {error}", style="red"))
+        played["code"] = 1
+    else:
+        err.print(f"{script}: every line behaved")
+        played["code"] = 0
+    finally:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+fakes_cli = command_group("What the fake vendors of a demo hold.", no_args_is_help=True)
+cli.add_typer(fakes_cli, name="fakes")
+
+
+@fakes_cli.command("show")
+def show(
+    vendor: Annotated[str, typer.Argument(help="The vendor, e.g. payments.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the state as JSON.")] = False,
+    app_dir: AppDir = None,
+) -> None:
+    """Print what a demo's fake vendor holds (its invoices, its outbox, the writes it applied):
+    the demo at REMIT_URL with REMIT_TOKEN, else the one running for the app."""
+    from remit.remote import RemoteClient
+    from remit.serve.demo import read_instance
+
+    url, token = remote_of()
+    if url is None:
+        instance = read_instance(folder_of(app_dir))
+        url, token = instance["url"], instance["tokens"][instance["actor"]]
+    elif token is None:
+        from remit.core.errors import RemitError
+
+        raise RemitError(
+            f"asking {url} needs an API token: pass --token or set REMIT_TOKEN (`remit demo` "
+            "prints one)"
+        )
+    with RemoteClient(url, token) as remote:
+        state = remote.fake_state(vendor)
+    if as_json:
+        print(json.dumps(state, indent=2))
+        return
+    out.print(f"[bold]{vendor}[/] (fake)")
+    for name, value in state.items():
+        _show_part(name, value)
+
+
+def _show_part(title: str, value: Any) -> None:
+    """One part of a fake's state as a person reads it: records as a table, the rest as JSON."""
+    if isinstance(value, list) and value and all(isinstance(each, dict) for each in value):
+        _table(title, value)
+    elif isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+        if all(isinstance(inner, dict) for v in value.values() for inner in v.values()):
+            for name, part in value.items():
+                _show_part(f"{title} {name}", part)
+        else:
+            _table(title, [{"id": key, **fields} for key, fields in value.items()])
+    elif value in ([], {}):
+        out.print(Text(f"{title}: none"))
+    else:
+        out.print(Text(f"{title}: {_cell(value)}"))
+
+
+def _table(title: str, rows: list[dict[str, Any]]) -> None:
+    columns = list(dict.fromkeys(name for row in rows for name in row))
+    table = PlainTable(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(_cell(row.get(column)) for column in columns))
+    out.print(table)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    return value if isinstance(value, str) else json.dumps(value)

@@ -1,0 +1,191 @@
+"""`remit demo`: a whole instance of an app in one process, on fakes, on a throwaway database.
+
+A `Demo` runs a worker and the HTTP API's client on one SQLite file under the app's
+`.remit/demo/` folder, wiped when the demo starts. Every connector runs on its fake, and there
+is one fake per vendor: the worker's runs and the API's direct calls (`remit call`) reach the
+same objects, so what a run wrote is what a later call reads, and `GET /fakes/{vendor}` shows
+it. A connector with no fake is refused, naming it.
+
+Before the instance answers anyone it is seeded (`Seed`: direct calls on the shared fakes) and
+mints an API token for each principal the app's policies name, and for the default actor. The
+URL and the tokens are written to `.remit/demo/instance.json` (readable by its owner only), where
+`remit fakes show` and a script played by `remit demo --script` find them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+
+from remit.app import App
+from remit.client import Client
+from remit.connectors.base import Fake
+from remit.core.errors import RemitError
+from remit.core.settings import DATA_DIR, Settings
+from remit.execution.direct import CallResult
+from remit.serve.api import LOCAL_NAMES, create_api
+from remit.serve.worker import Worker
+
+# Where a demo keeps its database, its secret key and `instance.json`, under the app's folder.
+DEMO_FOLDER = Path(DATA_DIR, "demo")
+INSTANCE_FILE = "instance.json"
+# A demo answers on this machine only: its tokens are written to a file in plain text.
+DEMO_HOST = "127.0.0.1"
+
+# `call(op_id, input, by)`: a direct call on the demo's fakes, as `by` (None: the default actor).
+Call = Callable[[str, Mapping[str, Any], str | None], CallResult]
+# What seeds a demo before it answers anyone: it makes its calls through the `Call` it is given.
+Seed = Callable[[Call], None]
+
+
+def demo_folder(app_folder: Path) -> Path:
+    """Where the demo of the app in `app_folder` keeps what it writes."""
+    return app_folder / DEMO_FOLDER
+
+
+def demo_settings(app_folder: Path, environ: Mapping[str, str] | None = None) -> Settings:
+    """The environment's settings for the app, made a demo's: its SQLite file under
+    `.remit/demo/`, every connector on its fake, on loopback, with nothing sent out of the
+    process (no wakeup service, webhook or Telegram)."""
+    folder = demo_folder(app_folder).resolve()
+    settings = Settings.from_env(app_folder, environ=environ)
+    return replace(
+        settings,
+        database_url=f"sqlite:///{folder / 'remit.sqlite'}",
+        fakes=True,
+        http_host=DEMO_HOST,
+        secret_key=None,
+        secret_key_file=folder / "secret.key",
+        wakeup_url=None,
+        wakeup_account_token=None,
+        webhook_url=None,
+        webhook_secret=None,
+        telegram_api=None,
+    )
+
+
+def demo_principals(app: App, actor: str) -> list[str]:
+    """Who the demo mints a token for: each person and agent the app's policies name
+    (`policies/principals.toml`), then the default actor."""
+    return list(dict.fromkeys([*app.policy.members, actor]))
+
+
+class Demo:
+    """A demo instance of `app` (see the module's docstring): `start` it, serve `api()`, then
+    `close` it. `folder` is wiped by `start`."""
+
+    def __init__(self, app: App, settings: Settings, folder: Path) -> None:
+        self.app = app
+        self.settings = settings
+        self.folder = folder
+        self.tokens: dict[str, str] = {}
+        self._worker: Worker | None = None
+        self._client: Client | None = None
+
+    @classmethod
+    def of(cls, app: App, app_folder: Path, environ: Mapping[str, str] | None = None) -> Demo:
+        """The demo of `app`, loaded from `app_folder`, with the environment's settings."""
+        return cls(app, demo_settings(app_folder, environ), demo_folder(app_folder).resolve())
+
+    @property
+    def worker(self) -> Worker:
+        """The demo's worker, serving the app's queues on the shared fakes."""
+        if self._worker is None:
+            raise RemitError("the demo has not started: call Demo.start() first")
+        return self._worker
+
+    @property
+    def client(self) -> Client:
+        """The API's client, whose direct calls reach the worker's fakes."""
+        if self._client is None:
+            raise RemitError("the demo has not started: call Demo.start() first")
+        return self._client
+
+    @property
+    def fakes(self) -> dict[str, Fake]:
+        """The one fake of each vendor, by vendor: every run and every direct call uses it."""
+        return {
+            vendor: implementation
+            for vendor, implementation in self.worker.implementations.items()
+            if isinstance(implementation, Fake)
+        }
+
+    def start(self, seed: Seed | None = None) -> None:
+        """Wipe the demo's folder, start its worker on a fresh database, seed it with `seed`,
+        and mint its tokens. Refuses an app with a connector that has no fake, naming it."""
+        if self.folder.exists():
+            shutil.rmtree(self.folder)
+        self.folder.mkdir(parents=True)
+        worker = Worker(self.app, self.settings)  # makes each fake, or refuses a connector
+        worker.start()
+        self._worker = worker
+        client = Client(self.app, self.settings, pool_size=16, prepare=False)
+        client.use_implementations(worker.implementations)
+        self._client = client
+        if seed is not None:
+            seed(self.call)
+        self.tokens = {
+            principal: client.tokens.create(principal, by=self.settings.actor, name="demo")[1]
+            for principal in demo_principals(self.app, self.settings.actor)
+        }
+
+    def call(self, op_id: str, input: Mapping[str, Any], by: str | None = None) -> CallResult:
+        """A direct call on the demo's fakes, under the policies, as `by` (default: the default
+        actor). One that does not come to `ok` is raised, naming the op: a seed that fails
+        would leave the demo showing something other than it promises."""
+        who = by or self.settings.actor
+        try:
+            result = self.client.call(op_id, input, by=who)
+        except RemitError as refused:
+            raise RemitError(
+                f"seeding the demo: `{op_id}` as {who} was refused: {refused}"
+            ) from None
+        if result.status != "ok":
+            why = result.error or f"it is {result.status} ({result.note or 'a run waits'})"
+            raise RemitError(f"seeding the demo: `{op_id}` as {who} did not succeed: {why}")
+        return result
+
+    def api(self) -> FastAPI:
+        """The HTTP API on the demo's client, answering `GET /fakes/{vendor}` too."""
+        return create_api(self.client, allowed_hosts=LOCAL_NAMES, fakes=self.fakes)
+
+    def publish(self, url: str) -> Path:
+        """Write `instance.json` (the URL and the tokens, by principal) for its owner alone to
+        read, and return its path."""
+        path = self.folder / INSTANCE_FILE
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as file:
+            json.dump({"url": url, "actor": self.settings.actor, "tokens": self.tokens}, file)
+        return path
+
+    def close(self) -> None:
+        """Stop the worker (running attempts get no drain: the database is thrown away)."""
+        if self._worker is not None:
+            self._worker.stop(timeout=0)
+            self._worker = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+def read_instance(app_folder: Path) -> dict[str, Any]:
+    """The demo instance's `instance.json` in `app_folder`, or a `RemitError` saying to start
+    one."""
+    path = demo_folder(app_folder) / INSTANCE_FILE
+    try:
+        found: dict[str, Any] = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RemitError(
+            f"no demo is running for the app in {app_folder}: start one with `remit demo`, or "
+            "set REMIT_URL and REMIT_TOKEN to the instance to ask"
+        ) from None
+    except (OSError, ValueError) as error:
+        raise RemitError(f"{path} cannot be read: {error}") from None
+    return found

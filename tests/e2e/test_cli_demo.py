@@ -1,0 +1,214 @@
+"""`remit demo` as a person runs it: a scripted session played against the whole app on fakes,
+the line that misbehaves named, the demo served until Ctrl-C, and `remit fakes show`. The demo
+runs on its own SQLite file by design, so these tests are SQLite-only."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+DEMO_APP = Path(__file__).resolve().parent.parent / "apps" / "demo_app"
+
+SESSION = """\
+# == 1. carol opens an account by a direct call
+remit call books.accounts.open --input '{"account": "acme", "balance": 100}' --as user:carol
+
+# == 2. ann asks for a refund, which waits for a controller
+run=remit start refund --input '{"account": "acme", "amount": 40}' --as user:ann
+until approval=remit approvals --pending --quiet
+! remit approve $approval --as user:ann
+remit approve ${approval} --as=user:carol --reason "checked the books"
+until done=remit runs --status done --quiet
+remit show $run
+
+# == 3. what the fake books hold, while the runs are listed
+remit runs --workflow refund &
+remit fakes show books &
+wait
+! remit run refund --input '{"account": "acme", "amount": 1}'
+remit fakes show books --json
+"""
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    copied = tmp_path / "demo_app"
+    shutil.copytree(DEMO_APP, copied, ignore=shutil.ignore_patterns(".remit", "__pycache__"))
+    return copied
+
+
+def environ(**extra: str) -> dict[str, str]:
+    kept = {k: v for k, v in os.environ.items() if not k.startswith("REMIT_")}
+    return {**kept, "REMIT_AS": "user:ann", "COLUMNS": "200", **extra}
+
+
+def remit(
+    folder: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "remit", "--app", str(folder), *args],
+        env=env or environ(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_a_scripted_session_plays_against_the_demo(folder: Path, tmp_path: Path) -> None:
+    script = tmp_path / "session.txt"
+    script.write_text(SESSION)
+
+    done = remit(folder, "demo", "--script", str(script))
+
+    shown = done.stdout + done.stderr
+    assert done.returncode == 0, shown
+    assert f"{script}: every line behaved" in done.stderr
+    assert "== 1. carol opens an account by a direct call" in done.stdout
+    assert "books.accounts.open ok" in done.stdout
+    # The captures were substituted, and ann's approval was refused by the policies.
+    approval = next(
+        word for word in done.stdout.split() if word.startswith("apr_") and len(word) > 10
+    )
+    assert f"$ remit approve {approval} --as user:ann" in done.stdout
+    assert 'user:ann may not decide ApprovalType::"refund"' in done.stdout
+    assert f"{approval} approved by user:carol" in done.stdout
+    run = next(word for word in done.stdout.split() if word.startswith("run_"))
+    assert f"$ remit show {run}\n{run}  refund  done" in done.stdout
+    # The background commands' output is printed when `wait` reaches them, in order.
+    runs_ended = done.stdout.index("-- ended: remit runs --workflow refund")
+    books_ended = done.stdout.index("-- ended: remit fakes show books")
+    assert runs_ended < books_ended
+    # `remit run` is a worker on the database, refused through the demo's API with its reason.
+    assert "`remit run` works on the app's folder and its database, not through" in done.stdout
+    # The fake's state, after the refund: the run's credit on the account carol opened.
+    state = json.loads(
+        done.stdout[done.stdout.rindex("$ remit fakes show books --json") :].split("\n", 1)[1]
+    )
+    assert state == {
+        "accounts": [{"account": "acme", "balance": 140}],
+        "credits": [{"credit_id": "cr_1", "account": "acme", "amount": 40}],
+    }
+    table = done.stdout[books_ended:]
+    for shown_there in ("cr_1", "acme", "140"):
+        assert shown_there in table
+    assert "Traceback" not in shown
+
+
+def test_a_script_line_that_misbehaves_fails_the_demo_naming_it(
+    folder: Path, tmp_path: Path
+) -> None:
+    script = tmp_path / "broken.txt"
+    script.write_text(
+        "# == a refund of a workflow that is not there\n"
+        "remit runs\n"
+        "remit start no-such-workflow\n"
+        "remit runs --workflow never-reached\n"
+    )
+
+    done = remit(folder, "demo", "--script", str(script))
+
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"{script}: line 3 (`remit start no-such-workflow`) failed (exit 1)" in done.stderr
+    assert "never-reached" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "told"),
+    [
+        ("remit runs\nls -l\n", "line 2 (`ls -l`) is none of"),
+        ("until remit approvals --quiet\n", "line 1 (`until remit approvals --quiet`) waits for"),
+        ("remit approve $nothing\n", "line 1 (`remit approve $nothing`) uses $nothing, which no"),
+        ("! remit runs\n", "line 1 (`! remit runs`) was to fail, and it succeeded"),
+    ],
+)
+def test_a_script_that_does_not_hold_together_is_refused_naming_the_line(
+    folder: Path, tmp_path: Path, text: str, told: str
+) -> None:
+    script = tmp_path / "script.txt"
+    script.write_text(text)
+
+    done = remit(folder, "demo", "--script", str(script))
+
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert told in done.stderr
+
+
+def test_a_connector_without_a_fake_is_refused_by_name(folder: Path, tmp_path: Path) -> None:
+    script = tmp_path / "script.txt"
+    script.write_text("remit runs\n")
+
+    done = remit(folder, "demo", "--script", str(script), env=environ(PLAIN_VENDOR="1"))
+
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "connector `notes` has no fake" in done.stderr
+    assert 'give it one with `Connector("notes", fake=...)`' in done.stderr
+
+
+def test_the_demo_serves_until_interrupted_and_fakes_show_finds_it(folder: Path) -> None:
+    log = folder.parent / "demo.log"
+    with log.open("w") as written:
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "remit", "--app", str(folder), "demo"],
+            env=environ(),
+            stdout=written,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    try:
+        instance_file = folder / ".remit" / "demo" / "instance.json"
+        deadline = time.monotonic() + 60
+        while "Ctrl-C stops the demo" not in log.read_text():
+            assert demo.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        instance = json.loads(instance_file.read_text())
+        url, tokens = instance["url"], instance["tokens"]
+        assert url.startswith("http://127.0.0.1:")
+        assert sorted(tokens) == ["user:ann", "user:carol"]
+        printed = log.read_text()
+        assert f"export REMIT_URL={url} REMIT_TOKEN={tokens['user:ann']}" in printed
+        assert "remit fakes show VENDOR (books, wakeup)" in printed
+
+        assert httpx.get(f"{url}/fakes/books").status_code == 401
+        carol = {"REMIT_URL": url, "REMIT_TOKEN": tokens["user:carol"]}
+        opened = remit(
+            folder,
+            "call",
+            "books.accounts.open",
+            "--input",
+            '{"account": "zeta", "balance": 5}',
+            env=environ(**carol),
+        )
+        assert opened.returncode == 0, opened.stderr
+
+        # Found from the app folder's instance.json, with no REMIT_URL given.
+        shown = remit(folder, "fakes", "show", "books")
+        assert shown.returncode == 0, shown.stderr
+        assert "zeta" in shown.stdout
+        assert "credits: none" in shown.stdout
+        unknown = remit(folder, "fakes", "show", "payments", env=environ(**carol))
+        assert unknown.returncode == 1
+        assert "runs no fake for the vendor `payments`" in unknown.stderr
+    finally:
+        demo.send_signal(signal.SIGINT)
+        demo.wait(30)
+    assert demo.returncode == 0, log.read_text()
+    assert "demo stopped" in log.read_text()
+
+
+def test_fakes_show_without_a_demo_says_to_start_one(folder: Path) -> None:
+    done = remit(folder, "fakes", "show", "books")
+
+    assert done.returncode == 1
+    assert "no demo is running for the app in" in done.stderr
+    assert "start one with `remit demo`" in done.stderr

@@ -1,0 +1,153 @@
+"""A demo instance in this process: seeded through its hook on the fakes its runs use, one fake
+per vendor, a token for each principal, `GET /fakes/{vendor}` behind a token, and a connector
+without a fake refused by name. The demo is SQLite by design; the route is tested on both."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from remit import App, AppError, Connector, RemitError, load_app
+from remit.serve.api import create_api
+from remit.serve.demo import Call, Demo
+from remit.testing import Harness
+
+DEMO_APP = Path(__file__).resolve().parent.parent / "apps" / "demo_app"
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    copied = tmp_path / "demo_app"
+    shutil.copytree(DEMO_APP, copied, ignore=shutil.ignore_patterns(".remit", "__pycache__"))
+    return copied
+
+
+@pytest.fixture
+def demo(folder: Path) -> Iterator[Demo]:
+    instance = Demo.of(load_app(folder), folder, environ={"REMIT_AS": "user:carol"})
+    try:
+        yield instance
+    finally:
+        instance.close()
+
+
+def open_acme(call: Call) -> None:
+    call("books.accounts.open", {"account": "acme", "balance": 100}, "user:carol")
+
+
+def test_the_seed_hook_calls_on_the_fakes_the_runs_use(demo: Demo) -> None:
+    demo.start(seed=open_acme)
+
+    books = demo.fakes["books"]
+    assert books.state()["accounts"] == [{"account": "acme", "balance": 100}]
+    # A direct call as ann reads what the seed wrote: the API's calls share the worker's fake.
+    read = demo.client.call("books.accounts.get", {"account": "acme"}, by="user:ann")
+    assert read.output == {"account": "acme", "balance": 100}
+    run = demo.client.start_row("refund", {"account": "acme", "amount": 40}, by="user:ann")
+    deadline = time.monotonic() + 30
+    while not (pending := demo.client.list_approvals(status="pending")):
+        assert time.monotonic() < deadline, demo.client.get_run(run.run_id)
+        time.sleep(0.05)
+    demo.client.decide([pending[0].id], "approved", by="user:carol", key="k1")
+    while (done := demo.client.get_run(run.run_id)).status != "done":
+        assert time.monotonic() < deadline, done
+        time.sleep(0.05)
+    assert books.state() == {
+        "accounts": [{"account": "acme", "balance": 140}],
+        "credits": [{"credit_id": "cr_1", "account": "acme", "amount": 40}],
+    }
+
+
+def test_the_demo_mints_a_token_for_each_principal_and_keeps_them_private(demo: Demo) -> None:
+    demo.start()
+
+    assert sorted(demo.tokens) == ["user:ann", "user:carol"]
+    assert demo.client.authenticate(demo.tokens["user:ann"]) == "user:ann"
+    path = demo.publish("http://127.0.0.1:1")
+    assert path == demo.folder / "instance.json"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert demo.settings.database_url.endswith("/.remit/demo/remit.sqlite")
+
+
+@pytest.mark.parametrize(
+    ("op_id", "by", "told"),
+    [
+        ("books.accounts.get", "user:carol", "did not succeed: no account nobody"),
+        ("books.credits.create", "user:ann", 'was refused: user:ann may not call Op::"books.cr'),
+    ],
+)
+def test_a_seed_call_that_fails_stops_the_demo_naming_the_op(
+    demo: Demo, op_id: str, by: str, told: str
+) -> None:
+    def seed(call: Call) -> None:
+        call(op_id, {"account": "nobody", "amount": 5}, by)
+
+    with pytest.raises(RemitError) as failed:
+        demo.start(seed=seed)
+    assert str(failed.value).startswith(f"seeding the demo: `{op_id}` as {by} {told}")
+
+
+def test_a_demo_starts_on_a_fresh_database(demo: Demo, folder: Path) -> None:
+    demo.start(seed=open_acme)
+    demo.close()
+    again = Demo.of(load_app(folder), folder, environ={"REMIT_AS": "user:carol"})
+    try:
+        again.start()
+        assert again.fakes["books"].state()["accounts"] == []
+        assert again.client.runs() == []
+    finally:
+        again.close()
+
+
+def test_a_connector_without_a_fake_is_refused_by_name(database_url: str) -> None:
+    from tests.apps.demo_app.app import NotesDriver, books, get_note, refund
+
+    plain = Connector("notes", ops=[get_note], driver=NotesDriver)
+    app = App(name="plain", workflows=[refund], connectors=[books, plain])
+
+    with pytest.raises(AppError, match=r"connector `notes` has no fake") as refused:
+        Harness(app, database_url=database_url)
+    assert 'Connector("notes", fake=...)' in str(refused.value)
+
+
+@pytest.fixture
+def harness(database_url: str) -> Iterator[Harness]:
+    with Harness(load_app(DEMO_APP), database_url=database_url, actor="user:carol") as running:
+        yield running
+
+
+def test_fakes_route_needs_a_token_and_names_the_fakes_it_has(harness: Harness) -> None:
+    api = create_api(
+        harness.client, allowed_hosts=["testserver"], fakes={"books": harness.fake("books")}
+    )
+    harness.client.call("books.accounts.open", {"account": "acme", "balance": 7})
+    _, token = harness.client.tokens.create("user:ann", by="user:carol")
+    with TestClient(api) as http:
+        refused = http.get("/fakes/books")
+        assert refused.status_code == 401
+        assert "send an API token" in refused.json()["error"]
+        assert "acme" not in refused.text
+
+        answered = http.get("/fakes/books", headers={"Authorization": f"Bearer {token}"})
+        assert answered.status_code == 200
+        assert answered.json()["accounts"] == [{"account": "acme", "balance": 7}]
+
+        unknown = http.get("/fakes/payments", headers={"Authorization": f"Bearer {token}"})
+        assert unknown.status_code == 404
+        assert unknown.json()["error"] == (
+            "this instance runs no fake for the vendor `payments`: the fake vendors here are books"
+        )
+
+
+def test_an_api_not_on_fakes_has_no_fakes_route(harness: Harness) -> None:
+    _, token = harness.client.tokens.create("user:ann", by="user:carol")
+    with TestClient(create_api(harness.client, allowed_hosts=["testserver"])) as http:
+        answer = http.get("/fakes/books", headers={"Authorization": f"Bearer {token}"})
+    assert answer.status_code == 404
