@@ -7,11 +7,11 @@ The demo is `serve/demo.py`'s `Demo` behind the HTTP API; `--script` plays a ses
 
 # No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
 
-import importlib
 import json
 import os
 import signal
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -33,7 +33,8 @@ from remit.cli.base import (
 )
 
 if TYPE_CHECKING:
-    from remit.serve.demo import Demo, Seed
+    from remit.app import App
+    from remit.serve.demo import Call, Demo, Seed
     from remit.serve.script import Line
 
 # Where `remit demo` looks for scenarios whose givens seed it, under the app's folder.
@@ -73,7 +74,7 @@ def demo(
     instance = Demo.of(app, folder)
     played: dict[str, int] = {}
     try:
-        instance.start(seed=_feature_seed(folder))
+        instance.start(seed=_feature_seed(folder, app))
 
         def listening(url: str) -> None:
             path = instance.publish(url)
@@ -113,26 +114,30 @@ def _read(script: Path) -> str:
         raise RemitError(f"--script {script}: the file cannot be read ({error})") from None
 
 
-def _feature_seed(folder: Path) -> "Seed | None":
-    """What seeds the demo: the givens of the scenarios in the app's `demo/*.feature`, when this
-    remit reads scenarios, else nothing."""
-    features = sorted((folder / FEATURES).glob("*.feature"))
+def _feature_seed(folder: Path, app: "App") -> "Seed | None":
+    """What seeds the demo: the connector givens in the backgrounds of the repo's
+    `demo/*.feature`, or, without any, of its scenarios (`scenarios/`, `apps/<app>/scenarios/`);
+    nothing when it has neither."""
+    from remit.scenarios import feature_files, seed
+
+    features = sorted((folder / FEATURES).glob("*.feature")) or feature_files(folder)
     if not features:
         return None
-    # `remit.scenarios.seed(features, call)` runs the givens of the features' Backgrounds as
-    # direct calls through `call`; a remit without that module starts the demo unseeded.
-    try:
-        scenarios = importlib.import_module("remit.scenarios")
-    except ImportError:
-        scenarios = None
-    seed = getattr(scenarios, "seed", None)
-    if seed is None:
-        err.print(
-            f"[yellow]{FEATURES}/ holds {len(features)} .feature files, and this remit reads no "
-            "scenarios: the demo starts unseeded[/]"
-        )
-        return None
-    return lambda call: seed(features, call)
+
+    def seeding(call: "Call") -> None:
+        seed(app, features, _Calls(call))
+
+    return seeding
+
+
+class _Calls:
+    """The demo's direct calls as the scenarios' seeding makes them (`call(op, input, by=)`)."""
+
+    def __init__(self, call: "Call") -> None:
+        self._call = call
+
+    def call(self, op_id: str, input: Mapping[str, Any], *, by: str | None = None) -> Any:
+        return self._call(op_id, input, by)
 
 
 def _tell(instance: "Demo", url: str, path: Path, *, quiet: bool) -> None:

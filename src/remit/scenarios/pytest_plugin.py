@@ -42,14 +42,11 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 def app_folder_of(path: Path) -> tuple[Path, str | None]:
     """The folder to load the app of feature file `path` from, and the app's name in a repo
-    (`apps/<app>/`): the repo's root when it is an app itself, else the app's folder."""
+    (`apps/<app>/`): the repo's root, which loads every app in it (`load_app`)."""
     folder = path.resolve().parent.parent
     if folder.parent.name != APPS_FOLDER:
         return folder, None
-    repo = folder.parent.parent
-    if (repo / "app.py").exists() or (repo / "workflows").is_dir():
-        return repo, folder.name
-    return folder, folder.name
+    return folder.parent.parent, folder.name
 
 
 class FeatureFile(pytest.File):
