@@ -181,15 +181,21 @@ class App:
             for declared in ops
         }
         self.queues: dict[str, Queue] = {DEFAULT_QUEUE: Queue(DEFAULT_QUEUE)}
+        # The queues remit made because no one declared them (`default`, an app's
+        # `<app>.default`): a declaration of one replaces it, in whatever order it comes.
+        self._made_queues = {DEFAULT_QUEUE}
         for queue in queues:
             if queue.name in self.queues and queue.name != DEFAULT_QUEUE:
                 raise AppError(f"app `{name}` declares the queue `{queue.name}` twice: keep one")
             self.queues[queue.name] = queue
+            self._made_queues.discard(queue.name)
         self.workflows: dict[str, Workflow] = {}
         for wf in workflows:
             self._add(wf)
         self._declared_budgets = list(budgets)
-        self.budgets = _budgets(name, budgets, self.workflows)
+        # A budget may name an app's workflow (`ar.chase`) that `load_app` adds later: those
+        # are checked when it does (`include`).
+        self.budgets = _budgets(name, self._declared_budgets, self.workflows, strict=False)
         self.llm_prices = _prices(name, llm_prices)
         # Open (nothing checked) until the app has a policies folder: `policies=`, or the app
         # folder's `policies/` (`load_app`).
@@ -228,11 +234,12 @@ class App:
             self.ops.update({declared.id: declared for declared in held.ops})
         for queue in queues:
             known = self.queues.get(queue.name)
-            if known is not None and known != queue:
+            if known is not None and known != queue and queue.name not in self._made_queues:
                 raise AppError(
                     f"app `{self.name}` declares the queue `{queue.name}` twice: keep one"
                 )
             self.queues[queue.name] = queue
+            self._made_queues.discard(queue.name)
         for declared in approvals:
             known_type = self.approval_types.get(declared.name)
             if known_type is not None and known_type is not declared:
@@ -401,9 +408,11 @@ class App:
                 f"workflow `{wf.name}` calls {listed}, which its `uses` does not list: add "
                 f"{'it' if len(unlisted) == 1 else 'them'} to @workflow(uses=[...])"
             )
-        if wf.app is not None and wf.queue == qualified(wf.app, DEFAULT_QUEUE):
+        own_default = wf.app is not None and wf.queue == qualified(wf.app, DEFAULT_QUEUE)
+        if own_default and wf.queue not in self.queues:
             # Each app has a default queue of its own, `<app>.default`.
-            self.queues.setdefault(wf.queue, Queue(wf.queue))
+            self.queues[wf.queue] = Queue(wf.queue)
+            self._made_queues.add(wf.queue)
         if wf.queue not in self.queues:
             raise AppError(
                 f"workflow `{wf.name}` runs on queue `{wf.queue}`, which the app does not "
@@ -439,10 +448,11 @@ class App:
 
 
 def _budgets(
-    app: str, declared: Iterable[Budget], workflows: Mapping[str, Workflow]
+    app: str, declared: Iterable[Budget], workflows: Mapping[str, Workflow], *, strict: bool = True
 ) -> tuple[Budget, ...]:
-    """The app's budgets, refusing one for a workflow it does not define, or two for one scope
-    and kind of period."""
+    """The app's budgets, refusing one for a workflow it does not define (unless not `strict`
+    and the workflow is an app's, `<app>.<name>`, which `load_app` adds later), or two for one
+    scope and kind of period."""
     found: dict[tuple[str, str], Budget] = {}
     for budget in declared:
         if not isinstance(budget, Budget):
@@ -450,7 +460,8 @@ def _budgets(
                 f"app `{app}` lists {budget!r} among its budgets: declare each with "
                 'remit.Budget(limit_usd, period="month", workflow=None)'
             )
-        if budget.workflow is not None and budget.workflow not in workflows:
+        later = not strict and budget.workflow is not None and "." in budget.workflow
+        if budget.workflow is not None and budget.workflow not in workflows and not later:
             known = ", ".join(sorted(workflows)) or "none"
             raise AppError(
                 f"app `{app}` has a budget for the workflow `{budget.workflow}`, which it does "
@@ -592,8 +603,9 @@ def load_app(path: Path | str = ".") -> App:
     _ensure_package(package, folder)
 
     app = _declared_app(folder, package)
-    for module in _app_modules(folder, package):
-        app.include(**_declared_in([module]))
+    # Every app's at once, so its queues are known before its workflows; with nothing to add,
+    # still once, to check the budgets against every workflow.
+    app.include(**_app_declarations(folder, package))
     if app.resources is None and (folder / resource_files.FOLDER).is_dir():
         app.use_resources(folder, package=package)
     if not app.policy.enabled and (folder / POLICIES_FOLDER).is_dir():
@@ -629,18 +641,34 @@ def _declared_app(folder: Path, package: str) -> App:
     return app
 
 
-def _app_modules(folder: Path, package: str) -> list[ModuleType]:
-    """The modules of every app in the repo, `apps/<app>/workflows/*.py`, app by app."""
-    found: list[ModuleType] = []
+def _app_declarations(folder: Path, package: str) -> dict[str, list[Any]]:
+    """What every app of the repo declares in `apps/<app>/workflows/*.py`, checked to be the
+    app's: a workflow defined there that its app does not name was imported under another
+    name before the repo was loaded; a budget there must name one of the app's workflows."""
+    modules: list[ModuleType] = []
     apps = folder / APPS_FOLDER
-    if not apps.is_dir():
-        return found
-    for each in sorted(
-        p for p in apps.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
-    ):
+    folders = sorted(p for p in apps.iterdir() if p.is_dir()) if apps.is_dir() else []
+    for each in [p for p in folders if not p.name.startswith((".", "_"))]:
         check_app_name(each.name)
-        found += _modules(each, f"{package}.{APPS_FOLDER}.{each.name}", "workflows")
-    return found
+        found = _modules(each, f"{package}.{APPS_FOLDER}.{each.name}", "workflows")
+        for module in found:
+            for value in vars(module).values():
+                own = isinstance(value, Workflow) and value.fn.__module__ == module.__name__
+                if own and value.app != each.name:
+                    raise AppError(
+                        f"workflow `{value.name}` in {each / 'workflows'} is not named by its "
+                        f"app `{each.name}`: its module was imported as `{value.fn.__module__}` "
+                        f"before `load_app` loaded the repo. Load the repo first, or import "
+                        f"its modules as `{package}.{APPS_FOLDER}.{each.name}.workflows.…`"
+                    )
+                if isinstance(value, Budget) and value.workflow is None:
+                    raise AppError(
+                        f"{module.__file__}: a Budget in an app's folder limits one of the "
+                        "app's workflows: give it workflow=..., or declare the repo's budget "
+                        f"in {folder / 'app.py'} (App(budgets=[...]))"
+                    )
+        modules += found
+    return _declared_in(modules)
 
 
 def _declared_in(modules: Iterable[ModuleType]) -> dict[str, list[Any]]:

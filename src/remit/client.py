@@ -756,7 +756,7 @@ class Client:
         from remit.ops.deadlines import upcoming_deadlines
 
         limits.check_limit(limit, where="deadlines")
-        return upcoming_deadlines(self.db, limit=limit)
+        return upcoming_deadlines(self.db, limit=limit, app=self.app.name)
 
     def ledger(self, run_id: str | None = None, *, limit: int = 200) -> list[LedgerRow]:
         """Op calls: one run's in order, or the latest."""

@@ -418,7 +418,7 @@ def test_records_deadlines_workers_and_controls(shop: Harness, http: TestClient)
 
     paused = ok(http.post("/pause"))
     assert paused["paused"] is True
-    assert "default" in paused["queues"]
+    assert "shop:default" in paused["queues"]
     resumed = ok(http.post("/resume"))
     assert resumed["paused"] is False
     assert resumed["queues"] == paused["queues"]

@@ -52,7 +52,7 @@ def test_pause_parks_a_running_run_after_its_step_and_resume_finishes_everything
         assert shop.entered.wait(10)  # in its third step, the order
 
         state = h.worker.app_state
-        assert state.pause(by="user:ops") == ["default"]
+        assert state.pause(by="user:ops") == ["shop:default"]
         assert state.paused()
         assert _queue_bounds(h) == 0
         assert state.pause(by="user:ops") == []  # idempotent: nothing left to stop
@@ -86,7 +86,7 @@ def test_pause_parks_a_running_run_after_its_step_and_resume_finishes_everything
 
         restored, resumed = state.resume(by="user:ops")
         parked_too = [second.run_id] if waiting.status == "paused" else []
-        assert (restored, sorted(resumed)) == (["default"], sorted([first.run_id, *parked_too]))
+        assert (restored, sorted(resumed)) == (["shop:default"], sorted([first.run_id, *parked_too]))
         assert not state.paused()
         assert _queue_bounds(h) is None
         assert state.resume(by="user:ops") == ([], [])  # idempotent
@@ -204,6 +204,30 @@ def test_a_resume_landing_while_a_worker_boots_is_healed_by_the_reconciler(
             assert _queue_bounds(h) is None
         finally:
             h.worker.stop(timeout=0)
+    finally:
+        client.destroy()
+        db.dispose()
+
+
+def test_a_queue_an_earlier_remit_named_bare_is_paused_and_resumed_with_the_apps_own(
+    database_url: str,
+) -> None:
+    # An earlier remit named the app's queue `default` in DBOS, not `shop:default`; attempts
+    # queued there before the upgrade are still served from it, so a pause stops it too.
+    app = make_app()
+    db = Database(database_url)
+    db.prepare()
+    client = db.client(app.name)
+    try:
+        client.register_queue("default", on_conflict="always_update")
+        with Harness(app, database_url=database_url, sweep_interval=0.05) as h:
+            state = h.worker.app_state
+            assert sorted(state.pause(by="user:ops")) == ["default", "shop:default"]
+            bounds = {q.name: q.global_concurrency for q in h.worker.client.list_queues()}
+            assert (bounds["default"], bounds["shop:default"]) == (0, 0)
+            restored, _ = state.resume(by="user:ops")
+            assert sorted(restored) == ["default", "shop:default"]
+            assert "default" in h.worker.idle_check().queues  # its attempts count as work
     finally:
         client.destroy()
         db.dispose()

@@ -25,7 +25,7 @@ def status(app_dir: AppDir = None) -> None:
         settings = remit.settings
         row = WakeupState(remit.db, remit.app.name).get()
         timeouts = Timeouts.of(remit.app, settings.op_timeout).workflows
-        due = next_deadline(remit.db, timeouts=timeouts)
+        due = next_deadline(remit.db, timeouts=timeouts, app=remit.app.name)
         stored = {info.name for info in remit.secrets.list()}
         lines = [
             ("service", settings.wakeup_url or "- (set REMIT_WAKEUP_URL)"),

@@ -87,6 +87,14 @@ def queue_id(app: str | None, queue: str) -> str:
     return queue if app is None else f"{app}:{queue}"
 
 
+def app_runs(app: str | None) -> sa.ColumnElement[bool]:
+    """The rows of the app `app`'s runs (every run: None): each run an app starts is on one of
+    its queues, `<app>:<queue>`, so apps sharing a database leave each other's runs alone."""
+    if app is None:
+        return sa.true()
+    return runs.c.queue.startswith(f"{app}:", autoescape=True)
+
+
 def new_run_id() -> str:
     return f"run_{uuid.uuid4().hex[:16]}"
 
@@ -279,11 +287,12 @@ class RunStore:
             return [_run(row) for row in conn.execute(query)]
 
     def in_flight(self) -> builtins.list[tuple[str, str]]:
-        """(run id, current attempt's workflow id) of every run queued or running."""
+        """(run id, current attempt's workflow id) of every run of the store's app (of every
+        app: a store with none) queued or running."""
         with self.db.engine.connect() as conn:
             rows = conn.execute(
                 sa.select(runs.c.run_id, runs.c.workflow_id).where(
-                    runs.c.status.in_(("queued", "running"))
+                    runs.c.status.in_(("queued", "running")), app_runs(self.app)
                 )
             )
             return [(row.run_id, row.workflow_id) for row in rows]

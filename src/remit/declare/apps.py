@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
 
 from remit.core.errors import AppError
 
@@ -53,13 +54,30 @@ def register_repo(package: str) -> None:
 
 
 def app_of_module(module: str | None) -> str | None:
-    """The app whose folder defines `module` (`<repo>.apps.<app>.…`), None for the root's."""
+    """The app whose folder defines `module` (`<repo>.apps.<app>.…`), None for the root's.
+
+    The repo is one `load_app` imported, or a package that looks like one (its folder has
+    `apps/<app>/` beside an `app.py`, `workflows/` or `connectors/`): a module a test imports
+    before loading the repo belongs to its app all the same."""
     if not module:
         return None
     parts = module.split(".")
-    if len(parts) >= 3 and parts[1] == APPS_FOLDER and parts[0] in _repos:
+    if len(parts) < 3 or parts[1] != APPS_FOLDER:
+        return None
+    if parts[0] in _repos or _looks_like_repo(parts[0], parts[2]):
         return parts[2]
     return None
+
+
+def _looks_like_repo(package: str, app: str) -> bool:
+    imported = sys.modules.get(package)
+    for folder in getattr(imported, "__path__", None) or ():
+        root = Path(folder)
+        if (root / APPS_FOLDER / app).is_dir() and any(
+            (root / marker).exists() for marker in ("app.py", "workflows", "connectors")
+        ):
+            return True
+    return False
 
 
 def caller_app(depth: int = 2) -> str | None:

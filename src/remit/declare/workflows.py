@@ -126,7 +126,7 @@ def workflow(
             raise AppError(
                 f"workflow `{name}` lists {each!r} in `uses`: list ops (made with `remit.op`)"
             )
-    check_name("queue", queue)
+    check_qualified("queue", queue)
     if record is not None and not callable(record):
         raise AppError(
             f"workflow `{name}`: record={record!r} is not a function: give one that takes the "
@@ -158,7 +158,8 @@ def workflow(
             fn=fn,
             input=input,
             uses=used,
-            queue=qualified(app, queue),
+            # A dotted name is an app's queue already (`ar.mail`).
+            queue=queue if "." in queue else qualified(app, queue),
             is_async=inspect.iscoroutinefunction(fn),
             trigger=trigger,
             record=record,

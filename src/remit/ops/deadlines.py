@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from remit.core.database import Database
-from remit.core.runs import FINISHED
+from remit.core.runs import FINISHED, app_runs
 from remit.core.schema import UTCDateTime, approvals, audit, runs, schedules, timers
 
 
@@ -54,21 +54,27 @@ def upcoming_deadlines(
     *,
     limit: int = 20,
     timeouts: Mapping[str, float] | None = None,
+    app: str | None = None,
 ) -> list[Deadline]:
-    """The next `limit` deadlines, earliest first, on `db` (a `Database` or a database URL).
+    """The next `limit` deadlines, earliest first, on `db` (a `Database` or a database URL):
+    those of the app `app`'s runs and schedules, or of every app on the database (None).
 
     `timeouts` (each timed workflow's `timeout=`, by name) adds when each unfinished run of
     those workflows reaches its timeout."""
     if isinstance(db, str):
         opened = Database(db, pool_size=1)
         try:
-            return upcoming_deadlines(opened, limit=limit, timeouts=timeouts)
+            return upcoming_deadlines(opened, limit=limit, timeouts=timeouts, app=app)
         finally:
             opened.dispose()
     wakes = (
         sa.select(timers.c.wake_at, timers.c.run_id, timers.c.step_id)
         .join(runs, runs.c.run_id == timers.c.run_id)
-        .where(timers.c.status == "sleeping", runs.c.status.not_in(tuple(FINISHED)))
+        .where(
+            timers.c.status == "sleeping",
+            runs.c.status.not_in(tuple(FINISHED)),
+            app_runs(app),
+        )
         .order_by(timers.c.wake_at)
         .limit(limit)
     )
@@ -79,6 +85,7 @@ def upcoming_deadlines(
             approvals.c.status == "pending",
             approvals.c.expires_at.is_not(None),
             runs.c.status.not_in(tuple(FINISHED)),
+            app_runs(app),
         )
         .order_by(approvals.c.expires_at)
         .limit(limit)
@@ -86,6 +93,7 @@ def upcoming_deadlines(
     # Kept by the workers' sweeps; a past `next_at` is due at once (no worker has swept since).
     scheduled = (
         sa.select(schedules.c.next_at, schedules.c.workflow)
+        .where(sa.true() if app is None else schedules.c.app == app)
         .order_by(schedules.c.next_at, schedules.c.workflow)
         .limit(limit)
     )
@@ -101,11 +109,13 @@ def upcoming_deadlines(
             Deadline(row.next_at, "schedule", "", row.workflow) for row in conn.execute(scheduled)
         ]
     if timeouts:
-        found += _timeouts(db, timeouts, limit=limit)
+        found += _timeouts(db, timeouts, limit=limit, app=app)
     return sorted(found, key=lambda deadline: (deadline.at, deadline.target))[:limit]
 
 
-def _timeouts(db: Database, timeouts: Mapping[str, float], *, limit: int) -> list[Deadline]:
+def _timeouts(
+    db: Database, timeouts: Mapping[str, float], *, limit: int, app: str | None
+) -> list[Deadline]:
     """The `limit` earliest moments at which unfinished runs of timed workflows reach their
     timeout, counted from the start or the latest retry (as the reconciler's `overdue` pass
     counts it). A run's timeout counts from no earlier than its start, so each workflow's runs
@@ -119,7 +129,11 @@ def _timeouts(db: Database, timeouts: Mapping[str, float], *, limit: int) -> lis
             while True:
                 query = (
                     sa.select(runs.c.run_id, runs.c.created_at)
-                    .where(runs.c.workflow == name, runs.c.status.not_in(tuple(FINISHED)))
+                    .where(
+                        runs.c.workflow == name,
+                        runs.c.status.not_in(tuple(FINISHED)),
+                        app_runs(app),
+                    )
                     .order_by(runs.c.created_at, runs.c.run_id)
                     .limit(_PAGE)
                 )
@@ -165,7 +179,9 @@ def next_deadline(
     db: Database | str,
     *,
     timeouts: Mapping[str, float] | None = None,
+    app: str | None = None,
 ) -> Deadline | None:
-    """The earliest deadline, or None when nothing is due at any time."""
-    found = upcoming_deadlines(db, limit=1, timeouts=timeouts)
+    """The earliest deadline (of the app `app`, or of any), or None when nothing is due at
+    any time."""
+    found = upcoming_deadlines(db, limit=1, timeouts=timeouts, app=app)
     return found[0] if found else None

@@ -32,7 +32,7 @@ from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.errors import CodeChanged, RemitError, RunMovedOn, Suspended
 from remit.core.ledger import LedgerStore
-from remit.core.runs import FINISHED, RunInfo, attempt_workflow_id
+from remit.core.runs import FINISHED, RunInfo, app_runs, attempt_workflow_id
 from remit.core.schema import approvals, resumes, runs, tasks, timers
 from remit.declare.workflows import Workflow
 from remit.execution.calls import OpCaller
@@ -352,7 +352,7 @@ class DeployCheck:
                 runs.c.input,
                 runs.c.started_by,
             )
-            .where(runs.c.status.not_in(tuple(FINISHED)))
+            .where(runs.c.status.not_in(tuple(FINISHED)), app_runs(self.app.name))
             .order_by(runs.c.created_at, runs.c.run_id)
         )
         if run_ids is not None:
@@ -379,7 +379,7 @@ class DeployCheck:
             named = set(
                 conn.execute(
                     sa.select(runs.c.workflow)
-                    .where(runs.c.status.not_in(tuple(FINISHED)))
+                    .where(runs.c.status.not_in(tuple(FINISHED)), app_runs(self.app.name))
                     .distinct()
                 ).scalars()
             )

@@ -132,6 +132,7 @@ class IdleCheck:
         db: Database,
         client: DBOSClient,
         *,
+        app: str,
         queues: Collection[str],
         executor_id: str,
         paused: Callable[[], bool],
@@ -144,6 +145,7 @@ class IdleCheck:
     ) -> None:
         self.db = db
         self.client = client
+        self.app = app
         self.queues = list(queues)
         self.executor_id = executor_id
         self.paused = paused
@@ -168,7 +170,7 @@ class IdleCheck:
         found = [
             deadline
             for deadline in (
-                next_deadline(self.db, timeouts=self.timeouts),
+                next_deadline(self.db, timeouts=self.timeouts, app=self.app),
                 self._notification(),
                 self._reconciliation(),
             )

@@ -35,7 +35,7 @@ from remit.core.database import Database
 from remit.core.fence import advance, lock
 from remit.core.outbox import Resume, Resumer
 from remit.core.periodic import Periodic
-from remit.core.runs import queue_id
+from remit.core.runs import app_runs, queue_id
 from remit.core.schema import app_state, runs
 
 if TYPE_CHECKING:
@@ -62,13 +62,19 @@ def limits(queue: Queue, *, paused: bool) -> Limits:
 
 
 def register_queue(
-    client: DBOSClient, app: str, queue: Queue, *, paused: bool, poll_interval: float
+    client: DBOSClient,
+    app: str,
+    queue: Queue,
+    *,
+    paused: bool,
+    poll_interval: float,
+    name: str | None = None,
 ) -> None:
-    """Write the app's queue's row in DBOS's queue table (`queue_id`): its bounds as the pause
-    flag says."""
+    """Write the app's queue's row in DBOS's queue table (`queue_id`, or `name`): its bounds
+    as the pause flag says."""
     bounds = limits(queue, paused=paused)
     client.register_queue(
-        queue_id(app, queue.name),
+        name or queue_id(app, queue.name),
         global_concurrency=bounds.concurrency,
         worker_concurrency=bounds.worker_concurrency,
         limiter=None if queue.rate is None else {"limit": queue.rate[0], "period": queue.rate[1]},
@@ -149,21 +155,31 @@ class AppState:
         self.db.retrying(f"app {self.app.name}: pause flag", write)
         log.warning("app %s %s by %s", self.app.name, "paused" if value else "resumed", by)
 
+    def dbos_queues(self) -> dict[str, Queue]:
+        """The app's queues by their names in DBOS that DBOS holds for the app: each declared
+        queue's own (`<app>:<queue>`) and, while DBOS keeps it, the bare name an earlier remit
+        gave it, whose attempts queued before the upgrade are still served from it."""
+        held = {q.name for q in self.client.list_queues()}
+        found: dict[str, Queue] = {}
+        for queue in self.app.queues.values():
+            for name in (queue_id(self.app.name, queue.name), queue.name):
+                if name in held:
+                    found[name] = queue
+        return found
+
     def queues_off(self, want_paused: bool | None = None) -> list[str]:
-        """The app's queues whose bounds in DBOS disagree with the pause flag (or with
-        `want_paused`). A queue no worker has registered yet is left to the first worker,
-        which reads the flag first."""
+        """The app's queues (their names in DBOS) whose bounds disagree with the pause flag
+        (or with `want_paused`). A queue no worker has registered yet is left to the first
+        worker, which reads the flag first."""
         if want_paused is None:
             want_paused = self.paused()
         current = {q.name: q for q in self.client.list_queues()}
         off = []
-        for queue in self.app.queues.values():
-            found = current.get(queue_id(self.app.name, queue.name))
-            if found is None:
-                continue
+        for name, queue in self.dbos_queues().items():
+            found = current[name]
             want = limits(queue, paused=want_paused)
             if Limits(found.global_concurrency, found.worker_concurrency) != want:
-                off.append(queue.name)
+                off.append(name)
         return off
 
     def align_queues(self) -> list[str]:
@@ -178,13 +194,15 @@ class AppState:
         want_paused = self.paused()
         while True:
             off = self.queues_off(want_paused)
+            held = self.dbos_queues()
             for name in off:
                 register_queue(
                     self.client,
                     self.app.name,
-                    self.app.queues[name],
+                    held[name],
                     paused=want_paused,
                     poll_interval=self.poll_interval,
+                    name=name,
                 )
                 log.warning(
                     "queue %s %s",
@@ -202,7 +220,11 @@ class AppState:
         with self.db.engine.connect() as conn:
             rows = conn.execute(
                 sa.select(runs.c.run_id, runs.c.workflow_id)
-                .where(runs.c.status == "paused", runs.c.workflow.in_(list(self.app.workflows)))
+                .where(
+                    runs.c.status == "paused",
+                    runs.c.workflow.in_(list(self.app.workflows)),
+                    app_runs(self.app.name),
+                )
                 .order_by(runs.c.created_at)
             )
             return [Parked(row.run_id, row.workflow_id) for row in rows]

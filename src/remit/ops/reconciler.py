@@ -73,6 +73,7 @@ from remit.core.runs import (
     Run,
     RunStatus,
     RunStore,
+    app_runs,
     attempt_workflow_id,
     enqueue_first,
 )
@@ -463,6 +464,7 @@ class Reconciler:
                     )
                     .join(runs, runs.c.run_id == ledger.c.run_id)
                     .where(
+                        app_runs(self.runs.app),
                         ledger.c.status == "started",
                         ledger.c.effect == effect,
                         sa.or_(
@@ -630,6 +632,7 @@ class Reconciler:
                     sa.select(
                         runs.c.run_id, runs.c.workflow, runs.c.workflow_id, runs.c.status
                     ).where(
+                        app_runs(self.runs.app),
                         runs.c.status.in_(ACTIVE),
                         past,
                         sa.not_(sa.and_(runs.c.status == "running", in_flight)),
@@ -687,6 +690,7 @@ class Reconciler:
                     )
                     .join(runs, runs.c.run_id == ledger.c.run_id)
                     .where(
+                        app_runs(self.runs.app),
                         ledger.c.status == "started",
                         ledger.c.attempt == runs.c.attempt,
                         runs.c.status == "running",

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 from remit.core.database import Database
 from remit.core.errors import RemitError
 from remit.core.fence import FINISHED
+from remit.core.runs import app_runs
 from remit.core.schema import runs
 from remit.declare.ops import Op
 from remit.declare.resources import (
@@ -159,7 +160,7 @@ def apply_workflow(resources: Resources, ops: Mapping[str, Op[Any, Any]]) -> Wor
     def apply(ctx: Context, input: ApplyInput) -> dict[str, Any]:
         db, _ = ctx.app_database
         run_id = ctx.run_id
-        ctx.step("check no other apply", lambda: _alone(db, run_id))
+        ctx.step("check no other apply", lambda: _alone(db, run_id, resources.app))
         declared, the_plan = _planned(ctx, resources, ops)
         refused = [c for c in the_plan.pending if c.refused]
         if refused:
@@ -320,15 +321,17 @@ class _Walk:
         self.applied.append({"name": change.name, "action": change.action, "id": made})
 
 
-def _alone(db: Database, run_id: str) -> str:
+def _alone(db: Database, run_id: str, app: str) -> str:
     """Refuse to go on while an earlier apply of the app is unfinished: two applies planning at
-    once would each make what the other makes. Of two started together, the earlier goes on."""
+    once would each make what the other makes. Of two started together, the earlier goes on.
+    Another app's applies (on the same database) are its own."""
     with db.engine.connect() as conn:
         mine = conn.execute(sa.select(runs.c.created_at).where(runs.c.run_id == run_id)).scalar()
         others = conn.execute(
             sa.select(runs.c.run_id, runs.c.status, runs.c.created_at).where(
                 runs.c.workflow == APPLY,
                 runs.c.run_id != run_id,
+                app_runs(app or None),
                 runs.c.status.not_in(FINISHED),
             )
         ).all()

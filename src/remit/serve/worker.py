@@ -307,7 +307,14 @@ class Worker:
         return IdleCheck(
             self.db,
             self.client,
-            queues=[queue_id(self.app.name, name) for name in self.app.queues],
+            app=self.app.name,
+            # With any bare-named queue an earlier remit left for the app, still served.
+            queues=sorted(
+                {
+                    *(queue_id(self.app.name, name) for name in self.app.queues),
+                    *self.app_state.dbos_queues(),
+                }
+            ),
             executor_id=self.executor_id,
             # Read from the database, not the worker's copy: a resume elsewhere within the
             # last sweep interval must make its queued runs count.
