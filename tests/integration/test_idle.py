@@ -4,6 +4,7 @@ be idle twice with the same deadline, and a failed registration keeps it up, rec
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -18,7 +19,7 @@ from remit.core.schema import notifications
 from remit.ops.deadlines import upcoming_deadlines
 from remit.ops.idle import StopRule, WakeupState
 from remit.testing import Harness, ManualClock
-from tests.support import make_app
+from tests.support import FakeShop, make_app
 
 DAY = 86400.0
 
@@ -285,15 +286,23 @@ def test_the_nearest_timeout_counts_whichever_run_started_first(database_url: st
 def test_a_resume_from_elsewhere_counts_queued_runs_at_once(database_url: str) -> None:
     # The worker's own copy of the pause flag is refreshed only every hour here.
     with Harness(make_app(), database_url=database_url, sweep_interval=3600) as h:
+        # The purchase holds in its order step, so it is still queued or running when the
+        # check looks, however soon the worker dequeues it after the resume.
+        shop = h.fake("shop", FakeShop)
+        shop.gate = threading.Event()
         h.client.pause(by="user:ops")
-        run = h.start("purchase", {"sku": "a"})
+        run = h.start("purchase", {"sku": "sku-1"})
         other = h.client  # another process's client would write the same rows
         rule, state = rule_of(h, Registrations())
         other.resume(by="user:ops")
-        assert rule.check() is None
-        row = state.get()
-        assert row is not None
-        assert f"attempt {run.run_id}:1 is" in (row.busy or "")
+        try:
+            assert rule.check() is None
+            row = state.get()
+            assert row is not None
+            assert f"attempt {run.run_id}:1 is" in (row.busy or "")
+        finally:
+            shop.gate.set()
+        assert h.wait(run.run_id).status == "done"
 
 
 def test_a_notification_to_retry_is_a_deadline_of_its_own(database_url: str) -> None:
