@@ -3,7 +3,6 @@ in its `apps/NAME/` (the rule and the templates are in `remit.init.scaffold`).""
 
 # No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -36,7 +35,7 @@ def init(
     if made.kind == "repo":
         out.print(f"made the repo [bold]{name}[/] in {root}:")
     else:
-        out.print(f"added the app [bold]{name}[/] to the repo in {root}:")
+        out.print(f"added the app [bold]{name}[/] to the repo {made.root.name} in {root}:")
     out.print(Text(made.tree()))
     out.print("next:")
     if made.kind == "repo":
@@ -46,10 +45,9 @@ def init(
 
 
 def _shown(path: Path) -> str:
-    """`path` as the user would type it from here: relative when it is under the current
-    folder, else absolute."""
-    absolute = path.resolve()
-    try:
-        return os.path.relpath(absolute) if absolute.is_relative_to(Path.cwd()) else str(absolute)
-    except ValueError:  # another drive
-        return str(absolute)
+    """`path` as the user would type it from here: relative when it is inside the current
+    folder, else whole."""
+    here = Path.cwd().resolve()
+    if path != here and path.is_relative_to(here):
+        return str(path.relative_to(here))
+    return str(path)

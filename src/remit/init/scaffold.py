@@ -88,7 +88,7 @@ class Plan:
             level = nested
             for part in relative.split("/"):
                 level = level.setdefault(part, {})
-        lines = [f"{self.root.resolve().name}/"]
+        lines = [f"{self.root.name}/"]
 
         def draw(level: _Tree, indent: str) -> None:
             names = sorted(level, key=lambda n: (not level[n], n))  # folders first
@@ -106,6 +106,7 @@ def plan(name: str, where: Path) -> Plan:
     """What `remit init NAME` in folder `where` makes: the app `apps/NAME/` when `where` is a
     repo, else the repo `where/NAME/`. Refused (`InitRefused`), with nothing written, when the
     name cannot be loaded or a target exists."""
+    where = where.resolve()  # refusals name whole paths
     if is_repo(where):
         return _app_plan(name, where)
     return _repo_plan(name, where)
@@ -150,7 +151,7 @@ def _app_plan(name: str, root: Path) -> Plan:
         )
     values = _values(
         name,
-        repo=root.resolve().name,
+        repo=root.name,
         vendor=f"{name}_shop",
         shop=f"the {name.replace('_', ' ')} shop",
     )
