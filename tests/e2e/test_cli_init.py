@@ -58,7 +58,9 @@ def test_a_new_repo_and_a_second_app_pass_remit_test(tmp_path: Path, database_ur
         "demo/session.txt",
         "policies/principals.toml",
         "policies/acme_ops.cedar",
+        "tests/__init__.py",
         "tests/test_acme_ops.py",
+        "tests/test_shop_driver.py",
     }
     assert ".remit/" in (repo / ".gitignore").read_text().splitlines()
 
@@ -66,8 +68,9 @@ def test_a_new_repo_and_a_second_app_pass_remit_test(tmp_path: Path, database_ur
     server = "sqlite" if database_url.startswith("sqlite") else database_url
     tested = remit("test", "--database-url", server, "-v", cwd=repo)
     assert tested.returncode == 0, tested.stdout + tested.stderr
-    assert "3 passed" in tested.stdout
+    assert "4 passed" in tested.stdout
     for passed in (
+        "tests/test_shop_driver.py::test_a_refund_is_tried_again_after_a_429",
         "apps/acme_ops/scenarios/refund.feature::Refunding an order: A manager approves a refund",
         "tests/test_acme_ops.py::test_a_manager_approves_a_refund",
     ):
@@ -89,7 +92,7 @@ def test_a_new_repo_and_a_second_app_pass_remit_test(tmp_path: Path, database_ur
 
     tested = remit("test", "--database-url", server, "-v", cwd=repo)
     assert tested.returncode == 0, tested.stdout + tested.stderr
-    assert "6 passed" in tested.stdout
+    assert "7 passed" in tested.stdout
     for app in ("acme_ops", "billing"):
         for scenario in ("A manager approves a refund", "A clerk may not approve"):
             feature = f"apps/{app}/scenarios/refund.feature::Refunding an order: {scenario}"

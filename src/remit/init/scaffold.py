@@ -8,11 +8,11 @@ before a file is written, and so is a name remit could not load.
 
 A new repo holds a shop connector (`connectors/shop.py`: ops, an httpx driver, a fake and
 scenario steps), the app's `refund` workflow behind an approval gate, its scenarios, policies,
-a pytest test, a demo session (`demo/session.txt`), a README, `.gitignore` and
-`pyproject.toml`. A new app brings its own copy of the
-connector (`connectors/<app>_shop.py`, vendor `<app>_shop`, its sentences saying "the <app>
-shop"), so it passes `remit test` whatever else the repo holds; its policies name people rather
-than groups, since the repo's `principals.toml` is not rewritten.
+pytest tests (of the workflow, and of the driver against the API's shape), a demo session
+(`demo/session.txt`), a README, `.gitignore` and `pyproject.toml`. A new app brings its own
+copy of the connector (`connectors/<app>_shop.py`, vendor `<app>_shop`, its sentences saying
+"the <app> shop"), so it passes `remit test` whatever else the repo holds; its policies name
+people rather than groups, since the repo's `principals.toml` is not rewritten.
 
 The templates are files in `templates/` with `{{token}}` placeholders, filled in by `plan`.
 """
@@ -53,6 +53,8 @@ _REPO_FILES = {
     "repo/gitignore.tmpl": ".gitignore",
     "repo/pyproject.toml.tmpl": "pyproject.toml",
     "repo/session.txt.tmpl": "demo/session.txt",
+    "repo/tests_init.py.tmpl": "tests/__init__.py",
+    "repo/test_driver.py.tmpl": "tests/test_{vendor}_driver.py",
     "repo/principals.toml.tmpl": f"{POLICIES}/principals.toml",
     "repo/policy.cedar.tmpl": f"{POLICIES}/{{app}}.cedar",
 }
