@@ -6,6 +6,7 @@ exists or a name remit cannot load is refused, with nothing written."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +55,7 @@ def test_a_new_repo_and_a_second_app_pass_remit_test(tmp_path: Path, database_ur
         "pyproject.toml",
         "apps/acme_ops/workflows/refund.py",
         "apps/acme_ops/scenarios/refund.feature",
+        "apps/acme_ops/scenarios/policies.feature",
         "connectors/shop.py",
         "demo/session.txt",
         "policies/principals.toml",
@@ -68,7 +70,7 @@ def test_a_new_repo_and_a_second_app_pass_remit_test(tmp_path: Path, database_ur
     server = "sqlite" if database_url.startswith("sqlite") else database_url
     tested = remit("test", "--database-url", server, "-v", cwd=repo)
     assert tested.returncode == 0, tested.stdout + tested.stderr
-    assert "4 passed" in tested.stdout
+    assert "6 passed" in tested.stdout
     for passed in (
         "tests/test_shop_driver.py::test_a_refund_is_tried_again_after_a_429",
         "apps/acme_ops/scenarios/refund.feature::Refunding an order: A manager approves a refund",
@@ -85,6 +87,7 @@ def test_a_new_repo_and_a_second_app_pass_remit_test(tmp_path: Path, database_ur
     assert files_under(repo) - before == {
         "apps/billing/workflows/refund.py",
         "apps/billing/scenarios/refund.feature",
+        "apps/billing/scenarios/policies.feature",
         "connectors/billing_shop.py",
         "policies/billing.cedar",
         "tests/test_billing.py",
@@ -92,13 +95,64 @@ def test_a_new_repo_and_a_second_app_pass_remit_test(tmp_path: Path, database_ur
 
     tested = remit("test", "--database-url", server, "-v", cwd=repo)
     assert tested.returncode == 0, tested.stdout + tested.stderr
-    assert "7 passed" in tested.stdout
+    assert "11 passed" in tested.stdout
     for app in ("acme_ops", "billing"):
-        for scenario in ("A manager approves a refund", "A clerk may not approve"):
-            feature = f"apps/{app}/scenarios/refund.feature::Refunding an order: {scenario}"
-            assert feature in tested.stdout
+        for scenario in (
+            "refund.feature::Refunding an order: A manager approves a refund",
+            "refund.feature::Refunding an order: A manager refunds less than the order",
+            "policies.feature::Who may refund: A clerk may not approve a refund",
+            "policies.feature::Who may refund: Only a clerk may ask for one",
+        ):
+            assert f"apps/{app}/scenarios/{scenario}" in tested.stdout
         assert f"tests/test_{app}.py::test_a_manager_approves_a_refund PASSED" in tested.stdout
     assert "FAILED" not in tested.stdout
+
+
+OPS_REPO = Path(__file__).resolve().parents[1] / "apps" / "ops_repo"
+HELLO = """\
+from pydantic import BaseModel
+
+from remit import Context, workflow
+
+
+class Hello(BaseModel):
+    who: str = "world"
+
+
+@workflow(name="hello", input=Hello)
+def hello(ctx: Context, input: Hello) -> str:
+    return f"hello {input.who}"
+"""
+
+
+@pytest.mark.parametrize("policies", [True, False], ids=["with policies", "without policies"])
+def test_an_app_added_to_a_repo_of_others_passes_remit_test(
+    tmp_path: Path, database_url: str, policies: bool
+) -> None:
+    """Into a repo `remit init` did not make: one with apps, a shared connector and policies of
+    its own (`tests/apps/ops_repo`), or one with only a root workflow, which allows everything
+    and is left so (no policy file, no scenarios of refusals)."""
+    repo = tmp_path / "company"
+    if policies:
+        shutil.copytree(OPS_REPO, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    else:
+        (repo / "workflows").mkdir(parents=True)
+        (repo / "workflows" / "hello.py").write_text(HELLO)
+    before = files_under(repo)
+    added = remit("init", "billing", cwd=repo)
+    assert added.returncode == 0, added.stdout + added.stderr
+    extra = {"policies/billing.cedar", "apps/billing/scenarios/policies.feature"}
+    assert files_under(repo) - before == {
+        "apps/billing/workflows/refund.py",
+        "apps/billing/scenarios/refund.feature",
+        "connectors/billing_shop.py",
+        "tests/test_billing.py",
+        *(extra if policies else ()),
+    }
+    server = "sqlite" if database_url.startswith("sqlite") else database_url
+    tested = remit("test", "--database-url", server, cwd=repo)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert f"{5 if policies else 3} passed" in tested.stdout
 
 
 _TEST_AND_DEMO = (

@@ -58,8 +58,12 @@ _REPO_FILES = {
     "repo/principals.toml.tmpl": f"{POLICIES}/principals.toml",
     "repo/policy.cedar.tmpl": f"{POLICIES}/{{app}}.cedar",
 }
+# Under policies, who may do what, and the scenarios that say so.
+_POLICY_SCENARIOS = {
+    "app/policies.feature.tmpl": f"{APPS_FOLDER}/{{app}}/scenarios/policies.feature",
+}
 # An app added to a repo with policies governs itself in a file of its own.
-_APP_POLICY = {"app/policy.cedar.tmpl": f"{POLICIES}/{{app}}.cedar"}
+_APP_POLICY = {"app/policy.cedar.tmpl": f"{POLICIES}/{{app}}.cedar", **_POLICY_SCENARIOS}
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,8 @@ def _repo_plan(name: str, where: Path) -> Plan:
             f"`remit init` in a repo to add an app to it"
         )
     values = _values(name, repo=name, vendor="shop", shop="the shop")
-    return Plan("repo", name, root, _filled({**_REPO_FILES, **_APP_FILES}, values))
+    templates = {**_REPO_FILES, **_APP_FILES, **_POLICY_SCENARIOS}
+    return Plan("repo", name, root, _filled(templates, values))
 
 
 def _app_plan(name: str, root: Path) -> Plan:
