@@ -113,6 +113,12 @@ def plan(name: str, where: Path) -> Plan:
     repo, else the repo `where/NAME/`. Refused (`InitRefused`), with nothing written, when the
     name cannot be loaded or a target exists."""
     where = where.resolve()  # refusals name whole paths
+    for folder in (where, *where.parents):
+        if folder.name == APPS_FOLDER and is_repo(folder.parent):
+            raise InitRefused(
+                f"{where} is inside {folder}, the apps of the repo {folder.parent}: run "
+                f"`remit init {name}` in {folder.parent} to add the app {folder / name}"
+            )
     if is_repo(where):
         return _app_plan(name, where)
     return _repo_plan(name, where)
