@@ -3,10 +3,12 @@ in its `apps/NAME/` (the rule and the templates are in `remit.init.scaffold`).""
 
 # No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.text import Text
 
 from remit.cli.base import AppDir, app_folder_of, cli, out
@@ -33,13 +35,14 @@ def init(
     made.write()
     root = _shown(made.root)
     if made.kind == "repo":
-        out.print(f"made the repo [bold]{name}[/] in {root}:")
+        out.print(f"made the repo [bold]{name}[/] in {escape(root)}:")
     else:
-        out.print(f"added the app [bold]{name}[/] to the repo {made.root.name} in {root}:")
+        repo = escape(made.root.name)
+        out.print(f"added the app [bold]{name}[/] to the repo {repo} in {escape(root)}:")
     out.print(Text(made.tree()))
     out.print("next:")
     if made.kind == "repo":
-        out.print(Text(f"  cd {root}"))
+        out.print(Text(f"  cd {shlex.quote(root)}"))
     out.print("  remit test    # its scenarios and tests, on the fakes")
     out.print("  remit demo    # the repo in one process on the fakes, seeded by the scenarios")
 
