@@ -132,6 +132,8 @@ COMMANDS = [
     ["import"],
     ["resources"],
     ["test"],
+    ["init"],
+    ["apps"],
     ["demo"],
     ["fakes", "show"],
 ]

@@ -74,6 +74,7 @@ class _RemitGroup(HelpGroup):
         "Policies and access": ["policies", "denials", "tokens"],
         "Resources": ["plan", "apply", "drift", "import", "resources"],
         "Running the app": [
+            "init",
             "apps",
             "worker",
             "serve",

@@ -23,6 +23,7 @@ from remit.cli import (  # noqa: F401
     demo,
     deploy,
     direct,
+    init,
     resources,
     scenarios,
     telegram,

@@ -14,6 +14,7 @@
     ├── RetryRefused          `retry` refused (the run is not failed or cancelled, a bad step)
     ├── KeyReused             a key sent again with another request than its first; nothing done
     ├── Unauthenticated       an API token is missing, unknown, expired or revoked
+    ├── InitRefused           `remit init` would overwrite something or make an unloadable name
     └── OpError               an operation call did not succeed (raised inside a run)
         ├── OpNotDeclared     the workflow called an op it did not list in `uses`
         ├── MissingCredential the driver needs an environment variable that is not set
@@ -313,6 +314,11 @@ class ApprovalNotFound(RemitError):
 class Unauthenticated(RemitError):
     """A request's API token is missing, malformed, unknown, expired or revoked. The message
     says which, and never repeats the token."""
+
+
+class InitRefused(RemitError):
+    """`remit init` made nothing: its target exists, or the name is not one remit can load.
+    The message names the path or the name, and what to give instead."""
 
 
 class KeyReused(RemitError):

@@ -38,9 +38,14 @@ def suggested(name: object, *, joiner: str, fallback: str, prefix: str) -> str:
     return suggestion if suggestion[0].isalpha() else f"{prefix}{suggestion}"
 
 
+def is_app_name(name: object) -> bool:
+    """Whether `name` may name an app's folder, and so prefix its workflows' names."""
+    return isinstance(name, str) and _APP.fullmatch(name) is not None
+
+
 def check_app_name(name: str) -> None:
     """Refuse an app folder whose name cannot prefix its workflows' names."""
-    if not isinstance(name, str) or not _APP.fullmatch(name):
+    if not is_app_name(name):
         suggestion = suggested(name, joiner="_", fallback="app", prefix="a_")
         raise AppError(
             f"app folder `apps/{name}` must be named with 1 to 40 lowercase letters, digits and "
