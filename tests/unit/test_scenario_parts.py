@@ -149,6 +149,26 @@ def test_seed_calls_each_given_once_through_a_callable(tmp_path: Path) -> None:
     assert made == {"invoice": {**calls[0][1], "status": "open"}}
 
 
+def test_seed_runs_a_given_that_several_files_say_once(tmp_path: Path) -> None:
+    first, second = tmp_path / "first.feature", tmp_path / "second.feature"
+    first.write_text(FEATURE)
+    second.write_text(
+        FEATURE.replace(
+            "    Given an invoice inv_1 of 1200 due 2026-10-01\n",
+            "    Given an invoice inv_1 of 1200 due 2026-10-01\n"
+            "    And an invoice inv_2 of 300 due 2026-10-05\n",
+        )
+    )
+    calls: list[str] = []
+
+    def call(op_id: str, input: dict[str, object], by: str | None) -> dict[str, object]:
+        calls.append(str(input["invoice_id"]))
+        return dict(input)
+
+    seed(APP, [first, second], call)
+    assert calls == ["inv_1", "inv_2"]
+
+
 def test_a_given_returns_what_to_call() -> None:
     made = Given(op=CREATE_INVOICE, input={"invoice_id": "x"}, name="invoice")
     assert (made.op_id, made.input_json(), made.actor) == (

@@ -252,19 +252,22 @@ def seed(app: App, files: Iterable[Path | str], caller: Calls | Call) -> dict[st
     through `caller` (a `Harness`, a `Client`, or `call(op_id, input, by) -> output`), and
     return what they made by name: `{"invoice": {"invoice_id": "inv_1", ...}}`.
 
-    What a demo seeds an instance with: the same records its scenarios start from. A
-    background's generic steps (the clock) are left out; a step no connector declares fails.
+    What a demo seeds an instance with: the same records its scenarios start from. Each
+    distinct given runs once, however many scenarios and files say it (the same text, table
+    and docstring): two features that start from one invoice seed it once. A background's
+    generic steps (the clock) are left out; a step no connector declares fails.
     """
     steps = Steps(app)
     call = call_through(caller)
     names = Names()
+    seen: set[tuple[str, tuple[tuple[str, ...], ...] | None, str | None]] = set()
     for path in files:
-        seen: set[int] = set()
         for scenario in features.read(path):
             for step in scenario.steps:
-                if not step.background or step.line in seen:
+                said = (step.text, step.table, step.doc)
+                if not step.background or said in seen:
                     continue
-                seen.add(step.line)
+                seen.add(said)
                 if any(g.match(step.text) for g in GENERIC):
                     continue
                 connector = steps.connector_step(step.text, kind="given")
