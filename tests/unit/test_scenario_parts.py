@@ -9,6 +9,7 @@ import pytest
 
 from remit import AppError, Connector, Given, load_app, steps
 from remit.scenarios import feature_files, read, seed
+from remit.scenarios.generic import same
 from remit.scenarios.pytest_plugin import app_folder_of
 from remit.scenarios.values import Names, UnknownReference, cell, fields_table
 
@@ -106,6 +107,24 @@ def test_an_unknown_reference_names_what_there_is() -> None:
         names.resolve("$bill.invoice_id")
     with pytest.raises(UnknownReference, match=r"\$invoice has no `amount` \(it has: invoice_id\)"):
         names.resolve("$invoice.amount")
+
+
+@pytest.mark.parametrize(
+    ("expected", "actual", "alike"),
+    [
+        (1, 1.0, True),
+        (True, True, True),
+        ("2026-10-01", "2026-10-01", True),
+        (1, True, False),
+        (0, False, False),
+        (True, 1, False),
+        ({"paid": 1}, {"paid": True}, False),
+        ([0, 1], [False, True], False),
+        ({"paid": True, "n": [1]}, {"n": [1], "paid": True}, True),
+    ],
+)
+def test_a_bool_is_the_same_only_as_a_bool(expected: object, actual: object, alike: bool) -> None:
+    assert same(expected, actual) is alike
 
 
 def test_a_step_pattern_must_name_its_values() -> None:

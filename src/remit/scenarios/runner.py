@@ -237,7 +237,23 @@ def _do(world: World, steps: Steps, step: Step, call: Call) -> None:
         given(definition, values, name, step, world.names, call)
         return
     fake: Fake = world.harness.fake(definition.vendor)
-    definition.fn(fake, **_arguments(definition, values, step, world.names))
+    arguments = _arguments(definition, values, step, world.names)
+    try:
+        definition.fn(fake, **arguments)
+    except AssertionError as failed:
+        raise _then_failed(definition, step, arguments, failed) from failed
+
+
+def _then_failed(
+    definition: StepDefinition, step: Step, arguments: Mapping[str, Any], failed: AssertionError
+) -> Mismatch:
+    """A connector's then that failed, as the report shows it: the step, the function, what
+    it said (a bare `assert` says nothing) and the values it was called with."""
+    said = str(failed) or "an `assert` with no message failed (give it one: `assert ok, why`)"
+    called = ", ".join(f"{name}={value!r}" for name, value in arguments.items()) or "no values"
+    return Mismatch(
+        f"{said}\n`{step.text}` ({definition.vendor}: {definition.where}) was called with {called}"
+    )
 
 
 def _unexpected(refusal: Refusal) -> Mismatch:
