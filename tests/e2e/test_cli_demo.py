@@ -4,6 +4,7 @@ runs on its own SQLite file by design, so these tests are SQLite-only."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from remit.serve.script import Player, ScriptError, parse_script
 
 DEMO_APP = Path(__file__).resolve().parent.parent / "apps" / "demo_app"
 
@@ -129,6 +132,11 @@ def test_a_script_line_that_misbehaves_fails_the_demo_naming_it(
         ("until remit approvals --quiet\n", "line 1 (`until remit approvals --quiet`) waits for"),
         ("remit approve $nothing\n", "line 1 (`remit approve $nothing`) uses $nothing, which no"),
         ("! remit runs\n", "line 1 (`! remit runs`) was to fail, and it succeeded"),
+        (
+            "remit runs --workflow 'refund\n",
+            "line 1 (`remit runs --workflow 'refund`) does not split as a shell splits it "
+            "(no closing quotation): close its quotes",
+        ),
     ],
 )
 def test_a_script_that_does_not_hold_together_is_refused_naming_the_line(
@@ -199,11 +207,21 @@ def test_the_demo_serves_until_interrupted_and_fakes_show_finds_it(folder: Path)
         unknown = remit(folder, "fakes", "show", "payments", env=environ(**carol))
         assert unknown.returncode == 1
         assert "runs no fake for the vendor `payments`" in unknown.stderr
+
+        # A second demo of the app would wipe this one's database: it is refused.
+        second = remit(folder, "demo", "--port", "0")
+        assert second.returncode == 1, second.stdout + second.stderr
+        assert f"a demo of this app is already running (pid {demo.pid}, URL {url})" in second.stderr
+        assert remit(folder, "fakes", "show", "books").returncode == 0
     finally:
         demo.send_signal(signal.SIGINT)
         demo.wait(30)
     assert demo.returncode == 0, log.read_text()
     assert "demo stopped" in log.read_text()
+    assert not instance_file.exists()
+    gone = remit(folder, "fakes", "show", "books")
+    assert gone.returncode == 1
+    assert "no demo is running for the app in" in gone.stderr
 
 
 def test_fakes_show_without_a_demo_says_to_start_one(folder: Path) -> None:
@@ -212,3 +230,107 @@ def test_fakes_show_without_a_demo_says_to_start_one(folder: Path) -> None:
     assert done.returncode == 1
     assert "no demo is running for the app in" in done.stderr
     assert "start one with `remit demo`" in done.stderr
+
+
+def player(folder: Path, out: io.StringIO, **values: str) -> Player:
+    """A player against no demo: the lines it plays fail before they would reach one."""
+    return Player(
+        app_folder=folder,
+        url="http://127.0.0.1:9",
+        tokens={"user:ann": "rmt_none"},
+        actor="user:ann",
+        environ=environ(),
+        out=out,
+        values=dict(values),
+    )
+
+
+def test_a_kept_value_is_one_argument_whatever_it_holds(folder: Path) -> None:
+    out = io.StringIO()
+    # `remit runs` takes no argument: click names the one it got, as the command received it.
+    lines = parse_script("! remit runs $who\n! remit runs ${who}-and-co cost$$5\n")
+
+    player(folder, out, who="O'Brien").play(lines)
+
+    shown = out.getvalue()
+    assert '$ remit runs "O\'Brien"' in shown
+    assert "unexpected extra argument(s) (O'Brien)" in shown
+    assert "unexpected extra argument(s) (O'Brien-and-co cost$5)" in shown
+
+
+def test_a_kept_value_of_several_lines_is_refused_as_an_argument(folder: Path) -> None:
+    lines = parse_script("# two approvals were kept\nremit approve $ids --as user:ann\n")
+
+    with pytest.raises(ScriptError) as refused:
+        player(folder, io.StringIO(), ids="apr_1\napr_2").play(lines)
+
+    assert str(refused.value).startswith(
+        "line 2 (`remit approve $ids --as user:ann`) uses $ids as an argument, and it is 2 lines"
+    )
+
+
+def live_children(marker: str) -> list[int]:
+    """The processes whose command line holds `marker`, not yet ended."""
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            state = next(s for s in status.read_text().splitlines() if s.startswith("State:"))
+            command = (status.parent / "cmdline").read_bytes()
+        except (OSError, StopIteration):
+            continue
+        if marker.encode() in command and "zombie" not in state:
+            found.append(int(status.parent.name))
+    return found
+
+
+def test_a_background_command_that_outlives_its_time_fails_naming_its_line(
+    folder: Path, tmp_path: Path
+) -> None:
+    never = tmp_path / "never-written"
+    os.mkfifo(never)  # opening it to read waits for a writer that never comes
+    lines = parse_script(f"remit start refund --input @{never} &\nwait\n")
+    played = player(folder, io.StringIO())
+    played.command_timeout = 3
+
+    with pytest.raises(ScriptError) as failed:
+        played.play(lines)
+
+    assert str(failed.value) == (
+        f"line 1 (`remit start refund --input @{never} &`) ran in the background longer than 3 s"
+    )
+    assert live_children(str(never)) == []
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_demo_stopped_mid_script_leaves_no_command_running(
+    folder: Path, tmp_path: Path, stop: signal.Signals
+) -> None:
+    never = tmp_path / "never-written"
+    os.mkfifo(never)
+    script = tmp_path / "script.txt"
+    script.write_text(f"remit start refund --input @{never} &\nwait\n")
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "remit", "--app", str(folder), "demo", "--script", str(script)],
+        env=environ(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not live_children(str(never)):
+            assert demo.poll() is None, demo.communicate()[0]
+            assert time.monotonic() < deadline, "the background command never started"
+            time.sleep(0.1)
+        demo.send_signal(stop)
+        shown = demo.communicate(timeout=30)[0]
+    finally:
+        demo.kill()
+        demo.wait()
+
+    assert demo.returncode == 1, shown
+    assert f"the demo stopped before {script} ended" in shown
+    deadline = time.monotonic() + 5
+    while live_children(str(never)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert live_children(str(never)) == []

@@ -73,3 +73,32 @@ def test_the_repos_own_tests_run_beside_its_scenarios(app: Path, database_url: s
     done = remit_test(app, database_url, "-k", "fake or lost")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "3 passed" in done.stdout
+
+
+def test_another_projects_feature_files_are_left_to_it(tmp_path: Path) -> None:
+    # A project with remit installed, whose feature files are pytest-bdd's: no remit app here.
+    project = tmp_path / "shop"
+    (project / "tests" / "scenarios").mkdir(parents=True)
+    (project / "pytest.ini").write_text("[pytest]\n")
+    (project / "tests" / "scenarios" / "login.feature").write_text(
+        "Feature: Login\n  Scenario: A known user logs in\n    Given a user ann\n"
+    )
+
+    def pytest_in_project() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "remit.scenarios.pytest_plugin", "-q"],
+            env={**os.environ, "COLUMNS": "200"},
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    nothing = pytest_in_project()
+    assert nothing.returncode == 5, nothing.stdout + nothing.stderr  # no tests collected
+    (project / "tests" / "test_login.py").write_text("def test_own() -> None:\n    pass\n")
+    own = pytest_in_project()
+    assert own.returncode == 0, own.stdout + own.stderr
+    assert "1 passed" in own.stdout
+    assert "login.feature" not in own.stdout + own.stderr

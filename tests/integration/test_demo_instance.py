@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from remit import App, AppError, Connector, RemitError, load_app
 from remit.serve.api import create_api
-from remit.serve.demo import Call, Demo
+from remit.serve.demo import Call, Demo, read_instance
 from remit.testing import Harness
 
 DEMO_APP = Path(__file__).resolve().parent.parent / "apps" / "demo_app"
@@ -104,6 +104,49 @@ def test_a_demo_starts_on_a_fresh_database(demo: Demo, folder: Path) -> None:
         assert again.client.runs() == []
     finally:
         again.close()
+
+
+def test_the_demo_makes_the_apps_remit_folder_its_owners_alone(demo: Demo, folder: Path) -> None:
+    old = os.umask(0o022)  # the usual umask, which would leave a folder 0755
+    try:
+        demo.start()
+    finally:
+        os.umask(old)
+
+    assert stat.S_IMODE(os.stat(folder / ".remit").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(folder / ".remit" / "demo").st_mode) == 0o700
+
+
+def test_a_second_demo_of_the_app_is_refused_while_one_runs(demo: Demo, folder: Path) -> None:
+    demo.start(seed=open_acme)
+    demo.publish("http://127.0.0.1:4711")
+    second = Demo.of(load_app(folder), folder, environ={"REMIT_AS": "user:carol"})
+
+    with pytest.raises(RemitError) as refused:
+        second.start()
+
+    assert str(refused.value).startswith(
+        f"a demo of this app is already running (pid {os.getpid()}, URL http://127.0.0.1:4711)"
+    )
+    second.close()
+    # The first demo's folder is untouched: its database still answers.
+    assert demo.fakes["books"].state()["accounts"] == [{"account": "acme", "balance": 100}]
+    assert demo.client.runs() == []
+    assert read_instance(folder)["url"] == "http://127.0.0.1:4711"
+
+
+def test_a_closed_demo_is_not_found_running(demo: Demo, folder: Path) -> None:
+    demo.start()
+    path = demo.publish("http://127.0.0.1:4711")
+    demo.close()
+
+    assert not path.exists()
+    with pytest.raises(RemitError, match="no demo is running for the app in"):
+        read_instance(folder)
+    # One left by a demo that never closed (killed) is not read either: no one holds the lock.
+    path.write_text('{"url": "http://127.0.0.1:4711", "actor": "user:ann", "tokens": {}}')
+    with pytest.raises(RemitError, match="no demo is running for the app in"):
+        read_instance(folder)
 
 
 def test_a_connector_without_a_fake_is_refused_by_name(database_url: str) -> None:

@@ -116,6 +116,48 @@ Then the invoice inv_1 has 3 reminders
     assert "the invoice inv_1 has 1 reminders, not 3" in report
 
 
+def test_a_connector_then_with_a_bare_assert_shows_its_values(
+    tmp_path: Path, database_url: str
+) -> None:
+    report = failure(tmp_path, database_url, "Then the amount of inv_1 is 5\n")
+    assert "  an `assert` with no message failed (give it one: `assert ok, why`)\n" in report
+    assert (
+        "  `the amount of inv_1 is 5` (books: scen_app.books.amount_is) was called with "
+        "invoice_id='inv_1', amount=5\n"
+    ) in report
+
+
+def test_an_output_with_nothing_to_compare_is_refused(tmp_path: Path, database_url: str) -> None:
+    report = failure(
+        tmp_path,
+        database_url,
+        """\
+When ann starts chase as $chase with:
+  | invoice_id | inv_1 |
+Then the output of $chase is:
+""",
+    )
+    assert (
+        "`Then the output of $chase is:` gives nothing to compare the output of $chase with: "
+        "write a table of `| field | value |` rows or a JSON docstring under it"
+    ) in report
+
+
+def test_true_is_not_the_number_1(tmp_path: Path, database_url: str) -> None:
+    report = failure(
+        tmp_path,
+        database_url,
+        """\
+When ann starts chase as $chase with:
+  | invoice_id | inv_1 |
+Then the output of $chase is:
+  | reminders | true |
+""",
+    )
+    assert "the output of $chase differs in `reminders`" in report
+    assert "  - reminders | true\n  + reminders | 1\n" in report
+
+
 def test_an_unknown_reference_names_what_the_scenario_has(
     tmp_path: Path, database_url: str
 ) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from remit import AppError, Connector, Given, load_app, steps
 from remit.scenarios import feature_files, read, seed
+from remit.scenarios.generic import same
 from remit.scenarios.pytest_plugin import app_folder_of
 from remit.scenarios.values import Names, UnknownReference, cell, fields_table
 
@@ -108,6 +109,24 @@ def test_an_unknown_reference_names_what_there_is() -> None:
         names.resolve("$invoice.amount")
 
 
+@pytest.mark.parametrize(
+    ("expected", "actual", "alike"),
+    [
+        (1, 1.0, True),
+        (True, True, True),
+        ("2026-10-01", "2026-10-01", True),
+        (1, True, False),
+        (0, False, False),
+        (True, 1, False),
+        ({"paid": 1}, {"paid": True}, False),
+        ([0, 1], [False, True], False),
+        ({"paid": True, "n": [1]}, {"n": [1], "paid": True}, True),
+    ],
+)
+def test_a_bool_is_the_same_only_as_a_bool(expected: object, actual: object, alike: bool) -> None:
+    assert same(expected, actual) is alike
+
+
 def test_a_step_pattern_must_name_its_values() -> None:
     declared = steps("books")
     with pytest.raises(AppError, match=r"has an unnamed value: name each"):
@@ -147,6 +166,26 @@ def test_seed_calls_each_given_once_through_a_callable(tmp_path: Path) -> None:
         )
     ]
     assert made == {"invoice": {**calls[0][1], "status": "open"}}
+
+
+def test_seed_runs_a_given_that_several_files_say_once(tmp_path: Path) -> None:
+    first, second = tmp_path / "first.feature", tmp_path / "second.feature"
+    first.write_text(FEATURE)
+    second.write_text(
+        FEATURE.replace(
+            "    Given an invoice inv_1 of 1200 due 2026-10-01\n",
+            "    Given an invoice inv_1 of 1200 due 2026-10-01\n"
+            "    And an invoice inv_2 of 300 due 2026-10-05\n",
+        )
+    )
+    calls: list[str] = []
+
+    def call(op_id: str, input: dict[str, object], by: str | None) -> dict[str, object]:
+        calls.append(str(input["invoice_id"]))
+        return dict(input)
+
+    seed(APP, [first, second], call)
+    assert calls == ["inv_1", "inv_2"]
 
 
 def test_a_given_returns_what_to_call() -> None:

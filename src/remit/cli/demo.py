@@ -35,7 +35,7 @@ from remit.cli.base import (
 if TYPE_CHECKING:
     from remit.app import App
     from remit.serve.demo import Call, Demo, Seed
-    from remit.serve.script import Line
+    from remit.serve.script import Line, Player
 
 # Where `remit demo` looks for scenarios whose givens seed it, under the app's folder.
 FEATURES = "demo"
@@ -73,6 +73,7 @@ def demo(
     app, _ = load(folder)
     instance = Demo.of(app, folder)
     played: dict[str, int] = {}
+    players: list[Player] = []  # the script's, once the demo answers
     try:
         instance.start(seed=_feature_seed(folder, app))
 
@@ -80,9 +81,10 @@ def demo(
             path = instance.publish(url)
             _tell(instance, url, path, quiet=lines is not None)
             if lines is not None and script is not None:
+                players.append(_player(instance, folder, url))
                 threading.Thread(
                     target=_play,
-                    args=(instance, folder, url, lines, script, played),
+                    args=(players[0], lines, script, played),
                     name="remit-demo-script",
                     daemon=True,
                 ).start()
@@ -95,14 +97,18 @@ def demo(
             listening=listening,
         )
     finally:
+        ended = dict(played)  # how the script ended, when it did before the demo stopped
+        # The script's thread dies with the process: its commands are ended here, not by it.
+        for player in players:
+            player.stop()
         instance.close()
     if lines is None:
         err.print("demo stopped")
         exit_now(0)
-    if "code" not in played:
+    if "code" not in ended:
         err.print(f"[red]the demo stopped before {script} ended[/]")
         exit_now(1)
-    exit_now(played["code"])
+    exit_now(ended["code"])
 
 
 def _read(script: Path) -> str:
@@ -160,25 +166,18 @@ def _tell(instance: "Demo", url: str, path: Path, *, quiet: bool) -> None:
     out.print("Ctrl-C stops the demo")
 
 
-def _play(
-    instance: "Demo",
-    folder: Path,
-    url: str,
-    lines: "list[Line]",
-    script: Path,
-    played: dict[str, int],
-) -> None:
-    """Play the script, note how it went in `played`, and stop the server."""
+def _player(instance: "Demo", folder: Path, url: str) -> "Player":
+    """The player of a script against the demo at `url`, as the demo's default actor."""
     import sys
 
-    from remit.serve.script import Player, ScriptError
+    from remit.serve.script import Player
 
     environ = {
         **os.environ,
         # A command that would open a database finds the demo's, never the app's own.
         "REMIT_DATABASE_URL": instance.settings.database_url,
     }
-    player = Player(
+    return Player(
         app_folder=folder,
         url=url,
         tokens=instance.tokens,
@@ -186,10 +185,18 @@ def _play(
         environ=environ,
         out=sys.stdout,
     )
+
+
+def _play(player: "Player", lines: "list[Line]", script: Path, played: dict[str, int]) -> None:
+    """Play the script, note how it went in `played`, and stop the server. A demo stopped
+    from outside stops the player: then it says nothing, and `demo` tells how it ended."""
+    from remit.serve.script import ScriptError
+
     try:
         player.play(lines)
     except ScriptError as failed:
-        err.print(Text(f"{script}: {failed}", style="red"))
+        if not player.stopped:
+            err.print(Text(f"{script}: {failed}", style="red"))
         played["code"] = 1
     except Exception as error:  # the script ends the demo however it ends
         err.print(Text(f"{script}: {type(error).__name__}: {error}", style="red"))
@@ -198,7 +205,8 @@ def _play(
         err.print(f"{script}: every line behaved")
         played["code"] = 0
     finally:
-        os.kill(os.getpid(), signal.SIGTERM)
+        if not player.stopped:  # else the server has stopped already
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 fakes_cli = command_group("What the fake vendors of a demo hold.", no_args_is_help=True)

@@ -11,13 +11,15 @@ A connector declares its steps once, and every app using it can say them in its 
 
     @payments_steps.then("the invoice {id} has {n:d} reminders")
     def reminders(fake: FakePayments, id: str, n: int) -> None:
-        assert fake.invoices[id].reminders_sent == n
+        sent = fake.invoices[id].reminders_sent
+        assert sent == n, f"the invoice {id} has {sent} reminders, not {n}"
 
     payments = Connector("payments", ..., steps=payments_steps)
 
 A given returns what to call; the scenario calls that op on the fakes, as the actor, and
 keeps the output under `name` (`$invoice.invoice_id` in later steps). A then is called with
-the vendor's fake and the step's values, and asserts. Patterns are `parse` formats: `{name}`
+the vendor's fake and the step's values, and asserts with a message that says what it found (a
+failing then's report shows the message and the values it was called with). Patterns are `parse` formats: `{name}`
 matches text, `{name:d}` a whole number. A step with a table gets it as `table` (a list of
 rows, each a dict by the header), one with a docstring gets it as `doc`, when the function
 takes that parameter.

@@ -87,8 +87,34 @@ def show(value: Any) -> str:
 
 
 def same(expected: Any, actual: Any) -> bool:
-    """Whether a table's value is the one found: equal, or written the same."""
-    return bool(expected == actual) or show(expected) == show(actual)
+    """Whether a table's value is the one found: equal, or written the same. `true` is not
+    `1`, nor `false` `0`, however deep in a record or a list."""
+    return _equal(expected, actual) or show(expected) == show(actual)
+
+
+def _equal(expected: Any, actual: Any) -> bool:
+    """`==`, but a bool equals only a bool (Python has `True == 1`)."""
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return type(expected) is type(actual) and expected == actual
+    if isinstance(expected, Mapping) and isinstance(actual, Mapping):
+        return expected.keys() == actual.keys() and all(
+            _equal(value, actual[key]) for key, value in expected.items()
+        )
+    if isinstance(expected, list | tuple) and isinstance(actual, list | tuple):
+        return len(expected) == len(actual) and all(map(_equal, expected, actual))
+    return bool(expected == actual)
+
+
+def needs_table(step: Step, what: str, *, docstring: bool = False) -> None:
+    """Refuse a step that compares `what` and gives nothing to compare it with: with no
+    table (or docstring) it would pass whatever it found."""
+    if step.table is None and (not docstring or step.doc is None):
+        given = "a table of `| field | value |` rows" + (
+            " or a JSON docstring" if docstring else ""
+        )
+        raise AppError(
+            f"`{step.sentence}` gives nothing to compare {what} with: write {given} under it"
+        )
 
 
 def compare_fields(what: str, expected: Mapping[str, Any], actual: Any) -> None:
@@ -170,6 +196,7 @@ def run_failed(world: World, step: Step, m: dict[str, str]) -> None:
 @generic(rf"the output of {RUN} is:?", "the output of $chase is:")
 def output_is(world: World, step: Step, m: dict[str, str]) -> None:
     what = f"the output of ${m['run']}"
+    needs_table(step, what, docstring=True)
     actual = world.run_view(world.run_id(m["run"]))["output"]
     if step.doc is not None:
         expected = doc_json(step.doc, world.names, what=what)
@@ -301,6 +328,7 @@ def decided_by(world: World, step: Step, m: dict[str, str]) -> None:
 def gate_draft(world: World, step: Step, m: dict[str, str]) -> None:
     gate = _latest_gate(world, m["run"])
     what = f"the draft of ${m['run']}'s gate"
+    needs_table(step, what)
     draft = gate.edited_draft_json if gate.edited_draft_json is not None else gate.draft_json
     compare_fields(what, fields_table(step.table, world.names, what=what), draft)
 

@@ -2,7 +2,9 @@
 app's in `apps/<app>/scenarios/`) is one test, named by its feature and scenario.
 
 Registered as remit's `pytest11` plugin, so `pytest` finds it where remit is installed; load it
-by hand with `pytest -p remit.scenarios.pytest_plugin`. `--remit-database-url` (default
+by hand with `pytest -p remit.scenarios.pytest_plugin`. It collects a feature file only when the
+folder it would load the app from is a remit repo or app (`is_remit_folder`), so another
+project's `tests/scenarios/*.feature` (pytest-bdd's, behave's) is left alone. `--remit-database-url` (default
 `REMIT_SCENARIO_DATABASE_URL`) runs each scenario on a fresh database on a Postgres server
 instead of a SQLite file. A failing scenario's report is remit's (`report.py`).
 """
@@ -35,9 +37,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    if features.is_scenario_file(file_path):
+    # A `scenarios/*.feature` of a project that is no remit app (pytest-bdd's, behave's) is
+    # left to its own tools: the plugin is loaded wherever remit is installed.
+    if features.is_scenario_file(file_path) and is_remit_folder(app_folder_of(file_path)[0]):
         return FeatureFile.from_parent(parent, path=file_path)
     return None
+
+
+def is_remit_folder(folder: Path) -> bool:
+    """Whether `folder` holds a remit repo or app, as `load_app` finds one: an `app.py`, or
+    workflows in `workflows/*.py` or `apps/<app>/workflows/*.py`, or connectors in
+    `connectors/*.py`."""
+    return (folder / "app.py").is_file() or any(
+        next(folder.glob(pattern), None) is not None
+        for pattern in ("workflows/*.py", f"{APPS_FOLDER}/*/workflows/*.py", "connectors/*.py")
+    )
 
 
 def app_folder_of(path: Path) -> tuple[Path, str | None]:

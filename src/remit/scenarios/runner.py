@@ -237,7 +237,23 @@ def _do(world: World, steps: Steps, step: Step, call: Call) -> None:
         given(definition, values, name, step, world.names, call)
         return
     fake: Fake = world.harness.fake(definition.vendor)
-    definition.fn(fake, **_arguments(definition, values, step, world.names))
+    arguments = _arguments(definition, values, step, world.names)
+    try:
+        definition.fn(fake, **arguments)
+    except AssertionError as failed:
+        raise _then_failed(definition, step, arguments, failed) from failed
+
+
+def _then_failed(
+    definition: StepDefinition, step: Step, arguments: Mapping[str, Any], failed: AssertionError
+) -> Mismatch:
+    """A connector's then that failed, as the report shows it: the step, the function, what
+    it said (a bare `assert` says nothing) and the values it was called with."""
+    said = str(failed) or "an `assert` with no message failed (give it one: `assert ok, why`)"
+    called = ", ".join(f"{name}={value!r}" for name, value in arguments.items()) or "no values"
+    return Mismatch(
+        f"{said}\n`{step.text}` ({definition.vendor}: {definition.where}) was called with {called}"
+    )
 
 
 def _unexpected(refusal: Refusal) -> Mismatch:
@@ -252,19 +268,22 @@ def seed(app: App, files: Iterable[Path | str], caller: Calls | Call) -> dict[st
     through `caller` (a `Harness`, a `Client`, or `call(op_id, input, by) -> output`), and
     return what they made by name: `{"invoice": {"invoice_id": "inv_1", ...}}`.
 
-    What a demo seeds an instance with: the same records its scenarios start from. A
-    background's generic steps (the clock) are left out; a step no connector declares fails.
+    What a demo seeds an instance with: the same records its scenarios start from. Each
+    distinct given runs once, however many scenarios and files say it (the same text, table
+    and docstring): two features that start from one invoice seed it once. A background's
+    generic steps (the clock) are left out; a step no connector declares fails.
     """
     steps = Steps(app)
     call = call_through(caller)
     names = Names()
+    seen: set[tuple[str, tuple[tuple[str, ...], ...] | None, str | None]] = set()
     for path in files:
-        seen: set[int] = set()
         for scenario in features.read(path):
             for step in scenario.steps:
-                if not step.background or step.line in seen:
+                said = (step.text, step.table, step.doc)
+                if not step.background or said in seen:
                     continue
-                seen.add(step.line)
+                seen.add(said)
                 if any(g.match(step.text) for g in GENERIC):
                     continue
                 connector = steps.connector_step(step.text, kind="given")

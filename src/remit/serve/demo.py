@@ -9,11 +9,17 @@ it. A connector with no fake is refused, naming it.
 Before the instance answers anyone it is seeded (`Seed`: direct calls on the shared fakes) and
 mints an API token for each principal the app's policies name, and for the default actor. The
 URL and the tokens are written to `.remit/demo/instance.json` (readable by its owner only), where
-`remit fakes show` and a script played by `remit demo --script` find them.
+`remit fakes show` and a script played by `remit demo --script` find them, and removed when the
+demo closes.
+
+One demo of an app runs at a time: it holds a lock on `.remit/demo.lock` (beside the folder it
+wipes) from `start` to `close`, and a second is refused, naming the first's pid and URL.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -29,6 +35,7 @@ from remit.client import Client
 from remit.connectors.base import Fake
 from remit.core.errors import RemitError
 from remit.core.settings import DATA_DIR, Settings
+from remit.core.sqlite_file import FOLDER_MODE, private_file
 from remit.execution.direct import CallResult
 from remit.serve.api import LOCAL_NAMES, create_api
 from remit.serve.worker import Worker
@@ -36,6 +43,8 @@ from remit.serve.worker import Worker
 # Where a demo keeps its database, its secret key and `instance.json`, under the app's folder.
 DEMO_FOLDER = Path(DATA_DIR, "demo")
 INSTANCE_FILE = "instance.json"
+# Held by the running demo, beside its folder: it holds the demo's pid.
+LOCK_FILE = "demo.lock"
 # A demo answers on this machine only: its tokens are written to a file in plain text.
 DEMO_HOST = "127.0.0.1"
 
@@ -88,6 +97,7 @@ class Demo:
         self.tokens: dict[str, str] = {}
         self._worker: Worker | None = None
         self._client: Client | None = None
+        self._lock: int | None = None  # the descriptor of the held lock file
 
     @classmethod
     def of(cls, app: App, app_folder: Path, environ: Mapping[str, str] | None = None) -> Demo:
@@ -118,11 +128,13 @@ class Demo:
         }
 
     def start(self, seed: Seed | None = None) -> None:
-        """Wipe the demo's folder, start its worker on a fresh database, seed it with `seed`,
-        and mint its tokens. Refuses an app with a connector that has no fake, naming it."""
+        """Take the app's demo lock, wipe the demo's folder, start its worker on a fresh
+        database, seed it with `seed`, and mint its tokens. Refuses a second demo of the app,
+        and an app with a connector that has no fake, naming it."""
+        self._lock = _take_lock(self.folder)
         if self.folder.exists():
             shutil.rmtree(self.folder)
-        self.folder.mkdir(parents=True)
+        _private_folder(self.folder)
         worker = Worker(self.app, self.settings)  # makes each fake, or refuses a connector
         worker.start()
         self._worker = worker
@@ -166,20 +178,61 @@ class Demo:
         return path
 
     def close(self) -> None:
-        """Stop the worker (running attempts get no drain: the database is thrown away)."""
+        """Stop the worker (running attempts get no drain: the database is thrown away),
+        remove `instance.json` and let go of the lock."""
         if self._worker is not None:
             self._worker.stop(timeout=0)
             self._worker = None
         if self._client is not None:
             self._client.close()
             self._client = None
+        if self._lock is not None:
+            with contextlib.suppress(FileNotFoundError):
+                (self.folder / INSTANCE_FILE).unlink()
+            os.close(self._lock)
+            self._lock = None
+
+
+def _take_lock(folder: Path) -> int:
+    """The descriptor of the demo lock beside `folder`, held, with this process's pid in it;
+    a `RemitError` naming the demo that holds it already."""
+    _private_folder(folder.parent)
+    descriptor = private_file(folder.parent / LOCK_FILE)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(descriptor, 64).decode(errors="replace").strip() or "unknown"
+        os.close(descriptor)
+        try:
+            url = json.loads((folder / INSTANCE_FILE).read_text())["url"]
+        except (OSError, ValueError, KeyError, TypeError):
+            url = "not answering yet"
+        raise RemitError(
+            f"a demo of this app is already running (pid {holder}, URL {url}): use it, or stop "
+            "it (Ctrl-C where it runs) before starting another"
+        ) from None
+    os.ftruncate(descriptor, 0)
+    os.pwrite(descriptor, str(os.getpid()).encode(), 0)
+    return descriptor
+
+
+def _private_folder(folder: Path) -> None:
+    """Make `folder` for its owner alone (0700, whatever the umask) unless it exists."""
+    try:
+        folder.mkdir(mode=FOLDER_MODE)
+    except FileExistsError:
+        return
+    os.chmod(folder, FOLDER_MODE)
 
 
 def read_instance(app_folder: Path) -> dict[str, Any]:
-    """The demo instance's `instance.json` in `app_folder`, or a `RemitError` saying to start
-    one."""
-    path = demo_folder(app_folder) / INSTANCE_FILE
+    """The running demo's `instance.json` in `app_folder`, or a `RemitError` saying to start
+    one (also when the file is left by a demo that did not close: no one holds its lock)."""
+    folder = demo_folder(app_folder)
+    path = folder / INSTANCE_FILE
     try:
+        if not _held(folder.parent / LOCK_FILE):
+            raise FileNotFoundError(path)
         found: dict[str, Any] = json.loads(path.read_text())
     except FileNotFoundError:
         raise RemitError(
@@ -189,3 +242,15 @@ def read_instance(app_folder: Path) -> dict[str, Any]:
     except (OSError, ValueError) as error:
         raise RemitError(f"{path} cannot be read: {error}") from None
     return found
+
+
+def _held(lock: Path) -> bool:
+    """Whether a demo holds the lock file `lock` (FileNotFoundError when there is none)."""
+    descriptor = os.open(lock, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)
+    return False

@@ -15,17 +15,26 @@ A script is a plain text file, one line at a time:
 
 A command runs as `python -m remit --app APP ARGS` with `REMIT_URL` the demo's and
 `REMIT_TOKEN` the token of the principal `--as` names (removed from ARGS: through the API the
-token is who acts); `$NAME` is replaced before the line is split as a shell would (shlex). A
-command that works only on the app's folder and database is refused there, as it is anywhere
-`REMIT_URL` is set. The first line that does not behave ends the script, naming the line.
+token is who acts). ARGS is split as a shell splits it (shlex), then `$NAME` is replaced inside
+each argument, which it never splits; `$$` writes a `$`, and a kept value of several lines is
+refused as an argument. A command that works only on the app's folder and database is refused
+there, as it is anywhere `REMIT_URL` is set. The first line that does not behave ends the
+script, naming the line.
+
+Each command runs in a session of its own; `Player.stop` kills those still running, with
+whatever they started, so a demo that stops mid-script leaves none behind.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -37,13 +46,15 @@ from remit.core.errors import RemitError
 UNTIL_EVERY = 0.2  # seconds between the tries of an `until` line
 UNTIL_FOR = 30.0  # seconds an `until` line waits before it fails
 COMMAND_TIMEOUT = 300.0  # seconds one command may take
+STOP_WAIT = 5.0  # seconds `Player.stop` waits for a killed command to be reaped
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _COMMAND = re.compile(
     rf"(?P<until>until\s+)?(?P<fails>!\s*)?(?:(?P<capture>{_NAME})=)?remit(?:\s+(?P<args>.*?))?"
     r"(?P<background>\s+&)?"
 )
-_VARIABLE = re.compile(rf"\$(?:\{{(?P<braced>{_NAME})\}}|(?P<plain>{_NAME}))")
+# `$NAME` or `${NAME}`, a kept value; `$$`, a `$`.
+_VARIABLE = re.compile(rf"\$(?:(?P<dollar>\$)|\{{(?P<braced>{_NAME})\}}|(?P<plain>{_NAME}))")
 _FORMS = (
     "`# narration`, `remit ARGS`, `NAME=remit ARGS`, `until NAME=remit ARGS`, `! remit ARGS`, "
     "a command ending ` &`, or `wait`"
@@ -62,6 +73,8 @@ class Line:
     text: str
     kind: Literal["say", "command", "wait"]
     args: str = ""
+    # A command's arguments, split as a shell splits them, before `$NAME` is replaced.
+    words: tuple[str, ...] = ()
     capture: str | None = None
     until: bool = False
     must_fail: bool = False
@@ -90,11 +103,22 @@ def parse_script(text: str, *, source: str = "the script") -> list[Line]:
         if found is None:
             problems.append(f"line {number} (`{stripped}`) is none of {_FORMS}")
             continue
+        args = found["args"] or ""
+        try:
+            words = tuple(shlex.split(args))
+        except ValueError as error:
+            problems.append(
+                f"line {number} (`{stripped}`) does not split as a shell splits it "
+                f"({str(error).lower()}): close its quotes, or put a backslash before a quote "
+                "that is part of a value"
+            )
+            continue
         line = Line(
             number,
             stripped,
             "command",
-            args=found["args"] or "",
+            args=args,
+            words=words,
             capture=found["capture"],
             until=found["until"] is not None,
             must_fail=found["fails"] is not None,
@@ -121,6 +145,15 @@ def _misused(line: Line) -> str | None:
     return None
 
 
+def _quoted(word: str) -> str:
+    """`word` as a shell reads it back: as it is when it can be, else in double quotes when
+    nothing in it is special there, else as `shlex` quotes it."""
+    quoted = shlex.quote(word)
+    if quoted == word or any(special in word for special in '"\\$`!'):
+        return quoted
+    return f'"{word}"'
+
+
 @dataclass
 class _Running:
     line: Line
@@ -131,7 +164,8 @@ class _Running:
 class Player:
     """Plays a script's lines against an instance at `url`, printing to `out` each command and
     its output. `tokens` are the instance's, by principal; `actor` is whose acts a line with no
-    `--as`. `environ` is the commands' environment (REMIT_URL and REMIT_TOKEN are set on it)."""
+    `--as`. `environ` is the commands' environment (REMIT_URL and REMIT_TOKEN are set on it);
+    `command_timeout` how long one command may take."""
 
     app_folder: Path
     url: str
@@ -140,8 +174,18 @@ class Player:
     environ: Mapping[str, str]
     out: TextIO = field(default_factory=lambda: sys.stdout)
     sleep: Callable[[float], None] = time.sleep
+    command_timeout: float = COMMAND_TIMEOUT
     values: dict[str, str] = field(default_factory=dict)
     _background: list[_Running] = field(default_factory=list)
+    # Every command started that has not ended, foreground or background.
+    _children: list[subprocess.Popen[str]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stopped: bool = False
+
+    @property
+    def stopped(self) -> bool:
+        """Whether `stop` was called: the player starts no more commands."""
+        return self._stopped
 
     def play(self, lines: list[Line]) -> None:
         """Play every line in order; a `ScriptError` naming the first that does not behave.
@@ -151,9 +195,31 @@ class Player:
                 self._play(line)
             self._wait()
         finally:
-            for running in self._background:
-                running.process.kill()
-                running.process.wait()
+            for process in self._end_children():
+                for pipe in (process.stdout, process.stderr):
+                    if pipe is not None:
+                        pipe.close()
+
+    def stop(self) -> None:
+        """Stop the script from outside: start no more commands, and end those still running.
+        Safe from another thread while `play` runs, and more than once."""
+        with self._lock:
+            self._stopped = True
+        self._end_children()
+
+    def _end_children(self) -> list[subprocess.Popen[str]]:
+        """Kill the commands still running, each with what it started, reap them, and return
+        them (their pipes are the caller's to close: another thread may be reading them)."""
+        with self._lock:
+            children, self._children = self._children, []
+        for process in children:
+            if process.returncode is None:  # not reaped: its pid is still its own
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+            # A process SIGKILL does not end in time is left to the system.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=STOP_WAIT)
+        return children
 
     def _play(self, line: Line) -> None:
         if line.kind == "say":
@@ -161,18 +227,18 @@ class Player:
         elif line.kind == "wait":
             self._wait()
         elif line.background:
-            self._print(f"$ remit {self._substituted(line)} &")
-            self._background.append(_Running(line, self._spawn(line)))
+            self._print(f"$ remit {self._shown(line)} &")
+            self._background.append(_Running(line, self._start(line, background=True)))
         elif line.until:
             self._until(line)
         else:
-            self._print(f"$ remit {self._substituted(line)}")
+            self._print(f"$ remit {self._shown(line)}")
             code, output, errors = self._run(line)
             self._show(output + errors)
             self._judge(line, code, output)
 
     def _until(self, line: Line) -> None:
-        self._print(f"$ until remit {self._substituted(line)}")
+        self._print(f"$ until remit {self._shown(line)}")
         deadline = time.monotonic() + UNTIL_FOR
         while True:
             code, output, errors = self._run(line)
@@ -193,9 +259,9 @@ class Player:
         try:
             while running:
                 each = running[0]
-                output, _ = each.process.communicate(timeout=COMMAND_TIMEOUT)
+                output = self._finish(each.line, each.process, "ran in the background")[1]
                 running.pop(0)
-                self._print(f"-- ended: remit {self._substituted(each.line)}")
+                self._print(f"-- ended: remit {self._shown(each.line)}")
                 self._show(output)
                 self._judge(each.line, each.process.returncode, output)
         finally:
@@ -219,10 +285,9 @@ class Player:
     def _command(self, line: Line) -> tuple[list[str], dict[str, str]]:
         """The command line to run and its environment: `$NAME` replaced, `--as` taken out and
         turned into that principal's token."""
-        args = shlex.split(self._substituted(line))
         principal = self.actor
         kept: list[str] = []
-        taken = iter(args)
+        taken = iter(self._arguments(line))
         for arg in taken:
             if arg == "--as":
                 principal = next(taken, "")
@@ -240,8 +305,12 @@ class Player:
         command = [sys.executable, "-m", "remit", "--app", str(self.app_folder), *kept]
         return command, environ
 
-    def _substituted(self, line: Line) -> str:
+    def _arguments(self, line: Line) -> list[str]:
+        """The line's arguments with `$NAME` replaced in each (and `$$` made `$`)."""
+
         def value(found: re.Match[str]) -> str:
+            if found["dollar"]:
+                return "$"
             name = found["braced"] or found["plain"]
             if name not in self.values:
                 kept = ", ".join(f"${known}" for known in sorted(self.values)) or "none yet"
@@ -249,31 +318,60 @@ class Player:
                     f"{line.where()} uses ${name}, which no earlier line kept (kept: {kept}): "
                     f"keep it with `{name}=remit ...`"
                 )
-            return self.values[name]
+            kept_value = self.values[name]
+            if "\n" in kept_value:
+                raise ScriptError(
+                    f"{line.where()} uses ${name} as an argument, and it is "
+                    f"{len(kept_value.splitlines())} lines: keep one line in it (e.g. the "
+                    "command that keeps it printing one id), or write a line for each"
+                )
+            return kept_value
 
-        return _VARIABLE.sub(value, line.args)
+        return [_VARIABLE.sub(value, word) for word in line.words]
+
+    def _shown(self, line: Line) -> str:
+        """The line's arguments as the command gets them, quoted as a shell would need."""
+        return " ".join(_quoted(word) for word in self._arguments(line))
 
     def _run(self, line: Line) -> tuple[int, str, str]:
         """Run a line's command; its exit code, its output and its errors."""
-        command, environ = self._command(line)
+        process = self._start(line, background=False)
+        return self._finish(line, process, "took")
+
+    def _finish(
+        self, line: Line, process: subprocess.Popen[str], doing: str
+    ) -> tuple[int, str, str]:
+        """Wait for a line's command to end; its exit code, its output and its errors. One that
+        outlives `command_timeout` fails the script, naming the line."""
         try:
-            done = subprocess.run(
+            output, errors = process.communicate(timeout=self.command_timeout)
+        except subprocess.TimeoutExpired:
+            raise ScriptError(
+                f"{line.where()} {doing} longer than {self.command_timeout:g} s"
+            ) from None
+        with self._lock:
+            if self._stopped:  # it was killed: what it printed is not its answer
+                raise ScriptError(f"the demo stopped while {line.where()} ran")
+            if process in self._children:
+                self._children.remove(process)
+        return process.returncode, output, errors or ""
+
+    def _start(self, line: Line, *, background: bool) -> subprocess.Popen[str]:
+        """Start a line's command in a session of its own, kept for `stop` to end."""
+        command, environ = self._command(line)
+        with self._lock:
+            if self._stopped:
+                raise ScriptError(f"the demo stopped before {line.where()} ran")
+            process = subprocess.Popen(
                 command,
                 env=environ,
-                capture_output=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT if background else subprocess.PIPE,
                 text=True,
-                timeout=COMMAND_TIMEOUT,
-                check=False,
+                start_new_session=True,
             )
-        except subprocess.TimeoutExpired:
-            raise ScriptError(f"{line.where()} took longer than {COMMAND_TIMEOUT:g} s") from None
-        return done.returncode, done.stdout, done.stderr
-
-    def _spawn(self, line: Line) -> subprocess.Popen[str]:
-        command, environ = self._command(line)
-        return subprocess.Popen(
-            command, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
+            self._children.append(process)
+        return process
 
     def _show(self, output: str) -> None:
         if output.strip():

@@ -186,6 +186,11 @@ def letters_posted(fake: FakeBooks, n: int) -> None:
     assert len(fake.letters) == n, f"{len(fake.letters)} letters were posted, not {n}"
 
 
+@books_steps.then("the amount of {invoice_id} is {amount:d}")
+def amount_is(fake: FakeBooks, invoice_id: str, amount: int) -> None:
+    assert fake.invoices[invoice_id].amount == amount  # no message: the report says the values
+
+
 books = Connector(
     "books",
     ops=[create_invoice, get_invoice, remind, write_off, post_letter],
