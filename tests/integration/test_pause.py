@@ -86,7 +86,10 @@ def test_pause_parks_a_running_run_after_its_step_and_resume_finishes_everything
 
         restored, resumed = state.resume(by="user:ops")
         parked_too = [second.run_id] if waiting.status == "paused" else []
-        assert (restored, sorted(resumed)) == (["shop:default"], sorted([first.run_id, *parked_too]))
+        assert (restored, sorted(resumed)) == (
+            ["shop:default"],
+            sorted([first.run_id, *parked_too]),
+        )
         assert not state.paused()
         assert _queue_bounds(h) is None
         assert state.resume(by="user:ops") == ([], [])  # idempotent
