@@ -117,6 +117,11 @@ def needs_table(step: Step, what: str, *, docstring: bool = False) -> None:
         )
 
 
+def one_field(message: str, field: str, expected: str, actual: str) -> Mismatch:
+    """A then's failure about one field: the message, and the field's value expected and found."""
+    return Mismatch(message, expected=[f"{field} | {expected}"], actual=[f"{field} | {actual}"])
+
+
 def compare_fields(what: str, expected: Mapping[str, Any], actual: Any) -> None:
     """Fail unless `actual` (a mapping) has each expected field with its value."""
     if not isinstance(actual, Mapping):
@@ -174,10 +179,8 @@ def run_is(world: World, step: Step, m: dict[str, str]) -> None:
     view = world.run_view(world.run_id(m["run"]))
     if view["status"] != m["status"]:
         error = f" ({view['error']})" if view["error"] else ""
-        raise Mismatch(
-            f"${m['run']} is {view['status']}{error}",
-            expected=[f"status | {m['status']}"],
-            actual=[f"status | {view['status']}"],
+        raise one_field(
+            f"${m['run']} is {view['status']}{error}", "status", m["status"], view["status"]
         )
 
 
@@ -295,10 +298,11 @@ def refused(world: World, step: Step, m: dict[str, str]) -> None:
     refusal = world.expect_refusal()
     reason = (m.get("reason") or "").strip().strip('"')
     if reason.lower() not in str(refusal.error).lower():
-        raise Mismatch(
+        raise one_field(
             f"{refusal.step.sentence} was refused, for another reason",
-            expected=[f"refused because | {reason}"],
-            actual=[f"refused because | {refusal.error}"],
+            "refused because",
+            reason,
+            str(refusal.error),
         )
 
 
@@ -306,10 +310,8 @@ def refused(world: World, step: Step, m: dict[str, str]) -> None:
 def gate_is(world: World, step: Step, m: dict[str, str]) -> None:
     gate = _latest_gate(world, m["run"])
     if gate.status != m["status"]:
-        raise Mismatch(
-            f"the gate of ${m['run']} is {gate.status}",
-            expected=[f"status | {m['status']}"],
-            actual=[f"status | {gate.status}"],
+        raise one_field(
+            f"the gate of ${m['run']} is {gate.status}", "status", m["status"], gate.status
         )
 
 
@@ -317,10 +319,11 @@ def gate_is(world: World, step: Step, m: dict[str, str]) -> None:
 def decided_by(world: World, step: Step, m: dict[str, str]) -> None:
     gate = _latest_gate(world, m["run"])
     if gate.decided_by != principal(m["who"]):
-        raise Mismatch(
+        raise one_field(
             f"the gate of ${m['run']} is {gate.status}, decided by {gate.decided_by or 'no one'}",
-            expected=[f"decided by | {principal(m['who'])}"],
-            actual=[f"decided by | {gate.decided_by}"],
+            "decided by",
+            principal(m["who"]),
+            str(gate.decided_by),
         )
 
 
@@ -399,8 +402,9 @@ def spent(world: World, step: Step, m: dict[str, str]) -> None:
     ok = found <= amount if m.get("most") else found == amount
     if not ok:
         bound = "at most " if m.get("most") else ""
-        raise Mismatch(
+        raise one_field(
             f"{m['scope']} has spent {found} USD in {period}",
-            expected=[f"spent in {period} | {bound}{amount}"],
-            actual=[f"spent in {period} | {found}"],
+            f"spent in {period}",
+            f"{bound}{amount}",
+            str(found),
         )
