@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -39,22 +39,12 @@ def shown(done: subprocess.CompletedProcess[str]) -> str:
     return done.stdout + done.stderr
 
 
-def until(what: str, check: object, timeout: float = 60) -> None:
+def until(what: str, check: Callable[[], object], timeout: float = 60) -> None:
     """Wait until `check()` is true, failing with `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout
-    while not check():  # type: ignore[operator]
+    while not check():
         assert time.monotonic() < deadline, what
         time.sleep(0.2)
-
-
-@pytest.fixture
-def service(tmp_path: Path) -> Iterator[WakeupService]:
-    running = WakeupService(tmp_path)
-    try:
-        running.start()
-        yield running
-    finally:
-        running.stop()
 
 
 def test_the_worker_stops_while_a_follow_up_sleeps_and_is_woken_at_its_end(

@@ -164,23 +164,25 @@ class PaymentsDriver(Driver):
         body: dict[str, Any] = response.json()
         return body
 
+    def _post(self, call: CallContext, path: str, data: dict[str, str]) -> dict[str, Any]:
+        """A form POST keyed by the call's idempotency key: the vendor replays a repeat."""
+        with self._client(call) as client:
+            request = client.build_request(
+                "POST", path, headers={"Idempotency-Key": call.idempotency_key}, data=data
+            )
+        return self._send(call, request)
+
     @implements(create_invoice)
     def create(self, input: NewInvoice, call: CallContext) -> Invoice:
         due = datetime(input.due_date.year, input.due_date.month, input.due_date.day, tzinfo=UTC)
-        with self._client(call) as client:
-            request = client.build_request(
-                "POST",
-                "/v1/invoices",
-                headers={"Idempotency-Key": call.idempotency_key},
-                data={
-                    "id": input.invoice_id,
-                    "customer_email": input.customer_email,
-                    "amount_due": str(input.amount_due),
-                    "currency": input.currency,
-                    "due_date": str(int(due.timestamp())),
-                },
-            )
-        return _invoice(self._send(call, request))
+        form = {
+            "id": input.invoice_id,
+            "customer_email": input.customer_email,
+            "amount_due": str(input.amount_due),
+            "currency": input.currency,
+            "due_date": str(int(due.timestamp())),
+        }
+        return _invoice(self._post(call, "/v1/invoices", form))
 
     @implements(get_invoice)
     def get(self, input: InvoiceRef, call: CallContext) -> Invoice:
@@ -190,43 +192,21 @@ class PaymentsDriver(Driver):
 
     @implements(record_reminder)
     def record(self, input: ReminderNote, call: CallContext) -> Invoice:
-        with self._client(call) as client:
-            request = client.build_request(
-                "POST",
-                f"/v1/invoices/{input.invoice_id}",
-                headers={"Idempotency-Key": call.idempotency_key},
-                data={
-                    "metadata[reminders_sent]": str(input.reminders_sent),
-                    "metadata[last_reminder]": input.note,
-                },
-            )
-        return _invoice(self._send(call, request))
+        form = {
+            "metadata[reminders_sent]": str(input.reminders_sent),
+            "metadata[last_reminder]": input.note,
+        }
+        return _invoice(self._post(call, f"/v1/invoices/{input.invoice_id}", form))
 
     @implements(mark_paid)
     def pay(self, input: InvoiceRef, call: CallContext) -> Invoice:
-        with self._client(call) as client:
-            request = client.build_request(
-                "POST",
-                f"/v1/invoices/{input.invoice_id}/pay",
-                headers={"Idempotency-Key": call.idempotency_key},
-                data={"paid_out_of_band": "true"},
-            )
-        return _invoice(self._send(call, request))
+        form = {"paid_out_of_band": "true"}
+        return _invoice(self._post(call, f"/v1/invoices/{input.invoice_id}/pay", form))
 
     @implements(write_off)
     def credit(self, input: CreditNoteIn, call: CallContext) -> CreditNote:
-        with self._client(call) as client:
-            request = client.build_request(
-                "POST",
-                "/v1/credit_notes",
-                headers={"Idempotency-Key": call.idempotency_key},
-                data={
-                    "invoice": input.invoice_id,
-                    "amount": str(input.amount),
-                    "memo": input.memo,
-                },
-            )
-        body = self._send(call, request)
+        form = {"invoice": input.invoice_id, "amount": str(input.amount), "memo": input.memo}
+        body = self._post(call, "/v1/credit_notes", form)
         return CreditNote(
             credit_note_id=body["id"],
             invoice_id=body["invoice"],
