@@ -90,7 +90,7 @@ def test_every_json_option_takes_a_file_or_stdin(cli: Cli, tmp_path: Path) -> No
         "policies",
         "explain",
         "start",
-        "write-off",
+        "ar.write-off",
         "--context",
         "-",
         "--as",
