@@ -500,7 +500,7 @@ def test_a_direct_call_is_made_once_per_key(shop: Harness, http: TestClient) -> 
     refused(
         http.post("/calls", json={"op": "shop.nope", "input": {}}),
         404,
-        error="app `shop` has no op `shop.nope` (it has: shop.emails.send, shop.items.get, ",
+        error="app `shop` has no op `shop.nope` (it has: remit.apps.list, shop.emails.send, shop.items.get, ",
     )
 
 

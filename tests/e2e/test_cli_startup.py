@@ -133,6 +133,7 @@ COMMANDS = [
     ["resources"],
     ["test"],
     ["demo"],
+    ["apps"],
     ["fakes", "show"],
 ]
 
