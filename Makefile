@@ -16,10 +16,9 @@ $(STAMP): pyproject.toml constraints.txt
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
-## Run the example app's main job end to end on SQLite with fakes, and print what happened.
+## Play the example repo's tour (examples/acme/demo/tour.remit) on fakes, and print what happened.
 demo: setup
-	rm -rf examples/ar_desk/.remit
-	examples/ar_desk/demo.sh $(BIN)/remit
+	$(BIN)/remit --app examples/acme demo --script examples/acme/demo/tour.remit
 
 ## Lint (ruff, import contracts), types, then every test on SQLite and Postgres.
 test: setup lint types

@@ -65,7 +65,7 @@ def billed_call(store: Budgets, ledger: LedgerStore, key: str) -> tuple[float, f
         key=key,
         run_id=key.split(":")[0],
         workflow_id=key.split(":")[0] + ":1",
-        workflow="chase-invoice",
+        workflow="ar.chase-invoice",
         max_cost=Decimal("0.0100"),
     )
     reserved = time.perf_counter()

@@ -6,8 +6,8 @@ Each ratio is a command's time from process start to exit divided by the time of
 `python -c pass` with the same interpreter in the same run, so that a slower or busier machine
 moves both: the median of several repetitions of each, the three commands taking turns, after
 one untimed run of each; in wall time (the goals), and in CPU time. `remit runs` lists the runs
-of a copy of examples/ar_desk whose own SQLite database (in its `.remit` folder) holds 50 queued
-runs of `chase-invoice`. Then each command once more under `python -X importtime` says where
+of a copy of examples/acme whose own SQLite database (in its `.remit` folder) holds 50 queued
+runs of `ar.chase-invoice`. Then each command once more under `python -X importtime` says where
 its imports go, and `remit runs`'s work is timed alone, after remit's imports.
 """
 
@@ -59,11 +59,11 @@ def _app_with_runs(folder: Path) -> Path:
     """A copy of the example desk in `folder` whose SQLite database holds `RUNS` queued runs."""
     from remit.client import Client
 
-    app = folder / "ar_desk"
-    shutil.copytree(ROOT / "examples" / "ar_desk", app, ignore=shutil.ignore_patterns(".remit"))
+    app = folder / "acme"
+    shutil.copytree(ROOT / "examples" / "acme", app, ignore=shutil.ignore_patterns(".remit"))
     with Client.connect(app, by="user:ann", environ=_env()) as client:
         for i in range(RUNS):
-            client.start("chase-invoice", {"invoice_id": f"inv_{1001 + i}"})
+            client.start("ar.chase-invoice", {"invoice_id": f"inv_{1001 + i}"})
     return app
 
 
@@ -232,7 +232,7 @@ def write(figures: list[Figure], *, command: str) -> None:
         "the median of `python -c pass` in the same run, the commands taking turns, with compiled "
         "bytecode cached as an installed remit has it (the first, untimed, run of each writes "
         "it). `remit --help` loads neither DBOS, SQLAlchemy, pydantic nor OpenTelemetry. "
-        "`remit runs` lists the runs of a copy of examples/ar_desk whose SQLite database holds "
+        "`remit runs` lists the runs of a copy of examples/acme whose SQLite database holds "
         f"{RUNS} queued runs: it reads the settings and opens the database, but does not import "
         "the app's code (listing runs does not need it), launches nothing, opens no DBOS client "
         "and loads neither DBOS nor OpenTelemetry. The `cli_help_imports_*` and "

@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/policy.py [--quick] [--write]    # `make bench` runs it too
 
-The example desk (`examples/ar_desk`, its `policies/desk.cedar` and `principals.toml`) starts
-`chase-invoice` runs, as `remit start` does: once through `Guard.start` (the input parsed, the
+The example repo (`examples/acme`, its `policies/acme.cedar` and `principals.toml`) starts
+`ar.chase-invoice` runs, as `remit start` does: once through `Guard.start` (the input parsed, the
 policies asked whether user:ann may start it, then the run's row written and its first attempt
 enqueued), and once through `RunStore.start` alone, with no check. The two kinds alternate,
 start by start, on one database, so drift in the server's speed falls on both alike; no worker
@@ -29,8 +29,8 @@ from remit.app import load_app
 from remit.core.runs import RunStore
 from remit.policy.guard import Guard
 
-APP = ROOT / "examples" / "ar_desk"
-WORKFLOW = "chase-invoice"
+APP = ROOT / "examples" / "acme"
+WORKFLOW = "ar.chase-invoice"
 INPUT = {"invoice_id": "inv_1001", "customer_email": "ap@northwind.example"}
 CLERK = "user:ann"
 WARMUP = 50
@@ -95,7 +95,7 @@ def measure(*, quick: bool, folder: Path) -> list[Figure]:
 def write(figures: list[Figure], *, command: str) -> None:
     lines = [
         f"`{command}` on {os.cpu_count()} cores, Postgres, {time.strftime('%Y-%m-%d')}. The "
-        "example desk's policies (`examples/ar_desk/policies/`); starts of `chase-invoice` as "
+        "example desk's policies (`examples/acme/policies/`); starts of `ar.chase-invoice` as "
         "user:ann through `Guard.start` (input parsed, policies asked, run written and enqueued) "
         "alternate with starts through `RunStore.start` alone, on one database, no worker "
         f"running; the first {WARMUP} of each are not counted. A check alone is `Guard.check` "

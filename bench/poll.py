@@ -24,7 +24,7 @@ from remit.app import load_app
 from remit.core.database import Database
 from remit.core.runs import RunStore
 
-APP = ROOT / "examples" / "ar_desk"
+APP = ROOT / "examples" / "acme"
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -62,7 +62,7 @@ def measure(
         app = load_app(APP)
         client = db.client(app.name)
         store = RunStore(db)
-        wf = app.workflow("chase-invoice")
+        wf = app.workflow("ar.chase-invoice")
         latencies = []
         for _ in range(runs):
             began = time.perf_counter()
@@ -104,7 +104,7 @@ def main() -> None:
             "Queue polling: latency against idle CPU",
             "\n".join(
                 [
-                    f"`{command}` — {args.runs} runs of `chase-invoice` (3 ops, 1 step, fakes), one "
+                    f"`{command}` — {args.runs} runs of `ar.chase-invoice` (3 ops, 1 step, fakes), one "
                     f"after another, timed from `start` to `done`; a worker's CPU over {args.idle:.0f} s "
                     "idle. 2 cores.",
                     "",

@@ -1,4 +1,4 @@
-"""Local stand-ins for the example vendors' APIs (`examples/ar_desk/connectors`: dns, hosting,
+"""Local stand-ins for the example vendors' APIs (`examples/acme/connectors`: dns, hosting,
 pgcloud), for testing their drivers over real HTTP.
 
 Each is a small Starlette app over state in memory that a test may read and change directly

@@ -2,8 +2,8 @@
 
     from remit import Client
 
-    with Client.connect("examples/ar_desk", by="user:ann") as client:
-        run = client.start("chase-invoice", {"invoice_id": "inv_1001"})
+    with Client.connect("examples/acme", by="user:ann") as client:
+        run = client.start("ar.chase-invoice", {"invoice_id": "inv_1001"})
         print(run.wait(timeout=60).status)
 
 The client owns the database, a DBOS client and every store and service an app's surfaces use,

@@ -3,7 +3,7 @@
     from remit.remote import RemoteClient
 
     with RemoteClient("https://desk.example.com", token) as remit:
-        run = remit.start_row("chase-invoice", {"invoice_id": "inv_1001"})
+        run = remit.start_row("ar.chase-invoice", {"invoice_id": "inv_1001"})
 
 It answers the verbs of `remit.surface.Surface` as a `remit.Client` does on the database, with
 the same values, read from the HTTP API's answers; what an answer does not carry (an approval's

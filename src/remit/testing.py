@@ -1,7 +1,7 @@
 """Running an app in a test: a real worker in this process, on a real database, with fakes.
 
     with Harness(app, database_url=f"sqlite:///{tmp_path}/remit.sqlite") as harness:
-        run = harness.run("chase-invoice", {"invoice_id": "inv_1001"})
+        run = harness.run("ar.chase-invoice", {"invoice_id": "inv_1001"})
         assert run.status == "done"
         assert len(harness.fake("mail").effects) == 1
 

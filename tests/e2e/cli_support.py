@@ -13,7 +13,7 @@ from remit.core.database import Database
 from remit.core.runs import RunStore
 
 ROOT = Path(__file__).parent.parent.parent
-AR_DESK = ROOT / "examples" / "ar_desk"
+ACME = ROOT / "examples" / "acme"
 CRASH_APP = ROOT / "tests" / "apps" / "crash_app"
 
 
@@ -35,7 +35,7 @@ class Cli:
         self.logs: list[IO[str]] = []
 
     def __call__(
-        self, *args: str, app: Path = AR_DESK, check: bool = True, stdin: str | None = None
+        self, *args: str, app: Path = ACME, check: bool = True, stdin: str | None = None
     ) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
             [sys.executable, "-m", "remit", "--app", str(app), *args],
@@ -50,10 +50,10 @@ class Cli:
             assert done.returncode == 0, done.stdout + done.stderr
         return done
 
-    def worker(self, app: Path = AR_DESK, *extra: str) -> subprocess.Popen[str]:
+    def worker(self, app: Path = ACME, *extra: str) -> subprocess.Popen[str]:
         return self.spawn("worker", *extra, app=app)
 
-    def spawn(self, *args: str, app: Path = AR_DESK) -> subprocess.Popen[str]:
+    def spawn(self, *args: str, app: Path = ACME) -> subprocess.Popen[str]:
         """`remit ARGS` left running (a worker, a server), its output in `log(index)`."""
         log = (self.tmp / f"worker-{len(self.procs)}.log").open("w")
         self.logs.append(log)

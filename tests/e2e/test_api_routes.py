@@ -17,7 +17,7 @@ from remit import DriverError, load_app
 from remit.core.schema import denials
 from remit.serve.api import create_api
 from remit.testing import Harness
-from tests.e2e.cli_support import AR_DESK
+from tests.e2e.cli_support import ACME
 from tests.e2e.test_http_auth import _routes
 from tests.support import FakeShop, make_app, send_email
 
@@ -76,7 +76,7 @@ def http(shop: Harness) -> Iterator[TestClient]:
 @pytest.fixture
 def desk(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
     monkeypatch.chdir(tmp_path)
-    with Harness(load_app(AR_DESK), database_url=database_url) as running:
+    with Harness(load_app(ACME), database_url=database_url) as running:
         yield running
 
 
@@ -548,13 +548,13 @@ def test_the_policies_refuse_dave_every_act_and_record_each(
     desk: Harness, desk_http: TestClient
 ) -> None:
     dave = bearer(desk, "user:dave")
-    run = desk.start("write-off", WRITE_OFF, by="user:ann")
+    run = desk.start("ar.write-off", WRITE_OFF, by="user:ann")
     desk.gate(run.run_id)
     for method, path, body, why in [
-        ("POST", f"/runs/{run.run_id}/cancel", None, 'may not cancel Workflow::"write-off"'),
-        ("POST", "/pause", None, 'may not pause App::"ar-desk"'),
+        ("POST", f"/runs/{run.run_id}/cancel", None, 'may not cancel Workflow::"ar.write-off"'),
+        ("POST", "/pause", None, 'may not pause App::"acme"'),
         ("PUT", "/secrets/MAIL_FROM", {"value": "x"}, 'may not set_secret Secret::"MAIL_FROM"'),
-        ("POST", "/runs", {"workflow": "write-off", "input": WRITE_OFF}, "may not start"),
+        ("POST", "/runs", {"workflow": "ar.write-off", "input": WRITE_OFF}, "may not start"),
         ("GET", "/tokens", None, "may not manage_tokens"),
         ("PUT", "/budgets/app/limit", {"limit": 10}, "may not set_budget"),
     ]:
@@ -562,11 +562,11 @@ def test_the_policies_refuse_dave_every_act_and_record_each(
         refused(answer, 403, error=f"user:dave {why}")
     assert denied(desk) == sorted(
         [
-            ("user:dave", "cancel", "write-off"),
-            ("user:dave", "pause", "ar-desk"),
+            ("user:dave", "cancel", "ar.write-off"),
+            ("user:dave", "pause", "acme"),
             ("user:dave", "set_secret", "MAIL_FROM"),
-            ("user:dave", "start", "write-off"),
-            ("user:dave", "manage_tokens", "ar-desk"),
+            ("user:dave", "start", "ar.write-off"),
+            ("user:dave", "manage_tokens", "acme"),
             ("user:dave", "set_budget", "app"),
         ]
     )

@@ -13,11 +13,13 @@ import pytest
 import remit
 from remit.core.runs import RunStore
 from remit.core.schema import runs as runs_table
-from tests.e2e.cli_support import AR_DESK, CRASH_APP, Cli
+from tests.e2e.cli_support import ACME, CRASH_APP, Cli
 
 
 def test_start_list_serve_show_and_ledger(cli: Cli) -> None:
-    run_id = cli("start", "chase-invoice", "--input", '{"invoice_id": "inv_1001"}').stdout.strip()
+    run_id = cli(
+        "start", "ar.chase-invoice", "--input", '{"invoice_id": "inv_1001"}'
+    ).stdout.strip()
     assert run_id.startswith("run_")
     listed = cli("runs").stdout
     assert run_id in listed
@@ -35,8 +37,8 @@ def test_start_list_serve_show_and_ledger(cli: Cli) -> None:
         "llm.chat.complete",
         "mail.messages.send",
         "payments.invoices.record_reminder",
-        "data.contacts.get",
-        "data.contacts.put",
+        "data.ar.contacts.get",
+        "data.ar.contacts.put",
     ):
         assert step in shown
     assert "final reminder sent" in shown
@@ -53,7 +55,7 @@ def test_start_list_serve_show_and_ledger(cli: Cli) -> None:
 
 
 def test_run_in_the_foreground_prints_steps_and_ledger(cli: Cli) -> None:
-    done = cli("run", "chase-invoice", "--input", '{"invoice_id": "inv_1001"}')
+    done = cli("run", "ar.chase-invoice", "--input", '{"invoice_id": "inv_1001"}')
     assert "done" in done.stdout
     assert "mail.messages.send" in done.stdout
     assert "ledger" in done.stdout
@@ -61,14 +63,16 @@ def test_run_in_the_foreground_prints_steps_and_ledger(cli: Cli) -> None:
 
 
 def test_a_run_that_fails_exits_1(cli: Cli) -> None:
-    done = cli("run", "chase-invoice", "--input", '{"invoice_id": "inv_404"}', check=False)
+    done = cli("run", "ar.chase-invoice", "--input", '{"invoice_id": "inv_404"}', check=False)
     assert done.returncode == 1
     assert "failed" in done.stdout
     assert "no invoice inv_404" in done.stdout
 
 
 def test_cancel_a_queued_run(cli: Cli) -> None:
-    run_id = cli("start", "chase-invoice", "--input", '{"invoice_id": "inv_1001"}').stdout.strip()
+    run_id = cli(
+        "start", "ar.chase-invoice", "--input", '{"invoice_id": "inv_1001"}'
+    ).stdout.strip()
     assert cli("cancel", run_id, "--as", "user:carol").stdout.strip() == f"{run_id} cancelled"
     assert "cancelled" in cli("show", run_id).stdout
 
@@ -76,11 +80,11 @@ def test_cancel_a_queued_run(cli: Cli) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["start", "chase-invoice", "--input", "{invoice"], "--input is not valid JSON"),
-        (["start", "chase-invoice", "--input", "{}"], "invoice_id: Field required"),
+        (["start", "ar.chase-invoice", "--input", "{invoice"], "--input is not valid JSON"),
+        (["start", "ar.chase-invoice", "--input", "{}"], "invoice_id: Field required"),
         (
             ["start", "chase-everyone"],
-            "has no workflow `chase-everyone` (it has: apply, call, chase-invoice, drift, follow-up, write-off)",
+            "has no workflow `chase-everyone` (it has: apply, ar.chase-invoice, ar.dunning, ar.follow-up, ar.write-off, call, drift)",
         ),
         (["show", "run_missing"], "no run `run_missing`"),
         (["cancel", "run_missing"], "no run `run_missing`"),
@@ -165,7 +169,7 @@ def test_sigterm_past_the_drain_bound_exits_and_the_next_worker_completes_the_ru
 
 def test_app_may_follow_the_command(cli: Cli) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "remit", "runs", "--app", str(AR_DESK)],
+        [sys.executable, "-m", "remit", "runs", "--app", str(ACME)],
         env=cli.env,
         capture_output=True,
         text=True,
@@ -188,7 +192,7 @@ def test_an_unknown_status_or_run_is_an_error_not_an_empty_list(cli: Cli) -> Non
 
 def test_reconcile_reports_and_with_dry_run_changes_nothing(cli: Cli) -> None:
     assert cli("reconcile", "--as", "user:carol").stdout.strip() == "nothing to do"
-    done = cli("run", "chase-invoice", "--input", '{"invoice_id": "inv_1001"}')
+    done = cli("run", "ar.chase-invoice", "--input", '{"invoice_id": "inv_1001"}')
     run_id = done.stderr.split("started ", 1)[1].split()[0]
     with cli.db.begin() as conn:  # the window: the attempt ended, the run was never marked
         conn.execute(
@@ -208,7 +212,7 @@ def test_reconcile_reports_and_with_dry_run_changes_nothing(cli: Cli) -> None:
 def test_an_expected_failure_is_one_line_with_its_traceback_at_debug(cli: Cli) -> None:
     del cli.env["REMIT_FAKES"]  # the drivers: the payments key is missing
     chase = '{"invoice_id": "inv_1001", "customer_email": "ap@northwind.example"}'
-    done = cli("run", "chase-invoice", "--input", chase, check=False)
+    done = cli("run", "ar.chase-invoice", "--input", chase, check=False)
     assert done.returncode == 1
     output = done.stdout + done.stderr
     assert "WARNING" in output
@@ -216,7 +220,7 @@ def test_an_expected_failure_is_one_line_with_its_traceback_at_debug(cli: Cli) -
     assert "Traceback" not in output
 
     cli.env["REMIT_LOG_LEVEL"] = "DEBUG"
-    again = cli("run", "chase-invoice", "--input", chase, check=False)
+    again = cli("run", "ar.chase-invoice", "--input", chase, check=False)
     assert again.returncode == 1
     assert "Traceback" in again.stdout + again.stderr
 

@@ -20,10 +20,12 @@ def _pending(cli: Cli, run_id: str) -> str:
 
 def test_activity_lists_what_happened_about_an_invoice_oldest_first(cli: Cli) -> None:
     # A chase run in this process (`remit run`), then a write-off a worker serves.
-    chase = cli("run", "chase-invoice", "--input", '{"invoice_id": "inv_1003"}', "--timeout", "60")
+    chase = cli(
+        "run", "ar.chase-invoice", "--input", '{"invoice_id": "inv_1003"}', "--timeout", "60"
+    )
     assert "done" in chase.stdout + chase.stderr
     cli.worker()
-    run_id = cli("start", "write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
+    run_id = cli("start", "ar.write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
     approval = _pending(cli, run_id)
     cli(
         "approve",
@@ -52,10 +54,10 @@ def test_activity_lists_what_happened_about_an_invoice_oldest_first(cli: Cli) ->
     header = printed.splitlines()[0].split()
     assert header == ["#", "time", "kind", "actor", "run", "what"]
     assert [line[5] for line in lines[2:]] == [run_id] * 4
-    assert "chase-invoice done" in printed
+    assert "ar.chase-invoice done" in printed
     whole = " ".join(printed.split())
     assert "approved with edits via cli: settled with the administrator" in whole
-    assert "write-off done" in printed
+    assert "ar.write-off done" in printed
 
     after = cli("activity", "invoice", "inv_1003", "--after", lines[3][0]).stdout
     assert [line.split()[3] for line in after.splitlines()[1:] if line.split()[0].isdigit()] == [

@@ -27,7 +27,7 @@ def _audit(cli: Cli, approval_id: str) -> list[dict[str, object]]:
 
 def test_approve_with_an_edit_resumes_the_run_past_its_gate(cli: Cli) -> None:
     cli.worker()
-    run_id = cli("start", "write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
+    run_id = cli("start", "ar.write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
     approval = _pending(cli, run_id)
     cli.wait_for(run_id, "waiting")
 
@@ -60,7 +60,7 @@ def test_approve_with_an_edit_resumes_the_run_past_its_gate(cli: Cli) -> None:
 
 def test_reject_and_a_repeated_key_replays(cli: Cli) -> None:
     cli.worker()
-    run_id = cli("start", "write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
+    run_id = cli("start", "ar.write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
     approval = _pending(cli, run_id)
     first = cli("reject", approval, "--reason", "still collectable", "--key", "desk-42")
     assert f"{approval} rejected by user:ann" in first.stdout
@@ -81,7 +81,7 @@ def test_reject_and_a_repeated_key_replays(cli: Cli) -> None:
 
 def test_bad_decisions_exit_1_saying_what_to_change_and_decide_nothing(cli: Cli) -> None:
     cli.worker()
-    run_id = cli("start", "write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
+    run_id = cli("start", "ar.write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
     approval = _pending(cli, run_id)
     cases = [
         (["approve", "apr_missing"], "apr_missing is not an approval"),
@@ -104,7 +104,7 @@ def test_bad_decisions_exit_1_saying_what_to_change_and_decide_nothing(cli: Cli)
 def test_deadlines_lists_a_pending_gates_expiry(cli: Cli) -> None:
     assert cli("deadlines").stdout.strip() == "no deadlines"
     cli.worker()
-    run_id = cli("start", "write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
+    run_id = cli("start", "ar.write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
     approval = _pending(cli, run_id)
     listed = cli("deadlines").stdout
     assert "expiry" in listed
@@ -114,8 +114,8 @@ def test_deadlines_lists_a_pending_gates_expiry(cli: Cli) -> None:
 
 def test_ids_are_taken_by_a_prefix_and_listed_whole(cli: Cli) -> None:
     cli.worker()
-    first = cli("start", "write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
-    second = cli("start", "write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
+    first = cli("start", "ar.write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
+    second = cli("start", "ar.write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
     approval = _pending(cli, first)
     _pending(cli, second)
     listed = cli("approvals").stdout  # nine columns: the title wraps, the ids stay whole
@@ -139,7 +139,7 @@ def test_ids_are_taken_by_a_prefix_and_listed_whole(cli: Cli) -> None:
 def test_a_batch_decides_every_approval_or_none_listing_every_refusal(cli: Cli) -> None:
     cli.worker()
     runs = [
-        cli("start", "write-off", "--input", json.dumps({"invoice_id": invoice})).stdout.strip()
+        cli("start", "ar.write-off", "--input", json.dumps({"invoice_id": invoice})).stdout.strip()
         for invoice in ("inv_1003", "inv_1001", "inv_1003")
     ]
     first, second, third = (_pending(cli, run_id) for run_id in runs)

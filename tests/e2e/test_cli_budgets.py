@@ -17,7 +17,7 @@ def test_budgets_show_spend_take_a_new_limit_and_reconcile_reports_drift(cli: Cl
         rf"app\s+{period}\s+\$5\.00\s+\$0\.00\s+\$0\.00\s+\$5\.00\s+0\s+declared", fresh
     )
 
-    cli("run", "chase-invoice", "--input", '{"invoice_id": "inv_1001"}')
+    cli("run", "ar.chase-invoice", "--input", '{"invoice_id": "inv_1001"}')
     ledger = cli("ledger").stdout
     [cost] = re.findall(r"\$0\.\d+", ledger)  # the model call's, the one call with a cost
     spent = cli("budgets").stdout

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli_support import AR_DESK, Cli
+from tests.e2e.cli_support import ACME, Cli
 from tests.e2e.test_cli_secrets import TOKEN, Remit, vault_app
 from tests.integration.test_database_files import DAMAGES, build_database, damaged, sha256
 
@@ -21,7 +21,7 @@ def remit_runs(url: str) -> subprocess.CompletedProcess[str]:
     """`remit runs` on AR desk with REMIT_DATABASE_URL set to `url`."""
     env = {**os.environ, "REMIT_DATABASE_URL": url, "REMIT_FAKES": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "remit", "--app", str(AR_DESK), "runs"],
+        [sys.executable, "-m", "remit", "--app", str(ACME), "runs"],
         env=env,
         capture_output=True,
         text=True,

@@ -1,5 +1,5 @@
 """Shipping new code under a waiting run, as a user does it: `remit deploy check` against a copy
-of the example desk whose write-off gains a step before its gate, then `remit retry`."""
+of the example repo whose write-off gains a step before its gate, then `remit retry`."""
 
 from __future__ import annotations
 
@@ -8,25 +8,26 @@ import signal
 from pathlib import Path
 
 from remit.core.runs import RunStore
-from tests.e2e.cli_support import AR_DESK, Cli
+from tests.e2e.cli_support import ACME, Cli
 from tests.e2e.test_cli_approvals import _pending
 from tests.integration.test_deploy_check import dump
 
 GATE_LINE = '    decision = ctx.approval(\n        "write-off",'
 NEW_STEP = '    ctx.step("credit-check", lambda: "checked")\n'
 GUARDED = '    if ctx.patch("credit-check"):\n        ctx.step("credit-check", lambda: "checked")\n'
+WRITE_OFF = Path("apps", "ar", "workflows", "write_off.py")
 
 
 def _desk(tmp: Path, before_gate: str) -> Path:
-    """A copy of the example desk with `before_gate` inserted before its write-off's gate."""
+    """A copy of the example repo with `before_gate` inserted before its write-off's gate."""
     folder = tmp / "desk"
     if not folder.exists():
-        shutil.copytree(AR_DESK, folder, ignore=shutil.ignore_patterns(".remit", "__pycache__"))
-        (folder / "app.py.orig").write_text((AR_DESK / "app.py").read_text())
-    source = (folder / "app.py.orig").read_text()
+        shutil.copytree(ACME, folder, ignore=shutil.ignore_patterns(".remit", "__pycache__"))
+        (folder / "write_off.py.orig").write_text((ACME / WRITE_OFF).read_text())
+    source = (folder / "write_off.py.orig").read_text()
     assert source.count(GATE_LINE) == 1
-    (folder / "app.py").write_text(source.replace(GATE_LINE, before_gate + GATE_LINE))
-    shutil.rmtree(folder / "__pycache__", ignore_errors=True)
+    (folder / WRITE_OFF).write_text(source.replace(GATE_LINE, before_gate + GATE_LINE))
+    shutil.rmtree(folder / WRITE_OFF.parent / "__pycache__", ignore_errors=True)
     return folder
 
 
@@ -34,7 +35,7 @@ def test_deploy_check_gates_a_deploy_and_retry_carries_a_failed_run_on(cli: Cli)
     desk = _desk(cli.tmp, "")
     worker = cli.worker(desk)
     run_id = cli(
-        "start", "write-off", "--input", '{"invoice_id": "inv_1003"}', app=desk
+        "start", "ar.write-off", "--input", '{"invoice_id": "inv_1003"}', app=desk
     ).stdout.strip()
     approval = _pending(cli, run_id)
     cli.wait_for(run_id, "waiting")
@@ -44,7 +45,7 @@ def test_deploy_check_gates_a_deploy_and_retry_carries_a_failed_run_on(cli: Cli)
     before = dump(cli.db)
     unguarded = cli("deploy", "check", app=_desk(cli.tmp, NEW_STEP), check=False)
     assert unguarded.returncode == 1, unguarded.stdout + unguarded.stderr
-    assert f"would fail {run_id} (write-off, waiting, resumes at step 2)" in unguarded.stdout
+    assert f"would fail {run_id} (ar.write-off, waiting, resumes at step 2)" in unguarded.stdout
     assert "its step 2 ran the approval gate `write-off`" in unguarded.stdout
     assert "0 of 1 unfinished run would carry on, 1 would fail" in unguarded.stdout
 
@@ -59,7 +60,7 @@ def test_deploy_check_gates_a_deploy_and_retry_carries_a_failed_run_on(cli: Cli)
     cli.wait_for(run_id, "failed")
     run = RunStore(cli.db).get(run_id)
     assert "now runs `credit-check` (a step) there" in (run.error or "")
-    client = cli.db.client("ar-desk")
+    client = cli.db.client("acme")
     try:
         ran = [s["function_name"] for s in client.list_workflow_steps(f"{run_id}:2")]
     finally:
@@ -71,7 +72,7 @@ def test_deploy_check_gates_a_deploy_and_retry_carries_a_failed_run_on(cli: Cli)
     fixed = _desk(cli.tmp, GUARDED)
     refused = cli("retry", run_id, "--as", "user:ann", app=fixed, check=False)
     assert refused.returncode == 1
-    assert 'user:ann may not retry Workflow::"write-off"' in refused.stderr
+    assert 'user:ann may not retry Workflow::"ar.write-off"' in refused.stderr
     retried = cli("retry", run_id, "--as", "user:carol", "--key", "fix-1", app=fixed)
     assert f"{run_id} retried: attempt 3 ({run_id}:3) carries on from step 2" in retried.stdout
     again = cli("retry", run_id, "--as", "user:carol", "--key", "fix-1", app=fixed)

@@ -31,7 +31,7 @@ def test_an_input_over_the_cap_is_refused_from_a_file_and_from_stdin(
         (["--input", f"@{big}"], None),
         (["--input", "-"], big.read_text()),
     ):
-        done = cli("start", "write-off", *args, check=False, stdin=stdin)
+        done = cli("start", "ar.write-off", *args, check=False, stdin=stdin)
         assert done.returncode == 1, done.stdout + done.stderr
         said = _said(done)
         assert "over the 2 MiB limit (REMIT_MAX_INPUT_BYTES)" in said
@@ -45,8 +45,10 @@ def test_an_input_under_the_cap_is_taken_from_a_file_and_from_stdin(
 ) -> None:
     given = tmp_path / "input.json"
     given.write_text(_write_off(ACCEPTED))
-    from_file = cli("start", "write-off", "--input", f"@{given}").stdout.strip()
-    from_stdin = cli("start", "write-off", "--input", "-", stdin=given.read_text()).stdout.strip()
+    from_file = cli("start", "ar.write-off", "--input", f"@{given}").stdout.strip()
+    from_stdin = cli(
+        "start", "ar.write-off", "--input", "-", stdin=given.read_text()
+    ).stdout.strip()
     runs = RunStore(cli.db)
     for run_id in (from_file, from_stdin):
         assert runs.get(run_id).input == {**json.loads(given.read_text()), "approver": None}
@@ -55,13 +57,13 @@ def test_an_input_under_the_cap_is_taken_from_a_file_and_from_stdin(
 def test_a_file_that_cannot_be_read_or_parsed_is_named_with_where_it_goes_wrong(
     cli: Cli, tmp_path: Path
 ) -> None:
-    missing = cli("start", "write-off", "--input", f"@{tmp_path / 'nope.json'}", check=False)
+    missing = cli("start", "ar.write-off", "--input", f"@{tmp_path / 'nope.json'}", check=False)
     assert missing.returncode == 1
     assert f"--input @{tmp_path / 'nope.json'}: the file cannot be read" in _said(missing)
 
     broken = tmp_path / "broken.json"
     broken.write_text('{\n  "invoice_id": "inv_1003",\n  "reason": oops' + "y" * 50_000 + "}")
-    bad = cli("start", "write-off", "--input", f"@{broken}", check=False)
+    bad = cli("start", "ar.write-off", "--input", f"@{broken}", check=False)
     assert bad.returncode == 1
     said = _said(bad)
     assert f"--input @{broken} is not valid JSON: Expecting value at line 3, column 13" in said
@@ -70,7 +72,7 @@ def test_a_file_that_cannot_be_read_or_parsed_is_named_with_where_it_goes_wrong(
 
     not_utf8 = tmp_path / "latin1.json"
     not_utf8.write_bytes(b'{"invoice_id": "inv_1003", "reason": "caf\xe9"}')
-    latin = cli("start", "write-off", "--input", f"@{not_utf8}", check=False)
+    latin = cli("start", "ar.write-off", "--input", f"@{not_utf8}", check=False)
     assert latin.returncode == 1
     assert "is not UTF-8 text (byte 42 cannot be read)" in _said(latin)
     assert cli("runs").stdout.strip() == "no runs"
@@ -79,16 +81,16 @@ def test_a_file_that_cannot_be_read_or_parsed_is_named_with_where_it_goes_wrong(
 def test_every_json_option_takes_a_file_or_stdin(cli: Cli, tmp_path: Path) -> None:
     record = tmp_path / "contact.json"
     record.write_text(json.dumps({"email": "ap@acme.example", "note": "Acme AP"}))
-    put = cli("data", "contacts", "put", "--input", f"@{record}")
-    assert "data.contacts.put ok" in put.stderr
-    got = cli("call", "data.contacts.get", "--input", "-", stdin='{"email": "ap@acme.example"}')
+    put = cli("data", "ar.contacts", "put", "--input", f"@{record}")
+    assert "data.ar.contacts.put ok" in put.stderr
+    got = cli("call", "data.ar.contacts.get", "--input", "-", stdin='{"email": "ap@acme.example"}')
     assert json.loads(got.stdout)["record"]["note"] == "Acme AP"
 
     context = cli(
         "policies",
         "explain",
         "start",
-        "write-off",
+        "ar.write-off",
         "--context",
         "-",
         "--as",
@@ -100,7 +102,7 @@ def test_every_json_option_takes_a_file_or_stdin(cli: Cli, tmp_path: Path) -> No
 
     edits = tmp_path / "edits.json"
     edits.write_text("[1, 2]")
-    run_id = cli("start", "write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
+    run_id = cli("start", "ar.write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
     refused = cli("approve", "apr_none", "--edit", f"@{edits}", check=False)
     assert refused.returncode == 1
     assert "--edit must be a JSON object of fields" in _said(refused)
@@ -112,7 +114,7 @@ def test_show_cuts_long_values_short_unless_full(cli: Cli, tmp_path: Path) -> No
     given = tmp_path / "input.json"
     reason = "[bold]" + "x" * 1_500_000
     given.write_text(json.dumps({"invoice_id": "inv_1003", "reason": reason}))
-    run_id = cli("start", "write-off", "--input", f"@{given}").stdout.strip()
+    run_id = cli("start", "ar.write-off", "--input", f"@{given}").stdout.strip()
 
     began = time.monotonic()
     shown = cli("show", run_id).stdout

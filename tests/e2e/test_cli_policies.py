@@ -10,7 +10,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from remit.core.schema import audit, denials, ledger, runs
-from tests.e2e.cli_support import AR_DESK, Cli
+from tests.e2e.cli_support import ACME, Cli
 
 
 def test_a_clerk_reads_directly_and_a_stranger_is_refused(cli: Cli) -> None:
@@ -56,8 +56,8 @@ def test_bad_input_and_remits_own_principals_are_refused(cli: Cli) -> None:
     for args, message in [
         (["call", "payments.invoices.get", "--input", "{}"], "invoice_id: Field required"),
         (["call", "payments.nope", "--input", "{}"], "has no op `payments.nope`"),
-        (["start", "chase-invoice", "--as", "remit:expiry"], "principals are remit's own"),
-        (["start", "chase-invoice", "--input", '{"invoice_id": "i"}', "--as", "ann"], "ann"),
+        (["start", "ar.chase-invoice", "--as", "remit:expiry"], "principals are remit's own"),
+        (["start", "ar.chase-invoice", "--input", '{"invoice_id": "i"}', "--as", "ann"], "ann"),
     ]:
         done = cli(*args, check=False)
         assert done.returncode == 1, args
@@ -68,11 +68,13 @@ def test_bad_input_and_remits_own_principals_are_refused(cli: Cli) -> None:
 
 def test_policies_are_shown_explained_and_a_broken_file_reported(cli: Cli, tmp_path: Path) -> None:
     shown = cli("policies").stdout
-    assert "policies/desk.cedar" in shown
+    assert "policies/acme.cedar" in shown
     assert "parse and validate" in shown
-    allowed = cli("policies", "explain", "start", "chase-invoice")
-    assert "allowed: permitted by policies/desk.cedar:4" in allowed.stdout
-    denied = cli("policies", "explain", "start", "chase-invoice", "--as", "user:dave", check=False)
+    allowed = cli("policies", "explain", "start", "ar.chase-invoice")
+    assert "allowed: permitted by policies/acme.cedar:5" in allowed.stdout
+    denied = cli(
+        "policies", "explain", "start", "ar.chase-invoice", "--as", "user:dave", check=False
+    )
     assert (denied.returncode, denied.stderr.strip()) == (1, "denied: no policy permits it")
     schema = json.loads(cli("policies", "schema").stdout)
     assert set(schema[""]["actions"]) == {
@@ -91,8 +93,8 @@ def test_policies_are_shown_explained_and_a_broken_file_reported(cli: Cli, tmp_p
         "set_budget",
     }
 
-    broken = tmp_path / "ar_desk"
-    shutil.copytree(AR_DESK, broken, ignore=shutil.ignore_patterns(".remit", "__pycache__"))
+    broken = tmp_path / "acme"
+    shutil.copytree(ACME, broken, ignore=shutil.ignore_patterns(".remit", "__pycache__"))
     (broken / "policies" / "zz.cedar").write_text(
         'permit (principal, action, resource);\n\npermit (principal, action == Action::"fly"'
         ", resource);\n"
@@ -100,59 +102,71 @@ def test_policies_are_shown_explained_and_a_broken_file_reported(cli: Cli, tmp_p
     shown = cli("policies", app=broken, check=False)
     assert shown.returncode == 1
     assert "broken, so every action is refused: policies/zz.cedar:3:" in shown.stderr
-    start = cli("start", "chase-invoice", "--input", '{"invoice_id": "i"}', app=broken, check=False)
+    start = cli(
+        "start", "ar.chase-invoice", "--input", '{"invoice_id": "i"}', app=broken, check=False
+    )
     assert start.returncode == 1
     assert "the policies are broken and refuse everything: policies/zz.cedar:3" in start.stderr
 
 
 def test_collection_records_from_the_command_line(cli: Cli) -> None:
     contact = '{"email": "ap@northwind.example", "reminders": 2, "note": "pays late"}'
-    put = cli("data", "contacts", "put", "--input", contact)
+    put = cli("data", "ar.contacts", "put", "--input", contact)
     assert json.loads(put.stdout)["reminders"] == 2
-    got = json.loads(cli("data", "contacts", "get", "ap@northwind.example").stdout)
+    got = json.loads(cli("data", "ar.contacts", "get", "ap@northwind.example").stdout)
     assert got["record"] == {
         "email": "ap@northwind.example",
         "reminders": 2,
         "last_chased": None,
         "note": "pays late",
     }
-    cli("data", "contacts", "put", "--input", '{"email": "finance@fabrikam.example"}')
-    page = json.loads(cli("data", "contacts", "list", "--limit", "1").stdout)
+    cli("data", "ar.contacts", "put", "--input", '{"email": "finance@fabrikam.example"}')
+    page = json.loads(cli("data", "ar.contacts", "list", "--limit", "1").stdout)
     assert ([r["email"] for r in page["records"]], page["next"]) == (
         ["ap@northwind.example"],
         "ap@northwind.example",
     )
     bad = cli(
-        "data", "contacts", "put", "--input", '{"email": "x@y", "reminders": "many"}', check=False
+        "data",
+        "ar.contacts",
+        "put",
+        "--input",
+        '{"email": "x@y", "reminders": "many"}',
+        check=False,
     )
     assert bad.returncode == 1
-    assert "input to `data.contacts.put` does not parse: reminders:" in bad.stderr
+    assert "input to `data.ar.contacts.put` does not parse: reminders:" in bad.stderr
     refused = cli(
-        "data", "contacts", "delete", "ap@northwind.example", "--as", "user:dave", check=False
+        "data", "ar.contacts", "delete", "ap@northwind.example", "--as", "user:dave", check=False
     )
-    assert 'user:dave may not call Op::"data.contacts.delete"' in refused.stderr
-    deleted = cli("data", "contacts", "delete", "ap@northwind.example")
+    assert 'user:dave may not call Op::"data.ar.contacts.delete"' in refused.stderr
+    deleted = cli("data", "ar.contacts", "delete", "ap@northwind.example")
     assert json.loads(deleted.stdout) == {"deleted": True}
-    gone = json.loads(cli("data", "contacts", "get", "ap@northwind.example").stdout)
+    gone = json.loads(cli("data", "ar.contacts", "get", "ap@northwind.example").stdout)
     assert gone == {"record": None}
     with cli.db.engine.connect() as conn:
         ops = conn.execute(sa.select(ledger.c.op_id).order_by(ledger.c.id)).scalars().all()
     assert ops == [
-        "data.contacts.put",
-        "data.contacts.get",
-        "data.contacts.put",
-        "data.contacts.list",
-        "data.contacts.delete",
-        "data.contacts.get",
+        "data.ar.contacts.put",
+        "data.ar.contacts.get",
+        "data.ar.contacts.put",
+        "data.ar.contacts.list",
+        "data.ar.contacts.delete",
+        "data.ar.contacts.get",
     ]
     unknown = cli("data", "customers", "list", check=False)
-    assert "has no collection `customers` (it has: contacts)" in unknown.stderr
+    assert "has no collection `customers` (it has: ar.contacts)" in unknown.stderr
 
 
 def test_a_stranger_is_refused_every_act_and_each_refusal_is_recorded(cli: Cli) -> None:
-    run_id = cli("start", "chase-invoice", "--input", '{"invoice_id": "inv_1001"}').stdout.strip()
+    run_id = cli(
+        "start", "ar.chase-invoice", "--input", '{"invoice_id": "inv_1001"}'
+    ).stdout.strip()
     acts = [
-        (["start", "write-off", "--input", '{"invoice_id": "inv_1003", "reason": "x"}'], "start"),
+        (
+            ["start", "ar.write-off", "--input", '{"invoice_id": "inv_1003", "reason": "x"}'],
+            "start",
+        ),
         (["cancel", run_id], "cancel"),
         (["pause"], "pause"),
         (["resume"], "resume"),
@@ -180,7 +194,7 @@ def test_a_stranger_is_refused_every_act_and_each_refusal_is_recorded(cli: Cli) 
 
 def test_a_principal_with_control_characters_is_refused_and_shown_escaped(cli: Cli) -> None:
     forged = "user:x\x1b[2J\nFAKE LINE"
-    refused = cli("start", "chase-invoice", "--as", forged, check=False)
+    refused = cli("start", "ar.chase-invoice", "--as", forged, check=False)
     assert refused.returncode == 1
     assert "user:x\\x1b[2J\\nFAKE LINE" in refused.stderr
     assert "\x1b[2J" not in refused.stderr + refused.stdout

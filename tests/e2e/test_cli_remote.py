@@ -75,7 +75,9 @@ def test_the_demo_runs_through_the_api_as_each_tokens_principal(cli: Cli, tmp_pa
 
     # 1. ann chases an overdue invoice.
     chase = {"invoice_id": "inv_1001", "customer_email": "ap@northwind.example"}
-    run_id = remit("start", "chase-invoice", "--input", json.dumps(chase), token=ann).stdout.strip()
+    run_id = remit(
+        "start", "ar.chase-invoice", "--input", json.dumps(chase), token=ann
+    ).stdout.strip()
     cli.wait_for(run_id, "done")
     listed = remit("runs", token=ann).stdout
     assert run_id in listed
@@ -87,7 +89,9 @@ def test_the_demo_runs_through_the_api_as_each_tokens_principal(cli: Cli, tmp_pa
 
     # 2. ann proposes a write-off, which waits for approval.
     write_off = {"invoice_id": "inv_1003", "reason": "customer in administration"}
-    second = remit("start", "write-off", "--input", json.dumps(write_off), token=ann).stdout.strip()
+    second = remit(
+        "start", "ar.write-off", "--input", json.dumps(write_off), token=ann
+    ).stdout.strip()
     cli.wait_for(second, "waiting")
     approval = remit("approvals", "--pending", "--quiet", token=ann).stdout.strip()
     assert approval.startswith("apr_")

@@ -18,7 +18,7 @@ import pytest
 
 import remit
 from remit.client import Client
-from tests.e2e.cli_support import AR_DESK, CRASH_APP, Cli
+from tests.e2e.cli_support import ACME, CRASH_APP, Cli
 
 PROBE = Path(__file__).with_name("cli_probe.py")
 
@@ -162,10 +162,10 @@ READ_ONLY = [
 
 
 def test_read_only_commands_launch_nothing(database_url: str) -> None:
-    with Client.connect(AR_DESK, database_url, by="user:ann") as client:
-        run = client.start("chase-invoice", {"invoice_id": "inv_1001"})
+    with Client.connect(ACME, database_url, by="user:ann") as client:
+        run = client.start("ar.chase-invoice", {"invoice_id": "inv_1001"})
     seen = probe(
-        *[["--app", str(AR_DESK), *command] for command in READ_ONLY],
+        *[["--app", str(ACME), *command] for command in READ_ONLY],
         engines=True,
         database_url=database_url,
     )
@@ -190,9 +190,9 @@ NOT_FOR_RUNS = {"dbos", "opentelemetry", "fastapi", "httpx", "cryptography", "ce
     ("app", "workflow", "given"),
     [
         (CRASH_APP, "payout", {"account": "a", "amount": 10}),
-        (AR_DESK, "chase-invoice", {"invoice_id": "inv_1001"}),
+        (ACME, "ar.chase-invoice", {"invoice_id": "inv_1001"}),
     ],
-    ids=["crash_app", "ar_desk"],
+    ids=["crash_app", "acme"],
 )
 def test_runs_on_sqlite_loads_only_what_it_reads_with(
     tmp_path: Path, app: Path, workflow: str, given: dict[str, object]
@@ -209,14 +209,14 @@ def test_runs_on_sqlite_loads_only_what_it_reads_with(
 
 def test_runs_are_listed_while_the_apps_code_is_broken(cli: Cli, tmp_path: Path) -> None:
     app = tmp_path / "desk"
-    shutil.copytree(AR_DESK, app, ignore=shutil.ignore_patterns(".remit", "__pycache__"))
-    run_id = cli("start", "chase-invoice", "--input", '{"invoice_id": "inv_1001"}', app=app)
+    shutil.copytree(ACME, app, ignore=shutil.ignore_patterns(".remit", "__pycache__"))
+    run_id = cli("start", "ar.chase-invoice", "--input", '{"invoice_id": "inv_1001"}', app=app)
     with (app / "app.py").open("a") as source:
         source.write("\nraise RuntimeError('half-way through an edit')\n")
     listed = cli("runs", app=app)
     assert run_id.stdout.strip() in listed.stdout
     started = cli(
-        "start", "chase-invoice", "--input", '{"invoice_id": "inv_1002"}', app=app, check=False
+        "start", "ar.chase-invoice", "--input", '{"invoice_id": "inv_1002"}', app=app, check=False
     )
     assert started.returncode == 1
     assert "half-way through an edit" in started.stderr

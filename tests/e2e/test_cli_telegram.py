@@ -44,7 +44,9 @@ def test_a_tap_on_telegram_decides_the_gate_once_as_the_tapper(cli: Cli) -> None
         url = _listening(cli, 1)
         cli.worker()  # log 2
 
-        run_id = cli("start", "write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
+        run_id = cli(
+            "start", "ar.write-off", "--input", '{"invoice_id": "inv_1003"}'
+        ).stdout.strip()
         # Both may decide it: carol may approve it, ann (a clerk) only reject it.
         messages = telegram.wait_calls("sendMessage", count=2, timeout=60)
         assert sorted(call.body["chat_id"] for call in messages) == [111111, 333333]

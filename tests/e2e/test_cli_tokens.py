@@ -58,7 +58,7 @@ def test_tokens_are_refused_to_all_but_admins_and_bad_input_says_what_to_change(
     cli: Cli,
 ) -> None:
     for args, message in [
-        (["create", "--for", "user:ann"], 'user:ann may not manage_tokens App::"ar-desk"'),
+        (["create", "--for", "user:ann"], 'user:ann may not manage_tokens App::"acme"'),
         (
             ["create", "--for", "user:carol", "--as", "user:carol"],
             "user:carol may not manage_tokens",

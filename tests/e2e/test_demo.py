@@ -1,25 +1,34 @@
-"""`make demo` runs the example desk's script on its embedded SQLite database, as a newcomer
-does on a fresh machine: it ends well and shows each step it promises (the demo is about that
-default, so it runs on SQLite only; every flow in it is tested on both databases elsewhere)."""
+"""`make demo` plays the example repo's tour (`remit demo --script demo/tour.remit`) on fakes,
+as a newcomer does on a fresh machine: it ends well and shows each step it promises. A demo
+runs on its own SQLite file by design, so this runs on SQLite only; every flow in it is tested
+on both databases elsewhere."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.e2e.cli_support import AR_DESK
+from tests.e2e.cli_support import ACME
+
+MAKEFILE = ACME.parent.parent / "Makefile"
+
+
+def test_make_demo_plays_the_tour_script() -> None:
+    recipe = MAKEFILE.read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0]
+    assert "remit --app examples/acme demo --script examples/acme/demo/tour.remit" in recipe
 
 
 def test_the_demo_shows_each_step_and_ends_well(tmp_path: Path) -> None:
-    desk = tmp_path / "ar_desk"
-    shutil.copytree(AR_DESK, desk, ignore=shutil.ignore_patterns(".remit", "__pycache__"))
+    repo = tmp_path / "acme"
+    shutil.copytree(ACME, repo, ignore=shutil.ignore_patterns(".remit", "__pycache__"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("REMIT_")}
     remit = Path(sys.executable).parent / "remit"
     done = subprocess.run(
-        [str(desk / "demo.sh"), str(remit)],
+        [str(remit), "--app", str(repo), "demo", "--script", str(repo / "demo" / "tour.remit")],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -30,39 +39,51 @@ def test_the_demo_shows_each_step_and_ends_well(tmp_path: Path) -> None:
     shown = done.stdout + done.stderr
     assert done.returncode == 0, shown
     for step in (
-        "== 1. ann (a clerk) runs chase-invoice",
-        "== 3. ann tries to approve the full 612.50",
-        'user:ann may not decide ApprovalType::"write-off"',
-        "401 send an API token as `Authorization: Bearer rmt_...`",
+        "demo of acme on http://127.0.0.1:",
+        # 1. ann chases: the model's draft, the email, the reminder counted, the contact kept
+        "== 1. ann (a clerk) chases an overdue invoice",
+        '"outcome": "final reminder sent", "days_overdue": 45',
+        '"reminders_sent": 1',
+        "data.ar.contacts.put",
+        # 2. the write-off waits at its gate
+        "== 2. ann proposes writing off inv_1003",
+        "ar.write-off  waiting",
+        # 3. ann may not approve 612.50
+        "error: decision refused, nothing was written",
+        'user:ann may not decide ApprovalType::"write-off": no policy permits it',
+        # 4. carol approves 500.00 with her token: the run carries on from its gate
         "approved by user:carol",
+        '"amount": 50000, "credit_note_id": "cn_0001", "decided_by": "user:carol"',
+        "approved by user:carol via http (edited)",
+        # 5. the invoice's activity
+        "started ar.write-off",
         "approval.approved",
-        "run.done",
-        "== 6. scale to zero",
-        "worker:         stopped",
-        "wakes from its sleep",
-        "is idle and stops (to be woken at",
-        '"outcome": "followed up"',
-        "== 7. declared resources",
-        "Plan: 3 to create, 0 to update, 0 to replace, 0 to delete; 0 unchanged.",
-        "-- remit plan exited 2",
-        "Applied: 3 changed. remit.lock is up to date.",
-        '"type": "pgcloud.project"',
-        "ttl  60 → 300",
-        "Drift found: opened finding drf_",
-        "-- remit drift exited 2",
-        "will be replaced: region cannot change in place [asks for approval]",
-        "approved by user:carol",
-        "deleted pgcloud.project",
-        "Applied: 2 changed. remit.lock is up to date.",
-        "REMIT_DATABASE_URL_STORE",
+        "settled 500.00 with the administrator",
+        "ar.write-off done",
+        # 6. dunning sends its first reminder and sleeps a week
+        "ar.dunning  sleeping",
+        "ap@tailspin.example",
+        # 7. the fakes: the credit note, the balance left, every email sent
+        "payments (fake)",
+        "Written off: customer in administration",
+        "mail (fake)",
+        "Invoice inv_1003: 500.00 EUR credited",
+        "Invoice inv_1004: 2,450.00 EUR is open (friendly reminder)",
+        # 8. the repo's apps
+        "ar.chase-invoice ar.dunning ar.follow-up ar.write-off",
+        "ar.contacts",
+        "demo/tour.remit: every line behaved",
     ):
         assert step in shown, step
+    # The budget: the chase's model call settled, nothing left reserved.
+    assert re.search(r"app +\d{4}-\d{2} +\$5\.00 +\$0\.0000\d+ +\$0\.00 ", shown), shown
+    # The denial is listed, with its reason.
+    assert re.search(r"user:ann .* decide .* write-off .* no policy permits it", shown), shown
+    # What the payments fake holds: inv_1003's balance after the credit note, inv_1004 seeded.
+    assert re.search(r"inv_1003 .* 11250 ", shown), shown
+    assert re.search(r"inv_1004 .* ap@tailspin\.example .* 245000 ", shown), shown
     assert "Traceback" not in shown
-    assert "smtp-demo-password" not in shown  # the write-only value is only ever sent
-    # The server the demo started is gone with it.
-    left = subprocess.run(["pgrep", "-f", f"--app {desk} serve"], capture_output=True, text=True)
+    assert re.search(r"rmt_[A-Za-z0-9]", shown) is None  # no API token is ever printed
+    # The commands the script ran are gone with it.
+    left = subprocess.run(["pgrep", "-f", f"--app {repo}"], capture_output=True, text=True)
     assert left.stdout == "", left.stdout
-    service = subprocess.run(
-        ["pgrep", "-f", "wakeup serve --port 0 --allow-private"], capture_output=True, text=True
-    )
-    assert service.stdout == "", service.stdout

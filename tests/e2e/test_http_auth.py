@@ -18,7 +18,7 @@ from remit import load_app
 from remit.core.schema import denials
 from remit.serve.api import create_api
 from remit.testing import Harness, ManualClock
-from tests.e2e.cli_support import AR_DESK
+from tests.e2e.cli_support import ACME
 
 WRITE_OFF = {"invoice_id": "inv_1003", "reason": "customer in administration"}
 
@@ -30,7 +30,7 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def desk(database_url: str, clock: ManualClock) -> Iterator[Harness]:
-    with Harness(load_app(AR_DESK), database_url=database_url, clock=clock) as running:
+    with Harness(load_app(ACME), database_url=database_url, clock=clock) as running:
         yield running
 
 
@@ -94,7 +94,7 @@ def test_every_route_but_health_needs_a_working_token(
 def test_a_decision_is_made_as_the_tokens_principal_and_refused_by_the_policies(
     desk: Harness, http: TestClient
 ) -> None:
-    run = desk.start("write-off", WRITE_OFF, by="user:ann")
+    run = desk.start("ar.write-off", WRITE_OFF, by="user:ann")
     gate = desk.gate(run.run_id)
     path = f"/approvals/{gate.id}/decision"
 

@@ -168,16 +168,6 @@ def test_status_says_why_a_worker_does_not_stop(instance: Instance) -> None:
     assert "worker:         running" in shown
 
 
-@pytest.fixture
-def service(tmp_path: Path) -> Iterator[WakeupService]:
-    running = WakeupService(tmp_path)
-    try:
-        running.start()
-        yield running
-    finally:
-        running.stop()
-
-
 def woken_by(service: WakeupService, database_url: str, tmp: Path, **env: str) -> Instance:
     """An instance (not yet served) whose wakes the service is to call."""
     return Instance(

@@ -19,7 +19,7 @@ from remit import load_app
 from remit.serve.api import create_api
 from remit.testing import Harness
 from tests.conftest import drop_postgres_database, new_postgres_database
-from tests.e2e.cli_support import AR_DESK
+from tests.e2e.cli_support import ACME
 from tests.hostile.desk import Desk, MiB
 
 
@@ -44,8 +44,8 @@ def desk(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[De
     folder = tmp_path_factory.mktemp("desk")
     os.chdir(folder)  # the secrets' key file is made in the current folder
     try:
-        with Harness(load_app(AR_DESK), database_url=database, actor="user:ann") as harness:
-            started = harness.start("write-off", {"invoice_id": "inv_1003"})
+        with Harness(load_app(ACME), database_url=database, actor="user:ann") as harness:
+            started = harness.start("ar.write-off", {"invoice_id": "inv_1003"})
             gate = harness.gate(started.run_id)
             _, token = harness.client.tokens.create("user:ann", by="user:sam")
             api = create_api(harness.client, allowed_hosts=["testserver"])

@@ -57,7 +57,7 @@ class Desk:
         have decided it, and the next must still meet a pending gate."""
         if self.harness.client.get_approval(self.approval).status != "pending":
             self.harness.wait(self.run, timeout=60)  # its run carries on, writing rows
-            started = self.harness.start("write-off", {"invoice_id": "inv_1003"})
+            started = self.harness.start("ar.write-off", {"invoice_id": "inv_1003"})
             self.approval = self.harness.gate(started.run_id).id
             self.run = started.run_id
 

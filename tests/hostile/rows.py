@@ -43,14 +43,14 @@ LISTINGS = [
     ("deadlines",),
     ("budgets",),
     ("activity", "invoice", "inv_1003"),
-    ("data", "contacts", "list"),
+    ("data", "ar.contacts", "list"),
 ]
 
 CLI = [
     pytest.param(
         cli(
             "start",
-            "write-off",
+            "ar.write-off",
             "--input",
             '{"invoice_id": "inv_1003",',
             says="--input is not valid JSON: Expecting",
@@ -60,7 +60,7 @@ CLI = [
     pytest.param(
         cli(
             "start",
-            "write-off",
+            "ar.write-off",
             "--input",
             "@{files}/broken.json",
             says="is not valid JSON: Expecting value at line 3, column 13",
@@ -70,7 +70,7 @@ CLI = [
     pytest.param(
         cli(
             "call",
-            "data.contacts.put",
+            "data.ar.contacts.put",
             "--input",
             "-",
             stdin="broken.json",
@@ -81,7 +81,7 @@ CLI = [
     pytest.param(
         cli(
             "start",
-            "write-off",
+            "ar.write-off",
             "--input",
             '{"invoice_id": NaN}',
             says="holds NaN, which is no JSON value",
@@ -91,7 +91,7 @@ CLI = [
     pytest.param(
         cli(
             "start",
-            "write-off",
+            "ar.write-off",
             "--input",
             "@{files}/missing.json",
             says="missing.json: the file cannot be read: No such file",
@@ -101,7 +101,7 @@ CLI = [
     pytest.param(
         cli(
             "start",
-            "write-off",
+            "ar.write-off",
             "--input",
             '{"invoice_id": 3}',
             says="invoice_id: Input should be a valid string",
@@ -131,7 +131,7 @@ CLI = [
     pytest.param(
         cli(
             "start",
-            "write-off",
+            "ar.write-off",
             "--input",
             "@{files}/big-input.json",
             says="over the 2 MiB limit (REMIT_MAX_INPUT_BYTES)",
@@ -141,7 +141,7 @@ CLI = [
     pytest.param(
         cli(
             "start",
-            "write-off",
+            "ar.write-off",
             "--input",
             "-",
             stdin="big-input.json",
@@ -152,7 +152,7 @@ CLI = [
     pytest.param(
         cli(
             "run",
-            "write-off",
+            "ar.write-off",
             "--input",
             "-",
             stdin="big-input.json",
@@ -163,7 +163,7 @@ CLI = [
     pytest.param(
         cli(
             "data",
-            "contacts",
+            "ar.contacts",
             "put",
             "--input",
             "@{files}/big-record.json",
@@ -188,7 +188,7 @@ CLI = [
     pytest.param(
         cli(
             "start",
-            "write-off",
+            "ar.write-off",
             "--input",
             '{"invoice_id": "inv_1003", "reason": "a\\u0000b"}',
             says="NUL character",
@@ -198,7 +198,7 @@ CLI = [
     pytest.param(
         cli(
             "start",
-            "write-off",
+            "ar.write-off",
             "--input",
             '{"invoice_id": "inv_1003", "reason": "\\ud800"}',
             says="holds \\ud800, half of a surrogate pair",
@@ -208,7 +208,7 @@ CLI = [
     pytest.param(
         cli(
             "call",
-            "data.contacts.put",
+            "data.ar.contacts.put",
             "--input",
             '{"email": "a@b.example", "note": "\\u0000"}',
             says="NUL character",
@@ -228,7 +228,7 @@ CLI = [
     pytest.param(
         cli(
             "start",
-            "write-off",
+            "ar.write-off",
             "--input",
             '{"invoice_id": "inv_1003\\u0000"}',
             says="NUL character",
@@ -238,7 +238,7 @@ CLI = [
     pytest.param(
         cli(
             "start",
-            "write-off",
+            "ar.write-off",
             "--input",
             '{"invoice_id": "inv_1003"}',
             "--as",
@@ -250,7 +250,7 @@ CLI = [
     pytest.param(
         cli(
             "call",
-            "data.contacts.put",
+            "data.ar.contacts.put",
             "--input",
             '{"email": "k@b.example"}',
             "--key",
@@ -266,7 +266,7 @@ CLI = [
     pytest.param(
         cli(
             "start",
-            "write-off",
+            "ar.write-off",
             "--input",
             '{"invoice_id": "inv\\u001b[2J"}',
             says="control characters",
@@ -276,7 +276,7 @@ CLI = [
     pytest.param(
         cli(
             "data",
-            "contacts",
+            "ar.contacts",
             "put",
             "--input",
             '{"email": "x\\u001b[31m@b.example"}',
@@ -298,7 +298,7 @@ CLI = [
     pytest.param(
         cli(
             "start",
-            "write-off",
+            "ar.write-off",
             "--input",
             '{"invoice_id": "inv_1003"}',
             "--as",
@@ -311,7 +311,7 @@ CLI = [
     pytest.param(
         cli(
             "start",
-            "write-off",
+            "ar.write-off",
             "--input",
             '{"invoice_id": "inv_1003"}',
             "--as",
@@ -324,7 +324,7 @@ CLI = [
     pytest.param(
         cli(
             "start",
-            "write-off",
+            "ar.write-off",
             "--input",
             '{"invoice_id": "inv_1003"}',
             says="REMIT_AS is set but empty",
@@ -343,7 +343,7 @@ CLI = [
     pytest.param(
         cli(
             "start",
-            "write-off",
+            "ar.write-off",
             "--input",
             '{"invoice_id": "inv_1003", "amount": 1}',
             says="amount",
@@ -397,7 +397,7 @@ HTTP_LISTINGS = [
 
 HTTP = [
     pytest.param(
-        http("POST", START, 422, "JSON", content='{"workflow": "write-off", "input": {'),
+        http("POST", START, 422, "JSON", content='{"workflow": "ar.write-off", "input": {'),
         id="malformed-json",
     ),
     pytest.param(
@@ -406,12 +406,12 @@ HTTP = [
             START,
             422,
             "invoice_id",
-            body={"workflow": "write-off", "input": {"invoice_id": 3}},
+            body={"workflow": "ar.write-off", "input": {"invoice_id": 3}},
         ),
         id="wrong-type",
     ),
     pytest.param(
-        http("POST", START, 422, "input", body={"workflow": "write-off", "input": [1, 2]}),
+        http("POST", START, 422, "input", body={"workflow": "ar.write-off", "input": [1, 2]}),
         id="wrong-type-input",
     ),
     pytest.param(
@@ -427,7 +427,7 @@ HTTP = [
             413,
             "REMIT_MAX_INPUT_BYTES",
             body={
-                "workflow": "write-off",
+                "workflow": "ar.write-off",
                 "input": {"invoice_id": "inv_1003", "reason": "r" * (3 * MiB)},
             },
         ),
@@ -440,7 +440,7 @@ HTTP = [
             413,
             "REMIT_MAX_BODY_BYTES",
             body={
-                "workflow": "write-off",
+                "workflow": "ar.write-off",
                 "input": {"invoice_id": "inv_1003", "reason": "r" * (5 * MiB)},
             },
         ),
@@ -453,7 +453,7 @@ HTTP = [
             413,
             "REMIT_MAX_OP_BYTES",
             body={
-                "op": "data.contacts.put",
+                "op": "data.ar.contacts.put",
                 "input": {"email": "big@example.com", "note": "n" * (3 * MiB)},
             },
         ),
@@ -488,7 +488,7 @@ HTTP = [
             422,
             "NUL",
             body={
-                "workflow": "write-off",
+                "workflow": "ar.write-off",
                 "input": {"invoice_id": "inv_1003", "reason": f"a{NUL}"},
             },
         ),
@@ -500,12 +500,12 @@ HTTP = [
             START,
             422,
             "surrogate",
-            content='{"workflow": "write-off", "input": {"invoice_id": "inv_1003", "reason": "\\ud800"}}',
+            content='{"workflow": "ar.write-off", "input": {"invoice_id": "inv_1003", "reason": "\\ud800"}}',
         ),
         id="lone-surrogate-in-input",
     ),
     pytest.param(
-        http("POST", START, 422, "NUL", body={"workflow": f"write-off{NUL}", "input": {}}),
+        http("POST", START, 422, "NUL", body={"workflow": f"ar.write-off{NUL}", "input": {}}),
         id="nul-in-workflow",
     ),
     pytest.param(
@@ -525,7 +525,7 @@ HTTP = [
             "/calls",
             422,
             "NUL",
-            body={"op": "data.contacts.put", "input": {"email": f"a{NUL}@b.example"}},
+            body={"op": "data.ar.contacts.put", "input": {"email": f"a{NUL}@b.example"}},
         ),
         id="nul-in-op-input",
     ),
@@ -539,7 +539,7 @@ HTTP = [
             START,
             422,
             "control characters",
-            body={"workflow": "write-off", "input": {"invoice_id": f"inv{ESC}[2J"}},
+            body={"workflow": "ar.write-off", "input": {"invoice_id": f"inv{ESC}[2J"}},
         ),
         id="control-in-record-id",
     ),
@@ -549,7 +549,7 @@ HTTP = [
             "/calls",
             422,
             "holds control characters",
-            body={"op": "data.contacts.put", "input": {"email": f"x{ESC}[31m@b.example"}},
+            body={"op": "data.ar.contacts.put", "input": {"email": f"x{ESC}[31m@b.example"}},
         ),
         id="control-in-record-key",
     ),
@@ -607,7 +607,7 @@ HTTP = [
             START,
             422,
             "amount",
-            body={"workflow": "write-off", "input": {"invoice_id": "inv_1003", "amount": 1}},
+            body={"workflow": "ar.write-off", "input": {"invoice_id": "inv_1003", "amount": 1}},
         ),
         id="unknown-input-field",
     ),
@@ -627,7 +627,11 @@ HTTP = [
             START,
             422,
             "by",
-            body={"workflow": "write-off", "input": {"invoice_id": "inv_1003"}, "by": "user:sam"},
+            body={
+                "workflow": "ar.write-off",
+                "input": {"invoice_id": "inv_1003"},
+                "by": "user:sam",
+            },
         ),
         id="unknown-body-field",
     ),
@@ -649,14 +653,16 @@ def client(call: Callable[[Client, str], Any], error: str, says: str) -> ClientP
 CLIENT = [
     pytest.param(
         client(
-            lambda c, _: c.start_row("write-off", {"invoice_id": 3}), "InputInvalid", "invoice_id"
+            lambda c, _: c.start_row("ar.write-off", {"invoice_id": 3}),
+            "InputInvalid",
+            "invoice_id",
         ),
         id="wrong-type",
     ),
     pytest.param(
         client(
             lambda c, _: c.start_row(
-                "write-off", {"invoice_id": "inv_1003", "reason": "r" * (3 * MiB)}
+                "ar.write-off", {"invoice_id": "inv_1003", "reason": "r" * (3 * MiB)}
             ),
             "TooLarge",
             "REMIT_MAX_INPUT_BYTES",
@@ -666,7 +672,7 @@ CLIENT = [
     pytest.param(
         client(
             lambda c, _: c.call(
-                "data.contacts.put", {"email": "big@example.com", "note": "n" * (3 * MiB)}
+                "data.ar.contacts.put", {"email": "big@example.com", "note": "n" * (3 * MiB)}
             ),
             "TooLarge",
             "REMIT_MAX_OP_BYTES",
@@ -696,7 +702,9 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, _: c.start_row("write-off", {"invoice_id": "inv_1003", "reason": f"a{NUL}"}),
+            lambda c, _: c.start_row(
+                "ar.write-off", {"invoice_id": "inv_1003", "reason": f"a{NUL}"}
+            ),
             "InputInvalid",
             "NUL character",
         ),
@@ -704,7 +712,9 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, _: c.start_row("write-off", {"invoice_id": "inv_1003", "reason": "\ud800"}),
+            lambda c, _: c.start_row(
+                "ar.write-off", {"invoice_id": "inv_1003", "reason": "\ud800"}
+            ),
             "InputInvalid",
             "surrogate",
         ),
@@ -712,7 +722,7 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, _: c.call("data.contacts.put", {"email": f"a{NUL}@b.example"}),
+            lambda c, _: c.call("data.ar.contacts.put", {"email": f"a{NUL}@b.example"}),
             "InputInvalid",
             "NUL character",
         ),
@@ -739,7 +749,7 @@ CLIENT = [
     pytest.param(
         client(
             lambda c, _: c.start_row(
-                "write-off", {"invoice_id": "inv_1003"}, by=f"user:ann{ESC}[2J"
+                "ar.write-off", {"invoice_id": "inv_1003"}, by=f"user:ann{ESC}[2J"
             ),
             "RemitError",
             "no control characters",
@@ -748,7 +758,7 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, _: c.call("data.contacts.put", {"email": "k@b.example"}, key=f"key{ESC}1"),
+            lambda c, _: c.call("data.ar.contacts.put", {"email": "k@b.example"}, key=f"key{ESC}1"),
             "RemitError",
             "key",
         ),
@@ -756,7 +766,7 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, _: c.start_row("write-off", {"invoice_id": f"inv{ESC}[2J"}),
+            lambda c, _: c.start_row("ar.write-off", {"invoice_id": f"inv{ESC}[2J"}),
             "RemitError",
             "control characters",
         ),
@@ -764,7 +774,7 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, _: c.call("data.contacts.put", {"email": f"x{ESC}[31m@b.example"}),
+            lambda c, _: c.call("data.ar.contacts.put", {"email": f"x{ESC}[31m@b.example"}),
             "InputInvalid",
             "holds control characters",
         ),
@@ -793,7 +803,7 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, _: c.start_row("write-off", {"invoice_id": "inv_1003"}, by=""),
+            lambda c, _: c.start_row("ar.write-off", {"invoice_id": "inv_1003"}, by=""),
             "RemitError",
             "principal",
         ),
@@ -822,7 +832,7 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, _: c.start_row("write-off", {"invoice_id": "inv_1003", "amount": 1}),
+            lambda c, _: c.start_row("ar.write-off", {"invoice_id": "inv_1003", "amount": 1}),
             "InputInvalid",
             "amount",
         ),

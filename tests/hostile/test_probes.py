@@ -12,7 +12,7 @@ import pytest
 
 import remit
 from remit import Client
-from tests.e2e.cli_support import AR_DESK
+from tests.e2e.cli_support import ACME
 from tests.hostile.desk import Desk
 from tests.hostile.rows import CLI, CLIENT, HTTP, ClientProbe, CliProbe, HttpProbe
 
@@ -32,7 +32,7 @@ def _run_cli(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("REMIT_URL", raising=False)
-    monkeypatch.setattr(sys, "argv", ["remit", "--app", str(AR_DESK), *map(desk.fill, probe.args)])
+    monkeypatch.setattr(sys, "argv", ["remit", "--app", str(ACME), *map(desk.fill, probe.args)])
     given = b"" if probe.stdin is None else (desk.files / probe.stdin).read_bytes()
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(given)))
     capsys.readouterr()

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from examples.ar_desk.connectors.mail import FakeMail, Message, Sent
+from examples.acme.connectors.mail import FakeMail, Message, Sent
 from pydantic import BaseModel
 
 from remit import (
@@ -28,7 +28,7 @@ from remit import (
 from remit.core.schema import activity as activity_table
 from remit.core.schema import denials
 from remit.testing import Harness
-from tests.e2e.cli_support import AR_DESK
+from tests.e2e.cli_support import ACME
 
 INVOICE = {"invoice_id": "inv_1003", "reason": "customer in administration"}
 
@@ -53,9 +53,9 @@ def _count(harness: Harness) -> int:
 def test_a_write_off_proposed_approved_with_edits_and_done_is_on_its_invoice(
     database_url: str,
 ) -> None:
-    desk = load_app(AR_DESK)
+    desk = load_app(ACME)
     with Harness(desk, database_url=database_url, actor="user:ann") as harness:
-        run = harness.start("write-off", INVOICE)
+        run = harness.start("ar.write-off", INVOICE)
         gate = harness.gate(run.run_id)
         harness.decide(
             gate.id, "approved", by="user:carol", edits={"amount": 50000}, reason="settled"
@@ -75,14 +75,14 @@ def test_a_write_off_proposed_approved_with_edits_and_done_is_on_its_invoice(
     assert {row.run_id for row in rows} == {run.run_id}
     assert [row.target for row in rows] == [None, gate.id, gate.id, None]
     assert {(row.app, row.record_type, row.record_id) for row in rows} == {
-        ("ar-desk", "invoice", "inv_1003")
+        ("acme", "invoice", "inv_1003")
     }
     approved = rows[2]
     assert "approved with edits" in approved.summary
     assert "settled" in approved.summary
     assert approved.meta["edited_draft"]["amount"] == 50000
     assert approved.meta["via"] == "test"
-    assert rows[3].summary == "write-off done"
+    assert rows[3].summary == "ar.write-off done"
     # Served as it is: JSON, its time as text.
     served = json.loads(json.dumps([row.as_json() for row in rows]))
     assert served[0]["kind"] == "run.started"
@@ -92,12 +92,12 @@ def test_a_write_off_proposed_approved_with_edits_and_done_is_on_its_invoice(
 def test_a_write_whose_outcome_is_unknown_and_its_answer_are_on_the_invoice(
     database_url: str,
 ) -> None:
-    desk = load_app(AR_DESK)
+    desk = load_app(ACME)
     mail = _TimedOutMail()
     with Harness(
         desk, database_url=database_url, actor="user:ann", implementations={"mail": mail}
     ) as harness:
-        run = harness.start("write-off", INVOICE)
+        run = harness.start("ar.write-off", INVOICE)
         gate = harness.gate(run.run_id)
         harness.decide(gate.id, "approved", by="user:carol", edits={"amount": 50000})
         task = harness.task(run.run_id)
@@ -126,9 +126,9 @@ def test_a_write_whose_outcome_is_unknown_and_its_answer_are_on_the_invoice(
 
 
 def test_a_record_nothing_happened_about_has_no_activity(database_url: str) -> None:
-    desk = load_app(AR_DESK)
+    desk = load_app(ACME)
     with Harness(desk, database_url=database_url, actor="user:ann") as harness:
-        harness.run("chase-invoice", {"invoice_id": "inv_1001"})
+        harness.run("ar.chase-invoice", {"invoice_id": "inv_1001"})
         assert harness.client.activity("invoice", "inv_9999") == []
         assert harness.client.activity("customer", "inv_1001") == []
         # The chase is on its own invoice, started and done, and paged on by row id.
@@ -273,9 +273,9 @@ def test_a_gate_that_names_its_own_record_is_on_that_record_only(database_url: s
 def test_archiving_a_record_cancels_its_pending_gates_as_the_policies_allow(
     database_url: str,
 ) -> None:
-    desk = load_app(AR_DESK)
+    desk = load_app(ACME)
     with Harness(desk, database_url=database_url, actor="user:ann") as harness:
-        runs = [harness.start("write-off", INVOICE) for _ in range(2)]
+        runs = [harness.start("ar.write-off", INVOICE) for _ in range(2)]
         gates = sorted(harness.gate(run.run_id).id for run in runs)
         client = harness.client
         before = _count(harness)

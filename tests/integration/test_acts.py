@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from remit import Client, PolicyDenied
 from remit.core.schema import audit, denials, runs, secrets
-from tests.e2e.cli_support import AR_DESK
+from tests.e2e.cli_support import ACME
 
 # A principal the desk's policies name in no group: refused everything.
 DAVE = "user:dave"
@@ -26,7 +26,7 @@ DAVE = "user:dave"
 @pytest.fixture
 def client(database_url: str, tmp_path: Path) -> Iterator[Client]:
     environ = {"REMIT_SECRET_KEY_FILE": str(tmp_path / "secret.key")}
-    with Client.connect(AR_DESK, database_url, by="user:ann", environ=environ) as client:
+    with Client.connect(ACME, database_url, by="user:ann", environ=environ) as client:
         yield client
 
 
@@ -40,7 +40,7 @@ def _rows(client: Client, table: sa.Table) -> list[dict[str, Any]]:
 
 
 def _started(client: Client) -> str:
-    return client.start("chase-invoice", {"invoice_id": "inv_1001"}).run_id
+    return client.start("ar.chase-invoice", {"invoice_id": "inv_1001"}).run_id
 
 
 # Each act: what it does as `by`, the principal the desk allows it to, the Cedar action and
@@ -52,11 +52,11 @@ ACTS: list[tuple[str, Act, str, str, str, str]] = [
         lambda c, by: c.cancel(_started(c), by=by),
         "user:carol",
         "Workflow",
-        "chase-invoice",
+        "ar.chase-invoice",
         "run.cancelled",
     ),
-    ("pause", lambda c, by: c.pause(by=by), "user:carol", "App", "ar-desk", "app.paused"),
-    ("resume", lambda c, by: c.resume(by=by), "user:carol", "App", "ar-desk", "app.resumed"),
+    ("pause", lambda c, by: c.pause(by=by), "user:carol", "App", "acme", "app.paused"),
+    ("resume", lambda c, by: c.resume(by=by), "user:carol", "App", "acme", "app.resumed"),
     (
         "set_secret",
         lambda c, by: c.set_secret("MAIL_SERVER_TOKEN", "s3cret", by=by),
@@ -119,7 +119,7 @@ def test_clerks_may_not_do_what_controllers_and_admins_do(client: Client) -> Non
         client.set_budget("app", 50, by="user:ann")
     with pytest.raises(PolicyDenied, match='user:carol may not set_secret Secret::"MAIL_FROM"'):
         client.set_secret("MAIL_FROM", "desk@example.com", by="user:carol")
-    with pytest.raises(PolicyDenied, match='user:sam may not pause App::"ar-desk"'):
+    with pytest.raises(PolicyDenied, match='user:sam may not pause App::"acme"'):
         client.pause(by="user:sam")
 
 
@@ -128,13 +128,13 @@ def test_deleting_a_secret_and_a_reconciler_pass_are_checked_and_audited(client:
     with pytest.raises(PolicyDenied, match='may not delete_secret Secret::"MAIL_FROM"'):
         client.delete_secret("MAIL_FROM", by="user:carol")
     assert client.delete_secret("MAIL_FROM", by="user:sam") is True
-    with pytest.raises(PolicyDenied, match='user:ann may not reconcile App::"ar-desk"'):
+    with pytest.raises(PolicyDenied, match='user:ann may not reconcile App::"acme"'):
         client.reconcile(by="user:ann")
     client.reconcile(by="user:carol")
     assert [(row["action"], row["target"], row["actor"]) for row in _rows(client, audit)] == [
         ("secret.set", "secret:MAIL_FROM", "user:sam"),
         ("secret.deleted", "secret:MAIL_FROM", "user:sam"),
-        ("app.reconciled", "app:ar-desk", "user:carol"),
+        ("app.reconciled", "app:acme", "user:carol"),
     ]
     assert [row["action"] for row in _rows(client, denials)] == ["delete_secret", "reconcile"]
 

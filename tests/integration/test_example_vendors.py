@@ -22,7 +22,7 @@ from tests.vendor_servers import TOKEN, DnsServer, HostingServer, PgcloudServer,
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "examples"))
 
-from ar_desk.connectors import dns, hosting, pgcloud
+from acme.connectors import dns, hosting, pgcloud
 
 SESSION_KEY = "sk-live-4c1d2e9f7a"
 

@@ -1,4 +1,4 @@
-"""Policies on the example desk (`examples/ar_desk/policies/`): who may start, call and decide,
+"""Policies on the example desk (`examples/acme/policies/`): who may start, call and decide,
 checked where remit enforces them, with every refusal recorded in the database."""
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ from remit.policy.guard import Guard
 from remit.testing import Harness, ManualClock
 
 ROOT = Path(__file__).parent.parent.parent
-AR_DESK = ROOT / "examples" / "ar_desk"
+ACME = ROOT / "examples" / "acme"
 
 ANN, BOT, CAROL, DAVE, ROGUE = "user:ann", "agent:ar-bot", "user:carol", "user:dave", "agent:rogue"
 PRINCIPALS = (ANN, BOT, CAROL, DAVE, ROGUE)
 
 # Eight actions on the three kinds of resource, each with its context.
 ACTIONS: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "start chase": ("start", "chase-invoice", {"input": {"invoice_id": "inv_1001"}}),
-    "start write-off": ("start", "write-off", {"input": {"invoice_id": "inv_1003"}}),
+    "start chase": ("start", "ar.chase-invoice", {"input": {"invoice_id": "inv_1001"}}),
+    "start write-off": ("start", "ar.write-off", {"input": {"invoice_id": "inv_1003"}}),
     "call invoice read": ("call", "payments.invoices.get", {"input": {"invoice_id": "inv_1"}}),
     "call credit note": (
         "call",
@@ -38,13 +38,13 @@ ACTIONS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "approve 400.00": ("decide", "write-off", {"decision": "approved", "draft": {"amount": 40000}}),
     "retry write-off": (
         "retry",
-        "write-off",
+        "ar.write-off",
         {"input": {"invoice_id": "inv_1003"}, "status": "failed"},
     ),
     "resolve a task": (
         "resolve",
         "mail.messages.send",
-        {"done": True, "workflow": "chase-invoice", "input": {"invoice_id": "inv_1001"}},
+        {"done": True, "workflow": "ar.chase-invoice", "input": {"invoice_id": "inv_1001"}},
     ),
 }
 A, H, D = "allow", "held", "deny"
@@ -60,7 +60,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
 
 @pytest.fixture(scope="module")
 def desk() -> App:
-    return load_app(AR_DESK)
+    return load_app(ACME)
 
 
 def _denials(db: Database) -> list[Any]:
@@ -83,9 +83,40 @@ def test_the_table_of_principals_actions_and_resources(desk: App, db: Database) 
     assert len(recorded) == sum(row.count(D) for row in EXPECTED.values()) == 20
     assert {(r.principal, r.action, r.resource) for r in recorded if r.principal == ANN} == {
         (ANN, "decide", "write-off"),
-        (ANN, "retry", "write-off"),
+        (ANN, "retry", "ar.write-off"),
     }
     assert all(r.reason == "no policy permits it" for r in recorded)
+
+
+def test_clerks_start_every_workflow_of_the_ar_app_and_none_of_the_root_s(
+    desk: App, db: Database
+) -> None:
+    guard = Guard.of(desk, db)
+    ar = desk.apps["ar"]
+    assert ar == ["ar.chase-invoice", "ar.dunning", "ar.follow-up", "ar.write-off"]
+    for name in ar:
+        assert guard.check(ANN, "start", name, {"input": {"invoice_id": "inv_1"}}).allowed, name
+    for name in ("apply", "drift"):  # the root's: an admin's to start
+        assert not guard.check(ANN, "start", name, {"input": {}}).allowed, name
+        assert guard.check("user:sam", "start", name, {"input": {}}).allowed, name
+
+
+def test_the_billing_system_issues_invoices_and_records_payments_only(
+    desk: App, db: Database
+) -> None:
+    guard = Guard.of(desk, db)
+    new = {"invoice_id": "inv_1", "customer_email": "a@b.example", "amount_due": 1}
+    assert guard.check("agent:billing", "call", "payments.invoices.create", {"input": new}).allowed
+    paid = {"input": {"invoice_id": "inv_1"}}
+    assert guard.check("agent:billing", "call", "payments.invoices.pay", paid).allowed
+    for action, resource in [
+        ("call", "payments.credit_notes.create"),
+        ("call", "mail.messages.send"),
+        ("start", "ar.chase-invoice"),
+    ]:
+        assert not guard.check("agent:billing", action, resource, paid).allowed, resource
+    # A clerk may neither issue an invoice nor say it was paid.
+    assert not guard.check(ANN, "call", "payments.invoices.pay", paid).allowed
 
 
 def test_unknown_combinations_are_denied(desk: App, db: Database) -> None:
@@ -93,15 +124,16 @@ def test_unknown_combinations_are_denied(desk: App, db: Database) -> None:
     for principal, action, resource in [
         (ANN, "start", "no-such-workflow"),  # a resource the app does not have
         (ANN, "call", "mail.messages.send"),  # a write no policy names for clerks
-        (ANN, "decide", "chase-invoice"),  # a workflow's name as an approval type
+        (ANN, "decide", "ar.chase-invoice"),  # a workflow's name as an approval type
         ("user:Ann", ANN, "x"),  # another spelling of a principal, an unknown action
-        ("ann", "start", "chase-invoice"),  # not a principal at all
-        ("group:clerks", "start", "chase-invoice"),  # a group does not act
+        ("ann", "start", "ar.chase-invoice"),  # not a principal at all
+        ("group:clerks", "start", "ar.chase-invoice"),  # a group does not act
     ]:
         verdict = guard.check(principal, action, resource, {})  # type: ignore[arg-type]
         assert not verdict.allowed, (principal, action, resource)
     assert (
-        "not a principal policies know" in guard.check("ann", "start", "chase-invoice", {}).reason
+        "not a principal policies know"
+        in guard.check("ann", "start", "ar.chase-invoice", {}).reason
     )
 
 
@@ -110,14 +142,14 @@ def test_a_denied_start_names_who_what_and_which_and_writes_no_run(
 ) -> None:
     with Harness(desk, database_url=database_url) as h:
         with pytest.raises(PolicyDenied) as denied:
-            h.start("chase-invoice", {"invoice_id": "inv_1001"}, by=DAVE)
+            h.start("ar.chase-invoice", {"invoice_id": "inv_1001"}, by=DAVE)
         assert str(denied.value) == (
-            'user:dave may not start Workflow::"chase-invoice": no policy permits it'
+            'user:dave may not start Workflow::"ar.chase-invoice": no policy permits it'
         )
         assert (denied.value.principal, denied.value.action, denied.value.resource) == (
             DAVE,
             "start",
-            "chase-invoice",
+            "ar.chase-invoice",
         )
         with h.worker.db.engine.connect() as conn:
             assert conn.execute(sa.select(sa.func.count()).select_from(runs)).scalar() == 0
@@ -125,7 +157,7 @@ def test_a_denied_start_names_who_what_and_which_and_writes_no_run(
         assert recorded.context == {
             "input": {"invoice_id": "inv_1001", "customer_email": None, "as_of": "2026-11-29"}
         }
-        run = h.start("chase-invoice", {"invoice_id": "inv_1001"}, by=ANN)
+        run = h.start("ar.chase-invoice", {"invoice_id": "inv_1001"}, by=ANN)
         assert h.wait(run.run_id).status == "done"
 
 
@@ -133,7 +165,7 @@ def test_a_decision_over_the_clerks_limit_is_refused_and_a_controller_makes_it(
     desk: App, database_url: str
 ) -> None:
     with Harness(desk, database_url=database_url, actor=ANN) as h:
-        run = h.start("write-off", {"invoice_id": "inv_1003"})
+        run = h.start("ar.write-off", {"invoice_id": "inv_1003"})
         gate = h.gate(run.run_id)
         with pytest.raises(DecisionRefused) as refused:
             h.decide(gate.id, "approved", by=ANN)
@@ -147,7 +179,7 @@ def test_a_decision_over_the_clerks_limit_is_refused_and_a_controller_makes_it(
         # A draft edited to name another invoice is refused, whoever decides.
         with pytest.raises(DecisionRefused) as moved:
             h.decide(gate.id, "approved", by=CAROL, edits={gate.id: {"invoice_id": "inv_1001"}})
-        assert "forbidden by policies/desk.cedar:29" in moved.value.reasons[0][1]
+        assert "forbidden by policies/acme.cedar:25" in moved.value.reasons[0][1]
         # The same clerk may approve once the edit brings it under the limit: the policy reads
         # the draft as it stands after the edits.
         decided = h.decide(gate.id, "approved", by=ANN, edits={gate.id: {"amount": 40000}})
@@ -176,7 +208,7 @@ def test_a_held_call_waits_for_a_controller_and_is_made_exactly_once(
         # A clerk may not approve it (only a controller decides a held call).
         with pytest.raises(DecisionRefused) as refused:
             h.decide(gate.id, "approved", by=ANN)
-        assert "forbidden by policies/desk.cedar:88" in refused.value.reasons[0][1]
+        assert "forbidden by policies/acme.cedar:95" in refused.value.reasons[0][1]
         assert payments.effects_of("payments.credit_notes.create") == []
 
         h.decide(gate.id, "approved", by=CAROL)
@@ -258,7 +290,7 @@ def test_the_call_workflow_is_not_started_by_hand(desk: App, database_url: str) 
         ):
             h.start("call", held, by=CAROL)
         with pytest.raises(RemitError, match="principals are remit's own"):
-            h.start("chase-invoice", {"invoice_id": "inv_1001"}, by="remit:schedule")
+            h.start("ar.chase-invoice", {"invoice_id": "inv_1001"}, by="remit:schedule")
 
 
 def test_keyed_direct_calls_replay_refuse_conflicts_and_never_guess(
@@ -301,7 +333,7 @@ def test_a_held_key_reused_for_another_call_is_refused(desk: App, database_url: 
 
 def test_remits_own_channels_go_with_remits_own_principals(desk: App, database_url: str) -> None:
     with Harness(desk, database_url=database_url, actor=ANN) as h:
-        run = h.start("write-off", {"invoice_id": "inv_1003"})
+        run = h.start("ar.write-off", {"invoice_id": "inv_1003"})
         gate = h.gate(run.run_id)
         for by, via in [(ANN, "system"), ("remit:expiry", "cli")]:
             with pytest.raises(DecisionRefused, match="are remit's own, and go together"):

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from examples.ar_desk.connectors.mail import FakeMail, Message, Sent
+from examples.acme.connectors.mail import FakeMail, Message, Sent
 
 from remit import CallContext, Client, DriverError, load_app
 from remit.testing import Harness
@@ -49,7 +49,7 @@ def test_the_client_example_runs_against_a_worker(
     code = _snippet("Public API")
     monkeypatch.setenv("REMIT_DATABASE_URL", database_url)
     monkeypatch.chdir(ROOT)  # the example names the app folder from the project's root
-    desk = load_app(ROOT / "examples" / "ar_desk")
+    desk = load_app(ROOT / "examples" / "acme")
     with Harness(desk, database_url=database_url):  # the worker that serves the runs
         exec(compile(code, "README.md", "exec"), {})
     assert capsys.readouterr().out.strip() == "written off"
@@ -68,14 +68,14 @@ def test_the_client_example_resolves_a_task(
 ) -> None:
     monkeypatch.setenv("REMIT_DATABASE_URL", database_url)
     monkeypatch.chdir(ROOT)
-    desk = load_app(ROOT / "examples" / "ar_desk")
+    desk = load_app(ROOT / "examples" / "acme")
     mail = _TimedOutMail()
     with (
         Harness(desk, database_url=database_url, implementations={"mail": mail}) as worker,
         Client.connect(desk, by="user:ann") as client,
     ):
         invoice = {"invoice_id": "inv_1003", "reason": "customer in administration"}
-        run = client.start("write-off", invoice)
+        run = client.start("ar.write-off", invoice)
         approval = worker.gate(run.run_id)
         client.decide(approval.id, "approved", key="ok", by="user:carol")
         worker.task(run.run_id)

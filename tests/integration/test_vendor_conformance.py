@@ -18,7 +18,7 @@ from tests.vendor_servers import TOKEN, DnsServer, HostingServer, PgcloudServer,
 
 sys.path.insert(0, str(Path(__file__).parent.parent.parent / "examples"))
 
-from ar_desk.connectors import dns, hosting, pgcloud
+from acme.connectors import dns, hosting, pgcloud
 
 SERVERS = {"DNS": DnsServer, "HOSTING": HostingServer, "PGCLOUD": PgcloudServer}
 

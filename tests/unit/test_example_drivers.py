@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +16,16 @@ from remit import CallContext, DriverError, MissingCredential
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "examples"))
 
-from ar_desk.connectors.mail import MailDriver, Message, send_message
-from ar_desk.connectors.payments import (
+from acme.connectors.mail import MailDriver, Message, send_message
+from acme.connectors.payments import (
     CreditNoteIn,
     InvoiceRef,
+    NewInvoice,
     PaymentsDriver,
     ReminderNote,
+    create_invoice,
     get_invoice,
+    mark_paid,
     record_reminder,
     write_off,
 )
@@ -60,7 +63,10 @@ class PaymentsVendor:
             )
         if request.url.path == "/v1/credit_notes":
             return self._credit_note(request)
-        invoice_id = request.url.path.rsplit("/", 1)[-1]
+        if request.url.path == "/v1/invoices":
+            return self._create(request)
+        paying = request.url.path.endswith("/pay")
+        invoice_id = request.url.path.removesuffix("/pay").rsplit("/", 1)[-1]
         invoice = self.invoices.get(invoice_id)
         if invoice is None:
             return httpx.Response(
@@ -78,11 +84,32 @@ class PaymentsVendor:
         if key in self.replies:
             return self.replies[key]
         form = dict(httpx.QueryParams(request.content.decode()))
-        invoice["metadata"] = {
-            **invoice["metadata"],
-            "reminders_sent": form["metadata[reminders_sent]"],
-        }
+        if paying:
+            assert form == {"paid_out_of_band": "true"}
+            invoice |= {"status": "paid", "amount_due": 0}
+        else:
+            invoice["metadata"] = {
+                **invoice["metadata"],
+                "reminders_sent": form["metadata[reminders_sent]"],
+            }
         self.replies[key] = httpx.Response(200, json=invoice)
+        return self.replies[key]
+
+    def _create(self, request: httpx.Request) -> httpx.Response:
+        key = request.headers["Idempotency-Key"]
+        if key not in self.replies:
+            form = dict(httpx.QueryParams(request.content.decode()))
+            invoice = {
+                "id": form["id"],
+                "customer_email": form["customer_email"],
+                "amount_due": int(form["amount_due"]),
+                "currency": form["currency"],
+                "due_date": int(form["due_date"]),
+                "status": "open",
+                "metadata": {},
+            }
+            self.invoices[form["id"]] = invoice
+            self.replies[key] = httpx.Response(200, json=invoice)
         return self.replies[key]
 
     def _credit_note(self, request: httpx.Request) -> httpx.Response:
@@ -131,6 +158,39 @@ def test_payments_record_sends_the_idempotency_key_and_a_repeat_changes_nothing(
     assert first.model_dump()["reminders_sent"] == 1
     assert again.model_dump()["reminders_sent"] == 1
     assert vendor.invoices["inv_1"]["metadata"]["reminders_sent"] == "1"
+
+
+def test_payments_create_posts_a_keyed_invoice_once_and_it_reads_back() -> None:
+    vendor = PaymentsVendor()
+    driver = PaymentsDriver(transport=httpx.MockTransport(vendor))
+    new = NewInvoice(
+        invoice_id="inv_9",
+        customer_email="ap@y.example",
+        amount_due=61250,
+        currency="eur",
+        due_date=date(2026, 10, 1),
+    )
+    context = call(create_invoice, {"PAYMENTS_API_KEY": "sk_test"}, key="run_1:1")
+    made = driver.invoke(create_invoice, new, context)
+    again = driver.invoke(create_invoice, new, context)
+    assert made == again
+    assert (made.model_dump()["amount_due"], made.model_dump()["status"]) == (61250, "open")
+    assert made.model_dump()["due_date"] == date(2026, 10, 1)
+    (post, _) = [r for r in vendor.requests if r.method == "POST"]
+    assert (post.url.path, post.headers["Idempotency-Key"]) == ("/v1/invoices", "run_1:1")
+    assert list(vendor.invoices) == ["inv_1", "inv_9"]  # made once
+
+
+def test_payments_pay_marks_the_invoice_paid_out_of_band() -> None:
+    vendor = PaymentsVendor()
+    driver = PaymentsDriver(transport=httpx.MockTransport(vendor))
+    context = call(mark_paid, {"PAYMENTS_API_KEY": "sk_test"}, key="run_1:2")
+    paid = driver.invoke(mark_paid, InvoiceRef(invoice_id="inv_1"), context)
+    assert (paid.model_dump()["status"], paid.model_dump()["amount_due"]) == ("paid", 0)
+    assert [(r.method, r.url.path) for r in vendor.requests] == [("POST", "/v1/invoices/inv_1/pay")]
+    with pytest.raises(DriverError, match="No such invoice: inv_404") as missing:
+        driver.invoke(mark_paid, InvoiceRef(invoice_id="inv_404"), context)
+    assert missing.value.status == 404
 
 
 def test_payments_write_off_posts_a_keyed_credit_note_once() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from remit import AppError, CallContext, Connector, Driver, Fake, Op, implements, op
+from remit import AppError, CallContext, Connector, Driver, DriverError, Fake, Op, implements, op
 from remit.connectors.llm import ChatMessage, ChatRequest, FakeLLM, chat_complete
 from tests.resource_support import FakeStore, box
 
@@ -77,8 +77,8 @@ def test_a_fake_shows_the_writes_it_applied_by_default() -> None:
 
 def test_the_desks_fakes_show_their_invoices_and_outbox(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(EXAMPLES))
-    from ar_desk.connectors.mail import FakeMail, Message, send_message
-    from ar_desk.connectors.payments import CreditNoteIn, FakePayments, write_off
+    from acme.connectors.mail import FakeMail, Message, send_message
+    from acme.connectors.payments import CreditNoteIn, FakePayments, write_off
 
     payments = FakePayments()
     payments.invoke(
@@ -101,6 +101,48 @@ def test_the_desks_fakes_show_their_invoices_and_outbox(monkeypatch: pytest.Monk
     ]
     assert mail.state() == {"sent": [{"to": "a@b.example", "subject": "Hi", "body": "..."}]}
     json.dumps(held)
+
+
+def test_the_payments_fake_issues_an_invoice_once_and_records_its_payment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    from acme.connectors.payments import (
+        FakePayments,
+        InvoiceRef,
+        NewInvoice,
+        create_invoice,
+        mark_paid,
+    )
+
+    payments = FakePayments()
+    new = NewInvoice(
+        invoice_id="inv_2001",
+        customer_email="ap@northwind.example",
+        amount_due=128_000,
+        currency="eur",
+        due_date="2026-11-01",
+    )
+    made = payments.invoke(create_invoice, new, call_for(create_invoice, "k1"))
+    again = payments.invoke(create_invoice, new, call_for(create_invoice, "k2"))
+    assert made == again  # the same invoice again is the one there
+    other = new.model_copy(update={"amount_due": 1})
+    with pytest.raises(DriverError, match="an invoice inv_2001 exists already") as taken:
+        payments.invoke(create_invoice, other, call_for(create_invoice, "k3"))
+    assert taken.value.status == 409
+
+    payments.invoke(mark_paid, InvoiceRef(invoice_id="inv_2001"), call_for(mark_paid, "k4"))
+    invoices = {invoice["invoice_id"]: invoice for invoice in payments.state()["invoices"]}
+    assert invoices["inv_2001"] == {
+        "invoice_id": "inv_2001",
+        "customer_email": "ap@northwind.example",
+        "amount_due": 0,
+        "currency": "eur",
+        "due_date": "2026-11-01",
+        "status": "paid",
+        "reminders_sent": 0,
+    }
+    assert sorted(invoices) == ["inv_1001", "inv_1002", "inv_1003", "inv_2001"]
 
 
 def test_the_model_fake_shows_its_requests() -> None:

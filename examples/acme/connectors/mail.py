@@ -2,6 +2,8 @@
 
 `POST /email` with the server token in `X-Postmark-Server-Token`. The API takes no idempotency
 key, so sending is a non-idempotent write: remit never repeats one whose outcome is unknown.
+The connector's scenario steps read the fake's outbox: who got how many emails, and what the
+last one said.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel
 
-from remit import CallContext, Connector, Driver, DriverError, Fake, implements, op
+from remit import CallContext, Connector, Driver, DriverError, Fake, implements, op, steps
 
 
 class Message(BaseModel):
@@ -98,10 +100,40 @@ class FakeMail(Fake):
             return Sent(message_id=f"msg_{len(self.outbox):04d}", to=input.to)
 
 
+mail_steps = steps("mail")
+
+
+def _sent_to(fake: FakeMail, email: str) -> list[Message]:
+    return [message for message in fake.outbox if message.to == email]
+
+
+@mail_steps.then("{email} got {n:d} emails")
+def got_emails(fake: FakeMail, email: str, n: int) -> None:
+    found = len(_sent_to(fake, email))
+    assert found == n, f"{email} got {found} emails, not {n}"
+
+
+@mail_steps.then("{email} got 1 email")
+def got_one_email(fake: FakeMail, email: str) -> None:
+    got_emails(fake, email, 1)
+
+
+@mail_steps.then('the last email to {email} says "{text}"')
+def last_email_says(fake: FakeMail, email: str, text: str) -> None:
+    sent = _sent_to(fake, email)
+    assert sent, f"no email was sent to {email}"
+    last = sent[-1]
+    assert text in last.subject or text in last.body, (
+        f'the last email to {email} does not say "{text}": its subject is '
+        f"{last.subject!r} and its body {last.body!r}"
+    )
+
+
 mail = Connector(
     "mail",
     ops=[send_message],
     driver=MailDriver,
     fake=FakeMail,
     description="Transactional email.",
+    steps=mail_steps,
 )

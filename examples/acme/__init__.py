@@ -1,0 +1,1 @@
+"""Acme's operations repo (`app.py`), imported as the package `acme`."""

@@ -1,0 +1,49 @@
+"""The example repo's scenarios (`examples/acme/apps/ar/scenarios/`) and its demo's books
+(`examples/acme/demo/`) pass on SQLite and Postgres, run through `remit.scenarios` as `remit
+test` runs them; its month of dunning takes well under a second of steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from remit import load_app
+from remit.scenarios import Scenario, ScenarioResult, read, run_scenario
+from remit.scenarios.features import app_name_of
+
+ACME = Path(__file__).resolve().parent.parent.parent / "examples" / "acme"
+FEATURES = sorted([*ACME.glob("apps/*/scenarios/*.feature"), *ACME.glob("demo/*.feature")])
+APP = load_app(ACME)
+SCENARIOS = [scenario for path in FEATURES for scenario in read(path)]
+
+
+def run(scenario: Scenario, database_url: str) -> ScenarioResult:
+    """Run `scenario` as `remit test` does: an app's names with or without its prefix."""
+    return run_scenario(
+        APP, scenario, database_url=database_url, app_name=app_name_of(scenario.path)
+    )
+
+
+def test_the_example_has_a_scenario_for_each_of_its_stories() -> None:
+    features = {scenario.feature for scenario in SCENARIOS}
+    assert {
+        "Chasing an overdue invoice",
+        "Writing off an invoice",
+        "A month of dunning",
+    } <= features, features
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.title for s in SCENARIOS])
+def test_each_scenario_of_the_example_passes(scenario: Scenario, database_url: str) -> None:
+    result = run(scenario, database_url)
+    assert result.scenario is scenario
+
+
+def test_a_month_of_dunning_takes_well_under_a_second(database_url: str) -> None:
+    month = [s for s in SCENARIOS if s.feature == "A month of dunning"]
+    assert month
+    for scenario in month:
+        result = run(scenario, database_url)
+        # The steps alone, the harness's start and stop left out: no real waiting happens.
+        assert result.took < 1.0, f"{scenario.title} took {result.took:.2f}s"
