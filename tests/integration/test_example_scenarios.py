@@ -1,6 +1,6 @@
 """The example repo's scenarios (`examples/acme/apps/ar/scenarios/`) and its demo's books
 (`examples/acme/demo/`) pass on SQLite and Postgres, run through `remit.scenarios` as `remit
-test` runs them; its month of dunning takes well under a second of steps."""
+test` runs them; its month of dunning takes a fraction of a second of steps."""
 
 from __future__ import annotations
 
@@ -40,10 +40,12 @@ def test_each_scenario_of_the_example_passes(scenario: Scenario, database_url: s
     assert result.scenario is scenario
 
 
-def test_a_month_of_dunning_takes_well_under_a_second(database_url: str) -> None:
+def test_a_month_of_dunning_takes_a_fraction_of_a_second(database_url: str) -> None:
     month = [s for s in SCENARIOS if s.feature == "A month of dunning"]
     assert month
     for scenario in month:
         result = run(scenario, database_url)
-        # The steps alone, the harness's start and stop left out: no real waiting happens.
-        assert result.took < 1.0, f"{scenario.title} took {result.took:.2f}s"
+        # The steps alone, the harness's start and stop left out: no real waiting happens. A
+        # month of three clock moves takes about half a second on a quiet machine; the bound
+        # leaves room for a busy one, and is still a week short of one real sleep.
+        assert result.took < 2.0, f"{scenario.title} took {result.took:.2f}s"

@@ -33,9 +33,8 @@ Feature: A month of dunning
     And 7 days pass
     Then invoice inv_2002 has 3 reminders
     And the last email to billing@contoso.example says "Please pay within 7 days"
-    When 15 days pass
-    Then $dunning is sleeping
-    When 1 day passes
+    And $dunning is sleeping
+    When 16 days pass
     Then $dunning is done
     And the output of $dunning is:
       | outcome   | handed to collections |
