@@ -69,8 +69,13 @@ def test_feature_files_are_found_at_the_root_and_in_each_app(tmp_path: Path) -> 
         tmp_path / "scenarios/a.feature",
     ]
     # An app's scenarios run on the whole repo, which `load_app` loads with every app in it.
+    (tmp_path / "apps/ar/workflows").mkdir()
     assert app_folder_of(tmp_path / "apps/ar/scenarios/b.feature") == (tmp_path, "ar")
     assert app_folder_of(tmp_path / "scenarios/a.feature") == (tmp_path, None)
+    # An app of its own (its `app.py`) that sits in a folder named `apps` is loaded alone.
+    (tmp_path / "apps/own/scenarios").mkdir(parents=True)
+    (tmp_path / "apps/own/app.py").write_text("")
+    assert app_folder_of(tmp_path / "apps/own/scenarios/d.feature") == (tmp_path / "apps/own", None)
 
 
 def test_cells_are_json_when_they_parse_and_text_otherwise() -> None:

@@ -81,9 +81,12 @@ def is_scenario_file(path: Path) -> bool:
 
 
 def app_name_of(path: Path) -> str | None:
-    """The app a feature file in `apps/<app>/scenarios/` belongs to; None for a repo's own."""
+    """The app a feature file in `apps/<app>/scenarios/` belongs to; None for a repo's own, or
+    for one of an app that is a folder of its own (with its `app.py`) that sits in a folder
+    named `apps`."""
     folder = path.resolve().parent.parent
-    if folder.parent.name == APPS_FOLDER:
+    in_repo = (folder / "workflows").is_dir() and not (folder / "app.py").exists()
+    if folder.parent.name == APPS_FOLDER and in_repo:
         return folder.name
     return None
 

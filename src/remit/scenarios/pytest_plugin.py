@@ -56,11 +56,11 @@ def is_remit_folder(folder: Path) -> bool:
 
 def app_folder_of(path: Path) -> tuple[Path, str | None]:
     """The folder to load the app of feature file `path` from, and the app's name in a repo
-    (`apps/<app>/`): the repo's root, which loads every app in it (`load_app`)."""
+    (`apps/<app>/`, with its `workflows/`): the repo's root, which loads every app in it
+    (`load_app`). An app with an `app.py` of its own is its own folder, wherever it is."""
     folder = path.resolve().parent.parent
-    if folder.parent.name != APPS_FOLDER:
-        return folder, None
-    return folder.parent.parent, folder.name
+    app = features.app_name_of(path)
+    return (folder, None) if app is None else (folder.parent.parent, app)
 
 
 class FeatureFile(pytest.File):
