@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from remit._version import __version__
 from remit.budgets.model import Budget, Price
 from remit.connectors.apps import VENDOR as APPS_VENDOR
-from remit.connectors.apps import AppEntry, AppList, apps_connector
+from remit.connectors.apps import AppEntry, AppList, apps_connector, is_apps_connector
 from remit.connectors.base import Connector
 from remit.connectors.data import VENDOR as DATA_VENDOR
 from remit.connectors.data import Collection
@@ -155,8 +155,8 @@ class App:
         for connector in connectors:
             if not isinstance(connector, Connector):
                 raise AppError(f"app `{name}` lists {connector!r} among its connectors")
-            if connector is wakeup_connector:
-                continue  # every app has it
+            if connector is wakeup_connector or is_apps_connector(connector):
+                continue  # every app has it (its own `remit.apps.list`, listing this app)
             if connector.vendor in (WAKEUP_VENDOR, APPS_VENDOR):
                 raise AppError(
                     f"app `{name}` declares a connector for the vendor `{connector.vendor}`, "

@@ -62,6 +62,11 @@ class _Listing(Implementation):
         return self.listing()
 
 
+def is_apps_connector(connector: Connector) -> bool:
+    """Whether `connector` is one `apps_connector` made (another app's, listed again)."""
+    return connector.vendor == VENDOR and connector.ops == (list_apps,)
+
+
 def apps_connector(listing: Callable[[], AppList]) -> Connector:
     """The connector of `remit.apps.list`, answering with `listing()`."""
     return Connector(
