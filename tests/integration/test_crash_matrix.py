@@ -50,14 +50,13 @@ def test_no_run_is_lost_and_no_write_is_doubled(database_url: str, tmp_path: Pat
         procs: dict[str, subprocess.Popen[bytes]] = {name: workers.start(name) for name in ids}
         app = load_app(CRASH_APP)
         client = workers.db.client(app.name)
+        starts = workers.runs.naming(None, app=app.name)  # on the app's queues
         run_ids: list[str] = []
 
         def feed(n: int) -> None:
             for _ in range(min(n, runs_wanted - len(run_ids))):
                 payload = {"account": f"acc-{len(run_ids)}", "amount": 100 + len(run_ids)}
-                run = workers.runs.start(
-                    client, app.workflow("settle"), payload, started_by="chaos"
-                )
+                run = starts.start(client, app.workflow("settle"), payload, started_by="chaos")
                 run_ids.append(run.run_id)
 
         # Runs arrive while workers die, spread over the whole time of killing.

@@ -107,12 +107,14 @@ def test_every_run_completes_across_an_immediate_restart(cluster: Cluster, tmp_p
         client = workers.db.client(app.name)
         try:
             run_ids = [
-                workers.runs.start(
+                workers.runs.naming(None, app=app.name)
+                .start(
                     client,
                     app.workflow("settle"),
                     {"account": f"a{n}", "amount": 10 + n},
                     started_by="t",
-                ).run_id
+                )
+                .run_id
                 for n in range(60)
             ]
         finally:
