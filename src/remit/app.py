@@ -215,22 +215,12 @@ class App:
         """Add what the repo's folders declare beside `App(...)`: the root's `workflows/` and
         each app's `apps/<app>/workflows/` (`load_app` finds them). Checked as `App(...)` checks
         its own; the policies, if the app has them, are loaded again to know the new names."""
-        for held in collections:
-            if not isinstance(held, Collection):
-                raise AppError(f"app `{self.name}` lists {held!r} among its collections")
-            if held.name in self.collections:
-                if self.collections[held.name] is held:
-                    continue
-                raise AppError(
-                    f"app `{self.name}` has two collections named `{held.name}`: keep one, or "
-                    "rename the other"
-                )
-            if DATA_VENDOR in self.connectors:
-                raise AppError(
-                    f"app `{self.name}` has a connector for the vendor `{DATA_VENDOR}`, whose "
-                    "ops are its collections': rename the connector's vendor (and its ops' ids)"
-                )
-            self.collections[held.name] = held
+        # Checked with the app's own as `App(collections=...)` checks them; one listed again
+        # (imported by two modules) is the same one.
+        self.collections = _collections(
+            self.name, _unique([*self.collections.values(), *collections]), self.connectors
+        )
+        for held in self.collections.values():
             self.ops.update({declared.id: declared for declared in held.ops})
         for queue in queues:
             known = self.queues.get(queue.name)

@@ -104,15 +104,15 @@ def read(path: Path | str) -> list[Scenario]:
     steps = dict(_steps(feature))
     scenarios = []
     located: Any = {**document, "uri": str(path)}
-    for pickle in Compiler().compile(located):
+    for compiled in Compiler().compile(located):  # gherkin's "pickles": one per scenario
         scenarios.append(
             Scenario(
                 path=path,
                 feature=feature["name"],
-                name=pickle["name"],
-                line=pickle["location"]["line"],
-                steps=tuple(_step(raw, steps) for raw in pickle["steps"]),
-                tags=tuple(tag["name"] for tag in pickle["tags"]),
+                name=compiled["name"],
+                line=compiled["location"]["line"],
+                steps=tuple(_step(raw, steps) for raw in compiled["steps"]),
+                tags=tuple(tag["name"] for tag in compiled["tags"]),
             )
         )
     return scenarios

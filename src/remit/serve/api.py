@@ -80,6 +80,7 @@ from remit.connectors.base import Fake
 from remit.core.errors import RemitError
 from remit.serve.body import BodyLimit
 from remit.serve.errors import error_response
+from remit.serve.fake_routes import fake_routes
 from remit.serve.models import (
     ErrorBody,
     Health,
@@ -87,7 +88,7 @@ from remit.serve.models import (
     Woken,
     error_responses,
 )
-from remit.serve.routes import fake_routes, router
+from remit.serve.routes import router
 
 # The names a server on this machine answers to when none are configured.
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1", "[::1]")

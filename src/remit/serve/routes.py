@@ -17,7 +17,6 @@ from pydantic import (
 )
 
 from remit.client import Client
-from remit.connectors.base import Fake
 from remit.connectors.credentials import check_name
 from remit.core.audit import audit_of
 from remit.core.errors import (
@@ -791,25 +790,3 @@ def _edit_problems(approvals: Approvals, approval: Approval, edits: Mapping[str,
             for e in error.errors(include_url=False, include_input=False)
         ]
     return reasons
-
-
-def fake_routes(routes: APIRouter, fakes: Mapping[str, Fake]) -> None:
-    """`GET /fakes/{vendor}`: what each fake vendor holds, served by an instance that runs every
-    connector on its fake and shares one fake per vendor (`remit demo`)."""
-
-    @routes.get("/fakes/{vendor}", responses=error_responses(401, 404, 422))
-    def fake_state(
-        vendor: Annotated[
-            str, Path(max_length=200, json_schema_extra=NUL_FREE, description="The vendor.")
-        ],
-    ) -> dict[str, Any]:
-        """What the vendor's fake holds (`Fake.state()`): its invoices, its outbox, the writes
-        it applied. A vendor with no fake here is 404, naming those there are."""
-        fake = fakes.get(vendor)
-        if fake is None:
-            raise Problem(
-                404,
-                f"this instance runs no fake for the vendor `{excerpt(vendor)}`: the fake vendors "
-                f"here are {', '.join(sorted(fakes)) or 'none'}",
-            )
-        return fake.state()
