@@ -417,12 +417,29 @@ class Client:
         return RunHandle(self, run_id, self.app.workflow(run.workflow))
 
     def runs(
-        self, *, status: str | None = None, workflow: str | None = None, limit: int = 50
+        self,
+        *,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 50,
+        app: str | None = None,
+        started_by: str | None = None,
+        record: tuple[str, str] | None = None,
+        before: tuple[datetime, str] | None = None,
     ) -> list[Run]:
-        """Runs, newest first."""
+        """Runs, newest first: of a status, a workflow, an app of the repo (`""`: the root's),
+        a starter, a record; `before` the (created at, run id) of the previous page's last."""
         limits.check_limit(limit, where="runs")
-        _no_nul("runs", status=status, workflow=workflow)
-        return self.runs_store.list(status=status, workflow=workflow, limit=limit)
+        _no_nul("runs", status=status, workflow=workflow, app=app, started_by=started_by)
+        return self.runs_store.list(
+            status=status,
+            workflow=workflow,
+            limit=limit,
+            app=app,
+            started_by=started_by,
+            record=record,
+            before=before,
+        )
 
     # What the command line reads; a `RemoteClient` answers the same through the HTTP API.
 

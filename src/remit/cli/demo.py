@@ -10,8 +10,9 @@ The demo is `serve/demo.py`'s `Demo` behind the HTTP API; `--script` plays a ses
 import json
 import os
 import signal
+import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -54,14 +55,23 @@ def demo(
             "stop (exit 0 when every line behaved).",
         ),
     ] = None,
+    stay: Annotated[
+        bool | None,
+        typer.Option(
+            "--stay/--no-stay",
+            help="After the script, keep serving (the web console and the API) until Ctrl-C. "
+            "Default: when run in a terminal.",
+        ),
+    ] = None,
     app_dir: AppDir = None,
 ) -> None:
     """Run the whole app in this process, on fakes: a worker and the HTTP API on a fresh SQLite
     database in .remit/demo/ (wiped at start), one fake per vendor for every run and call.
 
     It prints the API's address, the tokens it made (in .remit/demo/instance.json) and how to
-    point the command line at it, then serves until Ctrl-C; with --script it plays the script
-    and stops.
+    point the command line at it, and a one-time link per principal to its web console, then
+    serves until Ctrl-C; with --script it plays the script and stops (in a terminal, or with
+    --stay, it then prints the console's links and serves on).
     """
     from remit.serve.demo import DEMO_HOST, Demo
     from remit.serve.script import parse_script
@@ -72,6 +82,7 @@ def demo(
     lines = None if script is None else parse_script(_read(script), source=str(script))
     app, _ = load(folder)
     instance = Demo.of(app, folder)
+    keep = (sys.stdin.isatty() and sys.stdout.isatty()) if stay is None else stay
     played: dict[str, int] = {}
     players: list[Player] = []  # the script's, once the demo answers
     try:
@@ -85,6 +96,7 @@ def demo(
                 threading.Thread(
                     target=_play,
                     args=(players[0], lines, script, played),
+                    kwargs={"then": (lambda: _tell_console(instance, url)) if keep else None},
                     name="remit-demo-script",
                     daemon=True,
                 ).start()
@@ -163,13 +175,21 @@ def _tell(instance: "Demo", url: str, path: Path, *, quiet: bool) -> None:
     out.print(Text(f"  export REMIT_URL={url} REMIT_TOKEN={instance.tokens[actor]}"))
     if vendors:
         out.print(f"see what a fake vendor holds: remit fakes show VENDOR ({', '.join(vendors)})")
+    _tell_console(instance, url)
     out.print("Ctrl-C stops the demo")
+
+
+def _tell_console(instance: "Demo", url: str) -> None:
+    """Print the web console's address and a sign-in link for each principal."""
+    out.print(f"web console: {url}/console/ (each link signs its person in once):")
+    links = instance.sign_in_links(url)
+    width = max(len(principal) for principal in links)
+    for principal, link in links.items():
+        out.print(Text(f"  {principal:<{width}}  {link}"))
 
 
 def _player(instance: "Demo", folder: Path, url: str) -> "Player":
     """The player of a script against the demo at `url`, as the demo's default actor."""
-    import sys
-
     from remit.serve.script import Player
 
     environ = {
@@ -187,9 +207,17 @@ def _player(instance: "Demo", folder: Path, url: str) -> "Player":
     )
 
 
-def _play(player: "Player", lines: "list[Line]", script: Path, played: dict[str, int]) -> None:
-    """Play the script, note how it went in `played`, and stop the server. A demo stopped
-    from outside stops the player: then it says nothing, and `demo` tells how it ended."""
+def _play(
+    player: "Player",
+    lines: "list[Line]",
+    script: Path,
+    played: dict[str, int],
+    *,
+    then: Callable[[], None] | None,
+) -> None:
+    """Play the script, note how it went in `played`, then call `then` and serve on, or (with
+    no `then`) stop the server. A demo stopped from outside stops the player: then it says
+    nothing, and `demo` tells how it ended."""
     from remit.serve.script import ScriptError
 
     try:
@@ -205,7 +233,12 @@ def _play(player: "Player", lines: "list[Line]", script: Path, played: dict[str,
         err.print(f"{script}: every line behaved")
         played["code"] = 0
     finally:
-        if not player.stopped:  # else the server has stopped already
+        if player.stopped:  # the server has stopped already
+            pass
+        elif then is not None:
+            then()
+            out.print("the demo serves on: Ctrl-C stops it")
+        else:
             os.kill(os.getpid(), signal.SIGTERM)
 
 

@@ -573,6 +573,8 @@ def serve(
             around=None
             if supervisor is None
             else (supervisor.before_request, supervisor.after_request),
+            # Served over TLS, here or by the proxy in front: the console's cookie says so.
+            secure_cookies=bool(tls) or behind_proxy,
         )
         if settings.telegram_api is not None:
             _take_telegram_taps(api, remit, settings.telegram_api)
@@ -586,7 +588,8 @@ def serve(
                 listening=lambda url: err.print(
                     f"serving the API of [bold]{app.name}[/] on "
                     f"{scheme}{url.removeprefix('http')} (its spec at /openapi.json; send "
-                    "`Authorization: Bearer <token>`, from `remit tokens create`)"
+                    "`Authorization: Bearer <token>`, from `remit tokens create`), and its "
+                    "web console at / (`remit login-link --for user:<name>` signs in)"
                     + ("" if supervisor is None else _worker_line(supervisor, stop_when_idle))
                 ),
             )

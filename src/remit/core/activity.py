@@ -141,6 +141,18 @@ def record_of(conn: sa.Connection, target: str, kind: str) -> RecordRef | None:
     return _first(conn, activity.c.target == target, kind)
 
 
+def runs_of_record(app: str | None, record: Record) -> sa.Select[tuple[str | None]]:
+    """The ids of the runs that concern `record` (of the app `app`; of any app: None), as a
+    subquery."""
+    kind, ident = record
+    query = sa.select(activity.c.run_id).where(
+        activity.c.record_type == kind,
+        activity.c.record_id == ident,
+        activity.c.kind == RUN_STARTED,
+    )
+    return query if app is None else query.where(activity.c.app == app)
+
+
 def _first(conn: sa.Connection, where: sa.ColumnElement[bool], kind: str) -> RecordRef | None:
     row = conn.execute(
         sa.select(activity.c.app, activity.c.record_type, activity.c.record_id)

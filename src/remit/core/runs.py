@@ -28,6 +28,7 @@ from remit.core.activity import (
     check_record,
     record_of_run,
     run_ended,
+    runs_of_record,
 )
 from remit.core.audit import audit_row
 from remit.core.clock import Clock, SystemClock
@@ -276,13 +277,39 @@ class RunStore:
         return None if row is None else _run(row)
 
     def list(
-        self, *, status: str | None = None, workflow: str | None = None, limit: int = 50
+        self,
+        *,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 50,
+        app: str | None = None,
+        started_by: str | None = None,
+        record: Record | None = None,
+        before: tuple[datetime, str] | None = None,
     ) -> list[Run]:
+        """Runs, newest first (ties by id). `app` is an app of the repo (`ar`: the workflows
+        `ar.*`; `""`: the root's); `record` the record they concern; `before` the (created at,
+        run id) of the last run of the page before, for the next page."""
         query = sa.select(runs).order_by(runs.c.created_at.desc(), runs.c.run_id).limit(limit)
         if status is not None:
             query = query.where(runs.c.status == status)
         if workflow is not None:
             query = query.where(runs.c.workflow == workflow)
+        if app is not None:
+            inside = runs.c.workflow.startswith(f"{app}.", autoescape=True)
+            query = query.where(inside if app else ~runs.c.workflow.contains(".", autoescape=True))
+        if started_by is not None:
+            query = query.where(runs.c.started_by == started_by)
+        if record is not None:
+            query = query.where(runs.c.run_id.in_(runs_of_record(self.app, record)))
+        if before is not None:
+            at, run_id = before
+            query = query.where(
+                sa.or_(
+                    runs.c.created_at < at,
+                    sa.and_(runs.c.created_at == at, runs.c.run_id > run_id),
+                )
+            )
         with self.db.engine.connect() as conn:
             return [_run(row) for row in conn.execute(query)]
 

@@ -39,6 +39,8 @@
     GET    /health                      {"ok": true} while the database answers
     GET    /wake                        start the worker if it stopped itself (`serve --worker`)
     GET    /openapi.json                the spec of every route above
+    GET    /, /console/...              the web console's pages (`remit.console`), signed in
+                                        by a one-time link or a password, not by a token
 
 Every route but `/health` and `/wake` needs `Authorization: Bearer rmt_...`, an API token (`remit tokens
 create --for user:ann`): the request acts as the token's principal, under the app's policies,
@@ -77,6 +79,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from remit._version import __version__
 from remit.client import Client
 from remit.connectors.base import Fake
+from remit.console import app as console
 from remit.core.errors import RemitError
 from remit.serve.body import BodyLimit
 from remit.serve.errors import error_response
@@ -103,6 +106,7 @@ def create_api(
     wake: Callable[[], str] | None = None,
     around: tuple[Callable[[], None], Callable[[], None]] | None = None,
     fakes: Mapping[str, Fake] | None = None,
+    secure_cookies: bool = False,
 ) -> FastAPI:
     """The HTTP API over `client`'s app. Route functions are synchronous (the database calls
     block), so FastAPI runs each in its threadpool. `allowed_hosts`: the names (`Host` header)
@@ -111,7 +115,9 @@ def create_api(
     itself, and returns what the worker was doing. `around` is called before and after each
     request (such a server closes its connections after a request while its worker is
     stopped). `fakes`, given by an instance that runs every connector on its fake (`remit
-    demo`), answers `GET /fakes/{vendor}` with what each fake holds."""
+    demo`), answers `GET /fakes/{vendor}` with what each fake holds. The web console is served
+    beside the API (`remit.console`); `secure_cookies` marks its session cookie Secure, for a
+    server behind TLS."""
     api = FastAPI(
         title=title or f"remit: {client.app.name}",
         version=version,
@@ -193,6 +199,7 @@ def create_api(
         return api.openapi()
 
     api.include_router(routes)
+    console.install(api, client, secure_cookies=secure_cookies, fallback=error_response)
     return api
 
 

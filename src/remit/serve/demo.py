@@ -25,6 +25,7 @@ import os
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,8 @@ INSTANCE_FILE = "instance.json"
 LOCK_FILE = "demo.lock"
 # A demo answers on this machine only: its tokens are written to a file in plain text.
 DEMO_HOST = "127.0.0.1"
+# How long the console's sign-in links a demo prints stay good (each works once).
+DEMO_LINK_LIFE = timedelta(hours=8)
 
 # `call(op_id, input, by)`: a direct call on the demo's fakes, as `by` (None: the default actor).
 Call = Callable[[str, Mapping[str, Any], str | None], CallResult]
@@ -163,6 +166,17 @@ class Demo:
             why = result.error or f"it is {result.status} ({result.note or 'a run waits'})"
             raise RemitError(f"seeding the demo: `{op_id}` as {who} did not succeed: {why}")
         return result
+
+    def sign_in_links(self, url: str) -> dict[str, str]:
+        """A one-time link to the web console for each principal with a token, good for the
+        demo's day (`DEMO_LINK_LIFE`): opening one signs its person in."""
+        return {
+            principal: f"{url}/console/sign-in?code="
+            + self.client.signins.link(
+                principal, by=self.settings.actor, expires_in=DEMO_LINK_LIFE
+            )[1]
+            for principal in self.tokens
+        }
 
     def api(self) -> FastAPI:
         """The HTTP API on the demo's client, answering `GET /fakes/{vendor}` too."""

@@ -1,0 +1,117 @@
+"""The console's routes, put on the HTTP API's app by `install(api, client)`: every page under
+`/console/`, its static files under `/console/static/`, and `/` sending a browser to the runs.
+
+A page asked for without a session redirects to the sign-in page; a form posted without its
+CSRF token is refused (403) before anything acts; an act the client refuses shows its reason on
+an error page with the client's status (403 for the policies' refusal). Errors elsewhere keep
+the API's JSON answers (`fallback`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from importlib import resources
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from remit.client import Client
+from remit.console.errors import reasons_of, status_of
+from remit.console.pages import runs, signin
+from remit.console.render import Page
+from remit.console.session import CsrfRefused, Sessions, SignInNeeded, sign_in_url
+from remit.core.errors import RemitError
+
+Handler = Callable[[Request, Exception], Awaitable[Response]]
+
+# What every console answer says to the browser: run only the console's own scripts, show it in
+# no frame (clickjacking), and send no referrer (a sign-in link's code stays out of logs).
+HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' "
+    "'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+def install(api: FastAPI, client: Client, *, secure_cookies: bool, fallback: Handler) -> None:
+    """Add the console to `api`. `secure_cookies`: mark the session cookie Secure (the console
+    is served over TLS, perhaps behind a proxy that ends it)."""
+    sessions = Sessions(client, secure_cookies=secure_cookies)
+    page = Page(client, sessions)
+    router = APIRouter(include_in_schema=False)
+
+    @router.get("/")
+    def home() -> RedirectResponse:
+        return RedirectResponse("/console/runs", status_code=303)
+
+    @router.get("/console")
+    def console_home() -> RedirectResponse:
+        return RedirectResponse("/console/runs", status_code=303)
+
+    # Each page module adds its routes: `add(router, client, page)`.
+    for module in (signin, runs):
+        module.add(router, client, page)
+    api.include_router(router)
+    static = resources.files("remit.console") / "static"
+    api.mount("/console/static", StaticFiles(directory=str(static)), name="console-static")
+
+    @api.middleware("http")
+    async def console_headers(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        response = await call_next(request)
+        if _is_console(request):
+            for name, value in HEADERS.items():
+                response.headers.setdefault(name, value)
+            if not request.url.path.startswith("/console/static/"):
+                response.headers.setdefault("Cache-Control", "no-store")
+        return response
+
+    async def signed_out(request: Request, error: Exception) -> Response:
+        assert isinstance(error, SignInNeeded)
+        if request.headers.get("HX-Request"):
+            # htmx follows a redirect inside the page; ask it to load the sign-in page whole.
+            return Response(status_code=204, headers={"HX-Redirect": sign_in_url(error.next_url)})
+        return RedirectResponse(sign_in_url(error.next_url), status_code=303)
+
+    async def csrf_refused(request: Request, error: Exception) -> Response:
+        return page.render(
+            request,
+            "error.html",
+            None,
+            status=403,
+            title="Refused",
+            reasons=[
+                "This form has no valid CSRF token, so nothing was done. Reload the page and "
+                "send the form again."
+            ],
+        )
+
+    async def refused(request: Request, error: Exception) -> Response:
+        if not _is_console(request) or not isinstance(error, RemitError):
+            return await fallback(request, error)
+        status = status_of(error)
+        try:
+            viewer = sessions.viewer(request)
+        except SignInNeeded:
+            viewer = None
+        return page.render(
+            request,
+            "error.html",
+            viewer,
+            status=status,
+            title="Refused by the policies" if status == 403 else "Not done",
+            reasons=reasons_of(error),
+        )
+
+    api.add_exception_handler(SignInNeeded, signed_out)
+    api.add_exception_handler(CsrfRefused, csrf_refused)
+    api.add_exception_handler(RemitError, refused)
+
+
+def _is_console(request: Request) -> bool:
+    path = request.url.path
+    return path == "/" or path == "/console" or path.startswith("/console/")

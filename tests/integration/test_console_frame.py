@@ -1,0 +1,220 @@
+"""The console's frame, on both databases: signing in by link and by password, the session
+cookie, the CSRF check of every form, signing out, the headers every page sends, and the runs
+page with its filters and pages. Driven over HTTP (starlette's TestClient on `create_api`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from remit import load_app
+from remit.console.pages import runs as runs_page
+from remit.serve.api import create_api
+from remit.testing import Harness
+
+DEMO_APP = Path(__file__).resolve().parent.parent / "apps" / "demo_app"
+
+
+@pytest.fixture
+def harness(database_url: str) -> Iterator[Harness]:
+    with Harness(load_app(DEMO_APP), database_url=database_url, actor="user:carol") as running:
+        yield running
+
+
+@pytest.fixture
+def http(harness: Harness) -> Iterator[TestClient]:
+    with TestClient(create_api(harness.client, allowed_hosts=["testserver"])) as client:
+        yield client
+
+
+def _csrf(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found is not None, html
+    return found.group(1)
+
+
+def sign_in(http: TestClient, harness: Harness, principal: str = "user:ann") -> str:
+    """Sign `principal` in by a link, as a browser does; returns the page's CSRF token."""
+    _, code = harness.client.signins.link(principal, by="user:carol")
+    shown = http.get(f"/console/sign-in?code={code}")
+    assert shown.status_code == 200
+    done = http.post(
+        "/console/sign-in",
+        data={"code": code, "csrf": _csrf(shown.text), "next": "/console/runs"},
+        follow_redirects=False,
+    )
+    assert done.status_code == 303, done.text
+    assert done.headers["location"] == "/console/runs"
+    page = http.get("/console/runs")
+    assert page.status_code == 200
+    assert f'<strong id="principal">{principal}</strong>' in page.text
+    return _csrf(page.text)
+
+
+def test_a_page_without_a_session_goes_to_the_sign_in_page(http: TestClient) -> None:
+    home = http.get("/", follow_redirects=False)
+    assert (home.status_code, home.headers["location"]) == (303, "/console/runs")
+    page = http.get("/console/runs?status=failed", follow_redirects=False)
+    assert page.status_code == 303
+    assert page.headers["location"] == "/console/sign-in?next=/console/runs%3Fstatus%3Dfailed"
+    shown = http.get(page.headers["location"])
+    assert "remit login-link --for user:&lt;you&gt;" in shown.text
+    # The API beside it still wants its token, and answers JSON.
+    assert http.get("/runs").status_code == 401
+
+
+def test_a_link_signs_in_once_with_a_cookie_scripts_cannot_read(
+    http: TestClient, harness: Harness
+) -> None:
+    _, code = harness.client.signins.link("user:ann", by="user:carol")
+    shown = http.get(f"/console/sign-in?code={code}")
+    # Opening the link spends nothing: its button's post does.
+    assert 'type="submit" class="primary">Sign in</button>' in shown.text
+    done = http.post(
+        "/console/sign-in",
+        data={"code": code, "csrf": _csrf(shown.text), "next": "/console/ledger"},
+        follow_redirects=False,
+    )
+    assert (done.status_code, done.headers["location"]) == (303, "/console/ledger")
+    cookie = next(v for k, v in done.headers.multi_items() if v.startswith("remit_session="))
+    assert "HttpOnly" in cookie
+    assert "SameSite=lax" in cookie
+    assert "Path=/" in cookie
+    assert "Secure" not in cookie  # served over plain http here
+
+    http.cookies.clear()
+    again = http.get(f"/console/sign-in?code={code}")
+    reused = http.post("/console/sign-in", data={"code": code, "csrf": _csrf(again.text)})
+    assert reused.status_code == 401
+    assert "remit login-link" in reused.text
+    assert http.get("/console/runs", follow_redirects=False).status_code == 303
+
+
+def test_behind_tls_the_cookie_is_secure(harness: Harness) -> None:
+    api = create_api(harness.client, allowed_hosts=["testserver"], secure_cookies=True)
+    with TestClient(api) as http:
+        _, code = harness.client.signins.link("user:ann", by="user:carol")
+        shown = http.get(f"/console/sign-in?code={code}")
+        done = http.post(
+            "/console/sign-in",
+            data={"code": code, "csrf": _csrf(shown.text)},
+            follow_redirects=False,
+        )
+        cookie = next(v for k, v in done.headers.multi_items() if v.startswith("remit_session="))
+        assert "Secure" in cookie
+
+
+def test_a_sign_in_goes_back_only_to_the_console(http: TestClient, harness: Harness) -> None:
+    _, code = harness.client.signins.link("user:ann", by="user:carol")
+    shown = http.get(f"/console/sign-in?code={code}&next=//evil.example/x")
+    assert "evil.example" not in shown.text
+    done = http.post(
+        "/console/sign-in",
+        data={"code": code, "csrf": _csrf(shown.text), "next": "https://evil.example/"},
+        follow_redirects=False,
+    )
+    assert done.headers["location"] == "/console/runs"
+
+
+def test_a_sign_in_form_without_its_csrf_value_is_refused(
+    http: TestClient, harness: Harness
+) -> None:
+    _, code = harness.client.signins.link("user:ann", by="user:carol")
+    http.get(f"/console/sign-in?code={code}")
+    refused = http.post("/console/sign-in", data={"code": code, "csrf": "made-up"})
+    assert refused.status_code == 403
+    assert "no valid CSRF token" in refused.text
+    # The code was not spent by the refused post.
+    assert http.get("/console/runs", follow_redirects=False).status_code == 303
+    assert sign_in(http, harness) != ""
+
+
+def test_a_password_signs_in_and_a_wrong_one_does_not(http: TestClient, harness: Harness) -> None:
+    harness.client.signins.set_password("user:ann", "correct horse battery", by="user:carol")
+    shown = http.get("/console/sign-in")
+    wrong = http.post(
+        "/console/sign-in/password",
+        data={"principal": "user:ann", "password": "not it at all", "csrf": _csrf(shown.text)},
+    )
+    assert wrong.status_code == 401
+    shown = http.get("/console/sign-in")
+    right = http.post(
+        "/console/sign-in/password",
+        data={
+            "principal": "user:ann",
+            "password": "correct horse battery",
+            "csrf": _csrf(shown.text),
+        },
+        follow_redirects=False,
+    )
+    assert right.status_code == 303
+    assert '<strong id="principal">user:ann</strong>' in http.get("/console/runs").text
+
+
+def test_signing_out_ends_the_session_for_a_copied_cookie_too(
+    http: TestClient, harness: Harness
+) -> None:
+    csrf = sign_in(http, harness)
+    copied = http.cookies.get("remit_session")
+    assert copied
+
+    refused = http.post("/console/sign-out", data={})
+    assert refused.status_code == 403
+    assert http.get("/console/runs", follow_redirects=False).status_code == 200
+
+    out = http.post("/console/sign-out", data={"csrf": csrf}, follow_redirects=False)
+    assert (out.status_code, out.headers["location"]) == (303, "/console/sign-in")
+    assert "user:ann signed out." in http.get("/console/sign-in").text
+    http.cookies.set("remit_session", copied)
+    assert http.get("/console/runs", follow_redirects=False).status_code == 303
+
+
+def test_pages_run_only_their_own_scripts_and_may_not_be_framed(
+    http: TestClient, harness: Harness
+) -> None:
+    sign_in(http, harness)
+    page = http.get("/console/runs")
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'self'" in policy
+    assert "frame-ancestors 'none'" in policy
+    assert page.headers["x-frame-options"] == "DENY"
+    assert page.headers["cache-control"] == "no-store"
+    assert '<script src="/console/static/htmx.min.js" defer></script>' in page.text
+    script = http.get("/console/static/htmx.min.js")
+    assert script.status_code == 200
+    assert "htmx" in script.text[:2000]
+
+
+def test_the_runs_page_filters_and_pages_by_key(
+    http: TestClient, harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(3):
+        harness.client.start("refund", {"account": f"acme-{n}", "amount": 10 + n}, by="user:ann")
+    carol = harness.client.start("refund", {"account": "globex", "amount": 5}, by="user:carol")
+    sign_in(http, harness)
+
+    every = http.get("/console/runs").text
+    assert every.count('<a href="/console/runs/run_') == 4
+    mine = http.get("/console/runs?started_by=user:carol").text
+    assert mine.count('<a href="/console/runs/run_') == 1
+    assert f"/console/runs/{carol.run_id}" in mine
+    none = http.get("/console/runs?workflow=refund&status=failed").text
+    assert "No runs match these filters." in none
+    bad = http.get("/console/runs?status=nope&record=invoice")
+    assert "status &#39;nope&#39; is not one of" in bad.text
+    assert "is not type:id" in bad.text
+
+    monkeypatch.setattr(runs_page, "PAGE_SIZE", 3)
+    first = http.get("/console/runs").text
+    assert first.count('<a href="/console/runs/run_') == 3
+    older = re.search(r'<a href="(/console/runs\?before=[^"]+)" rel="next">Older</a>', first)
+    assert older is not None
+    second = http.get(older.group(1).replace("&amp;", "&")).text
+    assert second.count('<a href="/console/runs/run_') == 1
+    assert 'rel="next"' not in second
+    seen = set(re.findall(r'/console/runs/(run_[0-9a-f]+)"', first + second))
+    assert len(seen) == 4
