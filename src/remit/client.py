@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from remit.ops.retries import Retried, Retries
     from remit.people.activity import Activity
     from remit.people.approvals import Approval, Approvals, Archived, DecideResult
+    from remit.people.inbox import Decidable
     from remit.people.tasks import Resolved, Task, Tasks
     from remit.policy.guard import Denial, Guard
     from remit.policy.signin import LinkInfo, SignIns
@@ -498,6 +499,18 @@ class Client:
         limits.check_limit(limit, where="list_approvals")
         _no_nul("list_approvals", status=status, run_id=run_id)
         return self.approvals.list(status=status, run_id=run_id, limit=limit)
+
+    def decidable(self, *, by: str | None = None, limit: int = 500) -> list[Decidable]:
+        """The pending gates `by` may decide, oldest first, each with its run and the decisions
+        the policies let them give (see `people/inbox.py`); asking records no denial."""
+        from remit.people.inbox import decidable
+
+        limits.check_limit(limit, where="decidable")
+        who = self._person(by)
+        pending = self.approvals.list(status="pending", limit=limit)
+        return decidable(
+            self.db, pending, self.runs_store, self.guard, by=who, admin=who in self.settings.admins
+        )
 
     def get_approval(self, approval_id: str) -> Approval[Any]:
         return self.approvals.get(approval_id)
