@@ -6,7 +6,6 @@ the live header, and tasks answered both ways."""
 from __future__ import annotations
 
 import re
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -28,9 +27,7 @@ from remit import (
     op,
     workflow,
 )
-from remit.client import Client
 from remit.connectors.base import AppliedEffect
-from remit.core.errors import Unauthenticated
 from remit.serve.api import create_api
 from remit.testing import Harness
 from tests.support import FAST
@@ -117,33 +114,6 @@ def mail(ctx: Context, input: LetterIn) -> dict[str, Any]:
     return {"letter": sent.letter_id, "pages": sent.pages}
 
 
-class StandInSignIns:
-    """Sessions for these tests until the sign-in store is on this branch: a code per link,
-    a token per session, held in memory. Used only where `Client` has no `signins`."""
-
-    def __init__(self) -> None:
-        self.codes: dict[str, str] = {}
-        self.sessions: dict[str, str] = {}
-
-    def link(self, principal: str, *, by: str) -> tuple[None, str]:
-        code = f"rml_{secrets.token_hex(6)}_{secrets.token_urlsafe(32)}"
-        self.codes[code] = principal
-        return None, code
-
-    def sign_in_with_link(self, code: str) -> tuple[str, str]:
-        principal = self.codes.pop(code, None)
-        if principal is None:
-            raise Unauthenticated("this sign-in link is unknown or used")
-        token = f"rms_{secrets.token_hex(6)}_{secrets.token_urlsafe(32)}"
-        self.sessions[token] = principal
-        return principal, token
-
-    def session_principal(self, token: str) -> str:
-        if token not in self.sessions:
-            raise Unauthenticated("this session has ended")
-        return self.sessions[token]
-
-
 @pytest.fixture
 def harness(database_url: str, tmp_path: Path) -> Iterator[Harness]:
     policies = tmp_path / "policies"
@@ -157,12 +127,6 @@ def harness(database_url: str, tmp_path: Path) -> Iterator[Harness]:
         approvals=[ApprovalType("refund", draft=RefundDraft)],
     )
     with Harness(app, database_url=database_url, actor=CAROL, policies=policies) as running:
-        if not hasattr(Client, "signins"):
-            stand_in = StandInSignIns()
-            client: Any = running.client
-            client.signins = stand_in
-            client.sign_in_with_link = stand_in.sign_in_with_link
-            client.session_principal = stand_in.session_principal
         yield running
 
 
