@@ -6,6 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
 .PHONY: setup demo test lint types unit integration crash bench bench-poll clean
+.PHONY: console-screenshots
 
 setup: $(STAMP)
 
@@ -46,6 +47,10 @@ bench: setup
 ## Queue polling: latency against idle CPU per interval (BENCHMARKS.md).
 bench-poll: setup
 	$(BIN)/python bench/poll.py --write
+
+## The web console's browser tests, saving a screenshot of each page to docs/console/.
+console-screenshots: setup
+	REMIT_CONSOLE_SCREENSHOTS=1 $(BIN)/pytest tests/browser -m browser
 
 clean:
 	rm -rf $(VENV) examples/*/.remit .mypy_cache .ruff_cache .pytest_cache
