@@ -180,3 +180,18 @@ def test_budget_chart_escapes_and_handles_no_periods() -> None:
     assert "&lt;i&gt;p&lt;/i&gt;" in svg
     parsed(svg)
     assert "No periods yet" in str(budget_chart([]))
+
+
+def test_a_pending_gate_of_the_latest_attempt_is_open_up_to_now() -> None:
+    pending = {"id": "apr_1", "status": "pending"}
+    steps = [
+        step(1, "load", 0, 100),
+        step(2, "approval:refund", 100, 110, output=pending),
+    ]
+    root = parsed(timeline(steps, now_ms=T0 + 10_000))
+    gate = with_class(root, "open")
+    assert len(gate) == 1
+    assert float(gate[0].get("width", "0")) > 600
+    # Once a later attempt records the decision, the first attempt's pending gate is closed.
+    decided = [*steps, step(2, "approval:refund", 100, 20_000, attempt=2, output={"id": "apr_1"})]
+    assert with_class(parsed(timeline(decided, now_ms=T0 + 30_000)), "open") == []

@@ -95,38 +95,48 @@ class _Bar:
     summary: str | None
 
 
-def kinds_of(step: Step) -> tuple[str, ...]:
+def kinds_of(step: Step, *, latest: bool = True) -> tuple[str, ...]:
     """The classes of a step's rectangle, besides `step`: `copied` (a retry's fork copied it
     from the attempt before; it did not run again) or `ran`; `wait` for a gate or a sleep;
-    `failed` when it raised or returned an error; `open` when it has not finished."""
+    `failed` when it raised or returned an error; `open` when it has not finished, or is a gate
+    of the latest attempt (`latest`) still pending."""
     kinds = ["copied" if step.copied else "ran"]
     if step.name.startswith(GATE_PREFIX) or step.name in SLEEP_STEPS:
         kinds.append("wait")
     _, error = step.summary(_SUMMARY_CHARS)
     if error is not None:
         kinds.append("failed")
-    if step.finished_ms is None:
+    if step.finished_ms is None or (latest and _pending_gate(step)):
         kinds.append("open")
     return tuple(kinds)
+
+
+def _pending_gate(step: Step) -> bool:
+    """A gate's step ends as soon as it opens the approval (the run then waits for the
+    decision, holding no worker): it stays open until a later attempt records the decision."""
+    output = step.output
+    return (
+        step.name.startswith(GATE_PREFIX)
+        and isinstance(output, dict)
+        and output.get("status") == "pending"
+    )
 
 
 def _bars(steps: Sequence[Step], now_ms: int) -> list[_Bar]:
     bars: list[_Bar] = []
     last = None
+    latest = max((step.attempt for step in steps), default=0)
     for step in steps:
         start = step.started_ms if step.started_ms is not None else last
         if start is None:
             start = step.finished_ms if step.finished_ms is not None else now_ms
-        end = step.finished_ms if step.finished_ms is not None else max(now_ms, start)
+        kinds = kinds_of(step, latest=step.attempt == latest)
+        is_open = "open" in kinds
+        end = max(now_ms, start) if is_open or step.finished_ms is None else step.finished_ms
         output, error = step.summary(_SUMMARY_CHARS)
         bars.append(
             _Bar(
-                step,
-                start,
-                max(end, start),
-                step.finished_ms is None,
-                kinds_of(step),
-                error if error is not None else output,
+                step, start, max(end, start), is_open, kinds, error if error is not None else output
             )
         )
         last = max(end, start)

@@ -33,19 +33,20 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
             request,
             "run.html",
             viewer,
-            run=run,
             attempts=client.attempts(run_id),
             approvals=client.list_approvals(run_id=run_id),
             tasks=client.list_tasks(run_id=run_id),
             record=record,
             activity=[] if record is None else client.activity(*record),
             audit=client.audit(run_id),
-            **_live(client, run, viewer),
+            **_live(client, run),
         )
 
     @router.get("/console/runs/{run_id}/live")
     def run_live(run_id: str, viewer: Annotated[Viewer, Depends(page.sessions.viewer)]) -> Response:
-        return page.fragment("parts/run_live.html", **_live(client, client.get_run(run_id), viewer))
+        return page.fragment(
+            "parts/run_live.html", viewer=viewer, **_live(client, client.get_run(run_id))
+        )
 
     @router.post("/console/runs/{run_id}/cancel")
     def cancel(run_id: str, viewer: Annotated[Viewer, Depends(page.sessions.acting)]) -> Response:
@@ -66,12 +67,11 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         return page.redirect(f"/console/runs/{run_id}", flash=said)
 
 
-def _live(client: Client, run: Run, viewer: Viewer) -> dict[str, Any]:
+def _live(client: Client, run: Run) -> dict[str, Any]:
     """What the part of the page that moves shows: the status, the timeline, the ledger and
     which buttons apply."""
     return {
         "run": run,
-        "viewer": viewer,
         "timeline": timeline(client.steps(run.run_id), now_ms=int(time.time() * 1000)),
         "ledger": client.ledger(run.run_id),
         "can_cancel": not run.finished,
