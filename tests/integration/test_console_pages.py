@@ -257,3 +257,13 @@ def test_a_refused_principal_sees_the_policys_reason_and_nothing_changes(
     denials = http.get("/console/operations").text.split('<section id="denials">')[1]
     assert "<code>pause</code>" in denials
     assert "<code>cancel</code>" in denials
+
+
+def test_the_resources_page_says_when_the_app_declares_none(
+    http: TestClient, harness: Harness
+) -> None:
+    sign_in(http, harness)
+    page = http.get("/console/resources")
+    assert page.status_code == 200
+    assert "The app declares no resources" in page.text
+    assert 'aria-current="page">Resources</a>' in page.text
