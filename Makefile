@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
-.PHONY: setup demo test lint types unit integration crash bench bench-poll clean
+.PHONY: setup demo test lint types unit integration crash bench bench-poll bench-console clean
 .PHONY: console-screenshots
 
 setup: $(STAMP)
@@ -47,6 +47,10 @@ bench: setup
 ## Queue polling: latency against idle CPU per interval (BENCHMARKS.md).
 bench-poll: setup
 	$(BIN)/python bench/poll.py --write
+
+## The web console: server time of the runs page (100k runs) and of a 200-step run's page.
+bench-console: setup
+	$(BIN)/python bench/console.py --write
 
 ## The web console's browser tests, saving a screenshot of each page to docs/console/.
 console-screenshots: setup

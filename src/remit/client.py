@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from remit.policy.guard import Denial, Guard
     from remit.policy.signin import LinkInfo, SignIns
     from remit.policy.tokens import TokenInfo, Tokens
+    from remit.resources.lockfile import Binding
 
 
 IdKind = Literal["run", "approval", "task"]
@@ -112,6 +113,18 @@ class Step:
         if isinstance(output, dict) and "ok" in output:
             return _cut(output["ok"], width), None
         return (None if output is None else _cut(output, width)), None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a run as DBOS holds it: its workflow id, its status there (None: never
+    given to DBOS), the version of the code that ran it and when it was made."""
+
+    attempt: int
+    workflow_id: str
+    status: str | None
+    version: str | None
+    created_at: datetime | None
 
 
 def _cut(value: Any, width: int) -> str:
@@ -492,6 +505,59 @@ class Client:
                 found.append(read)
         return found
 
+    # Read by the web console's run and operations pages.
+
+    def attempts(self, run_id: str) -> list[Attempt]:
+        """Each attempt of a run, first to last, as DBOS holds it: its workflow id, its status
+        there and the version of the code that ran it."""
+        from remit.core.runs import attempt_workflow_id
+
+        run = self.get_run(run_id)
+        ids = [attempt_workflow_id(run_id, n) for n in range(1, run.attempt + 1)]
+        held = {
+            w.workflow_id: w for w in self.dbos.list_workflows(workflow_ids=ids, load_input=False)
+        }
+        found: list[Attempt] = []
+        for number, workflow_id in enumerate(ids, start=1):
+            status = held.get(workflow_id)
+            created = None if status is None or status.created_at is None else status.created_at
+            found.append(
+                Attempt(
+                    attempt=number,
+                    workflow_id=workflow_id,
+                    status=None if status is None else status.status,
+                    version=None if status is None else status.app_version,
+                    created_at=None
+                    if created is None
+                    else datetime.fromtimestamp(created / 1000, UTC),
+                )
+            )
+        return found
+
+    def run_record(self, run_id: str) -> tuple[str, str] | None:
+        """The business record a run concerns (type, id), named when it started, or None."""
+        from remit.core.activity import record_of_run
+
+        with self.db.engine.connect() as conn:
+            ref = record_of_run(conn, run_id)
+        return None if ref is None else (ref.record_type, ref.record_id)
+
+    def audit(self, target: str, *, limit: int = 100) -> list[dict[str, Any]]:
+        """The latest `limit` audit rows about `target` (a run's, approval's, task's or token's
+        id, `app:<name>`, `secret:<NAME>`), oldest first: who did what to it, when."""
+        from remit.core.audit import audit_of
+
+        limits.check_limit(limit, where="audit")
+        _no_nul("audit", target=target)
+        return audit_of(self.db, target)[-limit:]
+
+    def resource_bindings(self) -> dict[str, Binding]:
+        """The vendor ids the app's declared resources are bound to, by name, as the database
+        holds them (none when the app declares no resources)."""
+        if self.app.resources is None:
+            return {}
+        return self.app.resources.store(self.db).read()
+
     def list_approvals(
         self, *, status: str | None = None, run_id: str | None = None, limit: int = 100
     ) -> list[Approval[Any]]:
@@ -843,13 +909,23 @@ class Client:
         limits.check_limit(limit, where="deadlines")
         return upcoming_deadlines(self.db, limit=limit, app=self.app.name)
 
-    def ledger(self, run_id: str | None = None, *, limit: int = 200) -> list[LedgerRow]:
-        """Op calls: one run's in order, or the latest."""
+    def ledger(
+        self,
+        run_id: str | None = None,
+        *,
+        op: str | None = None,
+        status: str | None = None,
+        limit: int = 200,
+    ) -> list[LedgerRow]:
+        """Op calls: one run's in order, or the latest; of one op (`op`, its id) and of one
+        status (`ok`, `failed`, `uncertain`, ...) when given."""
         from remit.core.ledger import LedgerStore
 
         limits.check_limit(limit, where="ledger")
-        _no_nul("ledger", run_id=run_id)
-        return LedgerStore(self.db, clock=self.clock).list(run_id=run_id, limit=limit)
+        _no_nul("ledger", run_id=run_id, op=op, status=status)
+        return LedgerStore(self.db, clock=self.clock).list(
+            run_id=run_id, op_id=op, status=status, limit=limit
+        )
 
     def workers(self) -> list[WorkerRow]:
         """The app's workers, as `remit workers` lists them."""

@@ -18,7 +18,8 @@ from fastapi.staticfiles import StaticFiles
 
 from remit.client import Client
 from remit.console.errors import reasons_of, status_of
-from remit.console.pages import inbox, runs, signin, tasks
+from remit.console.pages import budgets, inbox, ledger, operations, run, runs, signin, tasks
+from remit.console.pages import resources as resource_pages
 from remit.console.render import Page
 from remit.console.session import CsrfRefused, Sessions, SignInNeeded, sign_in_url
 from remit.core.errors import RemitError
@@ -52,7 +53,7 @@ def install(api: FastAPI, client: Client, *, secure_cookies: bool, fallback: Han
         return RedirectResponse("/console/runs", status_code=303)
 
     # Each page module adds its routes: `add(router, client, page)`.
-    for module in (signin, runs, inbox, tasks):
+    for module in (signin, runs, run, inbox, tasks, ledger, budgets, operations, resource_pages):
         module.add(router, client, page)
     api.include_router(router)
     static = resources.files("remit.console") / "static"

@@ -298,10 +298,25 @@ class LedgerStore:
         with self.db.engine.connect() as conn:
             return self._by_key(conn, key)
 
-    def list(self, *, run_id: str | None = None, limit: int = 200) -> list[LedgerRow]:
-        query = sa.select(ledger).order_by(ledger.c.id.desc()).limit(limit)
+    def list(
+        self,
+        *,
+        run_id: str | None = None,
+        op_id: str | None = None,
+        status: str | None = None,
+        limit: int = 200,
+    ) -> list[LedgerRow]:
+        """Op calls: one run's in order (every one of them), or the latest `limit`, newest
+        first; of one op and of one status when given."""
+        query = sa.select(ledger)
+        if op_id is not None:
+            query = query.where(ledger.c.op_id == op_id)
+        if status is not None:
+            query = query.where(ledger.c.status == status)
         if run_id is not None:
-            query = sa.select(ledger).where(ledger.c.run_id == run_id).order_by(ledger.c.id)
+            query = query.where(ledger.c.run_id == run_id).order_by(ledger.c.id)
+        else:
+            query = query.order_by(ledger.c.id.desc()).limit(limit)
         with self.db.engine.connect() as conn:
             return [_row(row) for row in conn.execute(query)]
 

@@ -1,0 +1,155 @@
+"""The web console: how long the runs page and a run's page take to render on the server.
+
+    .venv/bin/python bench/console.py [--runs 100000] [--steps 200] [--repeat 50] [--write]
+
+It seeds a SQLite database with `--runs` runs, written in bulk straight into the runs table
+(the console itself only reads through the client), runs one real run of `--steps` steps on a
+worker in this process, signs in, and times `GET /console/runs` and `GET /console/runs/<id>`
+through starlette's TestClient (in process, so the figure is the server's time plus the
+in-process transport), `--repeat` times each. Prints `BENCH console_runs_page_ms` and
+`BENCH console_run_page_ms` (medians); `--write` updates its section of BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from common import write_section
+from fastapi.testclient import TestClient
+from pydantic import BaseModel
+
+from remit import App, Context, workflow
+from remit.core.schema import runs
+from remit.serve.api import create_api
+from remit.testing import Harness
+
+STATUSES = ("done", "done", "done", "failed", "waiting", "cancelled")
+GOAL_MS = 100.0
+
+
+class Many(BaseModel):
+    steps: int
+
+
+@workflow(name="many-steps", input=Many)
+def many_steps(ctx: Context, input: Many) -> int:
+    total = 0
+    for n in range(input.steps):
+        total += ctx.step(f"step-{n}", lambda n=n: n, output=int)
+    return total
+
+
+APP = App(name="bench-console", workflows=[many_steps])
+
+
+def seed(harness: Harness, count: int) -> None:
+    """`count` finished runs of the app, a minute apart, in one bulk insert per 10,000."""
+    began = datetime(2025, 1, 1, tzinfo=UTC)
+    queue = f"{APP.name}:default"
+    batch: list[dict[str, Any]] = []
+    with harness.client.db.begin() as conn:
+        for n in range(count):
+            run_id = f"run_{uuid.uuid4().hex[:16]}"
+            at = began + timedelta(minutes=n)
+            batch.append(
+                {
+                    "run_id": run_id,
+                    "workflow": "many-steps",
+                    "queue": queue,
+                    "input": {"steps": 1},
+                    "status": STATUSES[n % len(STATUSES)],
+                    "attempt": 1,
+                    "workflow_id": f"{run_id}:1",
+                    "version": "bench",
+                    "started_by": f"user:u{n % 50}",
+                    "created_at": at,
+                    "updated_at": at,
+                    "finished_at": at,
+                    "output": 1,
+                    "error": None,
+                }
+            )
+            if len(batch) == 10_000:
+                conn.execute(runs.insert(), batch)
+                batch = []
+        if batch:
+            conn.execute(runs.insert(), batch)
+
+
+def sign_in(http: TestClient, harness: Harness) -> None:
+    _, code = harness.client.signins.link("user:bench", by="user:bench")
+    shown = http.get(f"/console/sign-in?code={code}")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', shown.text)
+    assert csrf is not None, shown.text
+    done = http.post(
+        "/console/sign-in", data={"code": code, "csrf": csrf.group(1)}, follow_redirects=False
+    )
+    assert done.status_code == 303, done.text
+
+
+def timed(http: TestClient, path: str, repeat: int, check: str) -> float:
+    """The median milliseconds of `repeat` GETs of `path` (after one to warm up)."""
+    first = http.get(path)
+    assert first.status_code == 200, (first.status_code, path)
+    assert check in first.text, path
+    times = []
+    for _ in range(repeat):
+        began = time.perf_counter()
+        http.get(path)
+        times.append((time.perf_counter() - began) * 1000)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=100_000)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite:///{Path(folder) / 'console.sqlite'}"
+        with Harness(APP, database_url=url, actor="user:bench") as harness:
+            began = time.perf_counter()
+            seed(harness, args.runs)
+            seeded = time.perf_counter() - began
+            run = harness.run("many-steps", {"steps": args.steps}, timeout=300)
+            assert run.status == "done", run.error
+            with TestClient(create_api(harness.client, allowed_hosts=["testserver"])) as http:
+                sign_in(http, harness)
+                runs_ms = timed(http, "/console/runs", args.repeat, 'table id="runs"')
+                run_ms = timed(http, f"/console/runs/{run.run_id}", args.repeat, "svg id")
+    figures = [
+        ("console_runs_page_ms", runs_ms, f"GET /console/runs, {args.runs:,} runs in SQLite"),
+        ("console_run_page_ms", run_ms, f"GET /console/runs/<id>, a run of {args.steps} steps"),
+    ]
+    for name, value, _ in figures:
+        print(f"BENCH {name} {value:.3f} ms", flush=True)
+    print(f"(seeded {args.runs:,} runs in {seeded:.1f} s)", flush=True)
+    if args.write:
+        rows = "\n".join(
+            f"| `{name}` | {value:.1f} | {GOAL_MS:.0f} | {what} |" for name, value, what in figures
+        )
+        write_section(
+            "Web console: server time of a page",
+            f"`python bench/console.py --write` (`make bench-console`) — median of {args.repeat} "
+            "GETs through starlette's TestClient (in process), signed in; the runs are seeded "
+            "in bulk straight into the runs table. 2 cores.\n\n"
+            "| figure | median (ms) | goal (ms) | what |\n|---|---|---|---|\n"
+            f"{rows}\n\n"
+            "The runs page reads one page of 51 rows by key (created time, run id), never by "
+            "offset. A run's page reads its steps from DBOS once per attempt and draws the "
+            "timeline in one pass over them.",
+        )
+
+
+if __name__ == "__main__":
+    main()

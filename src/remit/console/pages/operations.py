@@ -1,0 +1,55 @@
+"""The operations page: the app's workers (live, dead, stopped or taken over), what is due
+without anyone asking, whether the app is paused with the buttons that pause and resume it,
+what the policies refused, and the audit of the app's controls."""
+
+# No `from __future__ import annotations`: FastAPI reads each route's `Annotated[...,
+# Depends(page.sessions...)]` when the route is made, and `page` is local to `add`.
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+
+from remit.client import Client
+from remit.console.render import Page, Viewer
+from remit.ops.registry import state as worker_state
+
+SHOWN = 50
+
+
+def add(router: APIRouter, client: Client, page: Page) -> None:
+    @router.get("/console/operations")
+    def operations_page(
+        request: Request, viewer: Annotated[Viewer, Depends(page.sessions.viewer)]
+    ) -> Response:
+        now = datetime.now(UTC)
+        dead_after = timedelta(seconds=client.settings.dead_after)
+        workers = [
+            (row, worker_state(row, now=now, dead_after=dead_after))
+            for row in client.workers()[:SHOWN]
+        ]
+        return page.render(
+            request,
+            "operations.html",
+            viewer,
+            workers=workers,
+            paused=client.app_state.paused(),
+            deadlines=client.deadlines(limit=SHOWN),
+            denials=client.denials(limit=SHOWN),
+            audit=list(reversed(client.audit(f"app:{client.app.name}", limit=SHOWN))),
+        )
+
+    @router.post("/console/pause")
+    def pause(viewer: Annotated[Viewer, Depends(page.sessions.acting)]) -> Response:
+        stopped = client.pause(by=viewer.principal)
+        said = (
+            f"The app is paused: {len(stopped)} queues stopped; runs park before their next step."
+        )
+        return page.redirect("/console/operations", flash=said)
+
+    @router.post("/console/resume")
+    def resume(viewer: Annotated[Viewer, Depends(page.sessions.acting)]) -> Response:
+        _, carried_on = client.resume(by=viewer.principal)
+        said = f"The app is resumed: {len(carried_on)} parked runs carry on."
+        return page.redirect("/console/operations", flash=said)
