@@ -8,9 +8,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import httpx
 
 from tests.e2e.cli_support import ACME
 
@@ -72,6 +76,8 @@ def test_the_demo_shows_each_step_and_ends_well(tmp_path: Path) -> None:
         # 8. the repo's apps
         "ar.chase-invoice ar.dunning ar.follow-up ar.write-off",
         "ar.contacts",
+        # 9. a write-off left waiting for the console
+        "== 9. ann proposes writing off inv_1001",
         "demo/tour.remit: every line behaved",
     ):
         assert step in shown, step
@@ -84,6 +90,61 @@ def test_the_demo_shows_each_step_and_ends_well(tmp_path: Path) -> None:
     assert re.search(r"inv_1004 .* ap@tailspin\.example .* 245000 ", shown), shown
     assert "Traceback" not in shown
     assert re.search(r"rmt_[A-Za-z0-9]", shown) is None  # no API token is ever printed
+    # Not in a terminal, the demo stops after its script: no console links to a stopped server.
+    assert "rml_" not in shown
     # The commands the script ran are gone with it.
     left = subprocess.run(["pgrep", "-f", f"--app {repo}"], capture_output=True, text=True)
     assert left.stdout == "", left.stdout
+
+
+def test_after_the_tour_carol_signs_in_by_its_link_and_the_write_off_waits_in_her_inbox(
+    tmp_path: Path,
+) -> None:
+    repo = tmp_path / "acme"
+    shutil.copytree(ACME, repo, ignore=shutil.ignore_patterns(".remit", "__pycache__"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMIT_")}
+    remit = Path(sys.executable).parent / "remit"
+    log = tmp_path / "demo.log"
+    script = str(repo / "demo" / "tour.remit")
+    with log.open("w") as written:
+        demo = subprocess.Popen(
+            [str(remit), "--app", str(repo), "demo", "--script", script, "--stay"],
+            cwd=tmp_path,
+            env={**env, "COLUMNS": "250"},
+            stdout=written,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while "the demo serves on: Ctrl-C stops it" not in log.read_text():
+            assert demo.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        shown = log.read_text()
+        link = re.search(
+            r"user:carol +(http://127\.0\.0\.1:\d+/console/sign-in\?code=rml_\S+)", shown
+        )
+        assert link is not None, shown
+        base = link.group(1).split("/console/")[0]
+        with httpx.Client(base_url=base) as browser:
+            opened = browser.get(link.group(1))
+            csrf = re.search(r'name="csrf" value="([^"]+)"', opened.text)
+            code = re.search(r'name="code" value="([^"]+)"', opened.text)
+            assert csrf is not None, opened.text
+            assert code is not None, opened.text
+            signed = browser.post(
+                "/console/sign-in",
+                data={"csrf": csrf.group(1), "code": code.group(1), "next": "/console/inbox"},
+            )
+            assert signed.status_code == 303, signed.text
+            inbox = browser.get("/console/inbox")
+        assert inbox.status_code == 200
+        assert '<strong id="principal">user:carol</strong>' in inbox.text
+        assert inbox.text.count('class="gate') >= 1, inbox.text
+        assert "inv_1001" in inbox.text
+        assert "disputed delivery" in inbox.text
+    finally:
+        demo.send_signal(signal.SIGINT)
+        demo.wait(60)
+    assert demo.returncode == 0, log.read_text()
