@@ -61,8 +61,10 @@ if TYPE_CHECKING:
     from remit.ops.retries import Retried, Retries
     from remit.people.activity import Activity
     from remit.people.approvals import Approval, Approvals, Archived, DecideResult
+    from remit.people.inbox import Decidable
     from remit.people.tasks import Resolved, Task, Tasks
     from remit.policy.guard import Denial, Guard
+    from remit.policy.signin import LinkInfo, SignIns
     from remit.policy.tokens import TokenInfo, Tokens
 
 
@@ -336,6 +338,13 @@ class Client:
         return Tokens(self.db, self.app.name, clock=self.clock)
 
     @cached_property
+    def signins(self) -> SignIns:
+        """The console's sign-ins: links, sessions and passwords (see `policy/signin.py`)."""
+        from remit.policy.signin import SignIns
+
+        return SignIns(self.db, self.app.name, clock=self.clock)
+
+    @cached_property
     def app_state(self) -> AppState:
         from remit.ops.pause import AppState
 
@@ -490,6 +499,18 @@ class Client:
         limits.check_limit(limit, where="list_approvals")
         _no_nul("list_approvals", status=status, run_id=run_id)
         return self.approvals.list(status=status, run_id=run_id, limit=limit)
+
+    def decidable(self, *, by: str | None = None, limit: int = 500) -> list[Decidable]:
+        """The pending gates `by` may decide, oldest first, each with its run and the decisions
+        the policies let them give (see `people/inbox.py`); asking records no denial."""
+        from remit.people.inbox import decidable
+
+        limits.check_limit(limit, where="decidable")
+        who = self._person(by)
+        pending = self.approvals.list(status="pending", limit=limit)
+        return decidable(
+            self.db, pending, self.runs_store, self.guard, by=who, admin=who in self.settings.admins
+        )
 
     def get_approval(self, approval_id: str) -> Approval[Any]:
         return self.approvals.get(approval_id)
@@ -713,6 +734,53 @@ class Client:
     def authenticate(self, token: str) -> str:
         """The principal an API token acts as; `Unauthenticated` saying why it does not."""
         return self.tokens.authenticate(token)
+
+    # The web console's sign-ins (`policy/signin.py`). Making a link or a password lets someone
+    # act as its principal, as a token does: the policies check it as `manage_tokens`.
+
+    def login_link(
+        self, principal: str, *, expires_in: timedelta | None = None, by: str | None = None
+    ) -> tuple[LinkInfo, str]:
+        """A one-time sign-in link's code for `principal`, as the policies allow
+        (`manage_tokens` with verb `login_link`)."""
+        who = self._person(by)
+        context = {"verb": "login_link", "subject": principal}
+        self.guard.require(who, "manage_tokens", self.app.name, context)
+        if expires_in is None:
+            return self.signins.link(principal, by=who)
+        return self.signins.link(principal, by=who, expires_in=expires_in)
+
+    def set_password(self, principal: str, password: str, *, by: str | None = None) -> None:
+        """Set `principal`'s console password, as the policies allow (`manage_tokens` with
+        verb `password`)."""
+        who = self._person(by)
+        context = {"verb": "password", "subject": principal}
+        self.guard.require(who, "manage_tokens", self.app.name, context)
+        self.signins.set_password(principal, password, by=who)
+
+    def sign_in_with_link(self, code: str) -> tuple[str, str]:
+        """(principal, session token) of a sign-in by the link's `code`, which it uses up."""
+        principal = self.signins.redeem(code)
+        return principal, self.signins.open_session(principal, via="link")[1]
+
+    def sign_in_with_password(self, principal: str, password: str) -> tuple[str, str]:
+        """(principal, session token) of a sign-in by password; `Unauthenticated` if wrong."""
+        from remit.core.errors import Unauthenticated
+
+        if not self.signins.check_password(principal, password):
+            raise Unauthenticated(
+                "that principal and password do not match: check both, or ask for a sign-in "
+                "link (`remit login-link --for user:<you>`)"
+            )
+        return principal, self.signins.open_session(principal, via="password")[1]
+
+    def session_principal(self, token: str) -> str:
+        """The principal of a console session; `Unauthenticated` if it has ended."""
+        return self.signins.session(token)
+
+    def sign_out(self, token: str) -> None:
+        """End a console session."""
+        self.signins.end_session(token)
 
     def reconcile(self, *, dry_run: bool = False, by: str | None = None) -> Report:
         """Run one reconciler pass now (`dry_run`: say what it would do), as the policies

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from remit.people.approvals import Approval, DecideResult
     from remit.people.tasks import Resolved, Task
     from remit.policy.guard import Denial
+    from remit.policy.signin import LinkInfo
     from remit.policy.tokens import TokenInfo
 
 # Where an unknown id is answered 404, the error the client raises for it.
@@ -380,6 +381,29 @@ class RemoteClient:
     def revoke_token(self, token_id: str, *, by: str | None = None) -> TokenInfo:
         self._as_token(by)
         return _token(self._send("DELETE", f"/tokens/{_part(token_id)}"))
+
+    def login_link(
+        self, principal: str, *, expires_in: timedelta | None = None, by: str | None = None
+    ) -> tuple[LinkInfo, str]:
+        from remit.policy.signin import LinkInfo
+
+        self._as_token(by)
+        expires = None
+        if expires_in is not None:
+            expires = f"{max(1, round(expires_in.total_seconds() / 60))}m"
+        answer = self._send("POST", "/login-links", json={"for": principal, "expires": expires})
+        made = LinkInfo(
+            id=str(answer["id"]),
+            principal=str(answer["principal"]),
+            created_at=datetime.fromisoformat(answer["created_at"]),
+            created_by=str(answer["created_by"]),
+            expires_at=datetime.fromisoformat(answer["expires_at"]),
+        )
+        return made, str(answer["code"])
+
+    def set_password(self, principal: str, password: str, *, by: str | None = None) -> None:
+        self._as_token(by)
+        self._send("PUT", f"/passwords/{_part(principal)}", json={"password": password})
 
     # Running the app.
 

@@ -26,6 +26,7 @@ from remit.cli import (  # noqa: F401
     init,
     resources,
     scenarios,
+    signin,
     telegram,
     tokens,
     wakeup,

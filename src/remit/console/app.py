@@ -18,7 +18,7 @@ from fastapi.staticfiles import StaticFiles
 
 from remit.client import Client
 from remit.console.errors import reasons_of, status_of
-from remit.console.pages import runs, signin
+from remit.console.pages import inbox, runs, signin, tasks
 from remit.console.render import Page
 from remit.console.session import CsrfRefused, Sessions, SignInNeeded, sign_in_url
 from remit.core.errors import RemitError
@@ -52,7 +52,7 @@ def install(api: FastAPI, client: Client, *, secure_cookies: bool, fallback: Han
         return RedirectResponse("/console/runs", status_code=303)
 
     # Each page module adds its routes: `add(router, client, page)`.
-    for module in (signin, runs):
+    for module in (signin, runs, inbox, tasks):
         module.add(router, client, page)
     api.include_router(router)
     static = resources.files("remit.console") / "static"

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "15"
+SCHEMA_VERSION = "16"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -186,6 +186,46 @@ tokens = sa.Table(
     sa.Column("expires_at", UTCDateTime),
     sa.Column("revoked_at", UTCDateTime),
     sa.Column("revoked_by", sa.String(200)),
+)
+
+# The web console's sign-ins (see `policy/signin.py`): one-time links, sessions and passwords.
+# As with tokens, only a hash of each link's code and each session's token is kept.
+login_links = sa.Table(
+    "remit_login_links",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("app", sa.String(200), nullable=False),
+    sa.Column("principal", sa.String(200), nullable=False),
+    sa.Column("digest", sa.String(64), nullable=False, unique=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("created_by", sa.String(200), nullable=False),
+    sa.Column("expires_at", UTCDateTime, nullable=False),
+    sa.Column("used_at", UTCDateTime),
+)
+
+sessions = sa.Table(
+    "remit_sessions",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("app", sa.String(200), nullable=False),
+    sa.Column("principal", sa.String(200), nullable=False),
+    sa.Column("digest", sa.String(64), nullable=False, unique=True),
+    # How its person signed in: `link` or `password`.
+    sa.Column("via", sa.String(16), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("expires_at", UTCDateTime, nullable=False),
+    sa.Column("ended_at", UTCDateTime),
+)
+
+# A console password per principal, as its argon2id hash (with its own salt and parameters).
+passwords = sa.Table(
+    "remit_passwords",
+    metadata,
+    sa.Column("app", sa.String(200), primary_key=True),
+    sa.Column("principal", sa.String(200), primary_key=True),
+    sa.Column("hash", sa.String(200), nullable=False),
+    sa.Column("set_at", UTCDateTime, nullable=False),
+    sa.Column("set_by", sa.String(200), nullable=False),
 )
 
 audit = sa.Table(

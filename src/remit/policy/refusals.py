@@ -182,13 +182,32 @@ def _context(
     call: DecideCall, row: Approval[Any], draft: Mapping[str, Any], run: LockedRun | None
 ) -> dict[str, Any]:
     """What the policies are told of a decision on `row`."""
+    return decide_context(
+        call.decision,
+        row.type,
+        draft,
+        workflow="" if run is None else run.workflow,
+        input={} if run is None else run.input,
+    )
+
+
+def decide_context(
+    decision: str,
+    approval_type: str,
+    draft: Mapping[str, Any],
+    *,
+    workflow: str,
+    input: Any,
+) -> dict[str, Any]:
+    """What the policies are told of a decision `decision` on a gate of type `approval_type`
+    whose draft would stand as `draft`, in a run of `workflow` started with `input`."""
     context: dict[str, Any] = {
-        "decision": call.decision,
-        "workflow": "" if run is None else run.workflow,
-        "input": {} if run is None else run.input,
+        "decision": decision,
+        "workflow": workflow,
+        "input": input,
         "draft": dict(draft),
     }
-    if row.type == "call":  # a held direct call: its op, and the op's input
+    if approval_type == "call":  # a held direct call: its op, and the op's input
         context["op"] = draft.get("op", "")
         context["call"] = draft.get("input") or {}
     return context

@@ -30,6 +30,9 @@
     DELETE /secrets/{name}
     POST   /calls                       {"op": "shop.items.get", "input": {...}}, optional
                                         `Idempotency-Key`: a direct call
+    POST   /login-links                 {"for": "user:ann", "expires": "15m"}: a one-time code that
+                                        signs in to the web console (201)
+    PUT    /passwords/{principal}       {"password": "..."}: a console password
     GET    /tokens                      the app's API tokens (never the tokens themselves)
     POST   /tokens                      {"for": "user:ann", "name": "...", "expires": "30d"} (201)
     DELETE /tokens/{id}                 revoke one
@@ -92,6 +95,7 @@ from remit.serve.models import (
     error_responses,
 )
 from remit.serve.routes import router
+from remit.serve.signin_routes import signin_routes
 
 # The names a server on this machine answers to when none are configured.
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1", "[::1]")
@@ -162,6 +166,7 @@ def create_api(
     api.add_middleware(BodyLimit, limit=client.settings.max_body_bytes)
     api.state.remit = client
     routes = router(client)
+    signin_routes(routes, client)
     if fakes is not None:
         fake_routes(routes, fakes)
     for error in (

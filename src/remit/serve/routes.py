@@ -649,7 +649,7 @@ def _token_routes(routes: APIRouter, client: Client) -> None:
     def create_token(body: TokenRequest, who: Who) -> TokenMade:
         """Make an API token that acts as `for`, as the policies allow (`manage_tokens`). The
         token is in this answer only: it is kept nowhere."""
-        expires_in = None if body.expires is None else _duration(body.expires)
+        expires_in = None if body.expires is None else duration(body.expires)
         info, token = client.create_token(body.for_, name=body.name, expires_in=expires_in, by=who)
         return TokenMade(token=token, info=TokenView.of(info, client.clock.now()))
 
@@ -735,7 +735,7 @@ def _task(client: Client, given: str) -> Task:
         raise Problem(404, message, [ErrorReason(approval_id=None, reason=message)])
 
 
-def _duration(text: str) -> timedelta:
+def duration(text: str) -> timedelta:
     """A token's `expires` as a duration; 422 naming the form otherwise."""
     if not DURATION_FORM.fullmatch(text):
         message = (

@@ -1,0 +1,83 @@
+"""A principal's inbox: the pending gates they may decide, oldest first.
+
+A gate is in someone's inbox when its run has not finished, the assignee rule lets them decide
+it (it is assigned to no one, to them, or they are an admin), and the app's policies let them
+approve or reject it as its draft stands, asked as `decide()` asks them. Asking here records
+no denial: a gate the policies keep from someone is simply not theirs to see. `decide()` asks
+again, with any edits, when they decide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from remit.core.activity import APPROVAL_OPENED, RecordRef, record_of
+from remit.core.database import Database
+from remit.core.fence import FINISHED
+from remit.core.principals import SYSTEM_PREFIX
+from remit.core.runs import Run, RunStore
+from remit.policy.refusals import decide_context
+
+if TYPE_CHECKING:
+    from remit.people.approvals import Approval
+    from remit.policy.guard import Guard
+
+# The decisions a person gives from an inbox.
+CHOICES = ("approved", "rejected")
+
+
+@dataclass(frozen=True)
+class Decidable:
+    """A pending gate in a principal's inbox, with its run, the record it concerns (if any)
+    and the decisions they may give (`approved`, `rejected`, or both)."""
+
+    approval: Approval[Any]
+    run: Run
+    record: RecordRef | None
+    decisions: tuple[str, ...]
+
+
+def decidable(
+    db: Database,
+    pending: Iterable[Approval[Any]],
+    runs: RunStore,
+    guard: Guard,
+    *,
+    by: str,
+    admin: bool,
+) -> list[Decidable]:
+    """The gates of `pending` that `by` may decide, oldest first (see the module's docstring).
+    `admin`: `by` may decide a gate assigned to someone else."""
+    found: list[Decidable] = []
+    for approval in sorted(pending, key=lambda a: (a.created_at, a.id)):
+        if approval.status != "pending":
+            continue
+        if approval.assignee is not None and approval.assignee != by and not admin:
+            continue
+        run = runs.find(approval.run_id)
+        if run is None or run.status in FINISHED:
+            continue
+        allowed = tuple(
+            decision
+            for decision in CHOICES
+            if _allowed(guard, by, decision, approval, run.workflow, run.input)
+        )
+        if allowed:
+            with db.engine.connect() as conn:
+                record = record_of(conn, approval.id, APPROVAL_OPENED)
+            found.append(Decidable(approval, run, record, allowed))
+    return found
+
+
+def _allowed(
+    guard: Guard, by: str, decision: str, approval: Approval[Any], workflow: str, input: Any
+) -> bool:
+    if by.startswith(SYSTEM_PREFIX):
+        return False  # remit's own principals decide through their own channels
+    if not guard.policy.enabled:
+        return True
+    draft = approval.edited_draft_json or approval.draft_json
+    context = decide_context(decision, approval.type, draft, workflow=workflow, input=input)
+    return guard.policy.check(by, "decide", approval.type, context).allowed

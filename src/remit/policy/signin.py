@@ -1,0 +1,288 @@
+"""How a person signs in to the web console: by a one-time link, or by a password, either
+opening a session that their browser keeps in a cookie.
+
+A link's code is `rml_<id>_<secret>` and a session's token `rms_<id>_<secret>`, each secret 32
+random bytes, like an API token's (`policy/tokens.py`): only the SHA-256 of each is kept, and a
+given one is compared with the stored hash in constant time. A code works once, for 15 minutes
+unless made for longer; using it and checking it are one conditional update, so two browsers
+opening the same link at once cannot both be signed in by it. A session lasts 12 hours, or
+until its person signs out, which ends it in the database: a copied cookie stops working too.
+
+A password is for a person who will sign in often without a link. It is kept as its argon2id
+hash, with the hash's own salt and parameters (argon2-cffi's defaults), and is at least 12
+characters long. Checking one for a principal that has none still spends an argon2 check, so the
+time an answer takes does not tell which principals have a password.
+
+Every link made and used, session opened and ended, and password set is an audit row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
+
+from remit.core.audit import audit_row
+from remit.core.clock import Clock, SystemClock
+from remit.core.database import Database
+from remit.core.errors import RemitError, Unauthenticated
+from remit.core.principals import check_actor
+from remit.core.schema import login_links, passwords, sessions
+from remit.policy.cedar import Principal
+
+LINK_LIFE = timedelta(minutes=15)
+SESSION_LIFE = timedelta(hours=12)
+SHORTEST_PASSWORD = 12
+LONGEST_PASSWORD = 1024
+
+_LINK = re.compile(r"rml_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
+_SESSION = re.compile(r"rms_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
+_HASHER = PasswordHasher()
+# What a principal with no password is checked against, so that it costs what a real check does.
+_NO_PASSWORD = _HASHER.hash(secrets.token_urlsafe(24))
+
+
+@dataclass(frozen=True)
+class LinkInfo:
+    """A sign-in link as its row holds it: never its code."""
+
+    id: str
+    principal: str
+    created_at: datetime
+    created_by: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A console session as its row holds it: never its token."""
+
+    id: str
+    principal: str
+    via: str
+    created_at: datetime
+    expires_at: datetime
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _check_principal(principal: str, where: str) -> str:
+    check_actor(principal, where=where)
+    Principal.parse(principal)  # user:<name> or agent:<name>, or a clear error
+    return principal
+
+
+class SignIns:
+    """An app's console sign-ins: links, sessions and passwords."""
+
+    def __init__(self, db: Database, app: str, *, clock: Clock | None = None) -> None:
+        self.db = db
+        self.app = app
+        self.clock = clock or SystemClock()
+
+    def link(
+        self, principal: str, *, by: str, expires_in: timedelta = LINK_LIFE
+    ) -> tuple[LinkInfo, str]:
+        """Make a one-time sign-in link's code for `principal`; returns it with the code,
+        which is not kept."""
+        _check_principal(principal, "--for")
+        if expires_in <= timedelta(0) or expires_in > timedelta(days=7):
+            raise RemitError(
+                "--expires of a sign-in link must be more than nothing and at most 7d: a link "
+                "is for signing in soon (make a new one when it runs out)"
+            )
+        ident = secrets.token_hex(6)
+        code = f"rml_{ident}_{secrets.token_urlsafe(32)}"
+        now = self.clock.now()
+        info = LinkInfo(f"lnk_{ident}", principal, now, by, now + expires_in)
+        with self.db.begin() as conn:
+            conn.execute(
+                login_links.insert().values(
+                    id=info.id,
+                    app=self.app,
+                    principal=principal,
+                    digest=_digest(code),
+                    created_at=now,
+                    created_by=by,
+                    expires_at=info.expires_at,
+                )
+            )
+            audit_row(
+                conn,
+                at=now,
+                actor=by,
+                action="login_link.created",
+                target=info.id,
+                meta={"for": principal, "expires_at": info.expires_at.isoformat()},
+            )
+        return info, code
+
+    def redeem(self, code: str) -> str:
+        """The principal `code` signs in, once: the link is used up. `Unauthenticated` saying
+        why not (unknown, used, expired)."""
+        found = _LINK.fullmatch(code)
+        if found is None:
+            raise Unauthenticated(
+                "that is not a sign-in code (rml_...): open the whole link you were given, or "
+                "ask for a new one (`remit login-link --for user:<you>`)"
+            )
+        ident = f"lnk_{found.group(1)}"
+        now = self.clock.now()
+        with self.db.begin() as conn:
+            row = conn.execute(
+                sa.select(login_links).where(
+                    login_links.c.app == self.app, login_links.c.id == ident
+                )
+            ).one_or_none()
+            stored = "0" * 64 if row is None else row.digest
+            if not hmac.compare_digest(stored, _digest(code)) or row is None:
+                raise Unauthenticated(
+                    "this sign-in link is not one of this app's: ask for a new one "
+                    "(`remit login-link --for user:<you>`)"
+                )
+            again = f"ask for a new one (`remit login-link --for {row.principal}`)"
+            if row.used_at is not None:
+                raise Unauthenticated(f"this sign-in link was used already: {again}")
+            if row.expires_at <= now:
+                raise Unauthenticated(f"this sign-in link expired: {again}")
+            # The check and the use are one update: of two at once, one finds it used.
+            used = conn.execute(
+                login_links.update()
+                .where(login_links.c.id == ident, login_links.c.used_at.is_(None))
+                .values(used_at=now)
+            ).rowcount
+            if used != 1:
+                raise Unauthenticated(f"this sign-in link was used already: {again}")
+            audit_row(
+                conn, at=now, actor=row.principal, action="login_link.used", target=ident, meta={}
+            )
+        return str(row.principal)
+
+    def open_session(
+        self, principal: str, *, via: str, expires_in: timedelta = SESSION_LIFE
+    ) -> tuple[SessionInfo, str]:
+        """Open a session for `principal`, signed in `via` a link or a password; returns it
+        with its token, which is not kept."""
+        _check_principal(principal, "principal")
+        ident = secrets.token_hex(6)
+        token = f"rms_{ident}_{secrets.token_urlsafe(32)}"
+        now = self.clock.now()
+        info = SessionInfo(f"ses_{ident}", principal, via, now, now + expires_in)
+        with self.db.begin() as conn:
+            conn.execute(
+                sessions.insert().values(
+                    id=info.id,
+                    app=self.app,
+                    principal=principal,
+                    digest=_digest(token),
+                    via=via,
+                    created_at=now,
+                    expires_at=info.expires_at,
+                )
+            )
+            audit_row(
+                conn,
+                at=now,
+                actor=principal,
+                action="session.opened",
+                target=info.id,
+                meta={"via": via},
+            )
+        return info, token
+
+    def session(self, token: str) -> str:
+        """The principal of the session `token`; `Unauthenticated` if it has ended, expired, or
+        is not one."""
+        row = self._session_row(token)
+        if row.ended_at is not None:
+            raise Unauthenticated("this session was signed out: sign in again")
+        if row.expires_at <= self.clock.now():
+            raise Unauthenticated("this session expired: sign in again")
+        return str(row.principal)
+
+    def end_session(self, token: str) -> None:
+        """Sign out: the session works no more. Ending one already ended changes nothing."""
+        row = self._session_row(token)
+        now = self.clock.now()
+        with self.db.begin() as conn:
+            ended = conn.execute(
+                sessions.update()
+                .where(sessions.c.id == row.id, sessions.c.ended_at.is_(None))
+                .values(ended_at=now)
+            ).rowcount
+            if ended:
+                audit_row(
+                    conn,
+                    at=now,
+                    actor=row.principal,
+                    action="session.ended",
+                    target=row.id,
+                    meta={},
+                )
+
+    def set_password(self, principal: str, password: str, *, by: str) -> None:
+        """Set (or replace) `principal`'s console password."""
+        _check_principal(principal, "--for")
+        if len(password) < SHORTEST_PASSWORD:
+            raise RemitError(
+                f"the password is {len(password)} characters long: give at least "
+                f"{SHORTEST_PASSWORD} (a few words will do)"
+            )
+        if len(password) > LONGEST_PASSWORD:
+            raise RemitError(f"the password is longer than {LONGEST_PASSWORD} characters")
+        hashed = _HASHER.hash(password)
+        now = self.clock.now()
+        key = {"app": self.app, "principal": principal}
+        with self.db.begin() as conn:
+            conn.execute(
+                passwords.delete().where(
+                    passwords.c.app == self.app, passwords.c.principal == principal
+                )
+            )
+            conn.execute(passwords.insert().values(**key, hash=hashed, set_at=now, set_by=by))
+            audit_row(
+                conn,
+                at=now,
+                actor=by,
+                action="password.set",
+                target=f"password:{principal}",
+                meta={"for": principal},
+            )
+
+    def check_password(self, principal: str, password: str) -> bool:
+        """Whether `password` is `principal`'s console password."""
+        with self.db.engine.connect() as conn:
+            stored = conn.execute(
+                sa.select(passwords.c.hash).where(
+                    passwords.c.app == self.app, passwords.c.principal == principal
+                )
+            ).scalar_one_or_none()
+        try:
+            _HASHER.verify(stored or _NO_PASSWORD, password[:LONGEST_PASSWORD])
+        except (VerifyMismatchError, VerificationError, InvalidHashError):
+            return False
+        return stored is not None
+
+    def _session_row(self, token: str) -> sa.Row[object]:
+        found = _SESSION.fullmatch(token)
+        if found is None:
+            raise Unauthenticated("the session cookie is not a remit session: sign in again")
+        with self.db.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(sessions).where(
+                    sessions.c.app == self.app, sessions.c.id == f"ses_{found.group(1)}"
+                )
+            ).one_or_none()
+        stored = "0" * 64 if row is None else row.digest
+        if not hmac.compare_digest(stored, _digest(token)) or row is None:
+            raise Unauthenticated("this session is not one of this app's: sign in again")
+        return row

@@ -1,0 +1,90 @@
+"""The routes that let the command line through the API sign people in to the web console:
+`POST /login-links` makes a one-time link's code, `PUT /passwords/{principal}` sets a console
+password. Both are the policy action `manage_tokens`, as the request's token's principal."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, ClassVar
+
+from fastapi import APIRouter, Path
+from pydantic import BaseModel, Field
+
+from remit.client import Client
+from remit.serve.models import RequestBody, error_responses
+from remit.serve.params import DURATION_FORM, NUL_FREE, PRINCIPAL_FORM
+from remit.serve.routes import Who, duration
+
+
+class LoginLinkRequest(RequestBody):
+    """A sign-in link to make."""
+
+    noun: ClassVar[str] = "a sign-in link"
+    made: ClassVar[str] = "the link is made"
+
+    for_: str = Field(
+        alias="for",
+        max_length=200,
+        json_schema_extra={"pattern": PRINCIPAL_FORM.pattern},
+        description="Who the link signs in: user:<name> or agent:<name>.",
+    )
+    expires: str | None = Field(
+        default=None,
+        json_schema_extra={"pattern": DURATION_FORM.pattern},
+        description="How long it works, at most 7d: 15m (the default), 1h, 2d.",
+    )
+
+
+class LoginLinkMade(BaseModel):
+    """A sign-in link's code: it is in this answer only, and works once."""
+
+    code: str = Field(description="Open /console/sign-in?code=<code> on this server.")
+    id: str = Field(description="The link's id, lnk_…, as the audit rows name it.")
+    principal: str
+    created_at: datetime
+    created_by: str
+    expires_at: datetime
+
+
+class PasswordRequest(RequestBody):
+    """A console password to set."""
+
+    noun: ClassVar[str] = "a password"
+    made: ClassVar[str] = "the password is set"
+
+    password: str = Field(min_length=1, max_length=1024, description="At least 12 characters.")
+
+
+class PasswordSet(BaseModel):
+    principal: str
+
+
+def signin_routes(routes: APIRouter, client: Client) -> None:
+    """`POST /login-links` and `PUT /passwords/{principal}`."""
+
+    @routes.post(
+        "/login-links", status_code=201, responses=error_responses(400, 401, 403, 413, 422, 503)
+    )
+    def make_login_link(body: LoginLinkRequest, who: Who) -> LoginLinkMade:
+        """Make a one-time link that signs `for` in to the web console, as the policies allow
+        (`manage_tokens`). The code is in this answer only."""
+        expires_in = None if body.expires is None else duration(body.expires)
+        info, code = client.login_link(body.for_, expires_in=expires_in, by=who)
+        return LoginLinkMade(code=code, **info.__dict__)
+
+    @routes.put("/passwords/{principal}", responses=error_responses(400, 401, 403, 413, 422, 503))
+    def set_password(
+        principal: Annotated[
+            str,
+            Path(
+                max_length=200,
+                json_schema_extra={**NUL_FREE, "pattern": PRINCIPAL_FORM.pattern},
+                description="Whose password: user:<name> or agent:<name>.",
+            ),
+        ],
+        body: PasswordRequest,
+        who: Who,
+    ) -> PasswordSet:
+        """Set a console password, as the policies allow (`manage_tokens`)."""
+        client.set_password(principal, body.password, by=who)
+        return PasswordSet(principal=principal)
