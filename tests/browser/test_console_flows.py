@@ -58,15 +58,15 @@ def test_a_sign_in_link_opens_the_runs_page(page: Page, console: Console, shoot:
     page.get_by_role("button", name="Sign in").click()
 
     expect(page).to_have_url(re.compile(r"/console/runs$"))
-    expect(page.locator("#principal")).to_have_text("user:ann")
+    expect(page.locator("header #principal")).to_have_text("user:ann")
     expect(page.locator(f'table#runs a[href="/console/runs/{run_id}"]')).to_be_visible()
     shoot(page, "runs")
     # The link was used up by the button's post.
     page.context.clear_cookies()
     page.goto(link)
     page.get_by_role("button", name="Sign in").click()
-    expect(page.locator(".refusal")).to_be_visible()
-    expect(page.locator("#principal")).to_have_count(0)
+    expect(page.locator(".refusal")).to_contain_text("used already")
+    expect(page.locator("header #principal")).to_have_count(0)
 
 
 def test_an_edit_out_of_bounds_is_refused_in_place_and_a_good_one_finishes_the_run(
@@ -250,18 +250,20 @@ def test_a_refused_decision_shows_the_policy_reason_and_leaves_the_gate(
 
 
 def test_a_form_posted_without_its_csrf_token_is_refused(page: Page, console: Console) -> None:
-    run_id, _ = _payment(console, "15", "tyrell")
+    run_id, approval_id = _payment(console, "15", "tyrell")
     sign_in(page, console)
-    cancel = f"{console.url}/console/runs/{run_id}/cancel"
+    decide = f"{console.url}/console/inbox/{approval_id}"
 
-    # The request carries the session's cookie, as a forged form from another site would.
-    for form in ({}, {"csrf": "not-the-token"}):
-        refused = page.request.post(cancel, form=form, max_redirects=0)
+    # The request carries the session's cookie, as a form forged on another site would.
+    for csrf in ({}, {"csrf": "not-the-token"}):
+        form = {"decision": "approved", "draft.amount": "15", "draft.note": "x", **csrf}
+        refused = page.request.post(decide, form=form, max_redirects=0)
         assert refused.status == 403
         assert "no valid CSRF token" in refused.text()
+    assert console.client.get_approval(approval_id).status == "pending"
     assert console.client.get_run(run_id).status == "waiting"
-    page.goto(f"{console.url}/console/runs/{run_id}")
-    expect(page.locator("#status")).to_have_text("waiting")
+    page.goto(f"{console.url}/console/inbox")
+    expect(page.locator(f"form.gate#gate-{approval_id}")).to_be_visible()
 
 
 def test_signing_out_ends_the_session(page: Page, console: Console, browser: Browser) -> None:
