@@ -175,7 +175,7 @@ def sign_in(page: Page, console: Console, principal: str = "user:ann") -> None:
     page.goto(console.link(principal))
     page.get_by_role("button", name="Sign in").click()
     expect(page).to_have_url(re.compile(r"/console/runs$"))
-    expect(page.locator("#principal")).to_have_text(principal)
+    expect(page.locator("header #principal")).to_have_text(principal)
 
 
 class Shots:

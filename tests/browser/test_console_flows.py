@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import time
+import uuid
 
 import pytest
 from playwright.sync_api import Browser, Page, Response, expect
@@ -28,6 +29,11 @@ def _payment(console: Console, amount: str = "120.50", account: str = "acme") ->
     return run_id, approval.id
 
 
+def _account(name: str) -> str:
+    """An account no other test uses: the fake bank remembers accounts for the whole module."""
+    return f"{name}-{uuid.uuid4().hex[:6]}"
+
+
 def _posted(response: Response) -> bool:
     return response.request.method == "POST"
 
@@ -40,7 +46,7 @@ def _status_becomes(page: Page, console: Console, run_id: str, status: str) -> N
 
 
 def test_a_sign_in_link_opens_the_runs_page(page: Page, console: Console, shoot: Shots) -> None:
-    run_id = console.start_run("statement", {"account": "initech"})
+    run_id = console.start_run("statement", {"account": _account("initech")})
     page.goto(f"{console.url}/console/runs")
     expect(page).to_have_url(re.compile(r"/console/sign-in\?next="))
     shoot(page, "sign-in")
@@ -52,15 +58,15 @@ def test_a_sign_in_link_opens_the_runs_page(page: Page, console: Console, shoot:
     page.get_by_role("button", name="Sign in").click()
 
     expect(page).to_have_url(re.compile(r"/console/runs$"))
-    expect(page.locator("#principal")).to_have_text("user:ann")
+    expect(page.locator("header #principal")).to_have_text("user:ann")
     expect(page.locator(f'table#runs a[href="/console/runs/{run_id}"]')).to_be_visible()
     shoot(page, "runs")
     # The link was used up by the button's post.
     page.context.clear_cookies()
     page.goto(link)
     page.get_by_role("button", name="Sign in").click()
-    expect(page.locator(".refusal")).to_be_visible()
-    expect(page.locator("#principal")).to_have_count(0)
+    expect(page.locator(".refusal")).to_contain_text("used already")
+    expect(page.locator("header #principal")).to_have_count(0)
 
 
 def test_an_edit_out_of_bounds_is_refused_in_place_and_a_good_one_finishes_the_run(
@@ -196,15 +202,16 @@ def test_a_run_is_cancelled_and_retried(page: Page, console: Console) -> None:
 
     assert _press(page, "Retry run").status == 303
     expect(page.locator("#flash")).to_be_visible()
-    # The retry carries on from the gate: the run waits at a fresh one.
+    # The retry carries on from the gate, which waits again for a decision.
     _status_becomes(page, console, run_id, "waiting")
     pending = console.client.list_approvals(run_id=run_id, status="pending")
-    assert [a.id for a in pending] != [approval_id]
-    assert len(pending) == 1
+    assert [a.id for a in pending] == [approval_id]
+    assert console.client.get_run(run_id).attempt == 2
 
 
 def test_a_failed_run_is_retried_to_the_end(page: Page, console: Console) -> None:
-    run_id = console.start_run("statement", {"account": "wayne"})
+    account = _account("wayne")
+    run_id = console.start_run("statement", {"account": account})
     console.wait_for(run_id, "failed")
     sign_in(page, console)
     page.goto(f"{console.url}/console/runs/{run_id}")
@@ -214,7 +221,7 @@ def test_a_failed_run_is_retried_to_the_end(page: Page, console: Console) -> Non
     assert _press(page, "Retry run").status == 303
     expect(page.locator("#flash")).to_be_visible()
     _status_becomes(page, console, run_id, "done")
-    assert console.client.get_run(run_id).output == {"account": "wayne", "lines": 12}
+    assert console.client.get_run(run_id).output == {"account": account, "lines": 12}
     # The retry is a new attempt: the account's read before the failed step was copied.
     expect(page.locator("svg#timeline rect.step.copied")).to_have_count(1)
 
@@ -222,16 +229,19 @@ def test_a_failed_run_is_retried_to_the_end(page: Page, console: Console) -> Non
 def test_a_refused_decision_shows_the_policy_reason_and_leaves_the_gate(
     page: Page, console: Console
 ) -> None:
+    # Bob may approve a payment of up to 100 (policies/payments.cedar), so the gate is his to
+    # decide; raised past that, his approval is refused.
     run_id, approval_id = _payment(console, "60", "cyberdyne")
     sign_in(page, console, "user:bob")
     page.goto(f"{console.url}/console/inbox")
     gate = page.locator(f"form.gate#gate-{approval_id}")
+    gate.locator('[name="draft.amount"]').fill("300")
     with page.expect_response(_posted) as refused:
         gate.get_by_role("button", name="Approve", exact=True).click()
     assert refused.value.status == 403
     refusal = page.locator(".refusal")
     expect(refusal).to_contain_text("user:bob may not decide")
-    expect(refusal).to_contain_text("forbidden by policies/payments.cedar:2")
+    expect(refusal).to_contain_text("forbidden by policies/payments.cedar:8")
 
     assert console.client.get_approval(approval_id).status == "pending"
     assert console.client.get_run(run_id).status == "waiting"
@@ -240,18 +250,20 @@ def test_a_refused_decision_shows_the_policy_reason_and_leaves_the_gate(
 
 
 def test_a_form_posted_without_its_csrf_token_is_refused(page: Page, console: Console) -> None:
-    run_id, _ = _payment(console, "15", "tyrell")
+    run_id, approval_id = _payment(console, "15", "tyrell")
     sign_in(page, console)
-    cancel = f"{console.url}/console/runs/{run_id}/cancel"
+    decide = f"{console.url}/console/inbox/{approval_id}"
 
-    # The request carries the session's cookie, as a forged form from another site would.
-    for form in ({}, {"csrf": "not-the-token"}):
-        refused = page.request.post(cancel, form=form, max_redirects=0)
+    # The request carries the session's cookie, as a form forged on another site would.
+    for csrf in ({}, {"csrf": "not-the-token"}):
+        form = {"decision": "approved", "draft.amount": "15", "draft.note": "x", **csrf}
+        refused = page.request.post(decide, form=form, max_redirects=0)
         assert refused.status == 403
         assert "no valid CSRF token" in refused.text()
+    assert console.client.get_approval(approval_id).status == "pending"
     assert console.client.get_run(run_id).status == "waiting"
-    page.goto(f"{console.url}/console/runs/{run_id}")
-    expect(page.locator("#status")).to_have_text("waiting")
+    page.goto(f"{console.url}/console/inbox")
+    expect(page.locator(f"form.gate#gate-{approval_id}")).to_be_visible()
 
 
 def test_signing_out_ends_the_session(page: Page, console: Console, browser: Browser) -> None:
@@ -279,7 +291,7 @@ def test_signing_out_ends_the_session(page: Page, console: Console, browser: Bro
 def test_the_ledger_budgets_operations_and_resources_pages(
     page: Page, console: Console, shoot: Shots
 ) -> None:
-    run_id = console.start_run("statement", {"account": "soylent"})
+    run_id = console.start_run("statement", {"account": _account("soylent")})
     console.wait_for(run_id, "failed")
     sign_in(page, console)
 
@@ -312,7 +324,7 @@ def test_the_ledger_budgets_operations_and_resources_pages(
 def _resumed(console: Console) -> None:
     """Make sure the app is not left paused for the tests after this one."""
     deadline = time.monotonic() + 10
-    while console.client.app_state.get().paused:  # type: ignore[attr-defined]
+    while console.client.app_state.paused():
         if time.monotonic() > deadline:
             console.client.resume(by="user:ann")
             return
