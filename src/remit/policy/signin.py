@@ -18,8 +18,6 @@ Every link made and used, session opened and ended, and password set is an audit
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import re
 import secrets
 from dataclasses import dataclass
@@ -36,6 +34,7 @@ from remit.core.errors import RemitError, Unauthenticated
 from remit.core.principals import check_actor
 from remit.core.schema import login_links, passwords, sessions
 from remit.policy.cedar import Principal
+from remit.policy.tokens import digest, matches, mint
 
 LINK_LIFE = timedelta(minutes=15)
 SESSION_LIFE = timedelta(hours=12)
@@ -71,10 +70,6 @@ class SessionInfo:
     expires_at: datetime
 
 
-def _digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
-
-
 def _check_principal(principal: str, where: str) -> str:
     check_actor(principal, where=where)
     Principal.parse(principal)  # user:<name> or agent:<name>, or a clear error
@@ -100,8 +95,7 @@ class SignIns:
                 "--expires of a sign-in link must be more than nothing and at most 7d: a link "
                 "is for signing in soon (make a new one when it runs out)"
             )
-        ident = secrets.token_hex(6)
-        code = f"rml_{ident}_{secrets.token_urlsafe(32)}"
+        ident, code = mint("rml_")
         now = self.clock.now()
         info = LinkInfo(f"lnk_{ident}", principal, now, by, now + expires_in)
         with self.db.begin() as conn:
@@ -110,7 +104,7 @@ class SignIns:
                     id=info.id,
                     app=self.app,
                     principal=principal,
-                    digest=_digest(code),
+                    digest=digest(code),
                     created_at=now,
                     created_by=by,
                     expires_at=info.expires_at,
@@ -143,8 +137,7 @@ class SignIns:
                     login_links.c.app == self.app, login_links.c.id == ident
                 )
             ).one_or_none()
-            stored = "0" * 64 if row is None else row.digest
-            if not hmac.compare_digest(stored, _digest(code)) or row is None:
+            if row is None or not matches(row.digest, code):
                 raise Unauthenticated(
                     "this sign-in link is not one of this app's: ask for a new one "
                     "(`remit login-link --for user:<you>`)"
@@ -173,8 +166,7 @@ class SignIns:
         """Open a session for `principal`, signed in `via` a link or a password; returns it
         with its token, which is not kept."""
         _check_principal(principal, "principal")
-        ident = secrets.token_hex(6)
-        token = f"rms_{ident}_{secrets.token_urlsafe(32)}"
+        ident, token = mint("rms_")
         now = self.clock.now()
         info = SessionInfo(f"ses_{ident}", principal, via, now, now + expires_in)
         with self.db.begin() as conn:
@@ -183,7 +175,7 @@ class SignIns:
                     id=info.id,
                     app=self.app,
                     principal=principal,
-                    digest=_digest(token),
+                    digest=digest(token),
                     via=via,
                     created_at=now,
                     expires_at=info.expires_at,
@@ -282,7 +274,6 @@ class SignIns:
                     sessions.c.app == self.app, sessions.c.id == f"ses_{found.group(1)}"
                 )
             ).one_or_none()
-        stored = "0" * 64 if row is None else row.digest
-        if not hmac.compare_digest(stored, _digest(token)) or row is None:
+        if row is None or not matches(row.digest, token):
             raise Unauthenticated("this session is not one of this app's: sign in again")
         return row

@@ -72,8 +72,23 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(**{_UNITS[found.group(2)]: int(found.group(1))})
 
 
-def _digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+def digest(secret: str) -> str:
+    """What is kept of a token, code or session: its SHA-256, in hex."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def mint(prefix: str) -> tuple[str, str]:
+    """A new `<prefix><id>_<secret>` (the id 12 hex digits, the secret 32 random bytes) and its
+    id: what an API token, a sign-in link's code and a console session are made of."""
+    ident = secrets.token_hex(6)
+    return ident, f"{prefix}{ident}_{secrets.token_urlsafe(32)}"
+
+
+def matches(stored: str | None, given: str) -> bool:
+    """Whether `given` is the secret whose digest is `stored` (None: no row), compared in
+    constant time, and a missing row compared too, so that neither the comparison nor its
+    absence tells how much of a guess was right."""
+    return hmac.compare_digest(stored or "0" * 64, digest(given)) and stored is not None
 
 
 class Tokens:
@@ -97,8 +112,7 @@ class Tokens:
         Principal.parse(principal)  # user:<name> or agent:<name>, or a clear error
         if len(name) > 100:
             raise RemitError(f"--name is {len(name)} characters long: keep it to 100")
-        ident = secrets.token_hex(6)
-        token = f"{PREFIX}{ident}_{secrets.token_urlsafe(32)}"
+        ident, token = mint(PREFIX)
         now = self.clock.now()
         info = TokenInfo(
             id=f"tok_{ident}",
@@ -117,7 +131,7 @@ class Tokens:
                     app=self.app,
                     principal=principal,
                     name=name,
-                    digest=_digest(token),
+                    digest=digest(token),
                     created_at=now,
                     created_by=by,
                     expires_at=info.expires_at,
@@ -184,10 +198,7 @@ class Tokens:
                     tokens.c.app == self.app, tokens.c.id == f"tok_{found.group(1)}"
                 )
             ).one_or_none()
-        # Compared in constant time, and a missing row compared too, so that neither the
-        # comparison nor its absence tells how much of a guess was right.
-        stored = "0" * 64 if row is None else row.digest
-        if not hmac.compare_digest(stored, _digest(token)) or row is None:
+        if row is None or not matches(row.digest, token):
             raise Unauthenticated("the token is not one of this app's: check it, or make one")
         info = _info(row)
         state = info.state(self.clock.now())
