@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/console.py [--runs 100000] [--steps 200] [--repeat 50] [--write]
 
-It seeds a SQLite database with `--runs` runs, written in bulk straight into the runs table
+On SQLite and then on Postgres, it seeds a database with `--runs` runs, written in bulk straight into the runs table
 (the console itself only reads through the client), runs one real run of `--steps` steps on a
 worker in this process, signs in, and times `GET /console/runs` and `GET /console/runs/<id>`
 through starlette's TestClient (in process, so the figure is the server's time plus the
@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from common import write_section
+from common import drop_database, fresh_database, write_section
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
@@ -108,6 +108,23 @@ def timed(http: TestClient, path: str, repeat: int, check: str) -> float:
     return statistics.median(times)
 
 
+def measure(url: str, args: argparse.Namespace) -> tuple[float, float, float, float]:
+    """(runs page, filtered runs page, run page) medians in ms, and the seconds seeding took."""
+    with Harness(APP, database_url=url, actor="user:bench") as harness:
+        began = time.perf_counter()
+        seed(harness, args.runs)
+        seeded = time.perf_counter() - began
+        run = harness.run("many-steps", {"steps": args.steps}, timeout=300)
+        assert run.status == "done", run.error
+        with TestClient(create_api(harness.client, allowed_hosts=["testserver"])) as http:
+            sign_in(http, harness)
+            runs_ms = timed(http, "/console/runs", args.repeat, 'table id="runs"')
+            filtered = "/console/runs?status=failed&started_by=user:u7"
+            filtered_ms = timed(http, filtered, args.repeat, 'table id="runs"')
+            run_ms = timed(http, f"/console/runs/{run.run_id}", args.repeat, "svg id")
+    return runs_ms, filtered_ms, run_ms, seeded
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=100_000)
@@ -115,25 +132,35 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     args = parser.parse_args()
+    figures: list[tuple[str, float, str]] = []
     with tempfile.TemporaryDirectory() as folder:
-        url = f"sqlite:///{Path(folder) / 'console.sqlite'}"
-        with Harness(APP, database_url=url, actor="user:bench") as harness:
-            began = time.perf_counter()
-            seed(harness, args.runs)
-            seeded = time.perf_counter() - began
-            run = harness.run("many-steps", {"steps": args.steps}, timeout=300)
-            assert run.status == "done", run.error
-            with TestClient(create_api(harness.client, allowed_hosts=["testserver"])) as http:
-                sign_in(http, harness)
-                runs_ms = timed(http, "/console/runs", args.repeat, 'table id="runs"')
-                run_ms = timed(http, f"/console/runs/{run.run_id}", args.repeat, "svg id")
-    figures = [
-        ("console_runs_page_ms", runs_ms, f"GET /console/runs, {args.runs:,} runs in SQLite"),
-        ("console_run_page_ms", run_ms, f"GET /console/runs/<id>, a run of {args.steps} steps"),
-    ]
+        for kind, suffix, label in (("sqlite", "", "SQLite"), ("postgres", "_pg", "Postgres")):
+            url = fresh_database(kind, Path(folder))
+            try:
+                runs_ms, filtered_ms, run_ms, seeded = measure(url, args)
+            finally:
+                drop_database(url)
+            print(f"({label}: seeded {args.runs:,} runs in {seeded:.1f} s)", flush=True)
+            figures += [
+                (
+                    f"console_runs_page_ms{suffix}",
+                    runs_ms,
+                    f"GET /console/runs, {args.runs:,} runs in {label}",
+                ),
+                (
+                    f"console_runs_filtered_ms{suffix}",
+                    filtered_ms,
+                    f"GET /console/runs?status=failed&started_by=user:u7, {args.runs:,} runs "
+                    f"in {label}",
+                ),
+                (
+                    f"console_run_page_ms{suffix}",
+                    run_ms,
+                    f"GET /console/runs/<id>, a run of {args.steps} steps, in {label}",
+                ),
+            ]
     for name, value, _ in figures:
         print(f"BENCH {name} {value:.3f} ms", flush=True)
-    print(f"(seeded {args.runs:,} runs in {seeded:.1f} s)", flush=True)
     if args.write:
         rows = "\n".join(
             f"| `{name}` | {value:.1f} | {GOAL_MS:.0f} | {what} |" for name, value, what in figures
