@@ -71,7 +71,7 @@ class _RemitGroup(HelpGroup):
         "Runs": ["start", "run", "runs", "show", "cancel", "retry"],
         "People": ["approvals", "approve", "reject", "tasks", "task", "activity"],
         "Ops, data and money": ["call", "data", "ledger", "budgets", "secrets"],
-        "Policies and access": ["policies", "denials", "tokens"],
+        "Policies and access": ["policies", "denials", "tokens", "login-link", "passwords"],
         "Resources": ["plan", "apply", "drift", "import", "resources"],
         "Running the app": [
             "init",

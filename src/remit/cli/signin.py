@@ -42,9 +42,15 @@ def login_link(
     app_dir: AppDir = None,
 ) -> None:
     """Print a one-time link that signs a person in to the web console."""
+    from remit.core.errors import RemitError
     from remit.policy.tokens import parse_duration
 
     expires_in = None if expires is None else parse_duration(expires)
+    if base_url is not None and not base_url.startswith(("http://", "https://")):
+        raise RemitError(
+            f"--base-url {base_url!r} is not an http:// or https:// address: give the console's "
+            "address as its person opens it, e.g. https://desk.example.com"
+        )
     with client_of(app_dir) as remit:
         info, code = remit.login_link(for_, expires_in=expires_in, by=as_)
         settings = remit.settings

@@ -18,6 +18,7 @@ Every link made and used, session opened and ended, and password set is an audit
 
 from __future__ import annotations
 
+import functools
 import re
 import secrets
 from dataclasses import dataclass
@@ -44,8 +45,13 @@ LONGEST_PASSWORD = 1024
 _LINK = re.compile(r"rml_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
 _SESSION = re.compile(r"rms_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
 _HASHER = PasswordHasher()
-# What a principal with no password is checked against, so that it costs what a real check does.
-_NO_PASSWORD = _HASHER.hash(secrets.token_urlsafe(24))
+
+
+@functools.cache
+def _no_password() -> str:
+    """What a principal with no password is checked against, so that it costs what a real check
+    does. Made on first use: an argon2 hash takes a tenth of a second, too long for an import."""
+    return _HASHER.hash(secrets.token_urlsafe(24))
 
 
 @dataclass(frozen=True)
@@ -146,7 +152,9 @@ class SignIns:
             if row.used_at is not None:
                 raise Unauthenticated(f"this sign-in link was used already: {again}")
             if row.expires_at <= now:
-                raise Unauthenticated(f"this sign-in link expired: {again}")
+                raise Unauthenticated(
+                    f"this sign-in link expired at {row.expires_at:%Y-%m-%d %H:%M} UTC: {again}"
+                )
             # The check and the use are one update: of two at once, one finds it used.
             used = conn.execute(
                 login_links.update()
@@ -198,7 +206,9 @@ class SignIns:
         if row.ended_at is not None:
             raise Unauthenticated("this session was signed out: sign in again")
         if row.expires_at <= self.clock.now():
-            raise Unauthenticated("this session expired: sign in again")
+            raise Unauthenticated(
+                f"this session expired at {row.expires_at:%Y-%m-%d %H:%M} UTC: sign in again"
+            )
         return str(row.principal)
 
     def end_session(self, token: str) -> None:
@@ -251,18 +261,35 @@ class SignIns:
             )
 
     def check_password(self, principal: str, password: str) -> bool:
-        """Whether `password` is `principal`'s console password."""
+        """Whether `password` is `principal`'s console password. A hash made with weaker
+        parameters than argon2-cffi's current defaults is made again with them, on the check
+        that finds the password right."""
         with self.db.engine.connect() as conn:
             stored = conn.execute(
                 sa.select(passwords.c.hash).where(
                     passwords.c.app == self.app, passwords.c.principal == principal
                 )
             ).scalar_one_or_none()
+        if len(password) > LONGEST_PASSWORD:
+            return False  # no password this long is ever set
         try:
-            _HASHER.verify(stored or _NO_PASSWORD, password[:LONGEST_PASSWORD])
+            _HASHER.verify(stored or _no_password(), password)
         except (VerifyMismatchError, VerificationError, InvalidHashError):
             return False
-        return stored is not None
+        if stored is None:
+            return False
+        if _HASHER.check_needs_rehash(stored):
+            with self.db.begin() as conn:
+                conn.execute(
+                    passwords.update()
+                    .where(
+                        passwords.c.app == self.app,
+                        passwords.c.principal == principal,
+                        passwords.c.hash == stored,
+                    )
+                    .values(hash=_HASHER.hash(password))
+                )
+        return True
 
     def _session_row(self, token: str) -> sa.Row[object]:
         found = _SESSION.fullmatch(token)

@@ -4,16 +4,25 @@ password. Both are the policy action `manage_tokens`, as the request's token's p
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from datetime import datetime, timedelta
 from typing import Annotated, ClassVar
 
 from fastapi import APIRouter, Path
 from pydantic import BaseModel, Field
 
 from remit.client import Client
-from remit.serve.models import RequestBody, error_responses
-from remit.serve.params import DURATION_FORM, NUL_FREE, PRINCIPAL_FORM
-from remit.serve.routes import Who, duration
+from remit.policy.signin import LONGEST_PASSWORD, SHORTEST_PASSWORD
+from remit.policy.tokens import parse_duration
+from remit.serve.models import ErrorReason, Problem, RequestBody, error_responses
+from remit.serve.params import NUL_FREE, PRINCIPAL_FORM
+from remit.serve.routes import Who
+
+# How long a sign-in link may last, as the spec states it: a whole number of minutes, hours,
+# days or weeks, up to 7 days (10080m, 168h, 7d, 1w), which the store allows at most.
+LINK_DURATION_FORM = re.compile(
+    r"^([1-9][0-9]{0,3}m|100[0-7][0-9]m|10080m|[1-9][0-9]?h|1[0-5][0-9]h|16[0-8]h|[1-7]d|1w)$"
+)
 
 
 class LoginLinkRequest(RequestBody):
@@ -30,8 +39,9 @@ class LoginLinkRequest(RequestBody):
     )
     expires: str | None = Field(
         default=None,
-        json_schema_extra={"pattern": DURATION_FORM.pattern},
-        description="How long it works, at most 7d: 15m (the default), 1h, 2d.",
+        max_length=20,
+        json_schema_extra={"pattern": LINK_DURATION_FORM.pattern},
+        description="How long it works, at most 7d (10080m, 168h, 1w): 15m (the default), 1h, 2d.",
     )
 
 
@@ -52,7 +62,13 @@ class PasswordRequest(RequestBody):
     noun: ClassVar[str] = "a password"
     made: ClassVar[str] = "the password is set"
 
-    password: str = Field(min_length=1, max_length=1024, description="At least 12 characters.")
+    password: str = Field(
+        min_length=SHORTEST_PASSWORD,
+        max_length=LONGEST_PASSWORD,
+        json_schema_extra=NUL_FREE,
+        description=f"{SHORTEST_PASSWORD} to {LONGEST_PASSWORD} characters; kept only as its "
+        "argon2id hash.",
+    )
 
 
 class PasswordSet(BaseModel):
@@ -68,7 +84,7 @@ def signin_routes(routes: APIRouter, client: Client) -> None:
     def make_login_link(body: LoginLinkRequest, who: Who) -> LoginLinkMade:
         """Make a one-time link that signs `for` in to the web console, as the policies allow
         (`manage_tokens`). The code is in this answer only."""
-        expires_in = None if body.expires is None else duration(body.expires)
+        expires_in = None if body.expires is None else _link_life(body.expires)
         info, code = client.login_link(body.for_, expires_in=expires_in, by=who)
         return LoginLinkMade(code=code, **info.__dict__)
 
@@ -88,3 +104,14 @@ def signin_routes(routes: APIRouter, client: Client) -> None:
         """Set a console password, as the policies allow (`manage_tokens`)."""
         client.set_password(principal, body.password, by=who)
         return PasswordSet(principal=principal)
+
+
+def _link_life(text: str) -> timedelta:
+    """A link's `expires` as a duration; 422 naming the form otherwise."""
+    if not LINK_DURATION_FORM.fullmatch(text):
+        message = (
+            f"`expires` {text!r} is not how long a sign-in link may last: give a whole number "
+            "and a unit, m, h, d or w, of at most 7 days (e.g. 15m, 1h, 2d)"
+        )
+        raise Problem(422, message, [ErrorReason(approval_id=None, reason=message)])
+    return parse_duration(text)
