@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -186,6 +187,11 @@ def test_the_demo_serves_until_interrupted_and_fakes_show_finds_it(folder: Path)
         printed = log.read_text()
         assert f"export REMIT_URL={url} REMIT_TOKEN={tokens['user:ann']}" in printed
         assert "remit fakes show VENDOR (books, wakeup)" in printed
+        assert f"web console: {url}/console/" in printed
+        for principal in ("user:ann", "user:carol"):
+            link = re.search(rf"{principal} +({url}/console/sign-in\?code=rml_\S+)", printed)
+            assert link is not None, printed
+            assert httpx.get(link.group(1)).status_code == 200
 
         assert httpx.get(f"{url}/fakes/books").status_code == 401
         carol = {"REMIT_URL": url, "REMIT_TOKEN": tokens["user:carol"]}
