@@ -28,6 +28,7 @@ POLICIES = (
     'permit (principal == User::"ann", action == Action::"start", resource);\n'
 )
 STEP = re.compile(r'<rect class="step ([^"]*)"')
+POST_FORM = re.compile(r'<form [^>]*method="post"[^>]*>')
 
 
 def _app(tmp_path: Path) -> App:
@@ -257,6 +258,20 @@ def test_a_refused_principal_sees_the_policys_reason_and_nothing_changes(
     denials = http.get("/console/operations").text.split('<section id="denials">')[1]
     assert "<code>pause</code>" in denials
     assert "<code>cancel</code>" in denials
+
+
+def test_every_button_that_posts_shows_its_answer_with_htmx_on_too(
+    http: TestClient, harness: Harness
+) -> None:
+    # htmx swaps no 4xx answer: a boosted form the policies refuse would show nothing. Each
+    # form that acts is posted by the browser itself, which shows the 403 page.
+    run = harness.start("refund", {"sku": "sku-1"})
+    harness.wait(run.run_id, until=("waiting",))
+    sign_in(http, harness)
+    for path in (f"/console/runs/{run.run_id}", "/console/operations", "/console/inbox"):
+        forms = POST_FORM.findall(http.get(path).text)
+        assert len(forms) >= 2, path  # sign-out, and the page's own
+        assert all('hx-boost="false"' in form for form in forms), (path, forms)
 
 
 def test_the_resources_page_says_when_the_app_declares_none(
