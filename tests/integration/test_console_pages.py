@@ -100,8 +100,11 @@ def test_a_failed_run_is_retried_by_its_button_and_its_fork_shows_copied_steps(
     assert any("failed" in kinds for kinds in first)
     assert page.count('<svg id="timeline"') == 1
 
+    assert '<input type="hidden" name="attempt" value="1">' in page
     retried = http.post(
-        f"/console/runs/{run.run_id}/retry", data={"csrf": csrf}, follow_redirects=False
+        f"/console/runs/{run.run_id}/retry",
+        data={"csrf": csrf, "attempt": "1"},
+        follow_redirects=False,
     )
     assert (retried.status_code, retried.headers["location"]) == (
         303,
@@ -124,9 +127,13 @@ def test_a_failed_run_is_retried_by_its_button_and_its_fork_shows_copied_steps(
     assert ledger.count('<tr class="ok">') == 3
     assert "run.retry</code> by user:carol" in page
 
-    # The same form again retries nothing more.
-    again = http.post(f"/console/runs/{run.run_id}/retry", data={"csrf": csrf})
-    assert again.status_code == 409
+    # The same form again, sent after the retry made attempt 2, retries nothing more.
+    again = http.post(f"/console/runs/{run.run_id}/retry", data={"csrf": csrf, "attempt": "1"})
+    assert again.status_code == 200
+    assert f"Run {run.run_id} was already retried as attempt 2." in again.text
+    # A retry of attempt 2, which is done, is refused.
+    refused = http.post(f"/console/runs/{run.run_id}/retry", data={"csrf": csrf})
+    assert refused.status_code == 409
     assert harness.client.get_run(run.run_id).attempt == 2
 
 
