@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from remit import load_app
 from remit.console.pages import runs as runs_page
+from remit.policy.signin import LONGEST_PASSWORD
 from remit.serve.api import create_api
 from remit.testing import Harness
 
@@ -154,6 +155,13 @@ def test_a_password_signs_in_and_a_wrong_one_does_not(http: TestClient, harness:
     )
     assert right.status_code == 303
     assert '<strong id="principal">user:ann</strong>' in http.get("/console/runs").text
+
+
+def test_a_password_does_not_match_a_longer_one_that_begins_with_it(harness: Harness) -> None:
+    longest = "p" * LONGEST_PASSWORD
+    harness.client.signins.set_password("user:ann", longest, by="user:carol")
+    assert harness.client.signins.check_password("user:ann", longest)
+    assert not harness.client.signins.check_password("user:ann", longest + "x")
 
 
 def test_signing_out_ends_the_session_for_a_copied_cookie_too(

@@ -266,11 +266,14 @@ class SignIns:
                     passwords.c.app == self.app, passwords.c.principal == principal
                 )
             ).scalar_one_or_none()
+        # One longer than any that can be set is checked all the same (so it takes as long),
+        # but never matches: cut short, it could match a password of the longest length.
+        too_long = len(password) > LONGEST_PASSWORD
         try:
             _HASHER.verify(stored or _NO_PASSWORD, password[:LONGEST_PASSWORD])
         except (VerifyMismatchError, VerificationError, InvalidHashError):
             return False
-        return stored is not None
+        return stored is not None and not too_long
 
     def _session_row(self, token: str) -> sa.Row[object]:
         found = _SESSION.fullmatch(token)
