@@ -64,6 +64,12 @@ def test_a_page_without_a_session_goes_to_the_sign_in_page(http: TestClient) -> 
     assert page.headers["location"] == "/console/sign-in?next=/console/runs%3Fstatus%3Dfailed"
     shown = http.get(page.headers["location"])
     assert "remit login-link --for user:&lt;you&gt;" in shown.text
+    # A form posted without a session goes, once signed in, back to the page it is on.
+    posted = http.post("/console/inbox/apr_1", data={"csrf": "x"}, follow_redirects=False)
+    assert (posted.status_code, posted.headers["location"]) == (
+        303,
+        "/console/sign-in?next=/console/inbox",
+    )
     # The API beside it still wants its token, and answers JSON.
     assert http.get("/runs").status_code == 401
 
