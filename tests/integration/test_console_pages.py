@@ -196,6 +196,10 @@ def test_the_ledger_filters_and_marks_uncertain_rows(http: TestClient, harness: 
     assert "No op calls match these filters." in none
     bad = http.get("/console/ledger?status=maybe").text
     assert "status &#39;maybe&#39; is not one of" in bad
+    # A run prefix of several runs is said beside the filters, as the page itself (200).
+    several = http.get("/console/ledger?run=run_")
+    assert several.status_code == 200
+    assert "run `run_` is ambiguous" in several.text.split('class="refusal"')[1]
 
     page = http.get(f"/console/runs/{unsure.run_id}").text
     assert '<tr class="uncertain">' in page
