@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from remit import load_app
 from remit.console.pages import runs as runs_page
+from remit.policy.signin import LONGEST_PASSWORD
 from remit.serve.api import create_api
 from remit.testing import Harness
 
@@ -63,6 +64,12 @@ def test_a_page_without_a_session_goes_to_the_sign_in_page(http: TestClient) -> 
     assert page.headers["location"] == "/console/sign-in?next=/console/runs%3Fstatus%3Dfailed"
     shown = http.get(page.headers["location"])
     assert "remit login-link --for user:&lt;you&gt;" in shown.text
+    # A form posted without a session goes, once signed in, back to the page it is on.
+    posted = http.post("/console/inbox/apr_1", data={"csrf": "x"}, follow_redirects=False)
+    assert (posted.status_code, posted.headers["location"]) == (
+        303,
+        "/console/sign-in?next=/console/inbox",
+    )
     # The API beside it still wants its token, and answers JSON.
     assert http.get("/runs").status_code == 401
 
@@ -154,6 +161,13 @@ def test_a_password_signs_in_and_a_wrong_one_does_not(http: TestClient, harness:
     )
     assert right.status_code == 303
     assert '<strong id="principal">user:ann</strong>' in http.get("/console/runs").text
+
+
+def test_a_password_does_not_match_a_longer_one_that_begins_with_it(harness: Harness) -> None:
+    longest = "p" * LONGEST_PASSWORD
+    harness.client.signins.set_password("user:ann", longest, by="user:carol")
+    assert harness.client.signins.check_password("user:ann", longest)
+    assert not harness.client.signins.check_password("user:ann", longest + "x")
 
 
 def test_signing_out_ends_the_session_for_a_copied_cookie_too(

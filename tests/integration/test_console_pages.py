@@ -28,6 +28,7 @@ POLICIES = (
     'permit (principal == User::"ann", action == Action::"start", resource);\n'
 )
 STEP = re.compile(r'<rect class="step ([^"]*)"')
+POST_FORM = re.compile(r'<form [^>]*method="post"[^>]*>')
 
 
 def _app(tmp_path: Path) -> App:
@@ -99,8 +100,11 @@ def test_a_failed_run_is_retried_by_its_button_and_its_fork_shows_copied_steps(
     assert any("failed" in kinds for kinds in first)
     assert page.count('<svg id="timeline"') == 1
 
+    assert '<input type="hidden" name="attempt" value="1">' in page
     retried = http.post(
-        f"/console/runs/{run.run_id}/retry", data={"csrf": csrf}, follow_redirects=False
+        f"/console/runs/{run.run_id}/retry",
+        data={"csrf": csrf, "attempt": "1"},
+        follow_redirects=False,
     )
     assert (retried.status_code, retried.headers["location"]) == (
         303,
@@ -123,9 +127,13 @@ def test_a_failed_run_is_retried_by_its_button_and_its_fork_shows_copied_steps(
     assert ledger.count('<tr class="ok">') == 3
     assert "run.retry</code> by user:carol" in page
 
-    # The same form again retries nothing more.
-    again = http.post(f"/console/runs/{run.run_id}/retry", data={"csrf": csrf})
-    assert again.status_code == 409
+    # The same form again, sent after the retry made attempt 2, retries nothing more.
+    again = http.post(f"/console/runs/{run.run_id}/retry", data={"csrf": csrf, "attempt": "1"})
+    assert again.status_code == 200
+    assert f"Run {run.run_id} was already retried as attempt 2." in again.text
+    # A retry of attempt 2, which is done, is refused.
+    refused = http.post(f"/console/runs/{run.run_id}/retry", data={"csrf": csrf})
+    assert refused.status_code == 409
     assert harness.client.get_run(run.run_id).attempt == 2
 
 
@@ -188,6 +196,10 @@ def test_the_ledger_filters_and_marks_uncertain_rows(http: TestClient, harness: 
     assert "No op calls match these filters." in none
     bad = http.get("/console/ledger?status=maybe").text
     assert "status &#39;maybe&#39; is not one of" in bad
+    # A run prefix of several runs is said beside the filters, as the page itself (200).
+    several = http.get("/console/ledger?run=run_")
+    assert several.status_code == 200
+    assert "run `run_` is ambiguous" in several.text.split('class="refusal"')[1]
 
     page = http.get(f"/console/runs/{unsure.run_id}").text
     assert '<tr class="uncertain">' in page
@@ -257,6 +269,20 @@ def test_a_refused_principal_sees_the_policys_reason_and_nothing_changes(
     denials = http.get("/console/operations").text.split('<section id="denials">')[1]
     assert "<code>pause</code>" in denials
     assert "<code>cancel</code>" in denials
+
+
+def test_every_button_that_posts_shows_its_answer_with_htmx_on_too(
+    http: TestClient, harness: Harness
+) -> None:
+    # htmx swaps no 4xx answer: a boosted form the policies refuse would show nothing. Each
+    # form that acts is posted by the browser itself, which shows the 403 page.
+    run = harness.start("refund", {"sku": "sku-1"})
+    harness.wait(run.run_id, until=("waiting",))
+    sign_in(http, harness)
+    for path in (f"/console/runs/{run.run_id}", "/console/operations", "/console/inbox"):
+        forms = POST_FORM.findall(http.get(path).text)
+        assert len(forms) >= 2, path  # sign-out, and the page's own
+        assert all('hx-boost="false"' in form for form in forms), (path, forms)
 
 
 def test_the_resources_page_says_when_the_app_declares_none(

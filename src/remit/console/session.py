@@ -68,6 +68,11 @@ class Sessions:
         """The signed-in viewer of `request`; `SignInNeeded` without a session that works."""
         token = request.cookies.get(SESSION_COOKIE)
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        if request.method not in ("GET", "HEAD"):
+            # A form posted once its session ended: signed in again, its person goes back to
+            # the page the form is on (the post's path less its last part: a run's cancel to
+            # the run, a gate to the inbox), not to the post's path, which no GET answers.
+            target = request.url.path.rsplit("/", 1)[0]
         if not token:
             raise SignInNeeded(target)
         try:

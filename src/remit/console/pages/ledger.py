@@ -12,6 +12,7 @@ from fastapi.responses import Response
 
 from remit.client import Client
 from remit.console.render import Page, Viewer
+from remit.core.errors import RemitError
 from remit.core.ledger import LedgerStatus
 
 STATUSES: tuple[str, ...] = get_args(LedgerStatus)
@@ -33,7 +34,13 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
             status = None
         run_id = given["run"] or None
         if run_id is not None:
-            run_id = client.find_id("run", run_id)
+            # Said on the page beside the filters, as any other filter's problem is (an error
+            # page would not show where htmx boosts the form: it swaps no 4xx answer).
+            try:
+                run_id = client.find_id("run", run_id)
+            except RemitError as ambiguous:
+                problems.append(str(ambiguous))
+                run_id = None
         rows = client.ledger(run_id, op=given["op"] or None, status=status, limit=PAGE_SIZE)
         return page.render(
             request,

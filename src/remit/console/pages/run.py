@@ -14,8 +14,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
+from starlette.datastructures import FormData
 
 from remit.client import Client
+from remit.console.pages.inbox import posted
 from remit.console.render import Page, Viewer
 from remit.console.svg import timeline
 from remit.core.runs import Run
@@ -54,10 +56,21 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         return page.redirect(f"/console/runs/{run_id}", flash=f"Run {run_id} is {run.status}.")
 
     @router.post("/console/runs/{run_id}/retry")
-    def retry(run_id: str, viewer: Annotated[Viewer, Depends(page.sessions.acting)]) -> Response:
-        # The key is the attempt retried: the same form sent twice retries the run once.
-        run = client.get_run(run_id)
-        retried = client.retry(run_id, by=viewer.principal, key=f"console:{run_id}:{run.attempt}")
+    def retry(
+        run_id: str,
+        viewer: Annotated[Viewer, Depends(page.sessions.acting)],
+        form: Annotated[FormData, Depends(posted)],
+    ) -> Response:
+        # The key is the attempt the form was shown for: the same form sent twice retries the
+        # run once, even when the second post reads the attempt the first one made.
+        given = form.get("attempt")
+        attempt = (
+            given
+            if isinstance(given, str) and given.isascii() and given.isdigit()
+            else client.get_run(run_id).attempt
+        )
+        key = f"console:{run_id}:{attempt}"
+        retried = client.retry(run_id, by=viewer.principal, key=key)
         said = (
             f"Run {run_id} was already retried as attempt {retried.attempt}."
             if retried.replayed
