@@ -573,7 +573,9 @@ class Client:
 
         limits.check_limit(limit, where="decidable")
         who = self._person(by)
-        pending = self.approvals.list(status="pending", limit=limit)
+        # The oldest first, so that with more pending than `limit` the oldest are not the ones
+        # left out.
+        pending = self.approvals.list(status="pending", limit=limit, oldest_first=True)
         return decidable(
             self.db, pending, self.runs_store, self.guard, by=who, admin=who in self.settings.admins
         )
@@ -582,12 +584,17 @@ class Client:
         return self.approvals.get(approval_id)
 
     def list_tasks(
-        self, *, status: str | None = None, run_id: str | None = None, limit: int = 100
+        self,
+        *,
+        status: str | None = None,
+        run_id: str | None = None,
+        limit: int = 100,
+        oldest_first: bool = False,
     ) -> list[Task]:
-        """Tasks, newest first."""
+        """Tasks, newest first (or oldest first)."""
         limits.check_limit(limit, where="list_tasks")
         _no_nul("list_tasks", status=status, run_id=run_id)
-        return self.tasks.list(status=status, run_id=run_id, limit=limit)
+        return self.tasks.list(status=status, run_id=run_id, limit=limit, oldest_first=oldest_first)
 
     def get_task(self, task_id: str) -> Task:
         return self.tasks.get(task_id)

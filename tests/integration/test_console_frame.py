@@ -186,6 +186,8 @@ def test_signing_out_ends_the_session_for_a_copied_cookie_too(
     assert "user:ann signed out." in http.get("/console/sign-in").text
     http.cookies.set("remit_session", copied)
     assert http.get("/console/runs", follow_redirects=False).status_code == 303
+    # The sign-in page says why the cookie no longer works.
+    assert "this session was signed out: sign in again" in http.get("/console/runs").text
 
 
 def test_pages_run_only_their_own_scripts_and_may_not_be_framed(

@@ -54,7 +54,9 @@ def login_link(
     with client_of(app_dir) as remit:
         info, code = remit.login_link(for_, expires_in=expires_in, by=as_)
         settings = remit.settings
-        base = base_url or remote_of()[0] or f"http://{settings.http_host}:{settings.http_port}"
+        # A server listening on every address is reached on this machine at 127.0.0.1.
+        host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "::", "") else settings.http_host
+        base = base_url or remote_of()[0] or f"http://{host}:{settings.http_port}"
     err.print(
         f"a sign-in link for {info.principal}: it works once, until {moment(info.expires_at)}. "
         "Send it to them alone:"

@@ -76,7 +76,8 @@ def install(api: FastAPI, client: Client, *, secure_cookies: bool, fallback: Han
         if request.headers.get("HX-Request"):
             # htmx follows a redirect inside the page; ask it to load the sign-in page whole.
             return Response(status_code=204, headers={"HX-Redirect": sign_in_url(error.next_url)})
-        return RedirectResponse(sign_in_url(error.next_url), status_code=303)
+        # Why the session stopped working (signed out, expired), shown on the sign-in page.
+        return page.redirect(sign_in_url(error.next_url), flash=error.reason)
 
     async def csrf_refused(request: Request, error: Exception) -> Response:
         return page.render(

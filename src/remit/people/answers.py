@@ -203,9 +203,12 @@ class Answers:
         status: str | None,
         run_id: str | None,
         limit: int,
+        oldest_first: bool = False,
     ) -> builtins.list[sa.Row[Any]]:
-        """The rows of `query` over `table`, newest first, of one status and run if given."""
-        query = query.order_by(table.c.created_at.desc(), table.c.id).limit(limit)
+        """The rows of `query` over `table`, newest first (or oldest first), of one status and
+        run if given."""
+        at = table.c.created_at.asc() if oldest_first else table.c.created_at.desc()
+        query = query.order_by(at, table.c.id).limit(limit)
         if status is not None:
             query = query.where(table.c.status == status)
         if run_id is not None:

@@ -458,11 +458,21 @@ class Approvals(Answers):
         return _approval(row, self.types)
 
     def list(
-        self, *, status: str | None = None, run_id: str | None = None, limit: int = 100
+        self,
+        *,
+        status: str | None = None,
+        run_id: str | None = None,
+        limit: int = 100,
+        oldest_first: bool = False,
     ) -> builtins.list[Approval[Any]]:
-        """The approvals, newest first."""
+        """The approvals, newest first (or oldest first)."""
         rows = self._newest(
-            sa.select(approvals), approvals, status=status, run_id=run_id, limit=limit
+            sa.select(approvals),
+            approvals,
+            status=status,
+            run_id=run_id,
+            limit=limit,
+            oldest_first=oldest_first,
         )
         return [_approval(row, self.types) for row in rows]
 

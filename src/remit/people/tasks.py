@@ -305,11 +305,18 @@ class Tasks(Answers):
         return _task(row)
 
     def list(
-        self, *, status: str | None = None, run_id: str | None = None, limit: int = 100
+        self,
+        *,
+        status: str | None = None,
+        run_id: str | None = None,
+        limit: int = 100,
+        oldest_first: bool = False,
     ) -> builtins.list[Task]:
-        """The app's tasks, newest first."""
+        """The app's tasks, newest first (or oldest first)."""
         query = sa.select(tasks).where(tasks.c.app == self.app)
-        rows = self._newest(query, tasks, status=status, run_id=run_id, limit=limit)
+        rows = self._newest(
+            query, tasks, status=status, run_id=run_id, limit=limit, oldest_first=oldest_first
+        )
         return [_task(row) for row in rows]
 
     def resolve(

@@ -71,7 +71,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
     def show(
         request: Request, viewer: Viewer, *, status: int = 200, replaced: TaskForm | None = None
     ) -> Response:
-        forms = [task_form(task) for task in reversed(client.list_tasks(status="open"))]
+        forms = [task_form(t) for t in client.list_tasks(status="open", oldest_first=True)]
         if replaced is not None:
             at = next((i for i, f in enumerate(forms) if f.task.id == replaced.task.id), None)
             if at is None:
