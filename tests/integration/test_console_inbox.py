@@ -287,6 +287,14 @@ def test_a_form_sent_twice_decides_once(http: TestClient, harness: Harness) -> N
     assert decided.edited_draft_json is None  # unchanged: no edits
     assert [a["action"] for a in harness.approvals.audit(approval_id)] == ["approval.approved"]
 
+    # Back, then the other button: the same form's key with another answer changes nothing.
+    other = http.post(
+        f"/console/inbox/{approval_id}", data={**data, "decision": "rejected", "reason": "no"}
+    )
+    assert other.status_code == 409
+    assert "This form was sent already, with another answer, which stands." in other.text
+    assert harness.approvals.get(approval_id).status == "approved"
+
 
 def test_a_decision_the_policies_refuse_shows_their_reason_and_changes_nothing(
     http: TestClient, harness: Harness

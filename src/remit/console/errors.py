@@ -7,6 +7,7 @@ from remit.core.errors import (
     ApprovalNotFound,
     DecisionRefused,
     InputInvalid,
+    KeyReused,
     RemitError,
     RetryRefused,
     RunNotFound,
@@ -28,7 +29,7 @@ def status_of(error: RemitError) -> int:
         return 404
     if isinstance(error, InputInvalid | TooLarge):
         return 422
-    if isinstance(error, DecisionRefused | TaskRefused | RetryRefused):
+    if isinstance(error, DecisionRefused | TaskRefused | RetryRefused | KeyReused):
         return 409
     return 400
 
@@ -39,4 +40,11 @@ def reasons_of(error: RemitError) -> list[str]:
         return [f"{ident}: {reason}" for ident, reason in error.reasons] or [str(error)]
     if isinstance(error, TaskRefused):
         return list(error.reasons) or [str(error)]
+    if isinstance(error, KeyReused):
+        # A form sent again with another answer (Back, then the other button): the key the
+        # page was rendered with is spent on the first.
+        return [
+            "This form was sent already, with another answer, which stands. Reload the page to "
+            "see where things are, and act again from there."
+        ]
     return [str(error)]
