@@ -3,8 +3,8 @@
 A session is the sign-in store's (`policy/signin.py`): an unguessable token, of which the
 database keeps only a hash, that ends when its person signs out or it expires. The browser
 holds it in the cookie `remit_session`: HttpOnly (no script reads it), SameSite=Lax (another
-site's form posts go without it) and Secure when the console is served over TLS (`remit serve
---secure-cookies`, or a request that arrived as https).
+site's form posts go without it) and Secure when the console is served over TLS (`remit serve`
+with a certificate or `--behind-proxy`, or a request that arrived as https).
 
 Each form carries a CSRF token: an HMAC of a fixed label keyed by the session's token, so it
 is the session's own, needs no storage, and tells nothing of the token. A post without it, or
