@@ -125,6 +125,8 @@ COMMANDS = [
     ["tokens", "create"],
     ["tokens", "list"],
     ["tokens", "revoke"],
+    ["login-link"],
+    ["passwords", "set"],
     ["wakeup", "connect"],
     ["plan"],
     ["apply"],
