@@ -21,7 +21,8 @@ from remit.wakeup.store import WakeupStore
 from tests.wakeup_support import Instances, wait_until
 
 SERVE = [sys.executable, "-m", "remit", "wakeup", "serve", "--port", "0"]
-LISTENING = re.compile(r"wakeup service listening on (http://\S+)")
+# The whole line: a log read as it is written may end mid-address.
+LISTENING = re.compile(r"wakeup service listening on (http://\S+)\n")
 
 
 def remit(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

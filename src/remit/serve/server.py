@@ -123,4 +123,7 @@ def _bind(host: str, port: int) -> socket.socket:
             f"cannot listen on {host}:{port} ({error.strerror}): pass another --port or set "
             "REMIT_HTTP_PORT (0 picks a free port)"
         ) from None
+    # Listening from here, so that a client told the URL (`listening`) is queued until uvicorn
+    # accepts, rather than refused while it starts.
+    sock.listen(2048)
     return sock
