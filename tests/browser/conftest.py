@@ -15,12 +15,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, BrowserType, Page, Playwright, expect, sync_playwright
 
 from remit import Client
 from remit.core.runs import Run
@@ -202,3 +202,38 @@ def shoot(console: Console, browser_context_args: dict[str, Any]) -> Shots:
 def js(browser_context_args: dict[str, Any]) -> bool:
     """Whether this test's browser runs JavaScript."""
     return bool(browser_context_args["java_script_enabled"])
+
+
+# Playwright's own fixtures live for the whole session, and while they do its event loop runs on
+# the main thread, where no test after these could then run an async workflow (asyncio.run
+# refuses inside a running loop). The same fixtures, ended with this package.
+
+
+@pytest.fixture(scope="package")
+def playwright() -> Iterator[Playwright]:
+    running = sync_playwright().start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="package")
+def browser_type(playwright: Playwright, browser_name: str) -> BrowserType:
+    found: BrowserType = getattr(playwright, browser_name)
+    return found
+
+
+@pytest.fixture(scope="package")
+def launch_browser(
+    browser_type_launch_args: dict[str, Any], browser_type: BrowserType
+) -> Callable[..., Browser]:
+    def launch(**kwargs: Any) -> Browser:
+        return browser_type.launch(**{**browser_type_launch_args, **kwargs})
+
+    return launch
+
+
+@pytest.fixture(scope="package")
+def browser(launch_browser: Callable[..., Browser]) -> Iterator[Browser]:
+    launched = launch_browser()
+    yield launched
+    launched.close()
