@@ -566,16 +566,22 @@ class Client:
         _no_nul("list_approvals", status=status, run_id=run_id)
         return self.approvals.list(status=status, run_id=run_id, limit=limit)
 
-    def decidable(self, *, by: str | None = None, limit: int = 500) -> list[Decidable]:
+    def decidable(
+        self, *, by: str | None = None, limit: int = 500, approval_id: str | None = None
+    ) -> list[Decidable]:
         """The pending gates `by` may decide, oldest first, each with its run and the decisions
-        the policies let them give (see `people/inbox.py`); asking records no denial."""
+        the policies let them give (see `people/inbox.py`); asking records no denial.
+        `approval_id`: that gate alone, if `by` may decide it."""
         from remit.people.inbox import decidable
 
         limits.check_limit(limit, where="decidable")
         who = self._person(by)
-        # The oldest first, so that with more pending than `limit` the oldest are not the ones
-        # left out.
-        pending = self.approvals.list(status="pending", limit=limit, oldest_first=True)
+        if approval_id is not None:
+            pending = [self.approvals.get(approval_id)]
+        else:
+            # The oldest first, so that with more pending than `limit` the oldest are not the
+            # ones left out.
+            pending = self.approvals.list(status="pending", limit=limit, oldest_first=True)
         return decidable(
             self.db, pending, self.runs_store, self.guard, by=who, admin=who in self.settings.admins
         )

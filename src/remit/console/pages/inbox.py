@@ -193,10 +193,8 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         key = text_of(form, "key") or new_key()
         reason = text_of(form, "reason")
         item = Decidable(approval, client.get_run(approval.run_id), None, ("approved", "rejected"))
-        item = next(
-            (d for d in client.decidable(by=viewer.principal) if d.approval.id == approval_id),
-            item,
-        )
+        # This gate alone, not the whole inbox: its own policy checks, once.
+        item = next(iter(client.decidable(by=viewer.principal, approval_id=approval_id)), item)
         model = draft_model(item)
 
         def again(status: int, errors: Mapping[str, str], refusal: list[str]) -> Response:
