@@ -94,7 +94,7 @@ def test_the_worker_stops_while_a_follow_up_sleeps_and_is_woken_at_its_end(
         ),
     )
     assert '"outcome": "followed up"' in cli("show", follow, app=repo).stdout
-    assert "is idle and stops (to be woken at" in cli.log(0)
+    assert "is idle and stops (to be woken " in cli.log(0)
 
 
 def test_the_repo_s_resources_are_applied_watched_for_drift_and_replaced_after_approval(

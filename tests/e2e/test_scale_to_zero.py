@@ -288,7 +288,7 @@ def test_worker_exit_when_idle_registers_and_exits_0(
         run_id = instance.start("nap", {"seconds": 3600})
         done = instance.remit("worker", "--exit-when-idle")
         assert done.returncode == 0
-        assert "is idle and exits (the wakeup service calls at " in done.stderr
+        assert "is idle and exits (the wakeup service calls " in done.stderr
         instance.wait_moment(run_id, "before", timeout=1)
         row = instance.row()
         assert row is not None

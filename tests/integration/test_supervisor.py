@@ -94,6 +94,13 @@ class Instance:
     def stopped(self) -> bool:
         return self.supervisor.status == "stopped"
 
+    def woken_ahead_of(self, deadline: datetime) -> None:
+        """The last registration asks for a wake ahead of `deadline` by the supervisor's lead:
+        twice its last start and a poll, at most 80% of the idle horizon."""
+        ahead = (deadline - self.wakeup.registrations[-1].at).total_seconds()
+        assert ahead == pytest.approx(self.supervisor.lead(), abs=1e-5)  # to the microsecond
+        assert self.settings.poll_interval <= ahead <= 0.8 * self.settings.idle_horizon
+
 
 @pytest.fixture
 def instance(database_url: str, tmp_path: Path) -> Iterator[Instance]:
@@ -111,7 +118,8 @@ def test_a_stopped_worker_registers_its_deadline_and_a_wake_backfills_from_the_s
     instance.supervisor.start()
     instance.wait(instance.stopped)
     ten = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
-    assert [wake.at for wake in instance.wakeup.registrations] == [ten]
+    assert len(instance.wakeup.registrations) == 1
+    instance.woken_ahead_of(ten)
     row = instance.supervisor.state.get()
     assert row is not None
     assert (row.state, row.at, row.stopped_at) == ("stopped", ten, instance.clock.now())
@@ -125,7 +133,7 @@ def test_a_stopped_worker_registers_its_deadline_and_a_wake_backfills_from_the_s
     for run in instance.remit.runs(workflow="hourly"):
         instance.wait(lambda run_id=run.run_id: instance.remit.get_run(run_id).status == "done")
     instance.wait(instance.stopped)
-    assert instance.wakeup.registrations[-1].at == datetime(2026, 12, 1, 13, 0, tzinfo=UTC)
+    instance.woken_ahead_of(datetime(2026, 12, 1, 13, 0, tzinfo=UTC))
     assert len(instance.started) == 2
 
 
@@ -136,13 +144,16 @@ def test_a_wake_while_it_runs_changes_nothing_and_a_stale_one_starts_a_worker_th
     assert instance.supervisor.wake() == "running"
     instance.wait(instance.stopped)
     registered = len(instance.wakeup.registrations)
+    deadline = instance.supervisor.state.get().at  # type: ignore[union-attr]
+    assert deadline is not None
     assert instance.supervisor.wake() == "stopped"  # no deadline has come: nothing to do
     instance.wait(lambda: len(instance.started) == 2)
     instance.wait(instance.stopped)
     assert instance.remit.runs() == []
     # It registered the same deadline again, as a registration of its own.
     assert len(instance.wakeup.registrations) == registered + 1
-    assert instance.wakeup.registrations[-1].at == instance.wakeup.registrations[-2].at
+    assert instance.supervisor.state.get().at == deadline  # type: ignore[union-attr]
+    instance.woken_ahead_of(deadline)
 
 
 def test_a_sleep_that_ends_while_stopped_carries_on_once_woken(instance: Instance) -> None:
@@ -150,8 +161,7 @@ def test_a_sleep_that_ends_while_stopped_carries_on_once_woken(instance: Instanc
     run = instance.remit.start("nap", {"seconds": 600}, by="user:ops")
     instance.wait(lambda: instance.remit.get_run(run.run_id).status == "sleeping")
     instance.wait(instance.stopped)
-    wake = instance.wakeup.registrations[-1].at
-    assert wake == instance.remit.get_run(run.run_id).created_at + timedelta(seconds=600)
+    instance.woken_ahead_of(instance.remit.get_run(run.run_id).created_at + timedelta(seconds=600))
     instance.clock.advance(seconds=600)
     instance.supervisor.wake()
     instance.wait(lambda: instance.remit.get_run(run.run_id).status == "done")

@@ -664,6 +664,7 @@ def _exit_when_idle(app: "App", settings: "Settings") -> None:
     import threading
 
     from remit.client import Client
+    from remit.core.text import describe_seconds
     from remit.serve.supervisor import Supervisor
     from remit.serve.worker import Worker
 
@@ -699,7 +700,12 @@ def _exit_when_idle(app: "App", settings: "Settings") -> None:
         _exit_now(0)
     row = supervisor.state.get()
     at = None if row is None else row.at
-    shown = "nothing is due" if at is None else f"the wakeup service calls at {at.isoformat()}"
+    shown = (
+        "nothing is due"
+        if at is None
+        else f"the wakeup service calls {describe_seconds(supervisor.lead())} before its "
+        f"deadline at {at.isoformat()}"
+    )
     err.print(f"worker {worker.executor_id} is idle and exits ({shown})")
     _exit_now(0)
 

@@ -23,15 +23,20 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from remit.client import Client
 from remit.core.errors import RemitError
+from remit.core.text import describe_seconds
 from remit.ops.idle import StopRule, WakeupState
 from remit.serve.worker import Worker
 
 log = logging.getLogger("remit.supervisor")
+
+# The most of the idle horizon that a worker is woken ahead of its deadline.
+LEAD_SHARE = 0.8
 
 # Seconds before a worker that failed to start is tried again: doubled each time, up to the last.
 RESTART_WAITS = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
@@ -69,6 +74,7 @@ class Supervisor:
         self.status = "stopped"  # starting, running, stopping, stopped, stranded
         self.stops = 0
         self._rule: StopRule | None = None
+        self._started_in = 0.0  # seconds the last start of a worker took
         self._lock = threading.Lock()
         self._activity = 0
         self._requests = 0
@@ -157,7 +163,12 @@ class Supervisor:
             return
         with self._lock:
             self.status = "stopping"
-        shown = "nothing is due" if stop.at is None else f"to be woken at {stop.at.isoformat()}"
+        shown = (
+            "nothing is due"
+            if stop.at is None
+            else f"to be woken {describe_seconds(self.lead())} before its deadline at "
+            f"{stop.at.isoformat()}"
+        )
         self.tell(f"worker {worker.executor_id} is idle and stops ({shown})")
         left = 0
         try:
@@ -194,17 +205,27 @@ class Supervisor:
         if self.on_stranded is not None:
             self.on_stranded(left)
 
+    def lead(self) -> float:
+        """Seconds ahead of a deadline that the worker asks to be woken, so that it runs when
+        the deadline comes: twice the time its last start took, and a poll, but at most
+        `LEAD_SHARE` of the idle horizon (a worker woken ahead finds the deadline within the
+        horizon and serves on until it has passed)."""
+        settings = self.settings
+        wanted = 2 * self._started_in + settings.poll_interval
+        return min(wanted, LEAD_SHARE * settings.idle_horizon)
+
     def _register(self, at: datetime) -> None:
         worker = self.worker
         if worker is None:
             raise RemitError("no worker runs to register the wake")
-        result = worker.remit.register_wake(at)
+        result = worker.remit.register_wake(at - timedelta(seconds=self.lead()))
         if result.status != "ok":
             raise RemitError(result.error or f"the wakeup's register call came to {result.status}")
 
     def _start_worker(self) -> Worker:
         with self._lock:
             self.status = "starting"
+        began = time.monotonic()
         try:
             worker = self.make_worker()
             worker.start()
@@ -212,6 +233,7 @@ class Supervisor:
             with self._lock:
                 self.status = "stopped"
             raise
+        self._started_in = time.monotonic() - began
         self.state.started(worker.executor_id)
         if self._rule is None:
             self._rule = StopRule(
@@ -222,5 +244,20 @@ class Supervisor:
         with self._lock:
             self.worker = worker
             self.status = "running"
+        self._meet_next_deadline(worker)
         self.tell(f"worker {worker.executor_id} started")
         return worker
+
+    def _meet_next_deadline(self, worker: Worker) -> None:
+        # Woken ahead of a deadline (see `lead`): sweep at it, not at the next sweep interval.
+        assert self._rule is not None
+        try:
+            deadline = self._rule.idle.deadline()
+        except Exception:
+            log.exception("could not read the next deadline; the sweeps meet it")
+            return
+        if deadline is None:
+            return
+        ahead = (deadline.at - self.remit.clock.now()).total_seconds()
+        if 0 < ahead <= self.settings.idle_horizon:
+            worker.sweep_at(deadline.at)

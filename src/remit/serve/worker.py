@@ -23,7 +23,7 @@ import socket
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
@@ -302,6 +302,12 @@ class Worker:
             self.db.url.render_as_string(),
         )
 
+    def sweep_at(self, at: datetime) -> None:
+        """Sweep at `at` as well as every sweep interval (see `Sweeper.sweep_at`)."""
+        if self._sweeper is None:
+            raise RemitError(f"worker {self.executor_id} is not running: it sweeps nothing")
+        self._sweeper.sweep_at(at)
+
     def idle_check(self) -> IdleCheck:
         """What says whether this worker is idle (see `ops/idle.py`), on its own parts."""
         return IdleCheck(
@@ -513,6 +519,10 @@ class Heartbeat:
         return taken
 
 
+# Seconds past a deadline that a sweep asked for at it runs, so the clock has passed it.
+AT_MARGIN = 0.01
+
+
 class Sweeper:
     """Every `REMIT_SWEEP_INTERVAL` seconds, on a daemon thread: forks the resumes a decider
     left in the outbox, expires approvals past their time through `decide()`, wakes the runs
@@ -545,6 +555,11 @@ class Sweeper:
 
     def stop(self) -> None:
         self._periodic.stop()
+
+    def sweep_at(self, at: datetime) -> None:
+        """Sweep at `at` as well, between the regular sweeps: a deadline known to fall before
+        the next one (a sleep's end, an expiry, a schedule's instant) is met on time."""
+        self._periodic.run_in((at - self.worker.runtime.clock.now()).total_seconds() + AT_MARGIN)
 
     def sweep(self, *, older_than: float, notify: bool = True) -> None:
         approvals = self.worker.approvals
