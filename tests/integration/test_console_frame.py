@@ -114,6 +114,34 @@ def test_behind_tls_the_cookie_is_secure(harness: Harness) -> None:
         )
         cookie = next(v for k, v in done.headers.multi_items() if v.startswith("remit_session="))
         assert "Secure" in cookie
+        # The message a signed-out page shows travels Secure too.
+        page = http.get("/console/runs")
+        out = http.post(
+            "/console/sign-out", data={"csrf": _csrf(page.text)}, follow_redirects=False
+        )
+        flash = next(v for k, v in out.headers.multi_items() if v.startswith("remit_flash="))
+        assert "Secure" in flash
+        assert "HttpOnly" in flash
+
+
+def test_a_page_that_fails_is_a_page_and_the_api_beside_it_answers_json(
+    http: TestClient, harness: Harness
+) -> None:
+    missing = http.get("/console/nowhere")
+    assert missing.status_code == 404
+    assert missing.headers["content-type"].startswith("text/html")
+    assert "There is no page at /console/nowhere" in missing.text
+    assert missing.headers["x-frame-options"] == "DENY"
+    sign_in(http, harness)
+    wrong = http.get("/console/sign-out")  # a form's address, asked for as a page
+    assert wrong.status_code == 405
+    assert wrong.headers["content-type"].startswith("text/html")
+    assert '<strong id="principal">user:ann</strong>' in wrong.text  # still signed in
+    assert "/console/sign-out is where a form is sent, not a page to open" in wrong.text
+    api = http.get("/nowhere")
+    assert api.status_code == 404
+    assert api.headers["content-type"] == "application/json"
+    assert "error" in api.json()
 
 
 def test_a_sign_in_goes_back_only_to_the_console(http: TestClient, harness: Harness) -> None:
@@ -235,3 +263,22 @@ def test_the_runs_page_filters_and_pages_by_key(
     assert 'rel="next"' not in second
     seen = set(re.findall(r'/console/runs/(run_[0-9a-f]+)"', first + second))
     assert len(seen) == 4
+
+
+def test_a_page_whose_code_fails_shows_a_500_page_and_keeps_the_details_in_the_log(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = create_api(harness.client, allowed_hosts=["testserver"])
+
+    @api.get("/console/broken")
+    def broken() -> None:
+        raise RuntimeError("the secret detail")
+
+    with TestClient(api, raise_server_exceptions=False) as http:
+        shown = http.get("/console/broken")
+    assert shown.status_code == 500
+    assert shown.headers["content-type"].startswith("text/html")
+    assert "The server failed" in shown.text
+    assert "the server failed (RuntimeError); its log has the details" in shown.text
+    assert "the secret detail" not in shown.text
+    assert "the secret detail" in caplog.text

@@ -3,18 +3,23 @@
 
 A page asked for without a session redirects to the sign-in page; a form posted without its
 CSRF token is refused (403) before anything acts; an act the client refuses shows its reason on
-an error page with the client's status (403 for the policies' refusal). Errors elsewhere keep
-the API's JSON answers (`fallback`).
+an error page with the client's status (403 for the policies' refusal). Any other error on a
+console path (a query that does not parse, a page not found, the database down) is the API's
+answer (`fallback`) in a page: the same status and words. Errors elsewhere keep the API's JSON.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from importlib import resources
 
+import sqlalchemy as sa
 from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from remit.client import Client
 from remit.console.errors import reasons_of, status_of
@@ -23,6 +28,15 @@ from remit.console.pages import resources as resource_pages
 from remit.console.render import Page
 from remit.console.session import CsrfRefused, Sessions, SignInNeeded, sign_in_url
 from remit.core.errors import RemitError
+
+# The title of a page that failed, by the class of its status.
+FAILURE_TITLES = {400: "Not done", 500: "The server failed"}
+
+# What a person is told for an address that is not a page (the API's words name its routes).
+PAGE_MISSES = {
+    404: "There is no page at {path}: the menu above has every page.",
+    405: "{path} is where a form is sent, not a page to open: go back to the page with the form.",
+}
 
 Handler = Callable[[Request, Exception], Awaitable[Response]]
 
@@ -94,7 +108,7 @@ def install(api: FastAPI, client: Client, *, secure_cookies: bool, fallback: Han
 
     async def refused(request: Request, error: Exception) -> Response:
         if not _is_console(request) or not isinstance(error, RemitError):
-            return await fallback(request, error)
+            return await failed(request, error)
         status = status_of(error)
         try:
             viewer = sessions.viewer(request)
@@ -109,9 +123,45 @@ def install(api: FastAPI, client: Client, *, secure_cookies: bool, fallback: Han
             reasons=reasons_of(error),
         )
 
+    async def failed(request: Request, error: Exception) -> Response:
+        # Anything else on a page (a query that does not parse, a page that is not there, the
+        # database down, a failure): the API's answer, its status and words, as a page.
+        answer = await fallback(request, error)
+        if not _is_console(request) or request.url.path.startswith("/console/static/"):
+            return answer
+        said = json.loads(bytes(answer.body))
+        reasons = [each["reason"] for each in said.get("reasons", [])] or [said["error"]]
+        if isinstance(error, StarletteHTTPException) and error.status_code in PAGE_MISSES:
+            reasons = [PAGE_MISSES[error.status_code].format(path=request.url.path)]
+        try:
+            viewer = sessions.viewer(request)
+        except SignInNeeded:
+            viewer = None
+        shown = page.render(
+            request,
+            "error.html",
+            viewer,
+            status=answer.status_code,
+            title=FAILURE_TITLES.get(answer.status_code // 100 * 100, "Not done"),
+            reasons=reasons,
+        )
+        if "Retry-After" in answer.headers:
+            shown.headers["Retry-After"] = answer.headers["Retry-After"]
+        return shown
+
     api.add_exception_handler(SignInNeeded, signed_out)
     api.add_exception_handler(CsrfRefused, csrf_refused)
     api.add_exception_handler(RemitError, refused)
+    # Each class the API answers for itself (`serve/api.py`), so that a page's error finds this.
+    for error in (
+        RequestValidationError,
+        StarletteHTTPException,
+        sa.exc.OperationalError,
+        sa.exc.InterfaceError,
+        sa.exc.TimeoutError,
+        Exception,
+    ):
+        api.add_exception_handler(error, failed)
 
 
 def _is_console(request: Request) -> bool:

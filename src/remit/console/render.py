@@ -146,13 +146,18 @@ class Page:
         body = self.env.get_template(template).render(now=datetime.now(UTC), **context)
         return HTMLResponse(body)
 
-    @staticmethod
-    def redirect(url: str, *, flash: str | None = None) -> RedirectResponse:
-        """Post/Redirect/Get: a 303 to `url`, leaving `flash` for the page it shows."""
+    def redirect(self, url: str, *, flash: str | None = None) -> RedirectResponse:
+        """Post/Redirect/Get: a 303 to `url`, leaving `flash` for the page it shows (a cookie
+        marked Secure, as the session's is, when the console is served over TLS)."""
         response = RedirectResponse(url, status_code=303)
         if flash is not None:
             response.set_cookie(
-                FLASH_COOKIE, quote(flash)[:1000], path="/console", httponly=True, samesite="lax"
+                FLASH_COOKIE,
+                quote(flash)[:1000],
+                path="/console",
+                httponly=True,
+                samesite="lax",
+                secure=self.sessions.secure_cookies,
             )
         return response
 
