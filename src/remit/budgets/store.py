@@ -13,7 +13,6 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from remit.budgets.model import (
     ADJECTIVES,
@@ -263,7 +262,7 @@ class Budgets:
         states = self._select(conn, sorted(wanted), lock=True)
         missing = [charge for charge in sorted(wanted) if charge not in states]
         if missing:
-            insert = sqlite.insert if self.db.is_sqlite else postgresql.insert
+            insert = self.db.insert
             conn.execute(
                 insert(budget_periods)
                 .values(

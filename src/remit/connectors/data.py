@@ -21,7 +21,6 @@ from typing import Annotated, Any, ClassVar, Generic, TypeVar, cast
 
 import sqlalchemy as sa
 from pydantic import BaseModel, Field, ValidationError, create_model, model_validator
-from sqlalchemy.dialects import postgresql, sqlite
 
 from remit.connectors.base import CallContext, Implementation
 from remit.core.clock import Clock, SystemClock
@@ -289,7 +288,7 @@ class CollectionStore(Implementation):
             "updated_at": self.clock.now(),
             "updated_by": call.actor,
         }
-        insert = sqlite.insert if self.db.is_sqlite else postgresql.insert
+        insert = self.db.insert
         statement = (
             insert(data)
             .values(app=self.app, collection=declared.name, key=key, **values)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 
 from remit.core.errors import DatabaseError
 from remit.core.schema import SCHEMA_VERSION, meta, metadata
@@ -100,6 +101,11 @@ class Database:
             if self.is_sqlite:
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
             yield conn
+
+    def insert(self, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
+        """An INSERT into `table` in this database's dialect, which takes `on_conflict_do_nothing`
+        and `on_conflict_do_update` (an upsert) on either."""
+        return sqlite.insert(table) if self.is_sqlite else postgresql.insert(table)
 
     def execute_one(self, statement: sa.Executable) -> int:
         """Run one statement as a transaction of its own and return the rows it touched.

@@ -17,7 +17,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
@@ -69,7 +68,7 @@ class Timers:
         def write() -> dict[str, Any]:
             with self.db.begin() as conn:
                 hold(conn, run.run_id, run.workflow_id)
-                insert = sqlite.insert if self.db.is_sqlite else postgresql.insert
+                insert = self.db.insert
                 conn.execute(
                     insert(timers)
                     .values(

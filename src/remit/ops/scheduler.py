@@ -20,7 +20,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from remit.app import App
 from remit.core.clock import Clock, SystemClock
@@ -169,7 +168,7 @@ class Scheduler:
 
     def _begin(self, name: str, trigger: Schedule, now: datetime) -> None:
         """A schedule seen for the first time starts from now: nothing before it was missed."""
-        insert = sqlite.insert if self.db.is_sqlite else postgresql.insert
+        insert = self.db.insert
         statement = (
             insert(schedules)
             .values(

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any, Generic, Literal
 
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, ValidationError
-from sqlalchemy.dialects import postgresql, sqlite
 from typing_extensions import TypeVar
 
 from remit.core.activity import (
@@ -403,7 +402,7 @@ class Gates:
         return row
 
     def _insert_new(self) -> Any:
-        insert = sqlite.insert if self.db.is_sqlite else postgresql.insert
+        insert = self.db.insert
         return insert(approvals).on_conflict_do_nothing(index_elements=["run_id", "key"])
 
     def outcome(self, row: Mapping[str, Any], declared: ApprovalType) -> Decision[Any]:

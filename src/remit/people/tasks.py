@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import sqlalchemy as sa
 from pydantic import ValidationError
-from sqlalchemy.dialects import postgresql, sqlite
 
 from remit.core.activity import TASK_OPENED, activity_row, record_of_run
 from remit.core.audit import audit_row
@@ -274,7 +273,7 @@ class TaskOpener:
         log.warning("task %s reopened: %s was cut off again", task.id, task.op_id)
 
     def _insert_new(self) -> Any:
-        insert = sqlite.insert if self.db.is_sqlite else postgresql.insert
+        insert = self.db.insert
         # Another process opening the same task meanwhile: keep theirs.
         return insert(tasks).on_conflict_do_nothing()
 
