@@ -212,6 +212,65 @@ def test_a_hash_made_at_an_older_cost_is_hashed_again_when_it_is_next_checked(
     assert signins.check_password("user:ann", PASSWORD)
 
 
+def test_five_wrong_passwords_in_a_row_lock_sign_in_by_password_longer_each_time(
+    signins: SignIns, clock: ManualClock
+) -> None:
+    signins.set_password("user:ann", PASSWORD, by="user:sam")
+    for _ in range(4):
+        assert not signins.check_password("user:ann", "a wrong guess!")
+    assert signins.check_password("user:ann", PASSWORD)  # the right one starts the count again
+    for _ in range(5):
+        assert not signins.check_password("user:ann", "a wrong guess!")
+    assert signins.check_password("user:ann", PASSWORD)  # five wrong lock nothing yet
+    for _ in range(6):
+        assert not signins.check_password("user:ann", "a wrong guess!")
+    # The sixth locked it for 30 s: the right password too is refused, with the time to wait.
+    with pytest.raises(Unauthenticated) as locked:
+        signins.check_password("user:ann", PASSWORD)
+    assert str(locked.value) == (
+        "too many wrong passwords for user:ann: try again in 30s, or sign in by a link "
+        "(`remit login-link --for user:ann`)"
+    )
+    clock.advance(seconds=20)
+    with pytest.raises(Unauthenticated, match="try again in 10s"):
+        signins.check_password("user:ann", PASSWORD)
+    clock.advance(seconds=10)
+    assert not signins.check_password("user:ann", "a wrong guess!")  # the seventh: 60 s
+    with pytest.raises(Unauthenticated, match="try again in 1m"):
+        signins.check_password("user:ann", PASSWORD)
+    for _ in range(10):  # each wrong one after a lock doubles it, up to 15 minutes
+        clock.advance(seconds=900)
+        assert not signins.check_password("user:ann", "a wrong guess!")
+    with pytest.raises(Unauthenticated, match="try again in 15m"):
+        signins.check_password("user:ann", PASSWORD)
+    # Another principal is not locked, and a new password unlocks.
+    signins.set_password("user:carol", PASSWORD, by="user:sam")
+    assert signins.check_password("user:carol", PASSWORD)
+    signins.set_password("user:ann", "a new long passphrase", by="user:sam")
+    assert signins.check_password("user:ann", "a new long passphrase")
+
+
+def test_a_password_set_twice_at_once_keeps_one_of_the_two(db: Database, signins: SignIns) -> None:
+    errors: list[BaseException] = []
+    chosen = [f"{PASSWORD} {n}" for n in range(4)]
+
+    def set_it(password: str) -> None:
+        try:
+            signins.set_password("user:ann", password, by="user:sam")
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=set_it, args=(each,)) for each in chosen]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    with db.engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(passwords)).scalar_one() == 1
+    assert [signins.check_password("user:ann", each) for each in chosen].count(True) == 1
+
+
 def test_the_clients_verbs_sign_in_and_out_and_the_policies_guard_links(
     desk: Client, clock: ManualClock
 ) -> None:

@@ -226,6 +226,10 @@ passwords = sa.Table(
     sa.Column("hash", sa.String(200), nullable=False),
     sa.Column("set_at", UTCDateTime, nullable=False),
     sa.Column("set_by", sa.String(200), nullable=False),
+    # Wrong passwords given in a row since the last right one (or the password's setting), and
+    # until when a sign-in by password is refused after too many (`policy/signin.py`).
+    sa.Column("failures", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("locked_until", UTCDateTime, nullable=True),
 )
 
 audit = sa.Table(

@@ -11,7 +11,9 @@ until its person signs out, which ends it in the database: a copied cookie stops
 A password is for a person who will sign in often without a link. It is kept as its argon2id
 hash, with the hash's own salt and parameters (argon2-cffi's defaults), and is at least 12
 characters long. Checking one for a principal that has none still spends an argon2 check, so the
-time an answer takes does not tell which principals have a password.
+time an answer takes does not tell which principals have a password. Five wrong passwords in a
+row lock sign-in by password for that principal, for 30 seconds doubled at each further wrong
+one, up to 15 minutes (`check_password`).
 
 Every link made and used, session opened and ended, and password set is an audit row.
 """
@@ -19,6 +21,7 @@ Every link made and used, session opened and ended, and password set is an audit
 from __future__ import annotations
 
 import functools
+import math
 import re
 import secrets
 from dataclasses import dataclass
@@ -34,6 +37,7 @@ from remit.core.database import Database
 from remit.core.errors import RemitError, Unauthenticated
 from remit.core.principals import check_actor
 from remit.core.schema import login_links, passwords, sessions
+from remit.core.text import describe_seconds
 from remit.policy.cedar import Principal
 from remit.policy.tokens import digest, matches, mint
 
@@ -41,6 +45,11 @@ LINK_LIFE = timedelta(minutes=15)
 SESSION_LIFE = timedelta(hours=12)
 SHORTEST_PASSWORD = 12
 LONGEST_PASSWORD = 1024
+# Wrong passwords in a row before sign-in by password is locked, and the lock's first and
+# longest length in seconds (doubled at each further wrong password).
+FREE_FAILURES = 5
+LOCK_FIRST = 30.0
+LOCK_LONGEST = 900.0
 
 _LINK = re.compile(r"rml_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
 _SESSION = re.compile(r"rms_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
@@ -243,14 +252,13 @@ class SignIns:
             raise RemitError(f"the password is longer than {LONGEST_PASSWORD} characters")
         hashed = _HASHER.hash(password)
         now = self.clock.now()
-        key = {"app": self.app, "principal": principal}
+        values = {"hash": hashed, "set_at": now, "set_by": by, "failures": 0, "locked_until": None}
         with self.db.begin() as conn:
             conn.execute(
-                passwords.delete().where(
-                    passwords.c.app == self.app, passwords.c.principal == principal
-                )
+                self.db.insert(passwords)
+                .values(app=self.app, principal=principal, **values)
+                .on_conflict_do_update(index_elements=["app", "principal"], set_=values)
             )
-            conn.execute(passwords.insert().values(**key, hash=hashed, set_at=now, set_by=by))
             audit_row(
                 conn,
                 at=now,
@@ -263,32 +271,59 @@ class SignIns:
     def check_password(self, principal: str, password: str) -> bool:
         """Whether `password` is `principal`'s console password. A hash made with weaker
         parameters than argon2-cffi's current defaults is made again with them, on the check
-        that finds the password right."""
+        that finds the password right.
+
+        After `FREE_FAILURES` wrong passwords in a row, each further one locks sign-in by
+        password for the principal (30 s, doubled each time, up to 15 minutes): a check while
+        locked raises `Unauthenticated` with the time to wait, right password or not. A right
+        password, or setting a new one, starts the count again; a link still signs in."""
         with self.db.engine.connect() as conn:
-            stored = conn.execute(
-                sa.select(passwords.c.hash).where(
+            row = conn.execute(
+                sa.select(passwords.c.hash, passwords.c.locked_until).where(
                     passwords.c.app == self.app, passwords.c.principal == principal
                 )
-            ).scalar_one_or_none()
+            ).one_or_none()
+        now = self.clock.now()
+        if row is not None and row.locked_until is not None and row.locked_until > now:
+            left = (row.locked_until - now).total_seconds()
+            raise Unauthenticated(
+                f"too many wrong passwords for {principal}: try again in "
+                f"{describe_seconds(math.ceil(left))}, or sign in by a link "
+                f"(`remit login-link --for {principal}`)"
+            )
+        stored = None if row is None else str(row.hash)
         if len(password) > LONGEST_PASSWORD:
-            return False  # no password this long is ever set
-        try:
-            _HASHER.verify(stored or _no_password(), password)
-        except (VerifyMismatchError, VerificationError, InvalidHashError):
-            return False
+            right = False  # no password this long is ever set
+        else:
+            try:
+                right = _HASHER.verify(stored or _no_password(), password) and stored is not None
+            except (VerifyMismatchError, VerificationError, InvalidHashError):
+                right = False
         if stored is None:
             return False
-        if _HASHER.check_needs_rehash(stored):
-            with self.db.begin() as conn:
-                conn.execute(
+        where = (passwords.c.app == self.app, passwords.c.principal == principal)
+        with self.db.begin() as conn:
+            if not right:
+                failures = conn.execute(
                     passwords.update()
-                    .where(
-                        passwords.c.app == self.app,
-                        passwords.c.principal == principal,
-                        passwords.c.hash == stored,
+                    .where(*where)
+                    .values(failures=passwords.c.failures + 1)
+                    .returning(passwords.c.failures)
+                ).scalar_one_or_none()
+                if failures is not None and failures > FREE_FAILURES:
+                    wait = min(LOCK_FIRST * 2 ** (failures - FREE_FAILURES - 1), LOCK_LONGEST)
+                    conn.execute(
+                        passwords.update()
+                        .where(*where)
+                        .values(locked_until=now + timedelta(seconds=wait))
                     )
-                    .values(hash=_HASHER.hash(password))
-                )
+                return False
+            fresh: dict[str, object] = {"failures": 0, "locked_until": None}
+            if _HASHER.check_needs_rehash(stored):
+                fresh["hash"] = _HASHER.hash(password)
+            conn.execute(
+                passwords.update().where(*where, passwords.c.hash == stored).values(**fresh)
+            )
         return True
 
     def _session_row(self, token: str) -> sa.Row[object]:
