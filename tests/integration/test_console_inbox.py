@@ -5,6 +5,8 @@ the live header, and tasks answered both ways."""
 
 from __future__ import annotations
 
+import html
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,7 +86,14 @@ class Letter(BaseModel):
     pages: int = Field(default=1, ge=1)
 
 
-send_letter = op("post.letters.send", effect="write", input=LetterIn, output=Letter, retry=FAST)
+send_letter = op(
+    "post.letters.send",
+    effect="write",
+    input=LetterIn,
+    output=Letter,
+    retry=FAST,
+    description="Post a letter",
+)
 
 
 class PostDriver(Driver):
@@ -419,7 +428,11 @@ def test_a_task_said_to_have_happened_carries_its_run_on_with_the_output(
     assert 'class="task card"' in form
     assert "post.letters.send" in form
     assert f"{run_id}:1" in form  # the ledger key
-    assert "vendor post" in form
+    assert "vendor post): Post a letter" in form
+    # What the write was: the input of the run that made the call (the ledger keeps its hash).
+    shown = re.search(r'<pre class="input">([^<]*)</pre>', form)
+    assert shown is not None
+    assert json.loads(html.unescape(shown.group(1))) == {"to": "ann@example.com"}
     assert re.search(r'<input type="text"[^>]*name="output.letter_id"[^>]*required', form)
     assert re.search(r'<input type="number"[^>]*name="output.pages" value="1"[^>]*min="1"', form)
     assert 'name="done" value="yes">It happened</button>' in form

@@ -39,6 +39,10 @@ class TaskForm:
 
     task: Task
     row: LedgerRow | None
+    # What the write was, as far as remit knows it: the ledger keeps only a hash of the call's
+    # input, so the op's description and the input of the run that made the call.
+    description: str
+    run_input: Any
     model: type[BaseModel] | None
     fields: list[FormField]
     key: str
@@ -63,10 +67,24 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         rows = client.ledger(task.run_id, limit=1000)
         return next((r for r in rows if r.idempotency_key == task.idempotency_key), None)
 
-    def task_form(task: Task) -> TaskForm:
+    def task_form(
+        task: Task, shown: list[FormField] | None = None, key: str | None = None, **again: Any
+    ) -> TaskForm:
+        """The form of `task`: empty, or (`shown`, `key`, `again`) as a post left it."""
         model = output_model(task)
-        shown = [] if model is None else fields_of(model, None, {}, OUTPUT)
-        return TaskForm(task, ledger_row(task), model, shown, new_key())
+        if shown is None:
+            shown = [] if model is None else fields_of(model, None, {}, OUTPUT)
+        declared = client.app.ops.get(task.op_id)
+        return TaskForm(
+            task,
+            ledger_row(task),
+            "" if declared is None else declared.description,
+            client.get_run(task.run_id).input,
+            model,
+            shown,
+            key or new_key(),
+            **again,
+        )
 
     def show(
         request: Request, viewer: Viewer, *, status: int = 200, replaced: TaskForm | None = None
@@ -106,10 +124,8 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
                 if model is None
                 else fields_of(model, posted_values(model, form, OUTPUT), errors, OUTPUT)
             )
-            again_form = TaskForm(
+            again_form = task_form(
                 task,
-                ledger_row(task),
-                model,
                 shown,
                 key,
                 raw_output=raw,
