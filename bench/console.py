@@ -108,8 +108,9 @@ def timed(http: TestClient, path: str, repeat: int, check: str) -> float:
     return statistics.median(times)
 
 
-def measure(url: str, args: argparse.Namespace) -> tuple[float, float, float, float]:
-    """(runs page, filtered runs page, run page) medians in ms, and the seconds seeding took."""
+def measure(url: str, args: argparse.Namespace) -> tuple[float, float, float, float, float]:
+    """(runs page, filtered runs page, a filter nothing matches, run page) medians in ms, and
+    the seconds seeding took."""
     with Harness(APP, database_url=url, actor="user:bench") as harness:
         began = time.perf_counter()
         seed(harness, args.runs)
@@ -121,8 +122,10 @@ def measure(url: str, args: argparse.Namespace) -> tuple[float, float, float, fl
             runs_ms = timed(http, "/console/runs", args.repeat, 'table id="runs"')
             filtered = "/console/runs?status=failed&started_by=user:u7"
             filtered_ms = timed(http, filtered, args.repeat, 'table id="runs"')
+            unmatched = "/console/runs?started_by=user:nobody"
+            unmatched_ms = timed(http, unmatched, args.repeat, "No runs match these filters.")
             run_ms = timed(http, f"/console/runs/{run.run_id}", args.repeat, "svg id")
-    return runs_ms, filtered_ms, run_ms, seeded
+    return runs_ms, filtered_ms, unmatched_ms, run_ms, seeded
 
 
 def main() -> None:
@@ -137,7 +140,7 @@ def main() -> None:
         for kind, suffix, label in (("sqlite", "", "SQLite"), ("postgres", "_pg", "Postgres")):
             url = fresh_database(kind, Path(folder))
             try:
-                runs_ms, filtered_ms, run_ms, seeded = measure(url, args)
+                runs_ms, filtered_ms, unmatched_ms, run_ms, seeded = measure(url, args)
             finally:
                 drop_database(url)
             print(f"({label}: seeded {args.runs:,} runs in {seeded:.1f} s)", flush=True)
@@ -152,6 +155,12 @@ def main() -> None:
                     filtered_ms,
                     f"GET /console/runs?status=failed&started_by=user:u7, {args.runs:,} runs "
                     f"in {label}",
+                ),
+                (
+                    f"console_runs_unmatched_ms{suffix}",
+                    unmatched_ms,
+                    f"GET /console/runs?started_by=user:nobody (no run matches), {args.runs:,} "
+                    f"runs in {label}",
                 ),
                 (
                     f"console_run_page_ms{suffix}",

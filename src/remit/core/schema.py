@@ -64,6 +64,10 @@ runs = sa.Table(
     sa.Column("error", sa.Text),
     sa.Index("remit_runs_status", "status", "created_at"),
     sa.Index("remit_runs_created", "created_at"),
+    # The console's filters (`RunStore.list`): a workflow or a starter with few runs among many
+    # is found by its index, not by reading every run newest first.
+    sa.Index("remit_runs_workflow", "workflow", "created_at"),
+    sa.Index("remit_runs_started_by", "started_by", "created_at"),
 )
 
 ledger = sa.Table(
