@@ -16,6 +16,7 @@ from remit.console.pages import runs as runs_page
 from remit.policy.signin import LONGEST_PASSWORD
 from remit.serve.api import create_api
 from remit.testing import Harness
+from tests.console_support import csrf_of, sign_in
 
 DEMO_APP = Path(__file__).resolve().parent.parent / "apps" / "demo_app"
 
@@ -30,30 +31,6 @@ def harness(database_url: str) -> Iterator[Harness]:
 def http(harness: Harness) -> Iterator[TestClient]:
     with TestClient(create_api(harness.client, allowed_hosts=["testserver"])) as client:
         yield client
-
-
-def _csrf(html: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', html)
-    assert found is not None, html
-    return found.group(1)
-
-
-def sign_in(http: TestClient, harness: Harness, principal: str = "user:ann") -> str:
-    """Sign `principal` in by a link, as a browser does; returns the page's CSRF token."""
-    _, code = harness.client.signins.link(principal, by="user:carol")
-    shown = http.get(f"/console/sign-in?code={code}")
-    assert shown.status_code == 200
-    done = http.post(
-        "/console/sign-in",
-        data={"code": code, "csrf": _csrf(shown.text), "next": "/console/runs"},
-        follow_redirects=False,
-    )
-    assert done.status_code == 303, done.text
-    assert done.headers["location"] == "/console/runs"
-    page = http.get("/console/runs")
-    assert page.status_code == 200
-    assert f'<strong id="principal">{principal}</strong>' in page.text
-    return _csrf(page.text)
 
 
 def test_a_page_without_a_session_goes_to_the_sign_in_page(http: TestClient) -> None:
@@ -83,7 +60,7 @@ def test_a_link_signs_in_once_with_a_cookie_scripts_cannot_read(
     assert 'type="submit" class="primary">Sign in</button>' in shown.text
     done = http.post(
         "/console/sign-in",
-        data={"code": code, "csrf": _csrf(shown.text), "next": "/console/ledger"},
+        data={"code": code, "csrf": csrf_of(shown.text), "next": "/console/ledger"},
         follow_redirects=False,
     )
     assert (done.status_code, done.headers["location"]) == (303, "/console/ledger")
@@ -95,7 +72,7 @@ def test_a_link_signs_in_once_with_a_cookie_scripts_cannot_read(
 
     http.cookies.clear()
     again = http.get(f"/console/sign-in?code={code}")
-    reused = http.post("/console/sign-in", data={"code": code, "csrf": _csrf(again.text)})
+    reused = http.post("/console/sign-in", data={"code": code, "csrf": csrf_of(again.text)})
     assert reused.status_code == 401
     assert "remit login-link" in reused.text
     assert http.get("/console/runs", follow_redirects=False).status_code == 303
@@ -109,7 +86,7 @@ def test_behind_tls_the_cookie_is_secure(harness: Harness) -> None:
         shown = http.get(f"/console/sign-in?code={code}")
         done = http.post(
             "/console/sign-in",
-            data={"code": code, "csrf": _csrf(shown.text)},
+            data={"code": code, "csrf": csrf_of(shown.text)},
             follow_redirects=False,
         )
         cookie = next(v for k, v in done.headers.multi_items() if v.startswith("remit_session="))
@@ -117,7 +94,7 @@ def test_behind_tls_the_cookie_is_secure(harness: Harness) -> None:
         # The message a signed-out page shows travels Secure too.
         page = http.get("/console/runs")
         out = http.post(
-            "/console/sign-out", data={"csrf": _csrf(page.text)}, follow_redirects=False
+            "/console/sign-out", data={"csrf": csrf_of(page.text)}, follow_redirects=False
         )
         flash = next(v for k, v in out.headers.multi_items() if v.startswith("remit_flash="))
         assert "Secure" in flash
@@ -150,7 +127,7 @@ def test_a_sign_in_goes_back_only_to_the_console(http: TestClient, harness: Harn
     assert "evil.example" not in shown.text
     done = http.post(
         "/console/sign-in",
-        data={"code": code, "csrf": _csrf(shown.text), "next": "https://evil.example/"},
+        data={"code": code, "csrf": csrf_of(shown.text), "next": "https://evil.example/"},
         follow_redirects=False,
     )
     assert done.headers["location"] == "/console/runs"
@@ -174,7 +151,7 @@ def test_a_password_signs_in_and_a_wrong_one_does_not(http: TestClient, harness:
     shown = http.get("/console/sign-in")
     wrong = http.post(
         "/console/sign-in/password",
-        data={"principal": "user:ann", "password": "not it at all", "csrf": _csrf(shown.text)},
+        data={"principal": "user:ann", "password": "not it at all", "csrf": csrf_of(shown.text)},
     )
     assert wrong.status_code == 401
     shown = http.get("/console/sign-in")
@@ -183,7 +160,7 @@ def test_a_password_signs_in_and_a_wrong_one_does_not(http: TestClient, harness:
         data={
             "principal": "user:ann",
             "password": "correct horse battery",
-            "csrf": _csrf(shown.text),
+            "csrf": csrf_of(shown.text),
         },
         follow_redirects=False,
     )

@@ -32,6 +32,7 @@ from remit import (
 from remit.connectors.base import AppliedEffect
 from remit.serve.api import create_api
 from remit.testing import Harness
+from tests.console_support import form_of, hidden, sign_in
 from tests.support import FAST
 
 ANN, CAROL = "user:ann", "user:carol"
@@ -143,32 +144,6 @@ def harness(database_url: str, tmp_path: Path) -> Iterator[Harness]:
 def http(harness: Harness) -> Iterator[TestClient]:
     with TestClient(create_api(harness.client, allowed_hosts=["testserver"])) as client:
         yield client
-
-
-def hidden(html: str, name: str, within: str | None = None) -> str:
-    if within is not None:
-        html = form_of(html, within)
-    found = re.search(rf'name="{name}" value="([^"]+)"', html)
-    assert found is not None, html
-    return found.group(1)
-
-
-def form_of(html: str, form_id: str) -> str:
-    found = re.search(rf'<form[^>]* id="{form_id}".*?</form>', html, re.S)
-    assert found is not None, f"no form#{form_id} in {html}"
-    return found.group(0)
-
-
-def sign_in(http: TestClient, harness: Harness, principal: str) -> None:
-    http.cookies.clear()
-    _, code = harness.client.signins.link(principal, by=CAROL)
-    shown = http.get(f"/console/sign-in?code={code}")
-    done = http.post(
-        "/console/sign-in",
-        data={"code": code, "csrf": hidden(shown.text, "csrf"), "next": "/console/inbox"},
-        follow_redirects=False,
-    )
-    assert done.status_code == 303, done.text
 
 
 def gate_of(harness: Harness, **input: Any) -> str:

@@ -21,6 +21,7 @@ from remit.core.schema import budget_periods
 from remit.policy.cedar import PolicyDenied
 from remit.serve.api import create_api
 from remit.testing import Harness
+from tests.console_support import sign_in
 from tests.support import REFUND, FakeShop, create_order, make_app, send_email, shop
 
 POLICIES = (
@@ -58,23 +59,6 @@ def http(harness: Harness) -> Iterator[TestClient]:
         yield client
 
 
-def _csrf(html: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', html)
-    assert found is not None, html
-    return found.group(1)
-
-
-def sign_in(http: TestClient, harness: Harness, principal: str = "user:carol") -> str:
-    """Sign `principal` in by a link; returns the CSRF token its forms carry."""
-    _, code = harness.client.signins.link(principal, by="user:carol")
-    shown = http.get(f"/console/sign-in?code={code}")
-    done = http.post(
-        "/console/sign-in", data={"code": code, "csrf": _csrf(shown.text)}, follow_redirects=False
-    )
-    assert done.status_code == 303, done.text
-    return _csrf(http.get("/console/runs").text)
-
-
 def steps_of(html: str) -> list[set[str]]:
     return [set(found.split()) for found in STEP.findall(html)]
 
@@ -87,7 +71,7 @@ def test_a_failed_run_is_retried_by_its_button_and_its_fork_shows_copied_steps(
     )
     run = harness.run("purchase", {"sku": "sku-1"})
     assert run.status == "failed"
-    csrf = sign_in(http, harness)
+    csrf = sign_in(http, harness, "user:carol")
 
     page = http.get(f"/console/runs/{run.run_id}").text
     assert f"<h1>Run <code>{run.run_id}</code></h1>" in page
@@ -142,7 +126,7 @@ def test_a_waiting_run_is_polled_and_cancelled_by_its_button(
 ) -> None:
     run = harness.start("refund", {"sku": "sku-1"})
     harness.wait(run.run_id, until=("waiting",))
-    csrf = sign_in(http, harness)
+    csrf = sign_in(http, harness, "user:carol")
 
     live = http.get(f"/console/runs/{run.run_id}/live").text
     assert live.startswith('<div id="live"')
@@ -176,7 +160,7 @@ def test_the_ledger_filters_and_marks_uncertain_rows(http: TestClient, harness: 
     harness.wait(unsure.run_id, until=("waiting",))
     sure = harness.run("purchase", {"sku": "sku-2"})
     assert sure.status == "done"
-    sign_in(http, harness)
+    sign_in(http, harness, "user:carol")
 
     every = http.get("/console/ledger").text
     assert every.count('<tr class="uncertain">') == 1
@@ -211,7 +195,7 @@ def test_each_budget_is_a_chart_with_its_drift(http: TestClient, harness: Harnes
     harness.client.set_budget("app", 80, by="user:carol")
     with harness.client.db.begin() as conn:
         conn.execute(sa.update(budget_periods).values(spent_usd=Decimal("2.5")))
-    sign_in(http, harness)
+    sign_in(http, harness, "user:carol")
 
     page = http.get("/console/budgets").text
     assert page.count('<svg class="budget-chart"') == 1
@@ -222,7 +206,7 @@ def test_each_budget_is_a_chart_with_its_drift(http: TestClient, harness: Harnes
 
 
 def test_pause_and_resume_through_the_buttons(http: TestClient, harness: Harness) -> None:
-    csrf = sign_in(http, harness)
+    csrf = sign_in(http, harness, "user:carol")
     page = http.get("/console/operations").text
     assert '<strong id="pause-state">running</strong>' in page
     assert 'action="/console/pause"' in page
@@ -278,7 +262,7 @@ def test_every_button_that_posts_shows_its_answer_with_htmx_on_too(
     # form that acts is posted by the browser itself, which shows the 403 page.
     run = harness.start("refund", {"sku": "sku-1"})
     harness.wait(run.run_id, until=("waiting",))
-    sign_in(http, harness)
+    sign_in(http, harness, "user:carol")
     for path in (f"/console/runs/{run.run_id}", "/console/operations", "/console/inbox"):
         forms = POST_FORM.findall(http.get(path).text)
         assert len(forms) >= 2, path  # sign-out, and the page's own
@@ -288,7 +272,7 @@ def test_every_button_that_posts_shows_its_answer_with_htmx_on_too(
 def test_the_resources_page_says_when_the_app_declares_none(
     http: TestClient, harness: Harness
 ) -> None:
-    sign_in(http, harness)
+    sign_in(http, harness, "user:carol")
     page = http.get("/console/resources")
     assert page.status_code == 200
     assert "The app declares no resources" in page.text
