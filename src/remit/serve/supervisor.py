@@ -8,6 +8,10 @@ everything it holds: DBOS, its threads, and every database connection, the API's
 worker is a DBOS instance destroyed, so a wake (`GET /wake`, or a write through the API)
 starts a new one, on the same executor slot.
 
+Starting takes time, so a worker asks to be woken a little ahead of its deadline (`lead`), and
+a worker that starts with a deadline within the idle horizon sweeps at that deadline as well as
+at its sweep interval: what falls due is carried on when it does.
+
 A wake means "run if stopped": one that arrives late, twice, or for a deadline registered
 before the last start finds the worker running, or starts a worker that finds nothing to do and
 stops again. Nothing it does depends on which registration it answers.
