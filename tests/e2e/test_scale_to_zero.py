@@ -265,7 +265,9 @@ def test_a_failed_registration_keeps_the_worker_up_and_is_recorded(
 def test_a_cron_schedule_wakes_the_worker_at_its_instant(
     database_url: str, tmp_path: Path, service: WakeupService
 ) -> None:
-    instance = woken_by(service, database_url, tmp_path, SLEEPY_TICK="1")
+    # A horizon of 3 s, longer than a start on a busy machine, lets the worker be woken ahead
+    # by as much as its start takes (at most 80% of the horizon); the schedule is every minute.
+    instance = woken_by(service, database_url, tmp_path, SLEEPY_TICK="1", REMIT_IDLE_HORIZON="3")
     try:
         base = instance.serve()
         instance.remit("wakeup", "connect", base)
@@ -275,6 +277,9 @@ def test_a_cron_schedule_wakes_the_worker_at_its_instant(
         fired = instance.wait_moment(None, stopped.at.isoformat(), timeout=90)
         late = fired - stopped.at.timestamp()
         assert -0.05 <= late <= 1.0, f"the instant fired {late:.3f}s late"
+        assert re.search(
+            r"is idle and stops \(to be woken [\d.]+s before its deadline at ", instance.log()
+        )
     finally:
         instance.stop()
 
@@ -304,7 +309,9 @@ def test_instants_missed_while_stopped_are_backfilled_from_the_stop(
 ) -> None:
     """The service is down at the registered instant; once it is back it wakes the worker late,
     and the schedule (`backfill="all"`) fires the instant it missed while stopped."""
-    instance = woken_by(service, database_url, tmp_path, SLEEPY_TICK="1")
+    # A horizon of 3 s, longer than a start on a busy machine, lets the worker be woken ahead
+    # by as much as its start takes (at most 80% of the horizon); the schedule is every minute.
+    instance = woken_by(service, database_url, tmp_path, SLEEPY_TICK="1", REMIT_IDLE_HORIZON="3")
     try:
         base = instance.serve()
         instance.remit("wakeup", "connect", base)
