@@ -182,7 +182,9 @@ def main() -> None:
             "| figure | median (ms) | goal (ms) | what |\n|---|---|---|---|\n"
             f"{rows}\n\n"
             "The runs page reads one page of 51 rows by key (created time, run id), never by "
-            "offset. A run's page reads its steps from DBOS once per attempt and draws the "
+            "offset. A filter by workflow or by starter reads its index (`remit_runs_workflow`, "
+            "`remit_runs_started_by`), so one that nothing matches does not read every run. "
+            "A run's page reads its steps from DBOS once per attempt and draws the "
             "timeline in one pass over them.",
         )
 
