@@ -83,7 +83,7 @@ def test_the_worker_stops_while_a_follow_up_sleeps_and_is_woken_at_its_end(
         return stopped and f"{follow} wakes from its sleep" in status
 
     until("the worker did not stop while the follow-up slept", asleep_and_stopped)
-    assert "registered:" in status
+    assert "registered:     a wake for the deadline at " in status
 
     done = cli("runs", "--workflow", "ar.follow-up", "--status", "done", "--quiet", app=repo)
     assert done.stdout.strip() == ""  # asleep still, 6 s from its start

@@ -46,7 +46,8 @@ def status(app_dir: AppDir = None) -> None:
                     "registered",
                     "-"
                     if row.registered_at is None
-                    else f"wake at {moment(row.at)} (registered {moment(row.registered_at)})",
+                    else f"a wake for the deadline at {moment(row.at)}, a little ahead of it "
+                    f"(registered {moment(row.registered_at)})",
                 ),
                 (
                     "last error",
