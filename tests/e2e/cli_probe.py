@@ -22,12 +22,15 @@ HEAVY = {"dbos", "fastapi", "opentelemetry", "sqlalchemy"}
 
 def main() -> None:
     argvs: list[list[str]] = json.loads(sys.argv[1])
-    engines: set[int] = set()
+    # The engines themselves, not their ids: an engine a finished command dropped could be
+    # collected, and the next command's engine given its id.
+    engines: list[Any] = []
     if "--engines" in sys.argv[2:]:
         import sqlalchemy as sa
 
         def connected(connection: Any) -> None:
-            engines.add(id(connection.engine))
+            if not any(engine is connection.engine for engine in engines):
+                engines.append(connection.engine)
 
         sa.event.listen(sa.Engine, "engine_connect", connected)
 
