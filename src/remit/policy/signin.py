@@ -279,7 +279,7 @@ class SignIns:
         password, or setting a new one, starts the count again; a link still signs in."""
         with self.db.engine.connect() as conn:
             row = conn.execute(
-                sa.select(passwords.c.hash, passwords.c.locked_until).where(
+                sa.select(passwords.c.hash, passwords.c.failures, passwords.c.locked_until).where(
                     passwords.c.app == self.app, passwords.c.principal == principal
                 )
             ).one_or_none()
@@ -299,8 +299,15 @@ class SignIns:
                 right = _HASHER.verify(stored or _no_password(), password) and stored is not None
             except (VerifyMismatchError, VerificationError, InvalidHashError):
                 right = False
-        if stored is None:
+        if row is None or stored is None:
             return False
+        fresh: dict[str, object] = (
+            {} if row.failures == 0 else {"failures": 0, "locked_until": None}
+        )
+        if right and _HASHER.check_needs_rehash(stored):
+            fresh["hash"] = _HASHER.hash(password)
+        if right and not fresh:
+            return True  # nothing to write: a sign-in takes no write lock
         where = (passwords.c.app == self.app, passwords.c.principal == principal)
         with self.db.begin() as conn:
             if not right:
@@ -318,9 +325,6 @@ class SignIns:
                         .values(locked_until=now + timedelta(seconds=wait))
                     )
                 return False
-            fresh: dict[str, object] = {"failures": 0, "locked_until": None}
-            if _HASHER.check_needs_rehash(stored):
-                fresh["hash"] = _HASHER.hash(password)
             conn.execute(
                 passwords.update().where(*where, passwords.c.hash == stored).values(**fresh)
             )
