@@ -1,7 +1,7 @@
 """Approvals on Postgres: how long from `decide()` to a run past its gate, and what waiting
 runs cost a worker.
 
-    .venv/bin/python bench/approvals.py [--quick] [--write]    # `make bench` runs it too
+    .venv/bin/python bench/approvals.py [--quick | --smoke] [--write]    # `make bench` runs it too
 
 Every worker here is a separate `remit worker` process on the bench app's `payout` workflow
 (fakes, every other setting at its default: queues polled every 0.1 s), and this process is the
@@ -28,16 +28,25 @@ import math
 import os
 import random
 import statistics
-import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import sqlalchemy as sa
-from common import ROOT, drop_database, figure_table, fresh_database, run_alone, write_section
+from common import (
+    ROOT,
+    Process,
+    Size,
+    drop_database,
+    figure_table,
+    fresh_database,
+    run_alone,
+    wait_until,
+    write_section,
+)
 
 from remit.app import load_app
 from remit.core.database import Database
@@ -52,6 +61,8 @@ RESULT_POLL = 0.002
 JITTER = 0.25  # seconds, at most, before each decision
 SETTLE = 6.0  # past the first heartbeat (5 s) and the first sweep after start (5 s)
 WAITING = 1000
+SERVING_TIMEOUT = 120.0  # seconds, at most, for a worker to start serving
+DECIDED_TIMEOUT = 60.0  # seconds, at most, for a decided run to pass its gate, and to finish
 
 Figure = tuple[str, float, str, str]
 
@@ -62,32 +73,20 @@ PASSED = sa.text(
 STATUS = sa.text("SELECT status FROM remit_runs WHERE run_id = :run_id")
 
 
-class WorkerProcess:
-    """A `remit worker` subprocess on the bench app with fakes and otherwise default settings."""
+class WorkerProcess(Process):
+    """A `remit worker` subprocess on the bench app with fakes and otherwise default settings,
+    serving once made."""
 
     def __init__(self, url: str) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("REMIT_")}
         env |= {"REMIT_DATABASE_URL": url, "REMIT_FAKES": "1"}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "remit", "--app", str(APP), "worker"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self._serving = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-        if not self._serving.wait(120):
+        command = [sys.executable, "-m", "remit", "--app", str(APP), "worker"]
+        super().__init__("the bench app's `remit worker`", command, env=env)
+        try:
+            self.wait_for_line("serving", timeout=SERVING_TIMEOUT)
+        except BaseException:
             self.stop()
-            raise RuntimeError("the worker did not start serving in 120 s:\n" + "".join(self.lines))
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
-            if "serving" in line:
-                self._serving.set()
+            raise
 
     def status(self) -> tuple[float, int]:
         """(resident memory in MB, threads), from /proc/<pid>/status."""
@@ -97,18 +96,15 @@ class WorkerProcess:
         )
         return int(fields["VmRSS"].split()[0]) / 1024, int(fields["Threads"])
 
-    def settled(self) -> tuple[float, int]:
-        """`status()` after SETTLE seconds idle: the median of five reads over two seconds."""
-        time.sleep(SETTLE)
-        reads = []
-        for _ in range(5):
-            reads.append(self.status())
+    def settled(self, settle: float = SETTLE, reads: int = 5) -> tuple[float, int]:
+        """`status()` after `settle` seconds idle: the median of `reads` reads, half a second
+        apart."""
+        time.sleep(settle)
+        read = [self.status()]
+        for _ in range(reads - 1):
             time.sleep(0.5)
-        return statistics.median(r[0] for r in reads), int(statistics.median(r[1] for r in reads))
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(60)
+            read.append(self.status())
+        return statistics.median(r[0] for r in read), int(statistics.median(r[1] for r in read))
 
 
 @contextmanager
@@ -128,7 +124,7 @@ def start_runs(db: Database, count: int) -> list[str]:
     """Start `count` runs of `payout`, as `remit start` does; returns their run ids."""
     app = load_app(APP)
     client = db.client(app.name)
-    store = RunStore(db)
+    store = RunStore(db, app=app.name)
     try:
         wf = app.workflow(WORKFLOW)
         return [
@@ -137,14 +133,6 @@ def start_runs(db: Database, count: int) -> list[str]:
         ]
     finally:
         client.destroy()
-
-
-def wait_for(what: str, done: Callable[[], bool], timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not after {timeout:.0f} s")
-        time.sleep(0.05)
 
 
 def count_waiting(db: Database) -> int:
@@ -156,25 +144,39 @@ def count_waiting(db: Database) -> int:
         )
 
 
-def decide_resume(decisions: int, folder: Path) -> tuple[list[float], list[float]]:
+def wait_waiting(db: Database, worker: WorkerProcess, count: int) -> None:
+    """Wait for `count` runs to wait at their gate, `worker` serving them (at most a minute and
+    a fifth of a second a run)."""
+    wait_until(
+        lambda: count_waiting(db) == count,
+        timeout=60 + count / 5,
+        what=f"{count} runs waiting at their gate",
+        state=lambda: f"{count_waiting(db)} waiting; {worker.name}'s last output:\n{worker.tail()}",
+    )
+
+
+def decide_resume(
+    decisions: int, folder: Path, warmup: int = WARMUP, jitter_s: float = JITTER
+) -> tuple[list[float], list[float]]:
     """Seconds from `decide()` to the checkpoint of the step after the gate, and seconds in
-    `decide()` itself, for each counted decision."""
+    `decide()` itself, for each of `decisions` decisions after `warmup` more, each made a
+    random 0 to `jitter_s` seconds after the last run finished."""
     with database(folder) as (db, url):
-        total = decisions + WARMUP
+        total = decisions + warmup
         run_ids = start_runs(db, total)
         worker = WorkerProcess(url)
         app = load_app(APP)
         client = db.client(app.name)
         deciding = Approvals(db, client, app.approval_types)
         try:
-            wait_for(f"{total} runs waiting", lambda: count_waiting(db) == total)
+            wait_waiting(db, worker, total)
             gate = {a.run_id: a.id for a in deciding.list(status="pending", limit=total)}
             jitter = random.Random(7)
             to_pass: list[float] = []
             in_decide: list[float] = []
             with db.engine.connect() as conn:
                 for i, run_id in enumerate(run_ids):
-                    time.sleep(jitter.uniform(0, JITTER))
+                    time.sleep(jitter.uniform(0, jitter_s))
                     began = time.perf_counter()
                     result = deciding.decide(
                         gate[run_id],
@@ -186,16 +188,24 @@ def decide_resume(decisions: int, folder: Path) -> tuple[list[float], list[float
                     returned = time.perf_counter()
                     attempt = result.decided[0].resumed_workflow_id
                     assert attempt is not None, f"run {run_id} was not resumed"
-                    while conn.execute(PASSED, {"workflow_id": attempt}).first() is None:
-                        conn.commit()
-                        time.sleep(RESULT_POLL)
+                    wait_until(
+                        partial(_shows, conn, PASSED, 1, workflow_id=attempt),
+                        timeout=DECIDED_TIMEOUT,
+                        what=f"run {run_id}, approved, to checkpoint `passed` (attempt {attempt})",
+                        state=lambda: f"{worker.name}'s last output:\n{worker.tail()}",
+                        every=RESULT_POLL,
+                    )
                     passed = time.perf_counter()
                     conn.commit()
-                    while conn.execute(STATUS, {"run_id": run_id}).scalar_one() != "done":
-                        conn.commit()
-                        time.sleep(0.01)
+                    wait_until(
+                        partial(_shows, conn, STATUS, "done", run_id=run_id),
+                        timeout=DECIDED_TIMEOUT,
+                        what=f"run {run_id}, past its gate, to be done",
+                        state=lambda: f"{worker.name}'s last output:\n{worker.tail()}",
+                        every=0.01,
+                    )
                     conn.commit()
-                    if i >= WARMUP:
+                    if i >= warmup:
                         to_pass.append(passed - began)
                         in_decide.append(returned - began)
         finally:
@@ -204,28 +214,40 @@ def decide_resume(decisions: int, folder: Path) -> tuple[list[float], list[float
     return to_pass, in_decide
 
 
-def waiting_cost(folder: Path) -> dict[str, tuple[float, int]]:
-    """(RSS MB, threads) of: a fresh worker with no runs (`empty`), a fresh worker with WAITING
-    runs at their gate (`waiting`), and the worker that brought them there (`served`)."""
+def _shows(conn: sa.Connection, query: sa.TextClause, want: object, **values: str) -> bool:
+    """Whether the first column of `query`'s first row is `want`. If not, its transaction is
+    ended, so that the next read sees what committed since."""
+    if conn.execute(query, values).scalar() == want:
+        return True
+    conn.commit()
+    return False
+
+
+def waiting_cost(
+    folder: Path, waiting: int = WAITING, settle: float = SETTLE, reads: int = 5
+) -> dict[str, tuple[float, int]]:
+    """(RSS MB, threads) of: a fresh worker with no runs (`empty`), a fresh worker with
+    `waiting` runs at their gate (`waiting`), and the worker that brought them there
+    (`served`); each read `settle` seconds after it began serving, `reads` times."""
     found: dict[str, tuple[float, int]] = {}
     with database(folder) as (_, url):
         worker = WorkerProcess(url)
         try:
-            found["empty"] = worker.settled()
+            found["empty"] = worker.settled(settle, reads)
         finally:
             worker.stop()
     with database(folder) as (db, url):
-        start_runs(db, WAITING)
+        start_runs(db, waiting)
         worker = WorkerProcess(url)
         try:
-            wait_for(f"{WAITING} runs waiting", lambda: count_waiting(db) == WAITING)
-            found["served"] = worker.settled()
+            wait_waiting(db, worker, waiting)
+            found["served"] = worker.settled(settle, reads)
         finally:
             worker.stop()
         worker = WorkerProcess(url)
         try:
-            found["waiting"] = worker.settled()
-            assert count_waiting(db) == WAITING, "a waiting run moved while the worker idled"
+            found["waiting"] = worker.settled(settle, reads)
+            assert count_waiting(db) == waiting, "a waiting run moved while the worker idled"
         finally:
             worker.stop()
     return found
@@ -237,18 +259,26 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[max(1, math.ceil(len(ordered) * p / 100)) - 1]
 
 
-def measure(*, quick: bool, folder: Path) -> list[Figure]:
+def measure(*, size: Size, folder: Path) -> list[Figure]:
     """Run both measures; print `BENCH` lines and return the figures."""
-    decisions = 60 if quick else 200
+    decisions = size.pick(smoke=3, quick=60, full=200)
+    waiting = size.pick(smoke=10, quick=WAITING, full=WAITING)
     figures: list[Figure] = []
 
     def report(name: str, value: float, unit: str, note: str) -> None:
         print(f"BENCH {name} {value:.3f} {unit}", flush=True)
         figures.append((name, value, unit, note))
 
-    to_pass, in_decide = decide_resume(decisions, folder)
-    size = " (quick size; full size 200)" if quick else ""
-    what = f"{decisions} decisions{size} one at a time, worker in its own process"
+    to_pass, in_decide = decide_resume(
+        decisions,
+        folder,
+        warmup=size.pick(smoke=1, quick=WARMUP, full=WARMUP),
+        jitter_s=size.pick(smoke=0.02, quick=JITTER, full=JITTER),
+    )
+    smaller = size.pick(
+        smoke=" (smoke size; full size 200)", quick=" (quick size; full size 200)", full=""
+    )
+    what = f"{decisions} decisions{smaller} one at a time, worker in its own process"
     report(
         "decide_resume_p50_ms",
         percentile(to_pass, 50) * 1000,
@@ -274,14 +304,20 @@ def measure(*, quick: bool, folder: Path) -> list[Figure]:
         "of which `decide()` itself (the transaction and the fork), median",
     )
 
-    cost = waiting_cost(folder)
+    # At smoke size: 10 runs, read once half a second after serving (a heartbeat is 5 s).
+    cost = waiting_cost(
+        folder,
+        waiting,
+        settle=size.pick(smoke=0.5, quick=SETTLE, full=SETTLE),
+        reads=size.pick(smoke=1, quick=5, full=5),
+    )
     (empty_rss, empty_threads), (rss, threads) = cost["empty"], cost["waiting"]
     served_rss, served_threads = cost["served"]
     report(
         "waiting_1000_rss_mb",
         rss - empty_rss,
         "MB",
-        f"fresh worker's RSS with {WAITING} runs waiting ({rss:.1f}) minus with none "
+        f"fresh worker's RSS with {waiting} runs waiting ({rss:.1f}) minus with none "
         f"({empty_rss:.1f}) (goal < 20)",
     )
     report(
@@ -294,7 +330,7 @@ def measure(*, quick: bool, folder: Path) -> list[Figure]:
         "waiting_1000_served_rss_mb",
         served_rss - empty_rss,
         "MB",
-        f"the worker that brought the {WAITING} runs to `waiting`, settled ({served_rss:.1f}) "
+        f"the worker that brought the {waiting} runs to `waiting`, settled ({served_rss:.1f}) "
         "minus a fresh one with none",
     )
     report(
@@ -333,7 +369,13 @@ def write(figures: list[Figure], *, command: str) -> None:
 
 
 def main() -> None:
-    run_alone("approvals.py", measure, write, quick_help="60 decisions instead of 200")
+    run_alone(
+        "approvals.py",
+        measure,
+        write,
+        quick_help="60 decisions instead of 200",
+        smoke_help="3 decisions and 10 waiting runs, each worker read once: only that it runs",
+    )
 
 
 if __name__ == "__main__":

@@ -1,26 +1,32 @@
 """remit against bare DBOS, in one run: sequential latency per database, and queue drain.
 
     make bench            # full size
-    make bench QUICK=1    # about half the runs, in about three minutes
+    make bench QUICK=1    # about half the runs, in three to five minutes
+    make bench SMOKE=1    # every benchmark at its smallest, checked to print its figures (~1 min)
 
 Sequential: one process serves remit's 3-op workflow (fake connector) and bare DBOS's 3-step
 workflow side by side, and runs them one at a time, alternating A/B, each from enqueue to
 result. Drain: runs queued on Postgres in advance, then timed from the moment the worker
 processes serve until the last one is done: bare DBOS with one worker, remit with one, remit
-with two. Approvals (bench/approvals.py): decide to resume, and what waiting runs cost a
-worker. Reconciler (bench/reconcile.py): one pass against 10,000 and 100,000 runs. Policies
-(bench/policy.py): what a Cedar check adds to a start. Budgets (bench/budgets.py): what
-reserving and settling cost a call with a cost. Deploy check (bench/deploy_check.py): replaying
-1,000 waiting runs against the code. Command line (bench/cli_startup.py): how fast `remit --help`
-and `remit runs` start, against `python -c pass`; `--only cli` runs just that. Op calls
-(bench/calls.py): what a `started` row for every read and a thread per try cost, against the
-version before them, in the same run; `--only calls` runs just that. Scale to zero
-(bench/wakeup.py, bench/scale_to_zero.py): how late the wakeup service calls 1,000 wakes due
-over 10 s, the CPU a stopped instance uses, and how soon a wake gets a queued run's first step
-going; `--only wakeup` runs just those. Declared resources (bench/resources.py): a plan over
-1,000 resources and an apply creating 100, against bare DBOS; `--only resources` runs just
-that. Prints
-`BENCH <name> <value> <unit>` lines and writes the tables to BENCHMARKS.md.
+with two; `--only bare` runs just these two. Approvals (bench/approvals.py): decide to resume,
+and what waiting runs cost a worker. Reconciler (bench/reconcile.py): one pass against 10,000
+and 100,000 runs. Policies (bench/policy.py): what a Cedar check adds to a start. Budgets
+(bench/budgets.py): what reserving and settling cost a call with a cost. Deploy check
+(bench/deploy_check.py): replaying 1,000 waiting runs against the code. Command line
+(bench/cli_startup.py): how fast `remit --help` and `remit runs` start, against
+`python -c pass`; `--only cli` runs just that. Op calls (bench/calls.py): what a `started` row
+for every read and a thread per try cost, against the version before them, in the same run;
+`--only calls` runs just that. Scale to zero (bench/wakeup.py, bench/scale_to_zero.py): how
+late the wakeup service calls 1,000 wakes due over 10 s, the CPU a stopped instance uses, and
+how soon a wake gets a queued run's first step going; `--only wakeup` runs just those. Declared
+resources (bench/resources.py): a plan over 1,000 resources and an apply creating 100, against
+bare DBOS; `--only resources` runs just that. Prints `BENCH <name> <value> <unit>` lines and,
+with `--write`, writes the tables to BENCHMARKS.md.
+
+`--smoke` (alone) runs bench/smoke.py instead: every benchmark above, and the web console's
+(bench/console.py) and queue polling's (bench/poll.py), each in its own process at the least
+size that goes through its code, checking that each prints its `BENCH` lines; it writes
+nothing. `--smoke --only PART` runs one part at that size, in this process.
 """
 
 from __future__ import annotations
@@ -28,13 +34,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import approvals  # bench/approvals.py, beside this file
 import bare  # bench/bare.py, beside this file
@@ -46,9 +52,21 @@ import policy  # bench/policy.py, beside this file
 import reconcile  # bench/reconcile.py, beside this file
 import resources  # bench/resources.py, beside this file
 import scale_to_zero  # bench/scale_to_zero.py, beside this file
+import smoke  # bench/smoke.py, beside this file
 import sqlalchemy as sa
 import wakeup  # bench/wakeup.py, beside this file
-from common import ROOT, drop_database, figure_table, fresh_database, write_section
+from common import (
+    ROOT,
+    Figure,
+    Process,
+    Size,
+    deadline,
+    drop_database,
+    figure_table,
+    fresh_database,
+    wait_until,
+    write_section,
+)
 
 from remit.app import load_app
 from remit.core.database import Database
@@ -57,11 +75,11 @@ from remit.core.settings import Settings
 from remit.serve.worker import Worker
 
 APP = ROOT / "bench" / "apps" / "bench_app"
-POSTGRES = os.environ.get(
-    "REMIT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-)
 SEQ_POLL = 0.01
 RESULT_POLL = 0.002
+SEQ_WARMUP = 5
+RESULT_TIMEOUT = 60.0  # seconds, at most, for one sequential run's result
+SERVING_TIMEOUT = 120.0  # seconds, at most, for a drain's worker to start serving
 
 
 def sequential(kind: str, runs: int, folder: Path) -> tuple[float, float]:
@@ -80,27 +98,29 @@ def sequential(kind: str, runs: int, folder: Path) -> tuple[float, float]:
     wf = app.workflow("bump")
     timings: dict[str, list[float]] = {"bare": [], "remit": []}
     try:
-        for i in range(runs + 5):  # the first five of each warm up and are not counted
+        for i in range(runs + SEQ_WARMUP):  # the first of each warm up and are not counted
             began = time.perf_counter()
             handle = bare_client.enqueue(
                 {"workflow_name": bare.WORKFLOW, "queue_name": bare.QUEUE}, f"item-{i}"
             )
-            handle.get_result(polling_interval_sec=RESULT_POLL)
+            with deadline(RESULT_TIMEOUT, f"sequential on {kind}: bare DBOS run {i}'s result"):
+                handle.get_result(polling_interval_sec=RESULT_POLL)
             took_bare = time.perf_counter() - began
 
             began = time.perf_counter()
             run = worker.runtime.runs.start(
                 worker.client, wf, {"item": f"item-{i}"}, started_by="bench"
             )
-            worker.client.retrieve_workflow(run.workflow_id).get_result(
-                polling_interval_sec=RESULT_POLL
-            )
+            with deadline(RESULT_TIMEOUT, f"sequential on {kind}: remit run {run.run_id}'s result"):
+                worker.client.retrieve_workflow(run.workflow_id).get_result(
+                    polling_interval_sec=RESULT_POLL
+                )
             took_remit = time.perf_counter() - began
-            if i >= 5:
+            if i >= SEQ_WARMUP:
                 timings["bare"].append(took_bare)
                 timings["remit"].append(took_remit)
-        done = worker.runtime.runs.list(status="done", limit=runs + 10)
-        assert len(done) == runs + 5, f"{len(done)} remit runs done of {runs + 5}"
+        done = worker.runtime.runs.list(status="done", limit=runs + SEQ_WARMUP + 5)
+        assert len(done) == runs + SEQ_WARMUP, f"{len(done)} remit runs done of {runs + SEQ_WARMUP}"
     finally:
         bare_client.destroy()
         worker.stop(timeout=0)
@@ -108,18 +128,12 @@ def sequential(kind: str, runs: int, folder: Path) -> tuple[float, float]:
     return statistics.mean(timings["bare"]), statistics.mean(timings["remit"])
 
 
-def _serving(proc: subprocess.Popen[str], ready: threading.Event) -> None:
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if "serving" in line:
-            ready.set()
-
-
 def drain(kind: str, runs: int, workers: int, folder: Path) -> float:
     """Runs per second for `workers` processes of `kind` (bare or remit) draining a full queue."""
     url = fresh_database("postgres", folder)
     db = Database(url)
     db.prepare()
+    procs: list[Process] = []
     try:
         if kind == "bare":
             client = bare.client(db)
@@ -132,89 +146,53 @@ def drain(kind: str, runs: int, workers: int, folder: Path) -> float:
         else:
             app = load_app(APP)
             client = db.client(app.name)
-            store = RunStore(db)
+            store = RunStore(db, app=app.name)
             for i in range(runs):
                 store.start(client, app.workflow("bump"), {"item": f"item-{i}"}, started_by="bench")
             command = [sys.executable, "-m", "remit", "--app", str(APP), "worker"]
         env = {**os.environ, "REMIT_DATABASE_URL": url, "REMIT_FAKES": "1"}
         procs = [
-            subprocess.Popen(
-                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-            for _ in range(workers)
+            Process(f"drain's {kind} worker {n + 1} of {workers}", command, env=env)
+            for n in range(workers)
         ]
-        ready = [threading.Event() for _ in procs]
-        for proc, event in zip(procs, ready, strict=True):
-            threading.Thread(target=_serving, args=(proc, event), daemon=True).start()
-        for event in ready:
-            if not event.wait(120):
-                raise RuntimeError("a worker did not start serving within 120 s")
+        for proc in procs:
+            proc.wait_for_line("serving", timeout=SERVING_TIMEOUT)
         began = time.perf_counter()
         done_query = sa.text("SELECT count(*) FROM dbos.workflow_status WHERE status = 'SUCCESS'")
         with db.engine.connect() as conn:
-            while conn.execute(done_query).scalar_one() < runs:
-                time.sleep(0.05)
+
+            def succeeded() -> int:
+                done = int(conn.execute(done_query).scalar_one())
                 conn.commit()
+                return done
+
+            wait_until(
+                lambda: succeeded() >= runs,
+                timeout=60 + runs * 0.5,
+                what=f"drain ({kind}, {workers} workers): {runs} queued runs to succeed",
+                state=lambda: (
+                    f"{succeeded()} succeeded; the workers' last output:\n"
+                    + "".join(f"  {proc.name}:\n{proc.tail()}" for proc in procs)
+                ),
+            )
         took = time.perf_counter() - began
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(60)
         client.destroy()
         return runs / took
     finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.stop()
         db.dispose()
         drop_database(url)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
-    parser.add_argument(
-        "--only",
-        choices=["cli", "calls", "wakeup", "resources"],
-        help="run one part alone: cli, the command line's startup; calls, what an op call "
-        "costs; wakeup, how late the wakeup service calls instances; resources, plan and apply "
-        "of declared resources",
-    )
-    args = parser.parse_args()
-    command = "make bench QUICK=1" if args.quick else "make bench"
-    seq_runs, drain_runs = (60, 250) if args.quick else (200, 1000)
-    folder = Path(os.environ.get("TMPDIR", "/tmp")) / "remit-bench"
-    folder.mkdir(exist_ok=True)
-    if args.only == "cli":
-        started = _startup(quick=args.quick, folder=folder)
-        if args.write:
-            here = "python bench/bench.py --only cli" + (" --quick" if args.quick else "")
-            cli_startup.write(started, command=here)
-        return
-    if args.only == "calls":
-        made = calls.measure(quick=args.quick, folder=folder)
-        if args.write:
-            calls.write(
-                made,
-                command="python bench/bench.py --only calls" + (" --quick" if args.quick else ""),
-            )
-        return
-    if args.only == "wakeup":
-        woken = wakeup.measure(quick=args.quick, folder=folder)
-        stopped = scale_to_zero.measure(quick=args.quick, folder=folder)
-        if args.write:
-            here = "python bench/bench.py --only wakeup" + (" --quick" if args.quick else "")
-            wakeup.write(woken, command=here)
-            scale_to_zero.write(stopped, command=here)
-        return
-    if args.only == "resources":
-        declared = resources.measure(quick=args.quick, folder=folder)
-        if args.write:
-            resources.write(
-                declared,
-                command="python bench/bench.py --only resources"
-                + (" --quick" if args.quick else ""),
-            )
-        return
-    figures: list[tuple[str, float, str, str]] = []
+def remit_against_bare(*, size: Size, folder: Path) -> list[Figure]:
+    """Sequential latency on SQLite and Postgres, then queue drain on Postgres: print `BENCH`
+    lines and return the figures."""
+    seq_runs = size.pick(smoke=3, quick=60, full=200)
+    drain_runs = size.pick(smoke=20, quick=250, full=1000)
+    figures: list[Figure] = []
 
     def report(name: str, value: float, unit: str, note: str) -> None:
         print(f"BENCH {name} {value:.3f} {unit}", flush=True)
@@ -249,42 +227,10 @@ def main() -> None:
         "bare throughput ÷ remit throughput, 1 worker (goal ≤ 1.2)",
     )
     report("scale_2w_pg", remit_2 / remit_1, "x", "remit 2 workers ÷ 1 worker (goal ≥ 1.5)")
-
-    gates = approvals.measure(quick=args.quick, folder=folder)
-    reconciled, passes = reconcile.measure(quick=args.quick, folder=folder)
-    checks = policy.measure(quick=args.quick, folder=folder)
-    billed = budgets.measure(quick=args.quick, folder=folder)
-    replayed = deploy_check.measure(quick=args.quick, folder=folder)
-    started = _startup(quick=args.quick, folder=folder)
-    made = calls.measure(quick=args.quick, folder=folder)
-    woken = wakeup.measure(quick=args.quick, folder=folder)
-    stopped = scale_to_zero.measure(quick=args.quick, folder=folder)
-    declared = resources.measure(quick=args.quick, folder=folder)
-
-    if args.write:
-        write_table(figures, quick=args.quick)
-        approvals.write(gates, command="make bench QUICK=1" if args.quick else "make bench")
-        reconcile.write(
-            reconciled, passes, command="make bench QUICK=1" if args.quick else "make bench"
-        )
-        policy.write(checks, command="make bench QUICK=1" if args.quick else "make bench")
-        budgets.write(billed, command="make bench QUICK=1" if args.quick else "make bench")
-        deploy_check.write(replayed, command="make bench QUICK=1" if args.quick else "make bench")
-        cli_startup.write(started, command=command)
-        calls.write(made, command=command)
-        wakeup.write(woken, command=command)
-        scale_to_zero.write(stopped, command=command)
-        resources.write(declared, command=command)
+    return figures
 
 
-def _startup(*, quick: bool, folder: Path) -> list[cli_startup.Figure]:
-    """The command line's startup, measured in a folder of its own (its app copy is removed)."""
-    with tempfile.TemporaryDirectory(dir=folder) as own:
-        return cli_startup.measure(quick=quick, folder=Path(own))
-
-
-def write_table(figures: list[tuple[str, float, str, str]], *, quick: bool) -> None:
-    command = "make bench QUICK=1" if quick else "make bench"
+def write_table(figures: list[Figure], *, command: str) -> None:
     lines = [
         f"`{command}` on {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}. Sequential runs poll "
         f"their queue every {SEQ_POLL} s (both sides); drain workers poll every 0.1 s with 16 "
@@ -293,6 +239,71 @@ def write_table(figures: list[tuple[str, float, str, str]], *, quick: bool) -> N
         *figure_table(figures),
     ]
     write_section("remit against bare DBOS", "\n".join(lines))
+
+
+def _startup(*, size: Size, folder: Path) -> list[Figure]:
+    """The command line's startup, measured in a folder of its own (its app copy is removed)."""
+    with tempfile.TemporaryDirectory(dir=folder) as own:
+        return cli_startup.measure(size=size, folder=Path(own))
+
+
+def _write_reconcile(made: tuple[list[Figure], list[reconcile.Passes]], *, command: str) -> None:
+    reconcile.write(*made, command=command)
+
+
+# A part: what measures it (printing its `BENCH` lines) and what writes its section.
+Part = tuple[Callable[..., Any], Callable[..., None]]
+
+# What each `--only` runs, and, in this order, what a whole run does.
+PARTS: dict[str, list[Part]] = {
+    "bare": [(remit_against_bare, write_table)],
+    "approvals": [(approvals.measure, approvals.write)],
+    "reconcile": [(reconcile.measure, _write_reconcile)],
+    "policy": [(policy.measure, policy.write)],
+    "budgets": [(budgets.measure, budgets.write)],
+    "deploy": [(deploy_check.measure, deploy_check.write)],
+    "cli": [(_startup, cli_startup.write)],
+    "calls": [(calls.measure, calls.write)],
+    "wakeup": [(wakeup.measure, wakeup.write), (scale_to_zero.measure, scale_to_zero.write)],
+    "resources": [(resources.measure, resources.write)],
+}
+ONLY = ("bare", "cli", "calls", "wakeup", "resources")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    Size.add_options(
+        parser,
+        quick="about half the runs, and fewer repetitions",
+        smoke="run bench/smoke.py: every benchmark at its smallest, each in its own process, "
+        "checked to print its figures (with --only: that part at its smallest, here)",
+    )
+    parser.add_argument(
+        "--only",
+        choices=ONLY,
+        help="run one part alone: bare, remit against bare DBOS (sequential runs and queue "
+        "drain); cli, the command line's startup; calls, what an op call costs; wakeup, how "
+        "late the wakeup service calls instances; resources, plan and apply of declared "
+        "resources",
+    )
+    args = parser.parse_args()
+    size = Size.of(parser, args)
+    if size is Size.SMOKE and args.only is None:
+        sys.exit(smoke.run_all(smoke.MODULES))
+    folder = Path(os.environ.get("TMPDIR", "/tmp")) / "remit-bench"
+    folder.mkdir(exist_ok=True)
+    if args.only is None:
+        parts = [part for each in PARTS.values() for part in each]
+        command = size.pick(
+            smoke="make bench SMOKE=1", quick="make bench QUICK=1", full="make bench"
+        )
+    else:
+        parts = PARTS[args.only]
+        command = f"python bench/bench.py --only {args.only}{size.flag}"
+    measured = [(measure(size=size, folder=folder), write) for measure, write in parts]
+    if args.write:
+        for made, write in measured:
+            write(made, command=command)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """What a budget costs a call with a cost, on Postgres.
 
-    .venv/bin/python bench/budgets.py [--quick] [--write]    # `make bench` runs it too
+    .venv/bin/python bench/budgets.py [--quick | --smoke] [--write]    # `make bench` runs it too
 
 A call of an op with a cost (an LLM call) makes two transactions a call without one does not
 make in the same way: before it, the reservation (lock the period row, check the limit, add to
@@ -27,16 +27,18 @@ from pathlib import Path
 from typing import Any
 
 from approvals import database  # bench/approvals.py, beside this file
-from common import figure_table, run_alone, write_section
+from common import Size, figure_table, run_alone, write_section
 
 from remit.budgets.model import Budget
 from remit.budgets.store import Budgets
 from remit.core.database import Database
 from remit.core.ledger import CallRecord, LedgerStore, input_hash
+from remit.core.outcome import Ok
 
 APP = "bench"
 WARMUP = 100
 THREADS = 8
+CONTENDED_TIMEOUT = 300.0  # seconds, at most, for the threads' calls
 COST = Decimal("0.0042")
 OUTPUT = {"content": "Dear customer, please pay.", "model": "gpt-4o-mini", "output_tokens": 7}
 
@@ -72,34 +74,35 @@ def billed_call(store: Budgets, ledger: LedgerStore, key: str) -> tuple[float, f
     assert reservation is not None
 
     def write(conn: Any) -> bool:
-        return ledger.finish_in(conn, record(key), "ok", tries=1, output=OUTPUT, cost=COST)
+        return ledger.finish_in(conn, record(key), Ok(output=OUTPUT), tries=1, cost=COST)
 
     assert store.settle(reservation, COST, record=write)
     return reserved - began, time.perf_counter() - reserved
 
 
-def measure(*, quick: bool, folder: Path) -> list[Figure]:
-    calls = 300 if quick else 1000
+def measure(*, size: Size, folder: Path) -> list[Figure]:
+    calls = size.pick(smoke=2 * THREADS, quick=300, full=1000)
+    warmup = size.pick(smoke=2, quick=WARMUP, full=WARMUP)
     with database(folder) as (db, _url):
         store = Budgets(db, APP, [Budget(1_000_000)])
         ledger = LedgerStore(db)
         reserves: list[float] = []
         settles: list[float] = []
-        for i in range(WARMUP + calls):
+        for i in range(warmup + calls):
             took = billed_call(store, ledger, f"run_seq{i}:3")
-            if i >= WARMUP:
+            if i >= warmup:
                 reserves.append(took[0])
                 settles.append(took[1])
         plain: list[float] = []
-        for i in range(WARMUP + calls):
+        for i in range(warmup + calls):
             began = time.perf_counter()
-            ledger.finish(record(f"run_plain{i}:3"), "ok", tries=1, output=OUTPUT)
-            if i >= WARMUP:
+            ledger.finish(record(f"run_plain{i}:3"), Ok(output=OUTPUT), tries=1)
+            if i >= warmup:
                 plain.append(time.perf_counter() - began)
         contended, wall = contended_calls(db, store, calls)
         [period] = store.periods()
         assert period.reserved_usd == 0
-        assert period.spent_usd == COST * (WARMUP + calls + THREADS * (calls // THREADS))
+        assert period.spent_usd == COST * (warmup + calls + THREADS * (calls // THREADS))
     totals = [r + s for r, s in zip(reserves, settles, strict=True)]
     figures: list[Figure] = [
         (
@@ -146,7 +149,7 @@ def contended_calls(db: Database, store: Budgets, calls: int) -> tuple[list[floa
     each = calls // THREADS
     times: list[float] = []
     lock = threading.Lock()
-    start = threading.Barrier(THREADS)
+    start = threading.Barrier(THREADS, timeout=CONTENDED_TIMEOUT)
 
     def run(n: int) -> None:
         start.wait()
@@ -155,13 +158,21 @@ def contended_calls(db: Database, store: Budgets, calls: int) -> tuple[list[floa
             with lock:
                 times.append(took)
 
-    threads = [threading.Thread(target=run, args=(n,)) for n in range(THREADS)]
+    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in range(THREADS)]
     began = time.perf_counter()
     for thread in threads:
         thread.start()
+    until = time.monotonic() + CONTENDED_TIMEOUT
     for thread in threads:
-        thread.join()
-    return times, time.perf_counter() - began
+        thread.join(max(0.0, until - time.monotonic()))
+    took = time.perf_counter() - began
+    if any(thread.is_alive() for thread in threads):
+        raise TimeoutError(
+            f"waited {CONTENDED_TIMEOUT:g} s for {THREADS} threads to make {each} reserves and "
+            f"settles each; {len(times)} of {THREADS * each} made"
+        )
+    assert len(times) == THREADS * each, f"{len(times)} of {THREADS * each} calls made: see above"
+    return times, took
 
 
 def write(figures: list[Figure], *, command: str) -> None:
@@ -188,7 +199,13 @@ def write(figures: list[Figure], *, command: str) -> None:
 
 
 def main() -> None:
-    run_alone("budgets.py", measure, write, quick_help="fewer calls")
+    run_alone(
+        "budgets.py",
+        measure,
+        write,
+        quick_help="fewer calls",
+        smoke_help="16 calls of each kind: only that it runs",
+    )
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """What an op call costs since every call got a `started` row and a thread per try, measured
 against the version before, in the same run.
 
-    .venv/bin/python bench/calls.py [--quick] [--write] [--before REV]
-    .venv/bin/python bench/bench.py --only calls [--quick] [--write]    # `make bench` runs it too
+    .venv/bin/python bench/calls.py [--quick | --smoke] [--write] [--before REV]
+    .venv/bin/python bench/bench.py --only calls [--quick | --smoke] [--write]    # `make bench` runs it too
 
 Every op call, reads included, writes its durable `started` ledger row before its driver is
 called (a read with no cost used to get its only row when it answered), and every try of a
@@ -41,7 +41,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, Figure, drop_database, figure_table, fresh_database, write_section
+from common import (
+    ROOT,
+    Figure,
+    Size,
+    deadline,
+    drop_database,
+    figure_table,
+    fresh_database,
+    write_section,
+)
 from pydantic import BaseModel
 
 from remit import (
@@ -66,6 +75,9 @@ RESULT_POLL = 0.002
 WARMUP = 10
 INVOKES = 2000
 RESULT = "CALLS-RESULT "
+RESULT_TIMEOUT = 60.0  # seconds, at most, for one run's result
+CHILD_TIMEOUT = 600.0  # seconds, at most, for one child
+GIT_TIMEOUT = 120.0  # seconds, at most, for git to add or remove the worktree
 
 
 class ItemRef(BaseModel):
@@ -115,10 +127,10 @@ bench_app = App(
 # The child: one side, one database, one round.
 
 
-def child(url: str, runs: int) -> dict[str, Any]:
-    """Time `runs` sequential runs of `reads` in a harness on `url`, with where their op
-    calls' time goes, and, where the version has `invoke_within`, a fake's call through it
-    against the same call made directly."""
+def child(url: str, runs: int, warmup: int = WARMUP, invokes: int = INVOKES) -> dict[str, Any]:
+    """Time `runs` sequential runs of `reads` in a harness on `url` (after `warmup` more), with
+    where their op calls' time goes, and, where the version has `invoke_within`, a fake's call
+    through it against the same call made directly, `invokes` times."""
     import remit.execution.calls
     from remit.testing import Harness
 
@@ -135,12 +147,16 @@ def child(url: str, runs: int) -> dict[str, Any]:
         caller = worker.runtime.caller
         statements = _statements(caller.ledger.db.engine)
         _timed(caller, "call", parts["op_call"], statements)
-        _timed(caller.ledger, "begin", parts["ledger_begin"])
+        # A read's `started` row: `begin_read` since it takes one statement, `begin` before
+        # that; the version before wrote none.
+        for begin in ("begin", "begin_read"):
+            if hasattr(caller.ledger, begin):
+                _timed(caller.ledger, begin, parts["ledger_begin"])
         _timed(caller.ledger, "finish", parts["ledger_finish"])
         _timed(remit.execution.calls, "make_tries", parts["tries"])
         wf = bench_app.workflow("reads")
-        for i in range(WARMUP + runs):
-            if i == WARMUP:
+        for i in range(warmup + runs):
+            if i == warmup:
                 for timings in parts.values():
                     timings.clear()
                 statements.kinds.clear()
@@ -148,11 +164,12 @@ def child(url: str, runs: int) -> dict[str, Any]:
             run = worker.runtime.runs.start(
                 worker.client, wf, {"item": f"item-{i}"}, started_by="bench"
             )
-            worker.client.retrieve_workflow(run.workflow_id).get_result(
-                polling_interval_sec=RESULT_POLL
-            )
+            with deadline(RESULT_TIMEOUT, f"run {run.run_id}'s result"):
+                worker.client.retrieve_workflow(run.workflow_id).get_result(
+                    polling_interval_sec=RESULT_POLL
+                )
             took = time.perf_counter() - began
-            if i >= WARMUP:
+            if i >= warmup:
                 wall.append(took)
                 counted.append(run.run_id)
         # What each run's reads took, as its workflow measured them: its output.
@@ -166,7 +183,7 @@ def child(url: str, runs: int) -> dict[str, Any]:
         "wall": wall,
         "reads": spans,
         **parts,
-        **_invokes(fake),
+        **_invokes(fake, invokes),
         "statements": per_read,
     }
 
@@ -222,8 +239,9 @@ def _timed(owner: Any, name: str, into: list[float], counting: Statements | None
     setattr(owner, name, timed)
 
 
-def _invokes(fake: Fake) -> dict[str, list[float]]:
-    """A fake's read through `invoke_within` and made directly, in turn, `INVOKES` times."""
+def _invokes(fake: Fake, invokes: int = INVOKES) -> dict[str, list[float]]:
+    """A fake's read through `invoke_within` and made directly, in turn, `invokes` times (after
+    a hundred, or a tenth as many, that warm up)."""
     try:
         from remit.execution.tries import invoke_within
     except ImportError:
@@ -234,13 +252,14 @@ def _invokes(fake: Fake) -> dict[str, list[float]]:
     )
     threaded: list[float] = []
     direct: list[float] = []
-    for i in range(INVOKES + 100):
+    warmup = min(100, invokes // 10)
+    for i in range(warmup + invokes):
         began = time.perf_counter()
         fake.invoke(get_item, request, call)
         between = time.perf_counter()
         invoke_within(fake, get_item, request, call, 120.0)
         took = time.perf_counter() - between
-        if i >= 100:
+        if i >= warmup:
             direct.append(between - began)
             threaded.append(took)
     return {"invoke_direct": direct, "invoke_within": threaded}
@@ -263,6 +282,7 @@ def before_tree(rev: str, folder: Path) -> Any:
         ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev],
         check=True,
         capture_output=True,
+        timeout=GIT_TIMEOUT,
     )
     try:
         yield tree
@@ -271,26 +291,30 @@ def before_tree(rev: str, folder: Path) -> Any:
             ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
             check=True,
             capture_output=True,
+            timeout=GIT_TIMEOUT,
         )
 
 
-def one(side: Side, kind: str, runs: int, folder: Path) -> dict[str, Any]:
-    """One child's figures: `runs` runs of `side` on a fresh `kind` database."""
+def one(
+    side: Side, kind: str, runs: int, folder: Path, warmup: int = WARMUP, invokes: int = INVOKES
+) -> dict[str, Any]:
+    """One child's figures: `runs` runs of `side` on a fresh `kind` database, after `warmup`
+    more, and `invokes` calls each way of a fake's read."""
     url = fresh_database(kind, folder)
     env = {**os.environ, "PYTHONPATH": str(side.src)}
+    command = [sys.executable, __file__, "child", url, str(runs), str(warmup), str(invokes)]
     try:
         done = subprocess.run(
-            [sys.executable, __file__, "child", url, str(runs)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
+            command, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT
+        )
+    except subprocess.TimeoutExpired as stuck:
+        said = stuck.stderr.decode() if isinstance(stuck.stderr, bytes) else stuck.stderr or ""
+        raise RuntimeError(
+            f"the {side.name} side on {kind} was still running after {CHILD_TIMEOUT:g} s, and "
+            f"was killed; the end of its output:\n{said[-3000:]}"
         )
     finally:
         drop_database(url)
-        if kind == "sqlite":
-            for made in folder.glob(Path(url.removeprefix("sqlite:///")).name + "*"):
-                made.unlink()
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
     if done.returncode != 0 or not lines:
         raise RuntimeError(
@@ -302,8 +326,9 @@ def one(side: Side, kind: str, runs: int, folder: Path) -> dict[str, Any]:
     return figures
 
 
-def measure(*, quick: bool, folder: Path, before: str = BEFORE) -> list[Figure]:
-    rounds, runs = (2, 40) if quick else (6, 50)
+def measure(*, size: Size, folder: Path, before: str = BEFORE) -> list[Figure]:
+    rounds, runs = size.pick(smoke=(1, 2), quick=(2, 40), full=(6, 50))
+    warmup, calls_made = size.pick(smoke=(1, 20), quick=(WARMUP, INVOKES), full=(WARMUP, INVOKES))
     after = Side("after", ROOT / "src")
     figures: list[Figure] = []
     invokes: dict[str, list[float]] = {}
@@ -316,7 +341,7 @@ def measure(*, quick: bool, folder: Path, before: str = BEFORE) -> list[Figure]:
             for n in range(rounds):
                 for side in sides if n % 2 == 0 else sides[::-1]:
                     print(f"# calls: {kind} round {n + 1}/{rounds}, {side.name}", flush=True)
-                    made = one(side, kind, runs, folder)
+                    made = one(side, kind, runs, folder, warmup, calls_made)
                     statements[side.name] = made.pop("statements")
                     for name, values in made.items():
                         if name.startswith("invoke"):
@@ -397,7 +422,7 @@ def _parts(db: str, got: dict[str, dict[str, list[float]]]) -> list[Figure]:
         taken = got[side]
         for part, what in (
             ("op_call", "the op call (`OpCaller.call`: ledger writes, tries, outcome)"),
-            ("ledger_begin", "its `started` row (`LedgerStore.begin`)"),
+            ("ledger_begin", "its `started` row (`LedgerStore.begin_read`)"),
             ("ledger_finish", "its outcome's row (`LedgerStore.finish`)"),
             ("tries", "its tries (`make_tries`: the driver's call; after, on a thread of its own)"),
         ):
@@ -499,21 +524,25 @@ def write(figures: list[Figure], *, command: str, before: str = BEFORE) -> None:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "child":
-        figures = child(sys.argv[2], int(sys.argv[3]))
+        url, runs, warmup, invokes = sys.argv[2:6]
+        figures = child(url, int(runs), int(warmup), int(invokes))
         print(RESULT + json.dumps(figures), flush=True)
         return
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="fewer rounds and runs")
-    parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
+    Size.add_options(
+        parser,
+        quick="fewer rounds and runs",
+        smoke="one round of 2 runs a side and database: only that it runs",
+    )
     parser.add_argument(
         "--before", default=BEFORE, help=f"the version to compare (default {BEFORE})"
     )
     args = parser.parse_args()
+    size = Size.of(parser, args)
     with tempfile.TemporaryDirectory() as folder:
-        figures = measure(quick=args.quick, folder=Path(folder), before=args.before)
+        figures = measure(size=size, folder=Path(folder), before=args.before)
     if args.write:
-        command = "python bench/calls.py" + (" --quick" if args.quick else "")
-        write(figures, command=command, before=args.before)
+        write(figures, command=f"python bench/calls.py{size.flag}", before=args.before)
 
 
 if __name__ == "__main__":

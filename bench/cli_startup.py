@@ -1,6 +1,6 @@
 """How fast the `remit` command starts: `remit --help`, and `remit runs` on a SQLite app folder.
 
-    .venv/bin/python bench/cli_startup.py [--quick] [--write]    # or: bench/bench.py --only cli
+    .venv/bin/python bench/cli_startup.py [--quick | --smoke] [--write]    # or: bench/bench.py --only cli
 
 Each ratio is a command's time from process start to exit divided by the time of
 `python -c pass` with the same interpreter in the same run, so that a slower or busier machine
@@ -25,9 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, Figure, figure_table, run_alone, write_section
+from common import ROOT, Figure, Size, figure_table, run_alone, write_section
 
 RUNS = 50
+TIMEOUT = 120.0  # seconds, at most, for one command
 _PYCACHE = Path(tempfile.gettempdir()) / "remit-bench-pycache"
 HELP_GOAL = 12.0
 RUNS_GOAL = 30.0
@@ -55,14 +56,16 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _app_with_runs(folder: Path) -> Path:
-    """A copy of the example desk in `folder` whose SQLite database holds `RUNS` queued runs."""
+def _app_with_runs(folder: Path, runs: int = RUNS) -> Path:
+    """A copy of the example desk in `folder` whose SQLite database holds `runs` queued runs."""
     from remit.client import Client
 
-    app = folder / "acme"
+    # Not named `acme`: its package would clash with examples/acme's, which `make bench` has
+    # imported in this process already (bench/policy.py runs on it).
+    app = folder / "acme_copy"
     shutil.copytree(ROOT / "examples" / "acme", app, ignore=shutil.ignore_patterns(".remit"))
     with Client.connect(app, by="user:ann", environ=_env()) as client:
-        for i in range(RUNS):
+        for i in range(runs):
             client.start("ar.chase-invoice", {"invoice_id": f"inv_{1001 + i}"})
     return app
 
@@ -71,7 +74,9 @@ def _took(command: list[str], cwd: Path) -> tuple[float, float]:
     """Seconds `command` took from start to exit: wall time, and CPU time (user and system)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
-    done = subprocess.run(command, cwd=cwd, env=_env(), capture_output=True, text=True)
+    done = subprocess.run(
+        command, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=TIMEOUT
+    )
     took = time.perf_counter() - began
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -88,6 +93,7 @@ def _imports(arguments: list[str], cwd: Path, *, top: int) -> tuple[float, list[
         capture_output=True,
         text=True,
         check=True,
+        timeout=TIMEOUT,
     )
     spent: collections.Counter[str] = collections.Counter()
     for line in done.stderr.splitlines():
@@ -126,6 +132,7 @@ def _work_ms(app: Path, cwd: Path, repeats: int) -> float:
                 capture_output=True,
                 text=True,
                 check=True,
+                timeout=TIMEOUT,
             ).stdout
         )
         for _ in range(repeats)
@@ -133,9 +140,10 @@ def _work_ms(app: Path, cwd: Path, repeats: int) -> float:
     return statistics.median(took)
 
 
-def measure(*, quick: bool, folder: Path) -> list[Figure]:
-    repeats = 7 if quick else 15
-    app = _app_with_runs(folder)
+def measure(*, size: Size, folder: Path) -> list[Figure]:
+    repeats = size.pick(smoke=1, quick=7, full=15)
+    runs_listed = size.pick(smoke=5, quick=RUNS, full=RUNS)
+    app = _app_with_runs(folder, runs_listed)
     commands = {
         "python": [sys.executable, "-c", "pass"],
         "help": [*_remit(), "--help"],
@@ -155,7 +163,8 @@ def measure(*, quick: bool, folder: Path) -> list[Figure]:
     python_cpu, help_cpu, runs_cpu, _ = (statistics.median(cpu[name]) for name in commands)
     help_total, help_packages = _imports(["-m", "remit", "--help"], folder, top=5)
     total, packages = _imports(["-m", "remit", "--app", str(app), "runs"], folder, top=8)
-    work = _work_ms(app, folder, 5)
+    work_repeats = size.pick(smoke=1, quick=5, full=5)
+    work = _work_ms(app, folder, work_repeats)
 
     figures: list[Figure] = []
 
@@ -166,7 +175,9 @@ def measure(*, quick: bool, folder: Path) -> list[Figure]:
     median = f"median of {repeats}"
     report("cli_python_ms", python, "ms", f"`python -c pass`, {median}")
     report("cli_help_ms", help_, "ms", f"`remit --help`, {median}")
-    report("cli_runs_ms", runs, "ms", f"`remit runs` listing {RUNS} runs on SQLite, {median}")
+    report(
+        "cli_runs_ms", runs, "ms", f"`remit runs` listing {runs_listed} runs on SQLite, {median}"
+    )
     report(
         "cli_help_ratio",
         help_ / python,
@@ -199,8 +210,8 @@ def measure(*, quick: bool, folder: Path) -> list[Figure]:
         work,
         "ms",
         "of `remit runs`, what is not remit's imports: the settings read, a client opened on the "
-        "app's folder, the runs read and printed, the client closed (median of 5, remit's "
-        "imports done first)",
+        "app's folder, the runs read and printed, the client closed (median of "
+        f"{work_repeats}, remit's imports done first)",
     )
     for package, ms in help_packages:
         report(
@@ -266,7 +277,13 @@ def write(figures: list[Figure], *, command: str) -> None:
 
 
 def main() -> None:
-    run_alone("cli_startup.py", measure, write, quick_help="7 repetitions of each instead of 15")
+    run_alone(
+        "cli_startup.py",
+        measure,
+        write,
+        quick_help="7 repetitions of each instead of 15",
+        smoke_help="one repetition of each, 5 runs listed: only that it runs",
+    )
 
 
 if __name__ == "__main__":

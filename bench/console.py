@@ -1,6 +1,7 @@
 """The web console: how long the runs page and a run's page take to render on the server.
 
     .venv/bin/python bench/console.py [--runs 100000] [--steps 200] [--repeat 50] [--write]
+    .venv/bin/python bench/console.py --smoke    # 1,000 runs, 5 steps, 2 GETs: only that it runs
 
 On SQLite and then on Postgres, it seeds a database with `--runs` runs, written in bulk straight into the runs table
 (the console itself only reads through the client), runs one real run of `--steps` steps on a
@@ -8,6 +9,7 @@ worker in this process, signs in, and times `GET /console/runs` and `GET /consol
 through starlette's TestClient (in process, so the figure is the server's time plus the
 in-process transport), `--repeat` times each. Prints `BENCH console_runs_page_ms` and
 `BENCH console_run_page_ms` (medians); `--write` updates its section of BENCHMARKS.md.
+`--smoke` changes the sizes not given to the least that still renders every page.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from common import drop_database, fresh_database, write_section
+from common import drop_database, fresh_database, parse_sized, write_section
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
@@ -33,6 +35,10 @@ from remit.testing import Harness
 
 STATUSES = ("done", "done", "done", "failed", "waiting", "cancelled")
 GOAL_MS = 100.0
+# The sizes --runs, --steps and --repeat take unless given: full, and under --smoke.
+SIZES = {"runs": 100_000, "steps": 200, "repeat": 50}
+SMOKE_SIZES = {"runs": 1_000, "steps": 5, "repeat": 2}
+RUN_TIMEOUT = 300.0  # seconds, at most, for the run of many steps
 
 
 class Many(BaseModel):
@@ -115,7 +121,7 @@ def measure(url: str, args: argparse.Namespace) -> tuple[float, float, float, fl
         began = time.perf_counter()
         seed(harness, args.runs)
         seeded = time.perf_counter() - began
-        run = harness.run("many-steps", {"steps": args.steps}, timeout=300)
+        run = harness.run("many-steps", {"steps": args.steps}, timeout=RUN_TIMEOUT)
         assert run.status == "done", run.error
         with TestClient(create_api(harness.client, allowed_hosts=["testserver"])) as http:
             sign_in(http, harness)
@@ -130,11 +136,10 @@ def measure(url: str, args: argparse.Namespace) -> tuple[float, float, float, fl
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=100_000)
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--repeat", type=int, default=50)
-    parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
-    args = parser.parse_args()
+    parser.add_argument("--runs", type=int, help=f"runs seeded (default {SIZES['runs']:,})")
+    parser.add_argument("--steps", type=int, help=f"steps of the run shown ({SIZES['steps']})")
+    parser.add_argument("--repeat", type=int, help=f"GETs of each page ({SIZES['repeat']})")
+    args = parse_sized(parser, SIZES, SMOKE_SIZES)
     figures: list[tuple[str, float, str]] = []
     with tempfile.TemporaryDirectory() as folder:
         for kind, suffix, label in (("sqlite", "", "SQLite"), ("postgres", "_pg", "Postgres")):

@@ -1,6 +1,6 @@
 """`remit deploy check` on Postgres: replaying 1,000 runs waiting at their gate.
 
-    .venv/bin/python bench/deploy_check.py [--quick] [--write]    # `make bench` runs it too
+    .venv/bin/python bench/deploy_check.py [--quick | --smoke] [--write]    # `make bench` runs it too
 
 Runs of the bench app's `payout` (a read, an approval gate, a step, a write) are started and a
 `remit worker` brings them all to `waiting`; the worker is stopped. Then the check is timed
@@ -19,35 +19,38 @@ import sys
 import time
 from pathlib import Path
 
-from approvals import APP, WorkerProcess, count_waiting, database, start_runs, wait_for
-from common import figure_table, run_alone, write_section
+from approvals import APP, WorkerProcess, database, start_runs, wait_waiting
+from common import Size, figure_table, run_alone, write_section
 
 from remit.app import load_app
 from remit.ops.deploy import DeployCheck
 
 Figure = tuple[str, float, str, str]
 PASSES = 5
+CLI_TIMEOUT = 300.0  # seconds, at most, for one `remit deploy check`
 
 
-def _median_ms(work: object) -> float:
+def _median_ms(work: object, passes: int = PASSES) -> float:
+    """The median milliseconds of `passes` calls of `work`, after one to warm up."""
     assert callable(work)
     work()  # warm up
     times = []
-    for _ in range(PASSES):
+    for _ in range(passes):
         began = time.perf_counter()
         work()
         times.append(time.perf_counter() - began)
     return statistics.median(times) * 1000
 
 
-def measure(*, quick: bool, folder: Path) -> list[Figure]:
-    waiting = 300 if quick else 1000
+def measure(*, size: Size, folder: Path) -> list[Figure]:
+    waiting = size.pick(smoke=5, quick=300, full=1000)
+    passes = size.pick(smoke=1, quick=PASSES, full=PASSES)
     figures: list[Figure] = []
     with database(folder) as (db, url):
         start_runs(db, waiting)
         worker = WorkerProcess(url)
         try:
-            wait_for(f"{waiting} runs waiting", lambda: count_waiting(db) == waiting)
+            wait_waiting(db, worker, waiting)
         finally:
             worker.stop()
         app = load_app(APP)
@@ -57,8 +60,10 @@ def measure(*, quick: bool, folder: Path) -> list[Figure]:
             report = check.run()
             assert (len(report.checked), report.carrying_on) == (waiting, waiting), report.failing
             run_ids = [c.run_id for c in report.checked]
-            in_process = _median_ms(check.run)
-            steps_only = _median_ms(lambda: [client.list_workflow_steps(f"{r}:1") for r in run_ids])
+            in_process = _median_ms(check.run, passes)
+            steps_only = _median_ms(
+                lambda: [client.list_workflow_steps(f"{r}:1") for r in run_ids], passes
+            )
         finally:
             client.destroy()
         env = {k: v for k, v in os.environ.items() if not k.startswith("REMIT_")}
@@ -66,11 +71,13 @@ def measure(*, quick: bool, folder: Path) -> list[Figure]:
         command = [sys.executable, "-m", "remit", "--app", str(APP), "deploy", "check"]
 
         def cli() -> None:
-            done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+            done = subprocess.run(
+                command, env=env, capture_output=True, text=True, check=False, timeout=CLI_TIMEOUT
+            )
             assert done.returncode == 0, done.stdout + done.stderr
             assert f"{waiting} of {waiting} unfinished runs would carry on" in done.stdout
 
-        from_cli = _median_ms(cli)
+        from_cli = _median_ms(cli, passes)
 
     per = "" if waiting == 1000 else f" (measured on {waiting}, scaled to 1,000)"
     scale = 1000 / waiting
@@ -117,7 +124,13 @@ def write(figures: list[Figure], *, command: str) -> None:
 
 
 def main() -> None:
-    run_alone("deploy_check.py", measure, write, quick_help="300 waiting runs instead of 1,000")
+    run_alone(
+        "deploy_check.py",
+        measure,
+        write,
+        quick_help="300 waiting runs instead of 1,000",
+        smoke_help="5 waiting runs, each check timed once: only that it runs",
+    )
 
 
 if __name__ == "__main__":

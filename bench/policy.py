@@ -1,6 +1,6 @@
 """What a policy check costs a start, on Postgres.
 
-    .venv/bin/python bench/policy.py [--quick] [--write]    # `make bench` runs it too
+    .venv/bin/python bench/policy.py [--quick | --smoke] [--write]    # `make bench` runs it too
 
 The example repo (`examples/acme`, its `policies/acme.cedar` and `principals.toml`) starts
 `ar.chase-invoice` runs, as `remit start` does: once through `Guard.start` (the input parsed, the
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from approvals import database  # bench/approvals.py, beside this file
-from common import ROOT, figure_table, run_alone, write_section
+from common import ROOT, Size, figure_table, run_alone, write_section
 
 from remit.app import load_app
 from remit.core.runs import RunStore
@@ -38,20 +38,21 @@ WARMUP = 50
 Figure = tuple[str, float, str, str]
 
 
-def measure(*, quick: bool, folder: Path) -> list[Figure]:
-    starts = 300 if quick else 2000
-    checks = 2000 if quick else 20000
+def measure(*, size: Size, folder: Path) -> list[Figure]:
+    starts = size.pick(smoke=5, quick=300, full=2000)
+    checks = size.pick(smoke=20, quick=2000, full=20000)
+    warmup = size.pick(smoke=2, quick=WARMUP, full=WARMUP)
     app = load_app(APP)
     logging.getLogger("remit.guard").setLevel(logging.ERROR)  # a denial per loop is the point
     with database(folder) as (db, _url):
         client = db.client(app.name)
-        store = RunStore(db)
+        store = RunStore(db, app=app.name)
         guard = Guard.of(app, db)
         wf = app.workflow(WORKFLOW)
         checked: list[float] = []
         bare: list[float] = []
         try:
-            for i in range(WARMUP + starts):
+            for i in range(warmup + starts):
                 pair = (("checked", checked), ("bare", bare))
                 # Each kind goes first in every other pair: neither gains from following.
                 for kind, times in pair if i % 2 else pair[::-1]:
@@ -60,7 +61,7 @@ def measure(*, quick: bool, folder: Path) -> list[Figure]:
                         guard.start(store, client, wf, INPUT, by=CLERK)
                     else:
                         store.start(client, wf, INPUT, started_by=CLERK)
-                    if i >= WARMUP:
+                    if i >= warmup:
                         times.append(time.perf_counter() - began)
         finally:
             client.destroy()
@@ -69,7 +70,7 @@ def measure(*, quick: bool, folder: Path) -> list[Figure]:
         for _ in range(checks):
             assert guard.check(CLERK, "start", WORKFLOW, context).allowed
         alone = (time.perf_counter() - began) / checks
-        denials = max(checks // 20, 100)
+        denials = max(checks // 20, size.pick(smoke=5, quick=100, full=100))
         began = time.perf_counter()
         for _ in range(denials):
             assert not guard.check("user:dave", "start", WORKFLOW, context).allowed
@@ -113,7 +114,13 @@ def write(figures: list[Figure], *, command: str) -> None:
 
 
 def main() -> None:
-    run_alone("policy.py", measure, write, quick_help="fewer starts and checks")
+    run_alone(
+        "policy.py",
+        measure,
+        write,
+        quick_help="fewer starts and checks",
+        smoke_help="5 starts of each kind and 20 checks: only that it runs",
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The reconciler on Postgres: one pass against 10,000 and 100,000 runs, 1 % of which need moving.
 
-    .venv/bin/python bench/reconcile.py [--quick] [--write]    # `make bench` runs it too
+    .venv/bin/python bench/reconcile.py [--quick | --smoke] [--write]    # `make bench` runs it too
 
 The runs that need moving are real: runs of the bench app's `bump` workflow (3 ops, fakes) are
 started and served to the end by a `remit worker` process, which is then stopped, so each has a
@@ -18,7 +18,7 @@ Then the database is vacuumed and analysed, as autovacuum would have done over t
 runs took to exist.
 
 This process then runs passes as a worker runs them (`Reconciler.run_pass()` with the app's
-approvals, every live worker on this version), timed wall-clock around the call. One untimed
+task opener, every live worker on this version), timed wall-clock around the call. One untimed
 pass warms the connection pools first. A moving pass runs on a freshly opened window each time
 (a pass fixes what it finds) and must report exactly the runs of the window concluded `done`; an
 idle pass runs on the same N runs with the window closed and must report nothing. Prints
@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from approvals import WorkerProcess, database, wait_for  # bench/approvals.py, beside this file
-from common import ROOT, figure_table, write_section
+from approvals import WorkerProcess, database  # bench/approvals.py, beside this file
+from common import ROOT, Size, figure_table, wait_until, write_section
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from remit.app import App, load_app
@@ -79,7 +79,7 @@ def count(db: Database, status: str) -> int:
 def real_runs(db: Database, url: str, app: App, how_many: int) -> list[str]:
     """Start `how_many` runs of `bump` and let a worker process finish them; its run ids."""
     client = db.client(app.name)
-    store = RunStore(db)
+    store = RunStore(db, app=app.name)
     try:
         run_ids = [
             store.start(
@@ -91,7 +91,14 @@ def real_runs(db: Database, url: str, app: App, how_many: int) -> list[str]:
         client.destroy()
     worker = WorkerProcess(url)
     try:
-        wait_for(f"{how_many} runs done", lambda: count(db, "done") == how_many, timeout=600)
+        wait_until(
+            lambda: count(db, "done") == how_many,
+            timeout=60 + how_many / 2,
+            what=f"{how_many} runs of `{WORKFLOW}` done",
+            state=lambda: (
+                f"{count(db, 'done')} done; {worker.name}'s last output:\n" + worker.tail()
+            ),
+        )
     finally:
         worker.stop()
     return run_ids
@@ -220,39 +227,47 @@ class Passes:
     parts: dict[str, float] = field(default_factory=dict)
 
 
-# Where a pass spends its time: (module, function) → what it does there.
+# Where a pass spends its time: (module under src/remit, function) → what it does there.
 PARTS = {
-    ("runs.py", "in_flight"): "read the runs in flight (`status IN ('queued', 'running')`)",
+    ("core/runs.py", "in_flight"): "read the runs in flight (`status IN ('queued', 'running')`)",
     (
-        "reconciler.py",
+        "ops/reconciler.py",
         "_attempts",
     ): "ask DBOS for their current attempts (`list_workflows`, 250 ids a call)",
-    ("runs.py", "conclude"): "conclude each run: one fenced UPDATE, its own transaction",
-    ("reconciler.py", "_uncertain"): "find `started` writes whose attempt ended in the ledger",
-    ("approvals.py", "expire_due"): "find approvals past their expiry",
+    ("core/runs.py", "conclude"): "conclude each run: one fenced UPDATE, its own transaction",
+    ("ops/reconciler.py", "_uncertain"): "find `started` writes whose attempt ended in the ledger",
 }
 
 
 def profiled(reconciler: Reconciler) -> tuple[float, dict[str, float]]:
-    """One pass under cProfile: its seconds, and the seconds spent in each of PARTS."""
+    """One pass under cProfile: its seconds, and the seconds spent in each of PARTS. Raises if
+    the pass made no call of one of them: it has moved or been renamed, and PARTS must follow."""
     profile = cProfile.Profile()
     began = time.perf_counter()
     profile.runcall(reconciler.run_pass)
     took = time.perf_counter() - began
-    spent = dict.fromkeys(PARTS, 0.0)
+    spent: dict[tuple[str, str], float] = {}
     for (filename, _, function), (_, _, _, cumulative, _) in pstats.Stats(profile).stats.items():
         for module, name in PARTS:
             if function == name and filename.endswith(f"remit/{module}"):
-                spent[module, name] += cumulative
-    return took, {PARTS[key]: seconds for key, seconds in spent.items()}
+                spent[module, name] = spent.get((module, name), 0.0) + cumulative
+    unseen = [f"remit/{module}:{name}" for module, name in PARTS if (module, name) not in spent]
+    if unseen:
+        raise RuntimeError(
+            f"the profiled pass called no {', '.join(unseen)}: update PARTS in "
+            "bench/reconcile.py to where a pass spends its time now"
+        )
+    return took, {PARTS[key]: spent[key] for key in PARTS}
 
 
-def timed_passes(db: Database, app: App, window: list[str], result: Passes) -> None:
-    """Moving passes, each on a freshly opened window, alternating with idle passes; then one
-    moving pass under cProfile."""
+def timed_passes(
+    db: Database, app: App, window: list[str], result: Passes, repeats: int = PASSES
+) -> None:
+    """`repeats` moving passes, each on a freshly opened window, alternating with idle passes;
+    then one moving pass under cProfile."""
     client = db.client(app.name)
     reconciler = Reconciler(
-        RunStore(db),
+        RunStore(db, app=app.name),
         client,
         version=app.version,
         live_versions=lambda: {app.version},
@@ -268,7 +283,7 @@ def timed_passes(db: Database, app: App, window: list[str], result: Passes) -> N
     with logs_discarded():
         try:
             check(reconciler.run_pass(), 0)  # warms the pools; not counted
-            for _ in range(PASSES):
+            for _ in range(repeats):
                 open_window(db, window)
                 assert count(db, "running") == len(window)
                 took, report = timed(reconciler)
@@ -285,8 +300,9 @@ def timed_passes(db: Database, app: App, window: list[str], result: Passes) -> N
             client.destroy()
 
 
-def passes(size: int, folder: Path) -> Passes:
-    """Build a database of `size` runs, 1 % of them to move, and time passes over it."""
+def passes(size: int, folder: Path, repeats: int = PASSES) -> Passes:
+    """Build a database of `size` runs, 1 % of them to move, and time `repeats` passes of each
+    kind over it."""
     result = Passes(size=size, moving=max(1, round(size * MOVING)))
     with database(folder) as (db, url):
         app = load_app(APP)
@@ -300,13 +316,14 @@ def passes(size: int, folder: Path) -> Passes:
         with db.engine.connect() as conn:
             exist = conn.execute(sa.select(sa.func.count()).select_from(runs)).scalar_one()
         assert exist == size == count(db, "done"), f"{exist} runs exist, {size} wanted, all done"
-        timed_passes(db, app, window, result)
+        timed_passes(db, app, window, result, repeats)
     return result
 
 
-def measure(*, quick: bool, folder: Path) -> tuple[list[Figure], list[Passes]]:
+def measure(*, size: Size, folder: Path) -> tuple[list[Figure], list[Passes]]:
     """Run the passes at each size; print `BENCH` lines and return the figures."""
-    sizes = (10_000,) if quick else (10_000, 100_000)
+    sizes = size.pick(smoke=(1_000,), quick=(10_000,), full=(10_000, 100_000))
+    repeats = size.pick(smoke=1, quick=PASSES, full=PASSES)
     figures: list[Figure] = []
     results: list[Passes] = []
 
@@ -314,30 +331,30 @@ def measure(*, quick: bool, folder: Path) -> tuple[list[Figure], list[Passes]]:
         print(f"BENCH {name} {value:.3f} {unit}", flush=True)
         figures.append((name, value, unit, note))
 
-    for size in sizes:
-        result = passes(size, folder)
+    for runs_made in sizes:
+        result = passes(runs_made, folder, repeats)
         results.append(result)
-        label = f"{size // 1000}k"
+        label = f"{runs_made // 1000}k"
         moved, idle = result.moved, result.idle
-        goal = " (goal ≤ 200)" if size == 10_000 else ""
+        goal = " (goal ≤ 200)" if runs_made == 10_000 else ""
         report(
             f"reconcile_{label}_ms",
             statistics.median(moved) * 1000,
             "ms",
-            f"one pass, {size:,} runs of which {result.moving:,} to conclude: median of "
-            f"{PASSES} (min {min(moved) * 1000:.0f}, max {max(moved) * 1000:.0f}){goal}",
+            f"one pass, {runs_made:,} runs of which {result.moving:,} to conclude: median of "
+            f"{repeats} (min {min(moved) * 1000:.0f}, max {max(moved) * 1000:.0f}){goal}",
         )
         report(
             f"reconcile_{label}_idle_ms",
             statistics.median(idle) * 1000,
             "ms",
-            f"one pass, the same {size:,} runs with none to move: median of {PASSES} "
+            f"one pass, the same {runs_made:,} runs with none to move: median of {repeats} "
             f"(min {min(idle) * 1000:.1f}, max {max(idle) * 1000:.1f})",
         )
         for part, seconds in result.parts.items():
             print(f"  {seconds * 1000:8.1f} ms  {part}", flush=True)
         print(
-            f"  ({size:,} runs built in {result.built['real']:.0f} s for the "
+            f"  ({runs_made:,} runs built in {result.built['real']:.0f} s for the "
             f"{result.moving:,} real ones and {result.built['fill']:.0f} s for the rest)",
             flush=True,
         )
@@ -383,7 +400,7 @@ def write(figures: list[Figure], results: list[Passes], *, command: str) -> None
         "for their ledger rows), and their DBOS rows (status, input, "
         "output, 3 step checkpoints) copied inside Postgres, so every table a pass may read "
         "holds all N runs; then `VACUUM ANALYZE`. The benchmark's own process runs "
-        "`Reconciler.run_pass()` as a worker does (the app's approvals, every live worker on "
+        "`Reconciler.run_pass()` as a worker does (the app's task opener, every live worker on "
         "its version, log lines formatted and written to /dev/null), timed wall-clock around "
         "the call, after one untimed pass that warms the connection pools. "
         f"{PASSES} moving passes, each on a freshly opened window and each checked to have "
@@ -409,15 +426,18 @@ def write(figures: list[Figure], results: list[Passes], *, command: str) -> None
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="10,000 runs only (not 100,000)")
-    parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
+    Size.add_options(
+        parser,
+        quick="10,000 runs only (not 100,000)",
+        smoke="1,000 runs, one pass of each kind: only that it runs",
+    )
     args = parser.parse_args()
+    size = Size.of(parser, args)
     folder = Path(os.environ.get("TMPDIR", "/tmp")) / "remit-bench"
     folder.mkdir(exist_ok=True)
-    figures, results = measure(quick=args.quick, folder=folder)
+    figures, results = measure(size=size, folder=folder)
     if args.write:
-        command = "python bench/reconcile.py" + (" --quick" if args.quick else "")
-        write(figures, results, command=command)
+        write(figures, results, command=f"python bench/reconcile.py{size.flag}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Declared resources: how long a plan over 1,000 takes, and an apply that creates 100.
 
-    .venv/bin/python bench/bench.py --only resources [--quick] [--write]   # `make bench` runs it too
-    .venv/bin/python bench/resources.py [--quick] [--write]
+    .venv/bin/python bench/bench.py --only resources [--quick | --smoke] [--write]   # `make bench` runs it too
+    .venv/bin/python bench/resources.py [--quick | --smoke] [--write]
 
 The vendor is the tests' small fake of two resource types (`tests/resource_support.py`): `store.box` holds
 data (a name that cannot change, a size, a write-only password taken from a secret, a URL the
@@ -30,12 +30,22 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import Figure, drop_database, figure_table, fresh_database, run_alone, write_section
+from common import (
+    Figure,
+    Size,
+    deadline,
+    drop_database,
+    figure_table,
+    fresh_database,
+    run_alone,
+    write_section,
+)
 from dbos import DBOS, WorkflowHandle
 
 from remit import App, ref, secret
 from remit.connectors.base import CallContext
 from remit.core.fence import attempt_workflow_id
+from remit.core.runs import queue_id
 from remit.declare.resources import SECRET_KEY, CreateIn, Declaration
 from remit.resources.direct import direct_caller
 from remit.resources.lockfile import Binding, render
@@ -49,6 +59,7 @@ PASSWORD = "BOX_PASSWORD"
 ENVIRON = {PASSWORD: "a-password-for-the-bench"}
 BARE_WORKFLOW = "bare-resource-steps"
 POLL = 0.01
+APPLY_TIMEOUT = 600.0  # seconds, at most, for an apply, and for bare DBOS's workflow
 
 
 def declarations(pairs: int) -> dict[str, Declaration]:
@@ -145,7 +156,7 @@ def apply_ms(kind: str, pairs: int, folder: Path) -> tuple[float, int, float]:
         harness.worker.start(before_launch=_register_bare)
         try:
             began = time.perf_counter()
-            run = harness.run("apply", {}, timeout=600)
+            run = harness.run("apply", {}, timeout=APPLY_TIMEOUT)
             took = (time.perf_counter() - began) * 1000
             assert run.status == "done", f"the apply ended {run.status}"
             made = len(fake.records(box)) + len(fake.records(alias))
@@ -159,7 +170,8 @@ def apply_ms(kind: str, pairs: int, folder: Path) -> tuple[float, int, float]:
             handle: WorkflowHandle[int] = client.enqueue(
                 {"workflow_name": BARE_WORKFLOW, "queue_name": _queue(harness)}, steps
             )
-            handle.get_result(polling_interval_sec=0.002)
+            with deadline(APPLY_TIMEOUT, f"bare DBOS's workflow of {steps} steps on {kind}"):
+                handle.get_result(polling_interval_sec=0.002)
             bare_took = (time.perf_counter() - began) * 1000
         finally:
             harness.__exit__(None, None, None)
@@ -168,24 +180,29 @@ def apply_ms(kind: str, pairs: int, folder: Path) -> tuple[float, int, float]:
 
 
 def _queue(harness: Harness) -> str:
-    """The queue the apply ran on, for the bare workflow to be enqueued on."""
-    return harness.app.workflow("apply").queue
+    """The DBOS queue the apply ran on (queues are named by app), for the bare workflow to be
+    enqueued on."""
+    return queue_id(harness.app.name, harness.app.workflow("apply").queue)
 
 
-def measure(*, quick: bool, folder: Path) -> list[Figure]:
-    repeats = 3 if quick else 5
-    plan_pairs, apply_pairs = 500, 50  # the goals are stated for these sizes
+def measure(*, size: Size, folder: Path) -> list[Figure]:
+    repeats = size.pick(smoke=1, quick=3, full=5)
+    # The goals are stated for these sizes; a smoke run makes 10 and creates 4.
+    plan_pairs, apply_pairs = size.pick(smoke=(5, 2), quick=(500, 50), full=(500, 50))
     bound = statistics.median(plan_ms(plan_pairs, bound=True, repeats=repeats, folder=folder))
     new = statistics.median(plan_ms(plan_pairs, bound=False, repeats=repeats, folder=folder))
     print(f"BENCH plan_1000_ms {bound:.1f} ms", flush=True)
     print(f"BENCH plan_1000_create_ms {new:.1f} ms", flush=True)
-    what = f"median of {repeats}, 500 boxes + 500 aliases, ops called directly on the fake"
+    what = (
+        f"median of {repeats}, {plan_pairs} boxes + {plan_pairs} aliases, ops called directly "
+        "on the fake"
+    )
     figures: list[Figure] = [
         ("plan_1000_ms", bound, "ms", f"all bound and up to date (goal ≤ 2000), {what}"),
         ("plan_1000_create_ms", new, "ms", f"none bound, all to create (goal ≤ 2000), {what}"),
     ]
     count = 2 * apply_pairs
-    applies = 1 if quick else 3
+    applies = size.pick(smoke=1, quick=1, full=3)
     for kind, short in (("sqlite", "sqlite"), ("postgres", "pg")):
         made = [apply_ms(kind, apply_pairs, folder) for _ in range(applies)]
         took = statistics.median(m[0] for m in made)
@@ -197,7 +214,8 @@ def measure(*, quick: bool, folder: Path) -> list[Figure]:
                 f"apply_100_ms_{short}",
                 took,
                 "ms",
-                f"start to done, 50 boxes + 50 aliases created (goal ≤ 5000), {each}",
+                f"start to done, {apply_pairs} boxes + {apply_pairs} aliases created "
+                f"(goal ≤ 5000), {each}",
             ),
             (f"apply_per_resource_ms_{short}", took / count, "ms", f"the apply ÷ {count}"),
             (
@@ -233,4 +251,10 @@ def write(figures: list[Figure], *, command: str) -> None:
 
 
 if __name__ == "__main__":
-    run_alone("resources.py", measure, write, quick_help="fewer repeats of the plan")
+    run_alone(
+        "resources.py",
+        measure,
+        write,
+        quick_help="fewer repeats of the plan",
+        smoke_help="a plan over 10 resources and an apply creating 4: only that it runs",
+    )
