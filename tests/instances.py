@@ -198,6 +198,15 @@ class Instance:
             time.sleep(0.02)
         raise AssertionError(f"run {run_id} never recorded {what}:\n{self.log()}")
 
+    def wait_logged(self, text: str, *, times: int = 1, timeout: float = 30) -> None:
+        """Wait until the instance has logged `text` at least `times` times."""
+        deadline = time.monotonic() + timeout
+        while self.log().count(text) < times:
+            assert time.monotonic() < deadline, (
+                f"{text!r} was not logged {times} times:\n{self.log()}"
+            )
+            time.sleep(0.05)
+
     def log(self) -> str:
         path = self.tmp / "instance.log"
         return path.read_text() if path.exists() else ""

@@ -24,6 +24,27 @@ from remit.people.tasks import Tasks
 CRASH_APP = Path(__file__).parent / "apps" / "crash_app"
 
 
+def _wait_stopped(proc: subprocess.Popen[bytes], timeout: float = 10) -> None:
+    """Wait until every thread of `proc` has stopped. A signal is delivered after `kill()`
+    returns: until the threads stop, one may still begin a transaction."""
+    deadline = time.monotonic() + timeout
+    tasks = Path(f"/proc/{proc.pid}/task")
+    while True:
+        states = {_state(task) for task in tasks.iterdir()} - {""}
+        if states <= {"T", "t"}:
+            return
+        assert time.monotonic() < deadline, f"worker {proc.pid} did not stop: {states}"
+        time.sleep(0.005)
+
+
+def _state(task: Path) -> str:
+    """A thread's state letter from /proc (`T`: stopped), or "" for one that has ended."""
+    try:
+        return (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return ""
+
+
 class Workers:
     """Starts, kills and restarts `remit worker` processes for one database and journal."""
 
@@ -106,6 +127,7 @@ class Workers:
         """
         for _ in range(200):
             proc.send_signal(signal.SIGSTOP)
+            _wait_stopped(proc)
             if not self.db.is_sqlite or self._can_write():
                 return
             proc.send_signal(signal.SIGCONT)

@@ -81,6 +81,13 @@ class Cli:
     def log(self, index: int) -> str:
         return (self.tmp / f"worker-{index}.log").read_text()
 
+    def wait_in_log(self, index: int, text: str, timeout: float = 60) -> None:
+        """Wait until process `index` (a worker or a spawned command) has logged `text`."""
+        deadline = time.monotonic() + timeout
+        while text not in self.log(index):
+            assert time.monotonic() < deadline, f"never logged {text!r}:\n{self.log(index)}"
+            time.sleep(0.05)
+
     def wait_for(self, run_id: str, status: str, timeout: float = 60) -> None:
         runs = RunStore(self.db)
         deadline = time.monotonic() + timeout

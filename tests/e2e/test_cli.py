@@ -134,15 +134,14 @@ def test_sigterm_lets_running_work_finish_then_exits(cli: Cli) -> None:
 
 
 def test_a_second_sigterm_while_draining_is_ignored(cli: Cli) -> None:
-    (cli.tmp / "slow-between").write_text("3")
+    (cli.tmp / "slow-between").write_text("120")  # held until the second SIGTERM is heard
     worker = cli.worker(CRASH_APP)
     run_id = cli.start_payout_and_wait_between()
     worker.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while "draining" not in cli.log(0):
-        assert time.monotonic() < deadline, cli.log(0)
-        time.sleep(0.05)
+    cli.wait_in_log(0, "draining")
     worker.send_signal(signal.SIGTERM)
+    cli.wait_in_log(0, "received SIGTERM again while draining: ignored")
+    (cli.tmp / "slow-between").unlink()
     assert worker.wait(30) == 0, cli.log(0)
     assert "received SIGTERM again while draining: ignored" in cli.log(0)
     assert RunStore(cli.db).get(run_id).status == "done"  # the drain went on to its end

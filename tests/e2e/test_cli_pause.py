@@ -13,15 +13,16 @@ from tests.e2e.cli_support import CRASH_APP, Cli
 
 def test_pause_parks_running_work_and_resume_carries_it_on(cli: Cli) -> None:
     cli.env["REMIT_SWEEP_INTERVAL"] = "0.1"  # how soon a worker sees the pause
-    # Long enough for `remit pause` to start and land while the payout is between its steps,
-    # on a loaded machine too.
-    (cli.tmp / "slow-between").write_text("8")
+    cli.env["REMIT_LOG_LEVEL"] = "INFO"  # to hear when it has
+    # The payout is held between its steps until the worker has seen the pause.
+    (cli.tmp / "slow-between").write_text("120")
     cli.worker(CRASH_APP)
     first = cli.start_payout_and_wait_between()
-    (cli.tmp / "slow-between").unlink()
 
     paused = cli("pause", app=CRASH_APP).stdout
     assert "paused: 1 queue stopped; running runs park at their next step" in paused
+    cli.wait_in_log(0, "the app is paused: each running run parks at its next step")
+    (cli.tmp / "slow-between").unlink()
     cli.wait_for(first, "paused")
     runs = RunStore(cli.db)
     assert runs.get(first).attempt == 1

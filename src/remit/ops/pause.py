@@ -268,10 +268,15 @@ class PauseWatch:
         self._periodic = Periodic("remit-pause", interval, self.refresh)
 
     def refresh(self) -> None:
-        if self.read():
+        now = self.read()
+        if now == self.flag.is_set():
+            return
+        if now:
             self.flag.set()
+            log.info("the app is paused: each running run parks at its next step")
         else:
             self.flag.clear()
+            log.info("the app is resumed: its runs carry on")
 
     def start(self) -> None:
         self._periodic.start()

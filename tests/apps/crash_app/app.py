@@ -32,14 +32,18 @@ from remit.connectors.base import AppliedEffect
 
 
 def hold(point: str) -> None:
-    """Wait here to be killed if `hold-<point>` exists; wait N seconds if `slow-<point>` holds N."""
+    """Wait here to be killed if `hold-<point>` exists; if `slow-<point>` holds N, wait N
+    seconds or until the file is removed, whichever comes first (a test that must act while a
+    step runs holds it for as long as it takes, then lets it go)."""
     folder = os.environ.get("CRASH_HOLD_DIR")
     if not folder:
         return
     slow = Path(folder) / f"slow-{point}"
     if slow.exists():
         (Path(folder) / f"reached-{point}").write_text(str(os.getpid()))
-        time.sleep(float(slow.read_text()))
+        until = time.monotonic() + float(slow.read_text())
+        while time.monotonic() < until and slow.exists():
+            time.sleep(0.05)
         return
     if not (Path(folder) / f"hold-{point}").exists():
         return
