@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
-.PHONY: setup demo test lint types unit integration crash bench bench-poll bench-console clean
+.PHONY: setup demo test check lint types unit integration crash bench bench-poll bench-console clean
 .PHONY: console-screenshots
 
 setup: $(STAMP)
@@ -21,9 +21,26 @@ $(STAMP): pyproject.toml constraints.txt
 demo: setup
 	$(BIN)/remit --app examples/acme demo --script examples/acme/demo/tour.remit
 
-## Lint (ruff, import contracts), types, then every test on SQLite and Postgres.
+# The tests run in JOBS parallel processes: most of their time is spent waiting on workers,
+# servers and polls, so more processes than cores pay (BENCHMARKS.md, "Test suite").
+JOBS ?= 6
+# SHUFFLE=1 runs the tests in a random order (pytest-randomly prints its seed; SEED=N replays it).
+ORDER := $(if $(SHUFFLE),-p randomly $(if $(SEED),--randomly-seed=$(SEED)),)
+PARALLEL := -n $(JOBS) --dist worksteal $(ORDER)
+
+## Lint (ruff, import contracts), types, every benchmark at its smallest, then every test on
+## SQLite and Postgres: the `serial` ones alone, then the rest in parallel (~20 min on 2 cores).
 test: setup lint types
-	$(BIN)/pytest
+	$(MAKE) --no-print-directory bench SMOKE=1
+	$(BIN)/pytest -m serial -p no:xdist --durations=10 $(ORDER)
+	$(BIN)/pytest -m "not serial" $(PARALLEL) --durations=25
+
+## The fast inner loop (at most 3 min): lint, types, the unit tests, and the integration and hostile
+## tests on SQLite but for the crash tests and those marked `slow`. The e2e and browser tests,
+## which start the command line and servers, are left to `make test`.
+check: setup lint types
+	REMIT_TEST_BACKENDS=sqlite $(BIN)/pytest tests/unit tests/integration tests/hostile tests/apps \
+		-m "not serial and not crash and not slow" $(PARALLEL) --durations=10
 
 lint: setup
 	$(BIN)/ruff check src tests examples bench
@@ -40,9 +57,9 @@ unit: setup
 crash: setup
 	REMIT_CRASH_SCALE=full $(BIN)/pytest -m crash
 
-## Measure remit against bare DBOS, approvals and the reconciler, and write BENCHMARKS.md (QUICK=1: ~3 min).
+## Measure remit against bare DBOS, approvals and the reconciler, and write BENCHMARKS.md (QUICK=1: 3 to 5 min; SMOKE=1: every benchmark, console and poll too, at its smallest, checked to print its figures, writing nothing, ~1 min).
 bench: setup
-	$(BIN)/python bench/bench.py --write $(if $(QUICK),--quick,)
+	$(BIN)/python bench/bench.py $(if $(SMOKE),--smoke,--write $(if $(QUICK),--quick,))
 
 ## Queue polling: latency against idle CPU per interval (BENCHMARKS.md).
 bench-poll: setup

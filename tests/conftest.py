@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,23 @@ from tests.instances import WakeupService
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
 _template: dict[str, str] = {}
+
+
+def _backends() -> list[str]:
+    """The databases the tests run on: REMIT_TEST_BACKENDS, a comma-separated list of `sqlite`
+    and `postgres` (default: both). `make check` runs on SQLite alone."""
+    given = os.environ.get("REMIT_TEST_BACKENDS", "sqlite,postgres")
+    named = [name.strip() for name in given.split(",") if name.strip()]
+    unknown = sorted(set(named) - {"sqlite", "postgres"})
+    if unknown or not named:
+        raise pytest.UsageError(
+            f"REMIT_TEST_BACKENDS={given!r} names {', '.join(unknown) or 'no database'}: "
+            "give `sqlite`, `postgres` or `sqlite,postgres`"
+        )
+    return named
+
+
+BACKENDS = _backends()
 
 
 def postgres_admin_url() -> sa.URL:
@@ -83,14 +101,27 @@ def drop_postgres_database(url: str) -> None:
         engine.dispose()
 
 
+# Postgres takes a checkpoint to drop a database: a test's database is dropped on a thread of
+# its own while the next test runs, and the session waits for every drop before it ends.
+_dropper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="remit-test-drop")
+_drops: list[Future[None]] = []
+
+
+def _drop_later(url: str) -> None:
+    _drops.append(_dropper.submit(drop_postgres_database, url))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    for drop in _drops:
+        drop.result()
+    _dropper.shutdown()
     if "name" in _template:
         drop_postgres_database(
             postgres_admin_url().set(database=_template["name"]).render_as_string()
         )
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=BACKENDS)
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh database URL, once for SQLite and once for Postgres."""
     if request.param == "sqlite":
@@ -100,7 +131,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     try:
         yield url
     finally:
-        drop_postgres_database(url)
+        _drop_later(url)
 
 
 @pytest.fixture
@@ -112,7 +143,7 @@ def db(database_url: str) -> Iterator[Database]:
     database.dispose()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=BACKENDS)
 def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A database nothing has prepared yet, once for SQLite and once for Postgres."""
     if request.param == "sqlite":
@@ -122,7 +153,7 @@ def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
     try:
         yield url
     finally:
-        drop_postgres_database(url)
+        _drop_later(url)
 
 
 @pytest.fixture(scope="module")

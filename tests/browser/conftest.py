@@ -24,7 +24,7 @@ from playwright.sync_api import Browser, BrowserType, Page, Playwright, expect, 
 
 from remit import Client
 from remit.core.runs import Run
-from tests.conftest import drop_postgres_database, new_postgres_database
+from tests.conftest import BACKENDS, drop_postgres_database, new_postgres_database
 
 CONSOLE_APP = Path(__file__).resolve().parent.parent / "apps" / "console_app"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -150,7 +150,7 @@ class Console:
         self.client.close()
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+@pytest.fixture(scope="module", params=BACKENDS)
 def console(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Console]:

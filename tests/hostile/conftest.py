@@ -18,12 +18,12 @@ from fastapi.testclient import TestClient
 from remit import load_app
 from remit.serve.api import create_api
 from remit.testing import Harness
-from tests.conftest import drop_postgres_database, new_postgres_database
+from tests.conftest import BACKENDS, drop_postgres_database, new_postgres_database
 from tests.e2e.cli_support import ACME
 from tests.hostile.desk import Desk, MiB
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+@pytest.fixture(scope="module", params=BACKENDS)
 def database(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:

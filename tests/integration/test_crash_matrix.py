@@ -23,7 +23,9 @@ import pytest
 from remit.app import load_app
 from tests.processes import CRASH_APP, Workers
 
-pytestmark = pytest.mark.crash
+# Serial (`make test` runs it alone, before the rest): for half a minute it loads the machine
+# with runs, kills and restarts of its own, which beside other tests would slow them and it.
+pytestmark = [pytest.mark.crash, pytest.mark.serial]
 
 SIZES = {"ci": (100, 35.0), "full": (600, 180.0)}  # runs, seconds of killing
 

@@ -13,6 +13,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -22,6 +23,9 @@ from remit.core.database import Database
 from remit.ops.deploy import DeployCheck
 from remit.testing import Harness, ManualClock
 from tests.support import REFUND, FakeShop, RefundDraft, create_order, shop
+
+# Half a minute or more of generated deploys: `make check` leaves these to `make test`.
+pytestmark = pytest.mark.slow
 
 # (run_id, label) of every step body that ran, in this process.
 RAN: list[tuple[str, str]] = []

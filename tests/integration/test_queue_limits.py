@@ -7,9 +7,14 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import pytest
+
 from remit.app import load_app
 from remit.core.runs import RunStore
 from tests.processes import Workers
+
+# Half a minute or more of worker processes: `make check` leaves these to `make test`.
+pytestmark = pytest.mark.slow
 
 QUEUE_APP = Path(__file__).parent.parent / "apps" / "queue_app"
 

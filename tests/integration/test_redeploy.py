@@ -27,6 +27,9 @@ from tests.support import (
     shop,
 )
 
+# Half a minute or more of worker processes: `make check` leaves these to `make test`.
+pytestmark = pytest.mark.slow
+
 FAST = {
     "REMIT_HEARTBEAT_INTERVAL": "0.25",
     "REMIT_DEAD_AFTER": "1.5",

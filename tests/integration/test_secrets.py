@@ -168,7 +168,11 @@ def test_a_key_from_the_environment_is_used_and_no_key_file_is_made(
     assert Secrets(db, APP, SecretKey(file=key_file, value=key)).get("SHOP_TOKEN") == TOKEN
 
 
-@pytest.mark.parametrize("raw", ["not-a-key", "c2hvcnQ=", Fernet.generate_key().decode()[:-4]])
+@pytest.mark.parametrize(
+    "raw",
+    ["not-a-key", "c2hvcnQ=", Fernet.generate_key().decode()[:-4]],
+    ids=["not-base64", "too-short", "cut-short"],
+)
 def test_a_malformed_environment_key_is_refused_with_how_to_make_one(
     raw: str, key_file: Path
 ) -> None:

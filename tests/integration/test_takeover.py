@@ -16,6 +16,9 @@ from remit.core.database import Database
 from remit.ops.registry import WorkerRegistry, state
 from tests.processes import Workers
 
+# Half a minute or more of worker processes: `make check` leaves these to `make test`.
+pytestmark = pytest.mark.slow
+
 FAST = {"REMIT_HEARTBEAT_INTERVAL": "0.25", "REMIT_DEAD_AFTER": "2"}
 
 
