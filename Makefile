@@ -26,7 +26,7 @@ demo: setup
 JOBS ?= 6
 # SHUFFLE=1 runs the tests in a random order (pytest-randomly prints its seed; SEED=N replays it).
 ORDER := $(if $(SHUFFLE),-p randomly $(if $(SEED),--randomly-seed=$(SEED)),)
-PARALLEL := -n $(JOBS) --dist worksteal $(ORDER)
+PARALLEL := -n $(JOBS) --dist loadgroup $(ORDER)
 
 ## Lint (ruff, import contracts), types, every benchmark at its smallest, then every test on
 ## SQLite and Postgres: the `serial` ones alone, then the rest in parallel (~20 min on 2 cores).

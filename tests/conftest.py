@@ -121,6 +121,40 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         )
 
 
+# Where each folder of tests comes in the run: the longest first. `make test` hands the tests to
+# its processes in this order, each as one becomes free (`--dist loadgroup`), so the run does
+# not end with one process working through a minute-long test that started last.
+_ORDER = {"e2e": 0, "browser": 1, "integration": 2, "apps": 3, "hostile": 3, "unit": 4}
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    if _shares_a_fixture(item):
+        # One process runs the module, so what its tests share is made once. (Marked as each
+        # test is collected: pytest-xdist reads the groups before other hooks sort the tests.)
+        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def place(item: pytest.Item) -> tuple[int, int]:
+        folder = item.nodeid.split("/")[1] if item.nodeid.startswith("tests/") else ""
+        slow = item.get_closest_marker("slow") or item.get_closest_marker("crash")
+        return (0 if slow else 1, _ORDER.get(folder, 2))
+
+    items.sort(key=place)  # stable: within a place, the order pytest collected them in
+
+
+def _shares_a_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture made once for its module (a server, a desk)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        each.scope in ("module", "package", "class")
+        for defs in info.name2fixturedefs.values()
+        for each in defs
+    )
+
+
 @pytest.fixture(params=BACKENDS)
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh database URL, once for SQLite and once for Postgres."""

@@ -98,6 +98,8 @@ def test_racing_deciders_decide_each_gate_once_and_resume_each_run_once(
             for future in [pool.submit(decider, calls) for calls in plan]:
                 future.result(timeout=180)
         finished = [h.wait(run_id, timeout=60) for run_id in run_ids]
+        for run_id in run_ids:  # a run says `done` a moment before DBOS records its attempt's end
+            h.worker.client.retrieve_workflow(f"{run_id}:2").get_result(polling_interval_sec=0.05)
         shop = h.fake("shop", FakeShop)
         attempts = {
             status.workflow_id: status.status
