@@ -128,7 +128,7 @@ _ORDER = {"e2e": 0, "browser": 1, "integration": 2, "apps": 3, "hostile": 3, "un
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    if _shares_a_fixture(item):
+    if item.config.pluginmanager.has_plugin("xdist") and _shares_a_fixture(item):
         # One process runs the module, so what its tests share is made once. (Marked as each
         # test is collected: pytest-xdist reads the groups before other hooks sort the tests.)
         item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
