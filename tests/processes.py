@@ -108,6 +108,10 @@ class Workers:
     def release(self, point: str) -> None:
         (self.hold_dir / f"hold-{point}").unlink(missing_ok=True)
 
+    def release_slow(self, point: str) -> None:
+        """Let a step held at `slow-<point>` go on (see the crash app's `hold`)."""
+        (self.hold_dir / f"slow-{point}").unlink(missing_ok=True)
+
     def wait_reached(self, point: str, proc: subprocess.Popen[bytes] | None = None) -> None:
         reached = self.hold_dir / f"reached-{point}"
         self._wait(reached.exists, f"a worker to reach {point}", proc)

@@ -18,8 +18,8 @@ def workers(database_url: str, tmp_path: Path) -> Iterator[Workers]:
 
 
 def test_remit_show_names_the_read_in_flight(workers: Workers) -> None:
-    # The fake's read answers after 4 seconds.
-    (workers.hold_dir / "slow-reading-balance").write_text("4")
+    # The fake's read is held until `remit show` has looked (at most 120 s).
+    (workers.hold_dir / "slow-reading-balance").write_text("120")
     run_id = workers.remit(
         "start", "payout", "--input", '{"account": "acc-7", "amount": 900}', "--as", "user:ops"
     )
@@ -27,6 +27,7 @@ def test_remit_show_names_the_read_in_flight(workers: Workers) -> None:
     workers.wait_reached("reading-balance", worker)
 
     shown = workers.remit("show", run_id)
+    workers.release_slow("reading-balance")
 
     assert "in flight" in shown
     assert f"`bank.accounts.read` (attempt 1, key {run_id}:1) has been called for" in shown
