@@ -20,7 +20,8 @@ for every read and a thread per try cost, against the version before them, in th
 late the wakeup service calls 1,000 wakes due over 10 s, the CPU a stopped instance uses, and
 how soon a wake gets a queued run's first step going; `--only wakeup` runs just those. Declared
 resources (bench/resources.py): a plan over 1,000 resources and an apply creating 100, against
-bare DBOS; `--only resources` runs just that. Prints `BENCH <name> <value> <unit>` lines and,
+bare DBOS; `--only resources` runs just that. Scenarios (bench/scenarios.py): what the example's
+month of dunning costs in real time under `remit test`. Prints `BENCH <name> <value> <unit>` lines and,
 with `--write`, writes the tables to BENCHMARKS.md.
 
 `--smoke` (alone) runs bench/smoke.py instead: every benchmark above, and the web console's
@@ -52,6 +53,7 @@ import policy  # bench/policy.py, beside this file
 import reconcile  # bench/reconcile.py, beside this file
 import resources  # bench/resources.py, beside this file
 import scale_to_zero  # bench/scale_to_zero.py, beside this file
+import scenarios  # bench/scenarios.py, beside this file
 import smoke  # bench/smoke.py, beside this file
 import sqlalchemy as sa
 import wakeup  # bench/wakeup.py, beside this file
@@ -266,6 +268,7 @@ PARTS: dict[str, list[Part]] = {
     "calls": [(calls.measure, calls.write)],
     "wakeup": [(wakeup.measure, wakeup.write), (scale_to_zero.measure, scale_to_zero.write)],
     "resources": [(resources.measure, resources.write)],
+    "scenarios": [(scenarios.measure, scenarios.write)],
 }
 ONLY = ("bare", "cli", "calls", "wakeup", "resources")
 

@@ -183,6 +183,7 @@ MODULES = (
             ),
         ),
     ),
+    Module("scenarios", "scenarios.py", ("scenario_month_ms_sqlite", "scenario_month_ms_pg")),
     Module(
         "console",
         "console.py",

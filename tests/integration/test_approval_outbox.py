@@ -222,15 +222,14 @@ def test_a_decider_killed_before_the_fork_is_completed_by_a_running_workers_swee
         ended(h, f"{run_id}:1")
 
         decide_in_a_process_that_dies(database_url, gate.id, "outbox-sweep")
-        died = time.monotonic()
 
-        # The sweep leaves a resume this young to its decider (`Sweeper.OUTBOX_GRACE`).
+        # The sweep leaves a resume this young to its decider (`Sweeper.OUTBOX_GRACE`, 2 s),
+        # then completes it at its next pass (every 0.5 s here). The log line below says it was
+        # the sweep that did; the wait's bound leaves room for a loaded machine.
         assert_left_in_the_outbox(outside, run_id, gate, "outbox-sweep")
-        h.wait(run_id, timeout=10)
-        took = time.monotonic() - died
+        h.wait(run_id, timeout=30)
     assert_resumed_once(outside, shop, run_id)
     assert f"outbox: run {run_id} resumed on {run_id}:2" in caplog.text
-    assert took < 8, f"the sweep took {took:.1f}s to complete the outbox"
 
 
 def test_the_decider_repeating_its_key_after_dying_completes_the_fork_itself(

@@ -1,6 +1,6 @@
 """The example repo's scenarios (`examples/acme/apps/ar/scenarios/`) and its demo's books
 (`examples/acme/demo/`) pass on SQLite and Postgres, run through `remit.scenarios` as `remit
-test` runs them; its month of dunning takes a fraction of a second of steps."""
+test` runs them; its month of dunning waits for no real time."""
 
 from __future__ import annotations
 
@@ -40,12 +40,13 @@ def test_each_scenario_of_the_example_passes(scenario: Scenario, database_url: s
     assert result.scenario is scenario
 
 
-def test_a_month_of_dunning_takes_a_fraction_of_a_second(database_url: str) -> None:
+def test_a_month_of_dunning_waits_for_no_real_time(database_url: str) -> None:
     month = [s for s in SCENARIOS if s.feature == "A month of dunning"]
     assert month
     for scenario in month:
         result = run(scenario, database_url)
-        # The steps alone, the harness's start and stop left out: no real waiting happens. A
-        # month of three clock moves takes about half a second on a quiet machine; the bound
-        # leaves room for a busy one, and is still a week short of one real sleep.
-        assert result.took < 2.0, f"{scenario.title} took {result.took:.2f}s"
+        # The steps alone, the harness's start and stop left out. Thirty days on a manual clock
+        # must not wait for real time: a single real sleep of the month would take a week. How
+        # fast the month goes (about half a second) is a benchmark, `scenario_month_ms_*` in
+        # bench/scenarios.py, with its goal; this bound only leaves room for a loaded machine.
+        assert result.took < 30.0, f"{scenario.title} took {result.took:.2f}s"

@@ -50,11 +50,13 @@ def test_each_scenario_of_the_test_app_passes(scenario: Scenario, database_url: 
     assert result.scenario is scenario
 
 
-def test_a_month_asleep_runs_in_under_a_second(database_url: str) -> None:
+def test_a_month_asleep_waits_for_no_real_time(database_url: str) -> None:
     (month,) = [s for s in SCENARIOS if s.name == "A month asleep, then a second reminder"]
     result = run_scenario(APP, month, database_url=database_url)
-    # The steps alone, the harness's start and stop left out: no real waiting happens.
-    assert result.took < 1.0, f"a scenario of 30 days took {result.took:.2f}s"
+    # The steps alone, the harness's start and stop left out: no real waiting happens (its
+    # sleep is of days). The speed is a benchmark (bench/scenarios.py); this bound leaves room
+    # for a loaded machine.
+    assert result.took < 30.0, f"a scenario of 30 days took {result.took:.2f}s"
 
 
 def test_a_failing_output_names_its_step_and_shows_the_difference(

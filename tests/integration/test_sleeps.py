@@ -53,9 +53,9 @@ def test_a_month_of_sleep_and_a_week_to_expire_run_in_moments(database_url: str)
             ("shop.orders.create", 2),
         ]
         assert h.deadlines() == []
-    # Typically 0.3 to 0.6 s here; the bound only shows no real waiting happened, with room
-    # for a loaded machine.
-    assert took < 5.0, f"a simulated month took {took:.2f}s"
+    # Typically 0.3 to 0.6 s here; the bound only shows no real waiting happened (the sleeps
+    # are of days), with room for a loaded machine.
+    assert took < 30.0, f"a simulated month took {took:.2f}s"
 
 
 def test_an_async_run_sleeps_and_wakes_the_same_way(database_url: str) -> None:
