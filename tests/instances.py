@@ -111,7 +111,7 @@ class Instance:
             "REMIT_FAKES": "1",
             "REMIT_SECRET_KEY": SECRET_KEY,
             "REMIT_AS": "user:test",
-            "REMIT_POLL_INTERVAL": "0.05",
+            "REMIT_POLL_INTERVAL": "0.1",
             "REMIT_SWEEP_INTERVAL": "0.5",
             "REMIT_SUSPEND_AFTER": "0",
             "REMIT_IDLE_CHECK_INTERVAL": "0.3",

@@ -58,7 +58,7 @@ class Workers:
             **os.environ,
             "REMIT_DATABASE_URL": database_url,
             "REMIT_FAKES": "1",
-            "REMIT_POLL_INTERVAL": "0.05",
+            "REMIT_POLL_INTERVAL": "0.1",
             "REMIT_LOG_LEVEL": "INFO",
             "CRASH_JOURNAL": str(self.journal),
             "CRASH_HOLD_DIR": str(self.hold_dir),

@@ -73,7 +73,7 @@ class Console:
             "REMIT_DATABASE_URL": database_url,
             "REMIT_FAKES": "1",
             "REMIT_AS": "user:ann",
-            "REMIT_POLL_INTERVAL": "0.05",
+            "REMIT_POLL_INTERVAL": "0.1",
             "COLUMNS": "240",
         }
         for unset in ("REMIT_URL", "REMIT_TOKEN"):

@@ -9,8 +9,11 @@ import time
 from pathlib import Path
 from typing import IO
 
+import sqlalchemy as sa
+
 from remit.core.database import Database
 from remit.core.runs import RunStore
+from remit.core.schema import approvals
 
 ROOT = Path(__file__).parent.parent.parent
 ACME = ROOT / "examples" / "acme"
@@ -24,7 +27,7 @@ class Cli:
             **os.environ,
             "REMIT_DATABASE_URL": database_url,
             "REMIT_FAKES": "1",
-            "REMIT_POLL_INTERVAL": "0.05",
+            "REMIT_POLL_INTERVAL": "0.1",
             "REMIT_ACTOR": "user:ann",
             "CRASH_HOLD_DIR": str(tmp),
             "CRASH_JOURNAL": str(tmp / "journal.jsonl"),
@@ -95,6 +98,24 @@ class Cli:
             assert time.monotonic() < deadline, (
                 f"{run_id} is {runs.get(run_id).status}, not {status}"
             )
+            time.sleep(0.05)
+
+    def pending_approvals(self, run_id: str | None = None, timeout: float = 60) -> list[str]:
+        """The ids of the pending approvals (of `run_id`), newest first, as `remit approvals
+        --pending --quiet` lists them, once there is one. Read from the database: a `remit`
+        process per poll would spend a CPU second at each."""
+        query = sa.select(approvals.c.id).where(approvals.c.status == "pending")
+        if run_id is not None:
+            query = query.where(approvals.c.run_id == run_id)
+        query = query.order_by(approvals.c.created_at.desc(), approvals.c.id.desc())
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.db.engine.connect() as conn:
+                ids = list(conn.scalars(query))
+            if ids:
+                return ids
+            log = self.log(0) if self.procs else "(no process started)"
+            assert time.monotonic() < deadline, f"no approval pending after {timeout} s:\n{log}"
             time.sleep(0.05)
 
     def close(self) -> None:

@@ -3,19 +3,7 @@ starts through the write-off's gate to their ends, as a user reads them."""
 
 from __future__ import annotations
 
-import time
-
 from tests.e2e.cli_support import Cli
-
-
-def _pending(cli: Cli, run_id: str) -> str:
-    deadline = time.monotonic() + 60
-    while True:
-        ids = cli("approvals", "--pending", "--run", run_id, "--quiet").stdout.split()
-        if ids:
-            return ids[0]
-        assert time.monotonic() < deadline, cli.log(0)
-        time.sleep(0.1)
 
 
 def test_activity_lists_what_happened_about_an_invoice_oldest_first(cli: Cli) -> None:
@@ -26,7 +14,7 @@ def test_activity_lists_what_happened_about_an_invoice_oldest_first(cli: Cli) ->
     assert "done" in chase.stdout + chase.stderr
     cli.worker()
     run_id = cli("start", "ar.write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
-    approval = _pending(cli, run_id)
+    approval = cli.pending_approvals(run_id)[0]
     cli(
         "approve",
         approval,

@@ -4,21 +4,10 @@ waits at its gate while a worker serves, and `remit approve`/`reject` carry it o
 from __future__ import annotations
 
 import json
-import time
 
 from remit.core.runs import RunStore
 from remit.people.approvals import Approvals
 from tests.e2e.cli_support import Cli
-
-
-def _pending(cli: Cli, run_id: str) -> str:
-    deadline = time.monotonic() + 60
-    while True:
-        ids = cli("approvals", "--pending", "--run", run_id, "--quiet").stdout.split()
-        if ids:
-            return ids[0]
-        assert time.monotonic() < deadline, cli.log(0)
-        time.sleep(0.1)
 
 
 def _audit(cli: Cli, approval_id: str) -> list[dict[str, object]]:
@@ -28,9 +17,11 @@ def _audit(cli: Cli, approval_id: str) -> list[dict[str, object]]:
 def test_approve_with_an_edit_resumes_the_run_past_its_gate(cli: Cli) -> None:
     cli.worker()
     run_id = cli("start", "ar.write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
-    approval = _pending(cli, run_id)
+    approval = cli.pending_approvals(run_id)[0]
     cli.wait_for(run_id, "waiting")
 
+    quiet = cli("approvals", "--pending", "--run", run_id, "--quiet").stdout
+    assert quiet.split() == [approval]
     listed = cli("approvals", "--pending").stdout
     assert approval in listed
     assert "Write off 612.50 EUR" in listed
@@ -61,7 +52,7 @@ def test_approve_with_an_edit_resumes_the_run_past_its_gate(cli: Cli) -> None:
 def test_reject_and_a_repeated_key_replays(cli: Cli) -> None:
     cli.worker()
     run_id = cli("start", "ar.write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
-    approval = _pending(cli, run_id)
+    approval = cli.pending_approvals(run_id)[0]
     first = cli("reject", approval, "--reason", "still collectable", "--key", "desk-42")
     assert f"{approval} rejected by user:ann" in first.stdout
     replay = cli("reject", approval, "--reason", "still collectable", "--key", "desk-42")
@@ -82,7 +73,7 @@ def test_reject_and_a_repeated_key_replays(cli: Cli) -> None:
 def test_bad_decisions_exit_1_saying_what_to_change_and_decide_nothing(cli: Cli) -> None:
     cli.worker()
     run_id = cli("start", "ar.write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
-    approval = _pending(cli, run_id)
+    approval = cli.pending_approvals(run_id)[0]
     cases = [
         (["approve", "apr_missing"], "apr_missing is not an approval"),
         (["approve", approval, "--edit", "{amount"], "--edit is not valid JSON"),
@@ -105,7 +96,7 @@ def test_deadlines_lists_a_pending_gates_expiry(cli: Cli) -> None:
     assert cli("deadlines").stdout.strip() == "no deadlines"
     cli.worker()
     run_id = cli("start", "ar.write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
-    approval = _pending(cli, run_id)
+    approval = cli.pending_approvals(run_id)[0]
     listed = cli("deadlines").stdout
     assert "expiry" in listed
     assert approval in listed
@@ -116,8 +107,8 @@ def test_ids_are_taken_by_a_prefix_and_listed_whole(cli: Cli) -> None:
     cli.worker()
     first = cli("start", "ar.write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
     second = cli("start", "ar.write-off", "--input", '{"invoice_id": "inv_1003"}').stdout.strip()
-    approval = _pending(cli, first)
-    _pending(cli, second)
+    approval = cli.pending_approvals(first)[0]
+    cli.pending_approvals(second)
     listed = cli("approvals").stdout  # nine columns: the title wraps, the ids stay whole
     assert approval in listed
     assert first in cli("runs").stdout
@@ -142,7 +133,7 @@ def test_a_batch_decides_every_approval_or_none_listing_every_refusal(cli: Cli) 
         cli("start", "ar.write-off", "--input", json.dumps({"invoice_id": invoice})).stdout.strip()
         for invoice in ("inv_1003", "inv_1001", "inv_1003")
     ]
-    first, second, third = (_pending(cli, run_id) for run_id in runs)
+    first, second, third = (cli.pending_approvals(run_id)[0] for run_id in runs)
     cli("reject", first, "--as", "user:carol")
 
     refused = cli("approve", first, second, "--as", "user:carol", check=False)

@@ -275,12 +275,8 @@ def test_removing_the_declarations_deletes_after_an_approval(cli: Cli, tmp_path:
     )
 
     apply = cli.spawn("apply", "--yes", app=folder)
-    deadline = time.monotonic() + 60
-    while not (pending := cli("approvals", "--pending", "--quiet", app=folder).stdout.split()):
-        assert apply.poll() is None, cli.log(0)
-        assert time.monotonic() < deadline, cli.log(0)
-        time.sleep(0.1)
-    (approval,) = pending
+    (approval,) = cli.pending_approvals()
+    assert apply.poll() is None, cli.log(0)
     deadline = time.monotonic() + 30
     while f"remit approve {approval}" not in flat(cli.log(0)):
         assert time.monotonic() < deadline, cli.log(0)
