@@ -9,7 +9,6 @@ from pathlib import Path
 
 from remit.core.runs import RunStore
 from tests.e2e.cli_support import ACME, Cli
-from tests.e2e.test_cli_approvals import _pending
 from tests.integration.test_deploy_check import dump
 
 GATE_LINE = '    decision = ctx.approval(\n        "write-off",'
@@ -37,7 +36,7 @@ def test_deploy_check_gates_a_deploy_and_retry_carries_a_failed_run_on(cli: Cli)
     run_id = cli(
         "start", "ar.write-off", "--input", '{"invoice_id": "inv_1003"}', app=desk
     ).stdout.strip()
-    approval = _pending(cli, run_id)
+    approval = cli.pending_approvals(run_id)[0]
     cli.wait_for(run_id, "waiting")
     worker.send_signal(signal.SIGTERM)
     worker.wait(30)
