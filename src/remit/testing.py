@@ -173,8 +173,24 @@ class Harness:
         by: str | None = None,
         timeout: float = 30.0,
     ) -> Run:
-        """Start a run as `by` (default: the harness's actor) and wait for it to finish."""
-        return self.wait(self.start(workflow, input, by=by).run_id, timeout=timeout)
+        """Start a run as `by` (default: the harness's actor) and wait for it to finish, and
+        for its attempt to end in DBOS: what a test then does (a reconciler pass, say) finds
+        nothing still running."""
+        run = self.wait(self.start(workflow, input, by=by).run_id, timeout=timeout)
+        self._settle(run)
+        return run
+
+    def _settle(self, run: Run, *, timeout: float = 10.0) -> None:
+        """Wait until DBOS no longer runs the run's attempt: its row reaches `done`,
+        `failed` or `waiting` a moment before its attempt's workflow ends."""
+        deadline = time.monotonic() + timeout
+        while self.attempt_status(run.run_id, run.attempt) in ("PENDING", "ENQUEUED"):
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"run {run.run_id} is {run.status}, yet its attempt {run.attempt} still "
+                    f"runs after {timeout}s"
+                )
+            time.sleep(0.02)
 
     def fake(self, vendor: str, kind: type[F] = Fake) -> F:  # type: ignore[assignment]
         """The implementation serving `vendor`, checked to be a `kind`."""
@@ -244,9 +260,12 @@ class Harness:
         return self.client.tasks
 
     def task(self, run_id: str, *, timeout: float = 30.0) -> Task:
-        """Wait for the run to wait at a task, and return that open task."""
+        """Wait for the run to wait at a task (its attempt ended in DBOS), and return that
+        open task."""
         self.wait(run_id, timeout=timeout, until=("waiting",))
         run = self.runs.get(run_id)
+        if run.status == "waiting":
+            self._settle(run)
         open_tasks = self.tasks.list(run_id=run_id, status="open")
         waiting = [task for task in open_tasks if task.workflow_id == run.workflow_id]
         if not waiting:

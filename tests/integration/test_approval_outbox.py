@@ -124,18 +124,8 @@ def waiting_run(url: str, shop: FakeShop) -> tuple[str, Approval]:
         gate = h.gate(run_id)
         # The run says `waiting` just before DBOS records the attempt's end: let it, so the
         # stopping worker leaves nothing for recovery.
-        ended(h, f"{run_id}:1")
+        h.wait_attempt_ended(run_id, 1)
     return run_id, gate
-
-
-def ended(h: Harness, workflow_id: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = h.worker.client.list_workflows(workflow_ids=[workflow_id], load_input=False)
-        if found and found[0].status == "SUCCESS":
-            return
-        assert time.monotonic() < deadline, f"{workflow_id} has not ended after {timeout}s"
-        time.sleep(0.02)
 
 
 def assert_left_in_the_outbox(outside: Outside, run_id: str, gate: Approval, key: str) -> None:
@@ -219,7 +209,7 @@ def test_a_decider_killed_before_the_fork_is_completed_by_a_running_workers_swee
     with caplog.at_level(logging.WARNING, logger="remit.approvals"), harness as h:
         run_id = h.start("refund", {"sku": "sku-1", "quantity": 2}).run_id
         gate = h.gate(run_id)
-        ended(h, f"{run_id}:1")
+        h.wait_attempt_ended(run_id, 1)
 
         decide_in_a_process_that_dies(database_url, gate.id, "outbox-sweep")
 
