@@ -149,8 +149,16 @@ class Harness:
     def wait_attempt_ended(self, run_id: str, attempt: int, *, timeout: float = 10.0) -> str:
         """Wait for the attempt to end in DBOS and return how (a suspended run writes its
         status just before its attempt ends)."""
+        status = self._attempt_past(run_id, attempt, (None, "PENDING", "ENQUEUED"), timeout)
+        assert status is not None  # waited past None
+        return status
+
+    def _attempt_past(
+        self, run_id: str, attempt: int, running: tuple[str | None, ...], timeout: float
+    ) -> str | None:
+        """Wait while DBOS's status of the attempt is one of `running`; return the next one."""
         deadline = time.monotonic() + timeout
-        while (status := self.attempt_status(run_id, attempt)) in (None, "PENDING", "ENQUEUED"):
+        while (status := self.attempt_status(run_id, attempt)) in running:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"attempt {attempt} of run {run_id} is still {status}")
             time.sleep(0.02)
@@ -183,14 +191,7 @@ class Harness:
     def _settle(self, run: Run, *, timeout: float = 10.0) -> None:
         """Wait until DBOS no longer runs the run's attempt: its row reaches `done`,
         `failed` or `waiting` a moment before its attempt's workflow ends."""
-        deadline = time.monotonic() + timeout
-        while self.attempt_status(run.run_id, run.attempt) in ("PENDING", "ENQUEUED"):
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"run {run.run_id} is {run.status}, yet its attempt {run.attempt} still "
-                    f"runs after {timeout}s"
-                )
-            time.sleep(0.02)
+        self._attempt_past(run.run_id, run.attempt, ("PENDING", "ENQUEUED"), timeout)
 
     def fake(self, vendor: str, kind: type[F] = Fake) -> F:  # type: ignore[assignment]
         """The implementation serving `vendor`, checked to be a `kind`."""
