@@ -8,7 +8,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -20,11 +19,12 @@ from remit.core.database import Database
 from remit.core.ledger import LedgerStore
 from remit.core.runs import Run, RunStore
 from remit.people.tasks import Tasks
+from tests.forked import ForkedProcess, run_remit, spawn_remit
 
 CRASH_APP = Path(__file__).parent / "apps" / "crash_app"
 
 
-def _wait_stopped(proc: subprocess.Popen[bytes], timeout: float = 10) -> None:
+def _wait_stopped(proc: ForkedProcess, timeout: float = 10) -> None:
     """Wait until every thread of `proc` has stopped. A signal is delivered after `kill()`
     returns: until the threads stop, one may still begin a transaction."""
     deadline = time.monotonic() + timeout
@@ -68,37 +68,28 @@ class Workers:
         self.db.prepare()
         self.runs = RunStore(self.db)
         self.ledger = LedgerStore(self.db)
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: list[ForkedProcess] = []
         self._logs: list[IO[bytes]] = []
         self._client: DBOSClient | None = None
 
     def remit(self, *args: str) -> str:
         """Run a `remit` command to completion and return what it printed."""
-        done = subprocess.run(
-            [sys.executable, "-m", "remit", "--app", str(self.app), *args],
-            env=self.env,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr.decode()
-        return done.stdout.decode().strip()
+        done = run_remit(["--app", str(self.app), *args], env=self.env)
+        assert done.returncode == 0, done.stderr
+        return str(done.stdout).strip()
 
-    def start(self, executor_id: str | None = None, **env: str) -> subprocess.Popen[bytes]:
+    def start(self, executor_id: str | None = None, **env: str) -> ForkedProcess:
         """Start a worker (with its own executor id if given) and return its process."""
         log = (self.tmp / f"worker-{len(self.procs)}.log").open("wb")
         self._logs.append(log)
         extra = {"REMIT_EXECUTOR_ID": executor_id} if executor_id else {}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "remit", "--app", str(self.app), "worker"],
-            env={**self.env, **extra, **env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
+        proc = spawn_remit(
+            ["--app", str(self.app), "worker"], env={**self.env, **extra, **env}, output=log
         )
         self.procs.append(proc)
         return proc
 
-    def wait_serving(self, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    def wait_serving(self, proc: ForkedProcess, timeout: float = 60) -> None:
         index = self.procs.index(proc)
         self._wait(lambda: "serving" in self.log(index), f"worker {index} to serve", proc)
 
@@ -112,17 +103,17 @@ class Workers:
         """Let a step held at `slow-<point>` go on (see the crash app's `hold`)."""
         (self.hold_dir / f"slow-{point}").unlink(missing_ok=True)
 
-    def wait_reached(self, point: str, proc: subprocess.Popen[bytes] | None = None) -> None:
+    def wait_reached(self, point: str, proc: ForkedProcess | None = None) -> None:
         reached = self.hold_dir / f"reached-{point}"
         self._wait(reached.exists, f"a worker to reach {point}", proc)
 
-    def kill_when_reached(self, proc: subprocess.Popen[bytes], point: str) -> None:
+    def kill_when_reached(self, proc: ForkedProcess, point: str) -> None:
         self.wait_reached(point, proc)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         self.release(point)
 
-    def stall(self, proc: subprocess.Popen[bytes]) -> None:
+    def stall(self, proc: ForkedProcess) -> None:
         """Stop `proc` (SIGSTOP) at a moment it holds no SQLite write lock.
 
         One SQLite file has one writer: a process stopped inside a write transaction would
@@ -192,7 +183,7 @@ class Workers:
         self,
         condition: object,
         what: str,
-        proc: subprocess.Popen[bytes] | None = None,
+        proc: ForkedProcess | None = None,
         timeout: float = 60,
     ) -> None:
         assert callable(condition)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import IO
@@ -14,6 +13,7 @@ import sqlalchemy as sa
 from remit.core.database import Database
 from remit.core.runs import RunStore
 from remit.core.schema import approvals
+from tests.forked import ForkedProcess, run_remit, spawn_remit
 
 ROOT = Path(__file__).parent.parent.parent
 ACME = ROOT / "examples" / "acme"
@@ -34,39 +34,25 @@ class Cli:
             "COLUMNS": "200",
         }
         self.db = Database(database_url)
-        self.procs: list[subprocess.Popen[str]] = []
+        self.procs: list[ForkedProcess] = []
         self.logs: list[IO[str]] = []
 
     def __call__(
         self, *args: str, app: Path = ACME, check: bool = True, stdin: str | None = None
     ) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "remit", "--app", str(app), *args],
-            input=stdin,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = run_remit(["--app", str(app), *args], env=self.env, input=stdin)
         if check:
             assert done.returncode == 0, done.stdout + done.stderr
         return done
 
-    def worker(self, app: Path = ACME, *extra: str) -> subprocess.Popen[str]:
+    def worker(self, app: Path = ACME, *extra: str) -> ForkedProcess:
         return self.spawn("worker", *extra, app=app)
 
-    def spawn(self, *args: str, app: Path = ACME) -> subprocess.Popen[str]:
+    def spawn(self, *args: str, app: Path = ACME) -> ForkedProcess:
         """`remit ARGS` left running (a worker, a server), its output in `log(index)`."""
         log = (self.tmp / f"worker-{len(self.procs)}.log").open("w")
         self.logs.append(log)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "remit", "--app", str(app), *args],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        proc = spawn_remit(["--app", str(app), *args], env=self.env, output=log)
         self.procs.append(proc)
         return proc
 

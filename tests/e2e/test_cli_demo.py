@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from remit.serve.script import Player, ScriptError, parse_script
+from tests.forked import run_remit
 
 DEMO_APP = Path(__file__).resolve().parent.parent / "apps" / "demo_app"
 
@@ -58,14 +59,7 @@ def environ(**extra: str) -> dict[str, str]:
 def remit(
     folder: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 180
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "remit", "--app", str(folder), *args],
-        env=env or environ(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return run_remit(["--app", str(folder), *args], env=env or environ(), timeout=timeout)
 
 
 def test_a_scripted_session_plays_against_the_demo(folder: Path, tmp_path: Path) -> None:

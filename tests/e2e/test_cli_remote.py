@@ -8,11 +8,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from tests.e2e.cli_support import Cli
+from tests.forked import run_remit
 
 
 def _listening(cli: Cli, index: int) -> str:
@@ -39,14 +39,7 @@ class Remote:
         env = dict(self.env)
         if token is not None:
             env["REMIT_TOKEN"] = token
-        done = subprocess.run(
-            [sys.executable, "-m", "remit", "--app", str(self.folder), *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = run_remit(["--app", str(self.folder), *args], env=env)
         if check:
             assert done.returncode == 0, done.stdout + done.stderr
         return done

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from cryptography.fernet import Fernet
 
 from remit.core.database import Database
 from tests.e2e.cli_support import Cli
+from tests.forked import run_remit
 from tests.integration.test_secrets import dump_database
 
 TOKEN = "shptok_e2e_Hn4Rw8ZcQ2xVb7LmT5kP9sJd"
@@ -89,14 +89,8 @@ class Remit:
     def __call__(
         self, *args: str, stdin: str = "", env: dict[str, str] | None = None, code: int = 0
     ) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "remit", "--app", str(self.app), *args],
-            env={**self.env, **(env or {})},
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+        done = run_remit(
+            ["--app", str(self.app), *args], env={**self.env, **(env or {})}, input=stdin
         )
         self.printed += [done.stdout, done.stderr]
         assert done.returncode == code, done.stdout + done.stderr

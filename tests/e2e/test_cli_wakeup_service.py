@@ -18,6 +18,7 @@ import pytest
 
 from remit.core.wakeup_tokens import mint_instance_token
 from remit.wakeup.store import WakeupStore
+from tests.forked import run_remit
 from tests.wakeup_support import Instances, wait_until
 
 SERVE = [sys.executable, "-m", "remit", "wakeup", "serve", "--port", "0"]
@@ -26,14 +27,7 @@ LISTENING = re.compile(r"wakeup service listening on (http://\S+)\n")
 
 
 def remit(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "remit", *args],
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_remit(list(args), env={**os.environ, "COLUMNS": "200", **(env or {})})
 
 
 class Services:
