@@ -54,6 +54,8 @@ PRELOADED = (
     "remit.people.tasks",
 )
 MAIN = Path(__file__).parent.parent / "src" / "remit" / "__main__.py"
+SCRIPT = Path(sys.executable).with_name("remit")
+"""The `remit` command as installed: a child given `script=True` runs as if started by it."""
 
 
 def run_remit(
@@ -63,9 +65,11 @@ def run_remit(
     input: str | bytes | None = None,
     timeout: float = 120,
     text: bool = True,
+    script: bool = False,
 ) -> subprocess.CompletedProcess[Any]:
     """`remit ARGV`, run to its end as `subprocess.run([python, "-m", "remit", *ARGV],
-    capture_output=True)` would run it, and what it printed."""
+    capture_output=True)` would run it (with `script`, as `[SCRIPT, *ARGV]`), and what it
+    printed."""
     with (
         tempfile.TemporaryFile() as stdin,
         tempfile.TemporaryFile() as stdout,
@@ -74,7 +78,7 @@ def run_remit(
         if input is not None:
             stdin.write(input.encode() if isinstance(input, str) else input)
             stdin.seek(0)
-        process = _server().start(argv, env, stdin, stdout, stderr)
+        process = _server().start(argv, env, script, stdin, stdout, stderr)
         try:
             returncode = process.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -86,10 +90,12 @@ def run_remit(
     return subprocess.CompletedProcess(process.args, returncode, out, errors)
 
 
-def spawn_remit(argv: list[str], *, env: dict[str, str], output: IO[Any]) -> ForkedProcess:
+def spawn_remit(
+    argv: list[str], *, env: dict[str, str], output: IO[Any], script: bool = False
+) -> ForkedProcess:
     """`remit ARGV` left running (a worker, a server), writing both its streams to `output`."""
     with tempfile.TemporaryFile() as stdin:
-        return _server().start(argv, env, stdin, output, output)
+        return _server().start(argv, env, script, stdin, output, output)
 
 
 class ForkedProcess:
@@ -148,10 +154,12 @@ class _Server:
         ready = self._process.stdout.readline().strip()
         assert ready == "ready", f"the command server did not start: {ready!r}"
 
-    def start(self, argv: list[str], env: dict[str, str], *streams: IO[Any]) -> ForkedProcess:
+    def start(
+        self, argv: list[str], env: dict[str, str], script: bool, *streams: IO[Any]
+    ) -> ForkedProcess:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(self._address)
-        request = {"argv": argv, "env": env, "cwd": os.getcwd()}
+        request = {"argv": argv, "env": env, "cwd": os.getcwd(), "script": script}
         socket.send_fds(conn, [json.dumps(request).encode()], [s.fileno() for s in streams])
         conn.shutdown(socket.SHUT_WR)
         pid = b""
@@ -159,7 +167,8 @@ class _Server:
             chunk = conn.recv(64)
             assert chunk, f"the command server did not start `remit {' '.join(argv)}`"
             pid += chunk
-        return ForkedProcess(conn, int(pid), [sys.executable, "-m", "remit", *argv])
+        command = [str(SCRIPT)] if script else [sys.executable, "-m", "remit"]
+        return ForkedProcess(conn, int(pid), [*command, *argv])
 
     def close(self) -> None:
         self._process.kill()
@@ -259,9 +268,14 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
     random.seed()
-    sys.modules["__main__"].__package__ = "remit"  # so Click names it `python -m remit`
-    sys.argv = [str(MAIN), *request["argv"]]
-    sys.path[0] = request["cwd"]
+    if request["script"]:  # Click names it after its file: `remit`
+        sys.modules["__main__"].__package__ = None
+        sys.argv = [str(SCRIPT), *request["argv"]]
+        sys.path[0] = str(SCRIPT.parent)
+    else:  # Click names it `python -m remit`
+        sys.modules["__main__"].__package__ = "remit"
+        sys.argv = [str(MAIN), *request["argv"]]
+        sys.path[0] = request["cwd"]
 
     from remit.cli.main import main
 

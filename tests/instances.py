@@ -1,5 +1,6 @@
 """Processes for the scale-to-zero tests: an instance (`remit serve --worker --stop-when-idle`
-on the sleepy app) and a wakeup service (`remit wakeup serve`), each a real subprocess."""
+on the sleepy app) and a wakeup service (`remit wakeup serve`), each a process of its own
+(forked: `tests/forked.py`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -16,13 +16,13 @@ from typing import IO, Any
 
 from remit.core.database import Database
 from remit.ops.idle import WakeupRow, WakeupState
+from tests.forked import ForkedProcess, run_remit, spawn_remit
 
 SLEEPY_APP = Path(__file__).parent / "apps" / "sleepy_app"
-REMIT = str(Path(sys.executable).with_name("remit"))
 SECRET_KEY = "c2NhbGUtdG8temVyby10ZXN0cy1rZXktMzItYnl0ZXM="
 
 
-def _listening(log: Path, proc: subprocess.Popen[bytes], pattern: str, timeout: float) -> str:
+def _listening(log: Path, proc: ForkedProcess, pattern: str, timeout: float) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = re.search(pattern, log.read_text() if log.exists() else "")
@@ -34,7 +34,7 @@ def _listening(log: Path, proc: subprocess.Popen[bytes], pattern: str, timeout: 
     raise AssertionError(f"not listening within {timeout}s:\n{log.read_text()}")
 
 
-def _end(proc: subprocess.Popen[bytes], timeout: float = 60) -> int:
+def _end(proc: ForkedProcess, timeout: float = 60) -> int:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -53,16 +53,15 @@ class WakeupService:
         self.database = database or f"sqlite:///{tmp / 'wakeup.sqlite'}"
         self.env = {**os.environ, **env}
         self.env.pop("REMIT_DATABASE_URL", None)
-        self.procs: list[tuple[subprocess.Popen[bytes], IO[bytes]]] = []
+        self.procs: list[tuple[ForkedProcess, IO[bytes]]] = []
         self.url = ""
 
     def account(self, label: str = "test") -> str:
-        made = subprocess.run(
-            [REMIT, "wakeup", "accounts", "create", label, "--database", self.database],
+        made = run_remit(
+            ["wakeup", "accounts", "create", label, "--database", self.database],
             env=self.env,
-            capture_output=True,
-            text=True,
             timeout=60,
+            script=True,
         )
         assert made.returncode == 0, made.stderr
         token = made.stdout.strip().splitlines()[-1]
@@ -72,20 +71,11 @@ class WakeupService:
     def start(self) -> str:
         log = self.tmp / f"wakeup-{len(self.procs)}.log"
         handle = log.open("wb")
-        proc = subprocess.Popen(
-            [
-                REMIT,
-                "wakeup",
-                "serve",
-                "--port",
-                "0",
-                "--allow-private",
-                "--database",
-                self.database,
-            ],
+        proc = spawn_remit(
+            ["wakeup", "serve", "--port", "0", "--allow-private", "--database", self.database],
             env=self.env,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
+            output=handle,
+            script=True,
         )
         self.procs.append((proc, handle))
         self.url = _listening(log, proc, r"listening on (http://127\.0\.0\.1:\d+)", 60)
@@ -121,7 +111,7 @@ class Instance:
         }
         for unset in ("REMIT_URL", "REMIT_TOKEN"):
             self.env.pop(unset, None)
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: ForkedProcess | None = None
         self._log: IO[bytes] | None = None
         self.url = ""
         self.db = Database(database_url, pool_size=1)
@@ -129,9 +119,8 @@ class Instance:
     def serve(self, *extra: str) -> str:
         path = self.tmp / "instance.log"
         self._log = path.open("wb")
-        self.proc = subprocess.Popen(
+        self.proc = spawn_remit(
             [
-                REMIT,
                 "--app",
                 str(SLEEPY_APP),
                 "serve",
@@ -142,20 +131,14 @@ class Instance:
                 *extra,
             ],
             env=self.env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
+            output=self._log,
+            script=True,
         )
         self.url = _listening(path, self.proc, r"on (http://127\.0\.0\.1:\d+)", 90)
         return self.url
 
     def remit(self, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [REMIT, "--app", str(SLEEPY_APP), *args],
-            env={**self.env, **env},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = run_remit(["--app", str(SLEEPY_APP), *args], env={**self.env, **env}, script=True)
         if check:
             assert done.returncode == 0, f"remit {' '.join(args)}: {done.stdout}{done.stderr}"
         return done

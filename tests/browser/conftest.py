@@ -13,7 +13,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from playwright.sync_api import Browser, BrowserType, Page, Playwright, expect, 
 from remit import Client
 from remit.core.runs import Run
 from tests.conftest import BACKENDS, drop_postgres_database, new_postgres_database
+from tests.forked import ForkedProcess, run_remit, spawn_remit
 
 CONSOLE_APP = Path(__file__).resolve().parent.parent / "apps" / "console_app"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -38,7 +38,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-REMIT = str(Path(sys.executable).with_name("remit"))
 SCREENSHOTS = Path(__file__).resolve().parent.parent.parent / "docs" / "console"
 VIEWPORT = {"width": 1280, "height": 800}
 
@@ -79,17 +78,17 @@ class Console:
         for unset in ("REMIT_URL", "REMIT_TOKEN"):
             self.env.pop(unset, None)
         self.url = ""
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: ForkedProcess | None = None
         self.client = Client.connect(CONSOLE_APP, database_url, by="user:ann")
 
     def start(self, timeout: float = 90) -> str:
         log = self.tmp / "serve.log"
         with log.open("wb") as handle:
-            self.proc = subprocess.Popen(
-                [REMIT, "--app", str(CONSOLE_APP), "serve", "--worker", "--port", "0"],
+            self.proc = spawn_remit(
+                ["--app", str(CONSOLE_APP), "serve", "--worker", "--port", "0"],
                 env=self.env,
-                stdout=handle,
-                stderr=subprocess.STDOUT,
+                output=handle,
+                script=True,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -109,13 +108,7 @@ class Console:
 
     def remit(self, *args: str) -> str:
         """Run a `remit` command on the console app's database; returns what it printed."""
-        done = subprocess.run(
-            [REMIT, "--app", str(CONSOLE_APP), *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = run_remit(["--app", str(CONSOLE_APP), *args], env=self.env, script=True)
         assert done.returncode == 0, f"remit {' '.join(args)}: {done.stdout}{done.stderr}"
         return done.stdout.strip()
 
