@@ -5,10 +5,12 @@ from a machine with no database."""
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import sqlalchemy as sa
 
 from remit.core.schema import audit, login_links, passwords
@@ -110,3 +112,23 @@ def test_through_remit_url_the_link_names_the_server_and_the_token_acts(
     assert short.returncode == 1
     assert "at least 12 characters" in short.stderr
     assert passwords_set(ann, PASSWORD).returncode == 1
+
+
+def test_a_sign_in_code_reaches_no_log_line_of_the_server_even_at_debug(cli: Cli) -> None:
+    cli.env["REMIT_LOG_LEVEL"] = "DEBUG"
+    made = cli("login-link", "--for", "user:ann", "--as", "user:sam").stdout.strip()
+    code = _code(made, "http://127.0.0.1:8700")
+    server = cli.spawn("serve", "--port", "0")
+    url = _listening(cli, 0)
+    page = httpx.get(f"{url}/console/sign-in?code={code}", timeout=30)
+    assert page.status_code == 200  # the page that asks to sign in: the GET spends nothing
+    token = cli("tokens", "create", "--for", "user:ann", "--as", "user:sam").stdout.strip()
+    assert httpx.get(f"{url}/runs?token={token}", timeout=30).status_code == 401
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(30) == 0
+    logged = cli.log(0)
+    assert '"GET /console/sign-in?code=[redacted] HTTP/1.1" 200' in logged
+    assert "DEBUG" in logged  # the level it was asked for
+    for secret in (code.rsplit("_", 1)[1], token.rsplit("_", 1)[1]):
+        assert secret not in logged
+    assert SignIns(cli.db, "acme").redeem(code) == "user:ann"

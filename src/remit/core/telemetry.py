@@ -19,6 +19,11 @@ Logs. `REMIT_LOG_FORMAT=json` writes each log line, remit's and DBOS's, as one J
 time, level, logger, message, the run, attempt, workflow and op it was written for (when it was
 written for one), and the trace and span ids of the current span (when one is recording).
 Only the message and these fields are written, never a record's other attributes.
+
+No log line holds a credential, at any level and in either format: the secret part of every
+token remit mints (an API token, a sign-in link's code, a console session, the wakeup service's
+tokens) and the value of a query parameter that carries one (`?code=`, `?token=`, ...) are
+written as `[redacted]`, in the message and in a traceback (`redacted`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import functools
 import inspect
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -431,7 +437,9 @@ def quiet_expected_failures() -> None:
 
 
 def configure_logging(settings: Settings) -> None:
-    """Set up this process's log lines: text (the default), or JSON objects on request."""
+    """Set up this process's log lines: text (the default), or JSON objects on request; in
+    either, no credential (`redact_logs`)."""
+    redact_logs()
     quiet_expected_failures()
     if settings.log_format != "json":
         logging.basicConfig(
@@ -455,6 +463,50 @@ def configure_logging(settings: Settings) -> None:
         dbos_logger.propagate = False
     for console in consoles:
         console.setFormatter(JsonFormatter())
+
+
+# The credentials remit mints (`policy/tokens.py`, `core/wakeup_tokens.py`), their secret part
+# after the prefix and id, which stay to say which one it was.
+_CREDENTIAL = re.compile(r"\b(r(?:m[lst]_[0-9a-f]{12}_|w[ai]_))[A-Za-z0-9_-]{8,}")
+# A query parameter that carries a credential, in an address (an access log line's path).
+_SECRET_QUERY = re.compile(
+    r"([?&](?:code|token|access_token|password|secret|key)=)[^&#\s\"']+", re.IGNORECASE
+)
+REDACTED = "[redacted]"
+
+
+def redacted(text: str) -> str:
+    """`text` with every credential's secret part, and every query parameter that carries one,
+    written as `[redacted]`."""
+    return _SECRET_QUERY.sub(r"\1" + REDACTED, _CREDENTIAL.sub(r"\1" + REDACTED, text))
+
+
+class _Redacting:
+    """A log record factory that keeps credentials out of every record it makes (`redacted`):
+    from its message, and from the traceback of an error logged with one (formatted here, so
+    that a formatter writes this text). Every logger's records are made by it, whatever
+    handler writes them: remit's, DBOS's, uvicorn's access log."""
+
+    def __init__(self, make: Callable[..., logging.LogRecord]) -> None:
+        self.make = make
+
+    def __call__(self, *args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = self.make(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # a defect of the caller's: the handler reports it, as it would
+            return record
+        if redacted(message) != message:
+            record.msg, record.args = redacted(message), None
+        if record.exc_info and record.exc_info[0] is not None:
+            record.exc_text = redacted(logging.Formatter().formatException(record.exc_info))
+        return record
+
+
+def redact_logs() -> None:
+    """Make every log record of this process through `_Redacting` (once)."""
+    if not isinstance(logging.getLogRecordFactory(), _Redacting):
+        logging.setLogRecordFactory(_Redacting(logging.getLogRecordFactory()))
 
 
 class OneLine(logging.Filter):
@@ -488,7 +540,9 @@ class JsonFormatter(logging.Formatter):
         if span.is_valid:
             line["trace_id"] = format_trace_id(span.trace_id)
             line["span_id"] = format_span_id(span.span_id)
-        if record.exc_info:
+        if record.exc_text:  # formatted, and kept free of credentials, by `_Redacting`
+            line["error"] = record.exc_text
+        elif record.exc_info:
             line["error"] = self.formatException(record.exc_info)
         elif record.stack_info:
             line["stack"] = self.formatStack(record.stack_info)
