@@ -423,6 +423,15 @@ def test_records_deadlines_workers_and_controls(shop: Harness, http: TestClient)
         "string of at most 11 digits and 6 places, e.g. 75.50",
     )
 
+    # A route that takes no body refuses one, rather than act as if it had not been sent.
+    refused(
+        http.post("/pause", json={"by": "user:ann", "dry_run": True}),
+        422,
+        error="POST /pause takes no body: send none",
+    )
+    refused(http.post("/resume", content=b"{}"), 422, error="POST /resume takes no body")
+    refused(http.request("GET", "/budgets", content=b"x"), 422, error="GET /budgets takes no body")
+    assert ok(http.get("/audit", params={"target": "app:shop"})) == []  # nothing was paused
     paused = ok(http.post("/pause"))
     assert paused["paused"] is True
     assert "shop:default" in paused["queues"]

@@ -122,8 +122,8 @@ Who = Annotated[str, Depends(_principal)]
 
 def _plain_query(request: Request) -> None:
     """Refuse a query parameter the route does not take, or one given more than once, rather
-    than answer as if it had not been sent; and a NUL character in the path or the query,
-    which no text the database keeps may hold (422)."""
+    than answer as if it had not been sent; a body sent to a route that takes none; and a NUL
+    character in the path or the query, which no text the database keeps may hold (422)."""
     route = request.scope.get("route")
     if not isinstance(route, APIRoute):
         return
@@ -137,6 +137,8 @@ def _plain_query(request: Request) -> None:
         for name, value in given.items()
         if "\x00" in name or "\x00" in str(value)
     ]
+    if not route.dependant.body_params and _has_body(request):
+        problems.append(f"{request.method} {route.path} takes no body: send none")
     for name in dict.fromkeys(request.query_params.keys()):
         given = len(request.query_params.getlist(name))
         if name not in takes:
@@ -152,6 +154,12 @@ def _plain_query(request: Request) -> None:
             f"the request does not parse: {'; '.join(problems)}",
             [ErrorReason(approval_id=None, reason=problem) for problem in problems],
         )
+
+
+def _has_body(request: Request) -> bool:
+    """Whether the request declares a body: a length over 0, or one sent in chunks."""
+    length = request.headers.get("content-length", "0").strip()
+    return length != "0" or "transfer-encoding" in request.headers
 
 
 def router(client: Client) -> APIRouter:
