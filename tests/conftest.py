@@ -17,11 +17,18 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import HealthCheck, settings
 
 from remit.core.database import Database
 from tests.instances import WakeupService
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+# A property test checks what happens, not how fast: an example that runs past Hypothesis's
+# default deadline (200 ms) on a loaded machine is not a failure. Durations are the
+# benchmarks' (bench/).
+settings.register_profile("remit", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("remit")
 
 ROOT = Path(__file__).resolve().parent.parent
 
