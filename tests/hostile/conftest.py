@@ -74,4 +74,8 @@ def _files(folder: Path) -> Path:
     )
     (files / "big-edits.json").write_text(json.dumps({"amount": 100, "memo": "m" * (300 * 1024)}))
     (files / "broken.json").write_text('{\n  "invoice_id": "inv_1003",\n  "reason": ' + "x" * 9000)
+    # 100,000 levels deep, and an integer of 5,000 digits: Python's parser gives up on both.
+    deep = "[" * 100_000 + "]" * 100_000
+    (files / "deep.json").write_text('{"invoice_id": "inv_1003", "reason": ' + deep + "}")
+    (files / "huge-int.json").write_text('{"invoice_id": "inv_1003", "reason": ' + "9" * 5000 + "}")
     return files

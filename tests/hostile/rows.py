@@ -46,7 +46,40 @@ LISTINGS = [
     ("data", "ar.contacts", "list"),
 ]
 
+DEEP = "nested more than 100 levels deep (REMIT_MAX_JSON_DEPTH)"
+HUGE = "an integer of more than 4,300 digits"
+# Each option that takes JSON, given 100,000 levels and a 5,000-digit integer from a file.
+PATHOLOGICAL = [
+    pytest.param(
+        cli(*args, f"@{{files}}/{name}.json", says=says),
+        id=f"{name}-{args[0]}-{args[-1].removeprefix('--')}",
+    )
+    for args in [
+        ("start", "ar.write-off", "--input"),
+        ("call", "data.ar.contacts.put", "--input"),
+        ("approve", "{approval}", "--edit"),
+        ("task", "resolve", "tsk_nope", "--done", "--output"),
+        ("policies", "explain", "start", "ar.write-off", "--context"),
+    ]
+    for name, says in (("deep", DEEP), ("huge-int", HUGE))
+]
+
 CLI = [
+    *PATHOLOGICAL,
+    pytest.param(
+        cli("start", "ar.write-off", "--input", "-", stdin="deep.json", says=DEEP),
+        id="deep-stdin",
+    ),
+    pytest.param(
+        cli(
+            "start",
+            "ar.write-off",
+            "--input",
+            '{"invoice_id": "inv_1003", "reason": ' + "[" * 101 + "]" * 101 + "}",
+            says=DEEP,
+        ),
+        id="just-too-deep",
+    ),
     pytest.param(
         cli(
             "start",
@@ -397,6 +430,37 @@ HTTP_LISTINGS = [
 
 HTTP = [
     pytest.param(
+        http(
+            "POST",
+            START,
+            422,
+            DEEP,
+            content='{"workflow": "ar.write-off", "input": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        ),
+        id="deep-json",
+    ),
+    pytest.param(
+        http(
+            "POST",
+            START,
+            422,
+            HUGE,
+            content='{"workflow": "ar.write-off", "input": {"n": ' + "9" * 5000 + "}}",
+        ),
+        id="huge-int",
+    ),
+    pytest.param(
+        http(
+            "POST",
+            DECIDE,
+            422,
+            DEEP,
+            content='{"decision": "approved", "edits": {"memo": ' + "[" * 150 + "]" * 150 + "}}",
+            headers=KEY,
+        ),
+        id="deep-edits",
+    ),
+    pytest.param(
         http("POST", START, 422, "JSON", content='{"workflow": "ar.write-off", "input": {'),
         id="malformed-json",
     ),
@@ -653,6 +717,24 @@ def client(call: Callable[[Client, str], Any], error: str, says: str) -> ClientP
 CLIENT = [
     pytest.param(
         client(
+            lambda c, _: c.start_row(
+                "ar.write-off", {"invoice_id": "inv_1003", "reason": _nest(150)}
+            ),
+            "InputInvalid",
+            DEEP,
+        ),
+        id="deep-input",
+    ),
+    pytest.param(
+        client(
+            lambda c, _: c.call("data.ar.contacts.put", {"email": "a@b.example", "note": 10**5000}),
+            "InputInvalid",
+            HUGE,
+        ),
+        id="huge-int-op-input",
+    ),
+    pytest.param(
+        client(
             lambda c, _: c.start_row("ar.write-off", {"invoice_id": 3}),
             "InputInvalid",
             "invoice_id",
@@ -847,3 +929,10 @@ CLIENT = [
         id="out-of-range-after",
     ),
 ]
+
+
+def _nest(levels: int) -> Any:
+    nested: Any = []
+    for _ in range(levels):
+        nested = [nested]
+    return nested

@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from remit import InputInvalid, Settings, SettingsError, TooLarge
-from remit.core.limits import Limits, check_json, check_limit, check_text, size_text
+from remit.core.limits import (
+    Limits,
+    check_json,
+    check_limit,
+    check_text,
+    parse_json,
+    size_text,
+)
 from remit.core.runs import refuse_unknown_fields
 from remit.core.text import excerpt
 
@@ -105,11 +112,42 @@ def test_the_caps_come_from_the_settings() -> None:
         "REMIT_MAX_DRAFT_BYTES": "max_draft_bytes",
         "REMIT_MAX_REASON_CHARS": "max_reason_chars",
         "REMIT_MAX_BODY_BYTES": "max_body_bytes",
+        "REMIT_MAX_JSON_DEPTH": "max_json_depth",
     }
     for variable, field in names.items():
         assert getattr(Settings.from_env(".", environ={variable: "123"}), field) == 123
         with pytest.raises(SettingsError, match=f"{variable}='0' must be a whole number"):
             Settings.from_env(".", environ={variable: "0"})
+    assert defaults.max_json_depth == 100
+    with pytest.raises(SettingsError, match="deeper than remit can parse: give at most 500"):
+        Settings.from_env(".", environ={"REMIT_MAX_JSON_DEPTH": "900"})
+
+
+def test_json_deeper_than_the_cap_or_with_an_endless_integer_is_refused_naming_the_setting() -> (
+    None
+):
+    # A level is a key or an index on the way from the top to a value: 101 brackets hold an
+    # empty list 100 indexes down.
+    assert parse_json("[" * 101 + "]" * 101, "--input") == _nested(100)
+    for text in ("[" * 102 + "]" * 102, "[" * 100_000 + "]" * 100_000):
+        with pytest.raises(InputInvalid, match="--input is nested more than 100 levels deep"):
+            parse_json(text, "--input")
+    with pytest.raises(InputInvalid, match="integer of more than 4,300 digits"):
+        parse_json('{"n": ' + "9" * 4301 + "}", "--input")
+    assert parse_json('{"n": ' + "9" * 4300 + "}", "--input") == {"n": int("9" * 4300)}
+    # A value made in Python is held to the same, at the path where it goes wrong.
+    with pytest.raises(InputInvalid, match="nested more than 100 levels deep"):
+        check_json({"a": _nested(100)}, what="the input", cap="input_bytes", target="wf")
+    check_json({"a": _nested(99)}, what="the input", cap="input_bytes", target="wf")
+    with pytest.raises(InputInvalid, match=r"the input, at `a\.2`, holds an integer of more than"):
+        check_json({"a": [1, 2, 10**4300]}, what="the input", cap="input_bytes", target="wf")
+
+
+def _nested(levels: int) -> list[object]:
+    nested: list[object] = []
+    for _ in range(levels):
+        nested = [nested]
+    return nested
 
 
 class Strict(BaseModel):

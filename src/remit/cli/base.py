@@ -362,7 +362,8 @@ def json_input(given: str, what: str, app_dir: Path | None, *, cap: str) -> Any:
     from remit.core.settings import Settings
 
     settings = Settings.from_env(app_dir or _state.app_path)
-    bound: int = getattr(limits.Limits.of(settings), cap)
+    limits.use(limits.Limits.of(settings))  # its depth, for `parse_json`
+    bound: int = getattr(limits.current(), cap)
     return json_option(given, what, cap=bound, setting=limits.SETTINGS[cap])
 
 
@@ -431,11 +432,13 @@ def _too_large(source: str, size: int, *, cap: int, setting: str) -> Exception:
 
 def parse_json(raw: str, what: str) -> Any:
     """`raw` parsed as JSON, or an error naming `what`, the line and column, and a short quote
-    of the text there."""
+    of the text there; refused too when nested too deeply or holding too long an integer
+    (`limits.parse_json`)."""
+    from remit.core import limits
     from remit.core.errors import RemitError
 
     try:
-        value = json.loads(raw, parse_constant=_no_constant)
+        value = limits.parse_json(raw, what, parse_constant=_no_constant)
         # A `\ud800` escape with no partner parses to a lone surrogate, which no database,
         # policy engine or terminal can take.
         json.dumps(value, ensure_ascii=False).encode("utf-8")

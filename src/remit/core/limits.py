@@ -5,7 +5,9 @@ and its edits are each measured as the UTF-8 bytes of their compact JSON, agains
 the settings (`REMIT_MAX_INPUT_BYTES` and its siblings); a reason is counted in characters.
 `check_json` walks a value once and refuses, before anything is written, text holding a NUL
 character (`InputInvalid`, naming the field: Postgres cannot keep one, and SQLite must refuse
-what Postgres does) and a value past its cap (`TooLarge`, naming the setting to raise).
+what Postgres does), a value nested deeper than `REMIT_MAX_JSON_DEPTH` or holding an integer
+of more digits than Python turns into text, and a value past its cap (`TooLarge`, naming the
+setting to raise). `parse_json` refuses the same in JSON text, before and while parsing it.
 
 The caps in force are the process's: a `Client` (and so a worker, a server, a harness) puts
 its settings' caps in force when it is made (`use`), and until then the defaults are.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -39,6 +42,7 @@ class Limits:
     draft_bytes: int = 256 * KiB
     reason_chars: int = 4000
     body_bytes: int = 4 * MiB
+    json_depth: int = 100
 
     @classmethod
     def of(cls, settings: Settings) -> Limits:
@@ -49,6 +53,7 @@ class Limits:
             draft_bytes=settings.max_draft_bytes,
             reason_chars=settings.max_reason_chars,
             body_bytes=settings.max_body_bytes,
+            json_depth=settings.max_json_depth,
         )
 
 
@@ -60,6 +65,7 @@ SETTINGS = {
     "draft_bytes": "REMIT_MAX_DRAFT_BYTES",
     "reason_chars": "REMIT_MAX_REASON_CHARS",
     "body_bytes": "REMIT_MAX_BODY_BYTES",
+    "json_depth": "REMIT_MAX_JSON_DEPTH",
 }
 
 _in_force = Limits()
@@ -92,6 +98,10 @@ def check_json(
     bound = getattr(_in_force, cap) if limit is None else limit
     size = 0
     for path, text, length in _walk(value, ()):
+        if len(path) > _in_force.json_depth:
+            raise too_deep(what, target=target, depth=_in_force.json_depth)
+        if length < 0:
+            raise huge_integer(what, path, target=target)
         if text is not None and "\x00" in text:
             raise nul_refused(what, path, target=target)
         if text is not None and _SURROGATE.search(text):
@@ -210,6 +220,8 @@ def _walk(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], 
         yield path, value, _string_bytes(value)
     elif value is None or isinstance(value, bool):
         yield path, None, 4 if value in (None, True) else 5
+    elif isinstance(value, int) and not _writable(value):
+        yield path, None, -1  # more digits than Python writes: refused by `check_json`
     elif isinstance(value, int | float):
         yield path, None, len(json.dumps(value))
     elif isinstance(value, Mapping):
@@ -227,6 +239,71 @@ def _walk(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], 
     else:
         text = str(value)
         yield path, text, _string_bytes(text)
+
+
+def _writable(number: int) -> bool:
+    """Whether Python turns `number` into text (`sys.get_int_max_str_digits`); 3.32 bits a digit."""
+    most = sys.get_int_max_str_digits()
+    if most == 0 or number.bit_length() < most * 3:
+        return True
+    try:
+        str(number)
+    except ValueError:
+        return False
+    return True
+
+
+def parse_json(text: str | bytes, what: str, **options: Any) -> Any:
+    """`text` parsed as JSON (`options` as `json.loads` takes them), refused (`InputInvalid`,
+    naming `what`) when it is nested deeper than `REMIT_MAX_JSON_DEPTH` or holds an integer of
+    more digits than Python turns into text. A `json.JSONDecodeError` is the caller's to word."""
+    try:
+        value = json.loads(text, **options)
+    except RecursionError:
+        raise too_deep(what, target=what, depth=_in_force.json_depth) from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as error:
+        if "integer string conversion" not in str(error):
+            raise
+        raise huge_integer(what, (), target=what) from None
+    if _deeper_than(value, _in_force.json_depth):
+        raise too_deep(what, target=what, depth=_in_force.json_depth)
+    return value
+
+
+def _deeper_than(value: Any, depth: int) -> bool:
+    """Whether a value in `value` lies more than `depth` keys and indexes from its top."""
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    while pending:
+        each, level = pending.pop()
+        items = each.values() if isinstance(each, dict) else each if isinstance(each, list) else ()
+        if items and level == depth:
+            return True
+        pending.extend((item, level + 1) for item in items)
+    return False
+
+
+def too_deep(what: str, *, target: str, depth: int) -> InputInvalid:
+    """The refusal of a value nested more than `depth` levels deep."""
+    return InputInvalid(
+        f"{what} is nested more than {depth} levels deep (REMIT_MAX_JSON_DEPTH): flatten it, "
+        "or raise the limit. Nothing was written",
+        target=target,
+        errors=[{"loc": [], "msg": f"nested more than {depth} levels", "type": "too_deep"}],
+    )
+
+
+def huge_integer(what: str, path: tuple[Any, ...], *, target: str) -> InputInvalid:
+    """The refusal of an integer of more digits than Python turns into text."""
+    return _unstorable(
+        what,
+        path,
+        target=target,
+        holds=f"an integer of more than {sys.get_int_max_str_digits():,} digits",
+        why="more than remit reads or writes: send it as a string",
+        kind="huge_integer",
+    )
 
 
 def _string_bytes(text: str) -> int:

@@ -64,7 +64,8 @@ class Settings:
       2 MiB), `REMIT_MAX_DRAFT_BYTES` (an approval's draft or its edits, 256 KiB),
       `REMIT_MAX_BODY_BYTES` (an HTTP request body, 4 MiB): each the UTF-8 bytes of the compact
       JSON (see `limits.py`); `max_reason_chars`: `REMIT_MAX_REASON_CHARS`, the longest reason
-      or note a person sends (4000 characters).
+      or note a person sends (4000 characters); `max_json_depth`: `REMIT_MAX_JSON_DEPTH`, how
+      deeply any JSON value remit takes may nest (100 levels, at most 500).
     - `version`: `REMIT_VERSION`, the application version workers run under (a build's SHA, say)
       in place of the hash of the workflows' code (default).
     - `op_timeout`: `REMIT_OP_TIMEOUT`, seconds one try of an op call may take unless the op
@@ -113,6 +114,7 @@ class Settings:
     max_draft_bytes: int = 256 * 1024
     max_reason_chars: int = 4000
     max_body_bytes: int = 4 * 1024 * 1024
+    max_json_depth: int = 100
     wakeup_url: str | None = None
     wakeup_account_token: str | None = field(default=None, repr=False)
     idle_check_interval: float = 2.0
@@ -166,6 +168,7 @@ class Settings:
             max_draft_bytes=_number(env, "REMIT_MAX_DRAFT_BYTES", 256 * 1024, int),
             max_reason_chars=_number(env, "REMIT_MAX_REASON_CHARS", 4000, int),
             max_body_bytes=_number(env, "REMIT_MAX_BODY_BYTES", 4 * 1024 * 1024, int),
+            max_json_depth=_json_depth(env),
             wakeup_url=_url(env, "REMIT_WAKEUP_URL"),
             wakeup_account_token=_account_token(env),
             idle_check_interval=_number(env, "REMIT_IDLE_CHECK_INTERVAL", 2.0, float),
@@ -231,6 +234,16 @@ def _number(
     if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
         raise SettingsError(f"{name}={raw!r} must be {what} {bound}, e.g. {default}")
     return value
+
+
+def _json_depth(env: Mapping[str, str]) -> int:
+    # Python's parser gives up at about a thousand levels: the cap must stay well under it.
+    depth = _number(env, "REMIT_MAX_JSON_DEPTH", 100, int)
+    if depth > 500:
+        raise SettingsError(
+            f"REMIT_MAX_JSON_DEPTH={depth} is deeper than remit can parse: give at most 500"
+        )
+    return depth
 
 
 def _url(env: Mapping[str, str], name: str) -> str | None:

@@ -4,6 +4,10 @@ A body whose `Content-Length` is over the cap is refused with 413 without being 
 sent in chunks is counted as it arrives and refused once it passes the cap. What arrives past
 the cap is read and dropped (up to `DRAIN` bytes), so that the client, still sending, reads
 the answer rather than a reset connection; none of it is kept in memory.
+
+A JSON body within the cap is refused with 422, saying what to change, when it nests deeper
+than `REMIT_MAX_JSON_DEPTH` or holds an integer of more digits than Python reads
+(`limits.parse_json`), which the framework would answer with a 400 that says neither.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from remit.core import limits
+from remit.core.errors import InputInvalid
 from remit.core.limits import SETTINGS, size_text
 from remit.serve.models import ErrorBody, ErrorReason
 
@@ -54,7 +60,16 @@ class BodyLimit:
                 await self._refuse(send, total, exact=total < DRAIN)
                 return
             chunks.append(chunk)
-        body = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        whole = b"".join(chunks)
+        if whole and _is_json(scope):
+            try:
+                limits.parse_json(whole, "the request body")
+            except InputInvalid as refused:
+                await _answer(send, 422, str(refused), close=False)
+                return
+            except ValueError:  # not JSON: the framework says where, as for any other body
+                pass
+        body = {"type": "http.request", "body": whole, "more_body": False}
         await self.app(scope, _replay([body], receive), send)
 
     async def _refuse(self, send: Send, size: int, *, exact: bool) -> None:
@@ -64,20 +79,34 @@ class BodyLimit:
             f"({SETTINGS['body_bytes']}): send less (a reference to the data instead of the "
             "data), or raise the limit"
         )
-        body = ErrorBody(error=message, reasons=[ErrorReason(approval_id=None, reason=message)])
-        payload = json.dumps(body.model_dump(mode="json")).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(payload)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": payload})
+        await _answer(send, 413, message, close=True)
+
+
+async def _answer(send: Send, status: int, message: str, *, close: bool) -> None:
+    """An error answer in the API's form, `{"error": ..., "reasons": [...]}`."""
+    body = ErrorBody(error=message, reasons=[ErrorReason(approval_id=None, reason=message)])
+    payload = json.dumps(body.model_dump(mode="json")).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+    ]
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"connection", b"close")] if close else headers,
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+
+
+def _is_json(scope: Scope) -> bool:
+    """Whether the framework reads the body as JSON: it says so, or says nothing."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-type":
+            kind = bytes(value).split(b";")[0].strip().lower()
+            return kind == b"application/json" or kind.endswith(b"+json")
+    return True
 
 
 def _content_length(scope: Scope) -> int | None:
