@@ -42,6 +42,7 @@ class Mail(BaseModel):
 
 class MailId(BaseModel):
     message_id: str
+    cost: float | None = None
 
 
 echo = op("box.echo.say", effect="read", input=Text, output=Text, retry=FAST)
@@ -50,12 +51,15 @@ mail = op("box.mail.send", effect="write", input=Mail, output=MailId, retry=FAST
 
 class FakeBox(Fake):
     """Echoes its input, or answers what the test scripted in `answers`; a mail sent while
-    `lost` is set times out after the vendor may have sent it."""
+    `lost` is set times out after the vendor may have sent it; `cost` is what a mail's answer
+    says it cost (NaN, for one)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.answers: list[str] = []
         self.lost = False
+        self.cost: float | None = None
+        self.sent = 0
 
     @implements(echo)
     def say(self, input: Text, call: CallContext) -> Text:
@@ -65,7 +69,8 @@ class FakeBox(Fake):
     def send(self, input: Mail, call: CallContext) -> MailId:
         if self.lost:
             raise DriverError("the mail service did not answer in time", retryable=True, status=504)
-        return MailId(message_id="msg_1")
+        self.sent += 1
+        return MailId(message_id="msg_1", cost=self.cost)
 
 
 box = Connector("box", ops=[echo, mail], driver=FakeBox, fake=FakeBox)

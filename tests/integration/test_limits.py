@@ -146,6 +146,32 @@ def test_a_driver_answering_a_nul_fails_the_call_once(harness: Harness) -> None:
     assert len(fake(harness).calls) == 1  # not tried again
 
 
+@pytest.mark.parametrize("cost", [float("nan"), float("inf")])
+def test_a_write_answering_a_number_json_cannot_hold_waits_for_a_person(
+    harness: Harness, cost: float
+) -> None:
+    """The vendor acted, then answered NaN: remit cannot keep that answer (Postgres refuses it,
+    SQLite would keep text no JSON reader takes), so it asks a person what happened, the same
+    on both databases, rather than failing the run on the database's error."""
+    fake(harness).cost = cost
+    run = harness.start("mail-out", {})
+    task = harness.task(run.run_id)
+    [row] = harness.ledger(run.run_id)
+    assert row.status == "uncertain"
+    assert "the output of `box.mail.send`, at `cost`, holds a number that is not finite" in (
+        row.error or ""
+    )
+    assert fake(harness).sent == 1  # the vendor acted once, and is not asked again
+    fake(harness).cost = 0.25
+    harness.client.resolve(task.id, done=True, output={"message_id": "msg_1"}, key="k1")
+    finished = harness.wait(run.run_id, until=("done",))
+    assert (finished.status, finished.output, fake(harness).sent) == ("done", "msg_1", 1)
+    with pytest.raises(InputInvalid, match=r"at `cost`, holds a number that is not finite"):
+        harness.client.resolve(
+            task.id, done=True, output={"message_id": "m", "cost": cost}, key="k2"
+        )
+
+
 def test_a_driver_answering_past_the_cap_fails_the_call(harness: Harness) -> None:
     fake(harness).answers = [OVER_2_MIB]
     run = harness.run("say", {"text": "hi"})

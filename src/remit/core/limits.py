@@ -5,8 +5,9 @@ and its edits are each measured as the UTF-8 bytes of their compact JSON, agains
 the settings (`REMIT_MAX_INPUT_BYTES` and its siblings); a reason is counted in characters.
 `check_json` walks a value once and refuses, before anything is written, text holding a NUL
 character (`InputInvalid`, naming the field: Postgres cannot keep one, and SQLite must refuse
-what Postgres does), a value nested deeper than `REMIT_MAX_JSON_DEPTH` or holding an integer
-of more digits than Python turns into text, and a value past its cap (`TooLarge`, naming the
+what Postgres does), a value nested deeper than `REMIT_MAX_JSON_DEPTH`, a number JSON cannot
+hold (NaN, an infinity: Postgres refuses them and SQLite would keep them) or an integer of more
+digits than Python turns into text, and a value past its cap (`TooLarge`, naming the
 setting to raise). `parse_json` refuses the same in JSON text, before and while parsing it.
 
 The caps in force are the process's: a `Client` (and so a worker, a server, a harness) puts
@@ -16,6 +17,7 @@ its settings' caps in force when it is made (`use`), and until then the defaults
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from collections.abc import Iterator, Mapping
@@ -100,8 +102,10 @@ def check_json(
     for path, text, length in _walk(value, ()):
         if len(path) > _in_force.json_depth:
             raise too_deep(what, target=target, depth=_in_force.json_depth)
-        if length < 0:
+        if length == _HUGE:
             raise huge_integer(what, path, target=target)
+        if length == _NOT_FINITE:
+            raise not_finite(what, path, target=target)
         if text is not None and "\x00" in text:
             raise nul_refused(what, path, target=target)
         if text is not None and _SURROGATE.search(text):
@@ -221,7 +225,9 @@ def _walk(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], 
     elif value is None or isinstance(value, bool):
         yield path, None, 4 if value in (None, True) else 5
     elif isinstance(value, int) and not _writable(value):
-        yield path, None, -1  # more digits than Python writes: refused by `check_json`
+        yield path, None, _HUGE
+    elif isinstance(value, float) and not math.isfinite(value):
+        yield path, None, _NOT_FINITE
     elif isinstance(value, int | float):
         yield path, None, len(json.dumps(value))
     elif isinstance(value, Mapping):
@@ -239,6 +245,23 @@ def _walk(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], 
     else:
         text = str(value)
         yield path, text, _string_bytes(text)
+
+
+# The sizes `_walk` gives a number that no JSON remit keeps can hold, for `check_json` to refuse.
+_HUGE = -1  # an integer of more digits than Python writes
+_NOT_FINITE = -2  # NaN or an infinity: JSON has neither, and Postgres refuses both
+
+
+def not_finite(what: str, path: tuple[Any, ...], *, target: str) -> InputInvalid:
+    """The refusal of NaN or an infinity at `path` in `what`."""
+    return _unstorable(
+        what,
+        path,
+        target=target,
+        holds="a number that is not finite (NaN or an infinity)",
+        why="which JSON has no way to write: send null, or a number",
+        kind="not_finite",
+    )
 
 
 def _writable(number: int) -> bool:

@@ -369,8 +369,17 @@ def _no_steps(workflow_id: str) -> list[StepInfo]:
 
 def _failure(run: RunInfo, error: Exception) -> str:
     """What a failed run's row says. A workflow whose code no longer matches the steps its run
-    recorded is named with the step, and nothing at that step ran."""
+    recorded is named with the step, and nothing at that step ran. A statement the database
+    refused is named by the database's first line only: never the SQL or its parameters, which
+    may hold the data of a run or a call."""
     from dbos import error as dbos_error
+
+    if isinstance(error, sa.exc.StatementError):
+        cause = error.orig if error.orig is not None else error
+        lines = str(cause).strip().splitlines()
+        return f"{type(error).__name__}: the database refused a statement: " + (
+            lines[0] if lines else type(cause).__name__
+        )
 
     if isinstance(error, dbos_error.DBOSUnexpectedStepError):
         _, step_id, expected, recorded = error.inputs
