@@ -842,11 +842,15 @@ class Client:
         principal = self.signins.redeem(code)
         return principal, self.signins.open_session(principal, via="link")[1]
 
-    def sign_in_with_password(self, principal: str, password: str) -> tuple[str, str]:
-        """(principal, session token) of a sign-in by password; `Unauthenticated` if wrong."""
+    def sign_in_with_password(
+        self, principal: str, password: str, *, address: str = ""
+    ) -> tuple[str, str]:
+        """(principal, session token) of a sign-in by password from `address` (the client's,
+        by which wrong passwords are counted); `Unauthenticated` if wrong, or if that address
+        is locked after too many."""
         from remit.core.errors import Unauthenticated
 
-        if not self.signins.check_password(principal, password):
+        if not self.signins.check_password(principal, password, address=address):
             raise Unauthenticated(
                 "that principal and password do not match: check both, or ask for a sign-in "
                 "link (`remit login-link --for user:<you>`)"

@@ -212,42 +212,107 @@ def test_a_hash_made_at_an_older_cost_is_hashed_again_when_it_is_next_checked(
     assert signins.check_password("user:ann", PASSWORD)
 
 
-def test_five_wrong_passwords_in_a_row_lock_sign_in_by_password_longer_each_time(
+THERE = "203.0.113.9"  # where the guesses come from
+HERE = "198.51.100.7"  # where ann is
+
+
+def test_five_wrong_passwords_lock_their_address_for_that_principal_longer_each_time(
     signins: SignIns, clock: ManualClock
 ) -> None:
     signins.set_password("user:ann", PASSWORD, by="user:sam")
+
+    def check(password: str, address: str = THERE) -> bool:
+        return signins.check_password("user:ann", password, address=address)
+
     for _ in range(4):
-        assert not signins.check_password("user:ann", "a wrong guess!")
-    assert signins.check_password("user:ann", PASSWORD)  # the right one starts the count again
+        assert not check("a wrong guess!")
+    assert check(PASSWORD)  # the right one starts the count again
     for _ in range(5):
-        assert not signins.check_password("user:ann", "a wrong guess!")
-    assert signins.check_password("user:ann", PASSWORD)  # five wrong lock nothing yet
+        assert not check("a wrong guess!")
+    assert check(PASSWORD)  # five wrong lock nothing yet
     for _ in range(6):
-        assert not signins.check_password("user:ann", "a wrong guess!")
-    # The sixth locked it for 30 s: the right password too is refused, with the time to wait.
+        assert not check("a wrong guess!")
+    # The sixth locked it there for 30 s: the right password too is refused, with the time to
+    # wait; from another address ann signs in.
     with pytest.raises(Unauthenticated) as locked:
-        signins.check_password("user:ann", PASSWORD)
+        check(PASSWORD)
     assert str(locked.value) == (
-        "too many wrong passwords for user:ann: try again in 30s, or sign in by a link "
-        "(`remit login-link --for user:ann`)"
+        "too many wrong passwords for user:ann from this address: try again in 30s, or sign in "
+        "by a link (`remit login-link --for user:ann`)"
     )
+    assert check(PASSWORD, address=HERE)
     clock.advance(seconds=20)
     with pytest.raises(Unauthenticated, match="try again in 10s"):
-        signins.check_password("user:ann", PASSWORD)
+        check(PASSWORD)
     clock.advance(seconds=10)
-    assert not signins.check_password("user:ann", "a wrong guess!")  # the seventh: 60 s
+    assert not check("a wrong guess!")  # the seventh: 60 s
     with pytest.raises(Unauthenticated, match="try again in 1m"):
-        signins.check_password("user:ann", PASSWORD)
-    for _ in range(10):  # each wrong one after a lock doubles it, up to 15 minutes
+        check(PASSWORD)
+    for _ in range(4):  # each wrong one after a lock doubles it, up to 15 minutes
         clock.advance(seconds=900)
-        assert not signins.check_password("user:ann", "a wrong guess!")
+        assert not check("a wrong guess!")
+    # That is 20 wrong from there in all: one more and the address would be locked for all.
     with pytest.raises(Unauthenticated, match="try again in 15m"):
-        signins.check_password("user:ann", PASSWORD)
-    # Another principal is not locked, and a new password unlocks.
+        check(PASSWORD)
+    # Another principal is not locked there, and a new password unlocks.
     signins.set_password("user:carol", PASSWORD, by="user:sam")
-    assert signins.check_password("user:carol", PASSWORD)
+    assert signins.check_password("user:carol", PASSWORD, address=THERE)
     signins.set_password("user:ann", "a new long passphrase", by="user:sam")
-    assert signins.check_password("user:ann", "a new long passphrase")
+    assert check("a new long passphrase")
+
+
+def test_a_count_is_forgotten_fifteen_minutes_after_its_latest_wrong_password(
+    signins: SignIns, clock: ManualClock
+) -> None:
+    signins.set_password("user:ann", PASSWORD, by="user:sam")
+    for _ in range(5):
+        assert not signins.check_password("user:ann", "a wrong guess!", address=THERE)
+    clock.advance(seconds=901)
+    assert not signins.check_password("user:ann", "a wrong guess!", address=THERE)  # the first
+    assert signins.check_password("user:ann", PASSWORD, address=THERE)
+
+
+def test_twenty_wrong_passwords_from_one_address_lock_it_for_every_principal(
+    signins: SignIns, clock: ManualClock
+) -> None:
+    people = [f"user:p{n}" for n in range(6)]
+    for person in people:
+        signins.set_password(person, PASSWORD, by="user:sam")
+    for person in people[:5]:  # four each: no principal is locked on its own
+        for _ in range(4):
+            assert not signins.check_password(person, "a wrong guess!", address=THERE)
+    assert not signins.check_password(people[5], "a wrong guess!", address=THERE)  # the 21st
+    with pytest.raises(Unauthenticated) as locked:
+        signins.check_password(people[5], PASSWORD, address=THERE)
+    assert str(locked.value).startswith(
+        "too many wrong passwords for any principal from this address: try again in 30s"
+    )
+    assert signins.check_password(people[5], PASSWORD, address=HERE)
+    clock.advance(seconds=30)
+    assert signins.check_password(people[5], PASSWORD, address=THERE)
+
+
+def test_sixty_guesses_at_once_do_not_lock_the_person_out_from_elsewhere(
+    signins: SignIns,
+) -> None:
+    signins.set_password("user:ann", PASSWORD, by="user:sam")
+    answers: list[bool | str] = []
+
+    def guess() -> None:
+        try:
+            answers.append(signins.check_password("user:ann", "a wrong guess!", address=THERE))
+        except Unauthenticated as refused:
+            answers.append(str(refused))
+
+    threads = [threading.Thread(target=guess) for _ in range(60)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(answers) == 60
+    assert True not in answers
+    assert any("from this address" in str(answer) for answer in answers)
+    assert signins.check_password("user:ann", PASSWORD, address=HERE)
 
 
 def test_a_password_set_twice_at_once_keeps_one_of_the_two(db: Database, signins: SignIns) -> None:

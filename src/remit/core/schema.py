@@ -230,9 +230,25 @@ passwords = sa.Table(
     sa.Column("hash", sa.String(200), nullable=False),
     sa.Column("set_at", UTCDateTime, nullable=False),
     sa.Column("set_by", sa.String(200), nullable=False),
-    # Wrong passwords given in a row since the last right one (or the password's setting), and
-    # until when a sign-in by password is refused after too many (`policy/signin.py`).
+    # Read by no version since wrong passwords are counted by address (`signin_failures`); kept
+    # so that a database an earlier version made needs no change.
     sa.Column("failures", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("locked_until", UTCDateTime, nullable=True),
+)
+
+# Wrong passwords by the address they came from: for one principal (`principal`), and for every
+# principal at once (`principal` ""), each locking sign-in by password from that address only
+# (`policy/signin.py`), so that guessing from one place cannot lock a person out of another.
+signin_failures = sa.Table(
+    "remit_signin_failures",
+    metadata,
+    sa.Column("app", sa.String(200), primary_key=True),
+    sa.Column("principal", sa.String(200), primary_key=True),
+    sa.Column("address", sa.String(100), primary_key=True),
+    # Wrong passwords in a row (for a principal: since its last right one from this address),
+    # the latest one's time, and until when sign-in by password from here is refused.
+    sa.Column("failures", sa.Integer, nullable=False),
+    sa.Column("last_at", UTCDateTime, nullable=False),
     sa.Column("locked_until", UTCDateTime, nullable=True),
 )
 

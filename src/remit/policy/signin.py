@@ -11,9 +11,15 @@ until its person signs out, which ends it in the database: a copied cookie stops
 A password is for a person who will sign in often without a link. It is kept as its argon2id
 hash, with the hash's own salt and parameters (argon2-cffi's defaults), and is at least 12
 characters long. Checking one for a principal that has none still spends an argon2 check, so the
-time an answer takes does not tell which principals have a password. Five wrong passwords in a
-row lock sign-in by password for that principal, for 30 seconds doubled at each further wrong
-one, up to 15 minutes (`check_password`).
+time an answer takes does not tell which principals have a password.
+
+Wrong passwords are counted by the address they come from (`check_password`): five in a row for
+one principal lock sign-in by password for that principal from that address, and twenty for any
+principals lock it for every principal from that address, each for 30 seconds doubled at each
+further wrong one, up to 15 minutes. A count is forgotten 15 minutes after its latest wrong
+password. So guessing from one place slows the guesser, and never locks the person out from
+another. At most `CHECKS_AT_ONCE` argon2 checks run at once in a process; a check waits its
+turn off the server's event loop (the console's routes run it in a thread).
 
 Every link made and used, session opened and ended, and password set is an audit row.
 """
@@ -24,6 +30,7 @@ import functools
 import math
 import re
 import secrets
+import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -36,7 +43,7 @@ from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.errors import RemitError, Unauthenticated
 from remit.core.principals import check_actor
-from remit.core.schema import login_links, passwords, sessions
+from remit.core.schema import login_links, passwords, sessions, signin_failures
 from remit.core.text import describe_seconds
 from remit.policy.cedar import Principal
 from remit.policy.tokens import digest, matches, mint
@@ -45,11 +52,19 @@ LINK_LIFE = timedelta(minutes=15)
 SESSION_LIFE = timedelta(hours=12)
 SHORTEST_PASSWORD = 12
 LONGEST_PASSWORD = 1024
-# Wrong passwords in a row before sign-in by password is locked, and the lock's first and
-# longest length in seconds (doubled at each further wrong password).
+# Wrong passwords in a row from one address before sign-in by password from there is locked:
+# for the principal guessed, and for every principal; the lock's first and longest length in
+# seconds (doubled at each further wrong password). A count is forgotten `LOCK_LONGEST` after
+# its latest wrong password.
 FREE_FAILURES = 5
+FREE_FAILURES_FROM_ADDRESS = 20
 LOCK_FIRST = 30.0
 LOCK_LONGEST = 900.0
+# argon2 checks at once in a process: each takes 64 MiB and a core for a tenth of a second.
+CHECKS_AT_ONCE = 2
+_CHECKS = threading.BoundedSemaphore(CHECKS_AT_ONCE)
+# The row of an address's wrong passwords for every principal.
+ANY_PRINCIPAL = ""
 
 _LINK = re.compile(r"rml_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
 _SESSION = re.compile(r"rms_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
@@ -259,6 +274,11 @@ class SignIns:
                 .values(app=self.app, principal=principal, **values)
                 .on_conflict_do_update(index_elements=["app", "principal"], set_=values)
             )
+            conn.execute(  # a new password: its principal's wrong ones no longer count
+                signin_failures.delete().where(
+                    signin_failures.c.app == self.app, signin_failures.c.principal == principal
+                )
+            )
             audit_row(
                 conn,
                 at=now,
@@ -268,67 +288,120 @@ class SignIns:
                 meta={"for": principal},
             )
 
-    def check_password(self, principal: str, password: str) -> bool:
-        """Whether `password` is `principal`'s console password. A hash made with weaker
-        parameters than argon2-cffi's current defaults is made again with them, on the check
-        that finds the password right.
+    def check_password(self, principal: str, password: str, *, address: str = "") -> bool:
+        """Whether `password` is `principal`'s console password, given from `address` (the
+        client's; "" where there is none, as in-process). A hash made with weaker parameters
+        than argon2-cffi's current defaults is made again with them, on the check that finds
+        the password right.
 
-        After `FREE_FAILURES` wrong passwords in a row, each further one locks sign-in by
-        password for the principal (30 s, doubled each time, up to 15 minutes): a check while
-        locked raises `Unauthenticated` with the time to wait, right password or not. A right
-        password, or setting a new one, starts the count again; a link still signs in."""
-        with self.db.engine.connect() as conn:
-            row = conn.execute(
-                sa.select(passwords.c.hash, passwords.c.failures, passwords.c.locked_until).where(
-                    passwords.c.app == self.app, passwords.c.principal == principal
-                )
-            ).one_or_none()
-        now = self.clock.now()
-        if row is not None and row.locked_until is not None and row.locked_until > now:
-            left = (row.locked_until - now).total_seconds()
-            raise Unauthenticated(
-                f"too many wrong passwords for {principal}: try again in "
-                f"{describe_seconds(math.ceil(left))}, or sign in by a link "
-                f"(`remit login-link --for {principal}`)"
-            )
-        stored = None if row is None else str(row.hash)
-        if len(password) > LONGEST_PASSWORD:
-            right = False  # no password this long is ever set
-        else:
-            try:
-                right = _HASHER.verify(stored or _no_password(), password) and stored is not None
-            except (VerifyMismatchError, VerificationError, InvalidHashError):
-                right = False
-        if row is None or stored is None:
-            return False
-        fresh: dict[str, object] = (
-            {} if row.failures == 0 else {"failures": 0, "locked_until": None}
-        )
-        if right and _HASHER.check_needs_rehash(stored):
-            fresh["hash"] = _HASHER.hash(password)
-        if right and not fresh:
-            return True  # nothing to write: a sign-in takes no write lock
-        where = (passwords.c.app == self.app, passwords.c.principal == principal)
-        with self.db.begin() as conn:
-            if not right:
-                failures = conn.execute(
-                    passwords.update()
-                    .where(*where)
-                    .values(failures=passwords.c.failures + 1)
-                    .returning(passwords.c.failures)
+        A check from an address that is locked, for this principal or for all, raises
+        `Unauthenticated` with the time to wait, right password or not, and runs no argon2
+        check; see the module's docstring for when an address is locked. A right password
+        clears the principal's count from that address, and setting a new one clears all."""
+        self._refuse_locked(principal, address)
+        with _CHECKS:
+            self._refuse_locked(principal, address)  # locked while this one waited its turn
+            with self.db.engine.connect() as conn:
+                stored: str | None = conn.execute(
+                    sa.select(passwords.c.hash).where(
+                        passwords.c.app == self.app, passwords.c.principal == principal
+                    )
                 ).scalar_one_or_none()
-                if failures is not None and failures > FREE_FAILURES:
-                    wait = min(LOCK_FIRST * 2 ** (failures - FREE_FAILURES - 1), LOCK_LONGEST)
+            if len(password) > LONGEST_PASSWORD:
+                right = False  # no password this long is ever set
+            else:
+                try:
+                    right = _HASHER.verify(stored or _no_password(), password)
+                except (VerifyMismatchError, VerificationError, InvalidHashError):
+                    right = False
+            if stored is None:
+                right = False
+            rehashed = (
+                _HASHER.hash(password)
+                if right and stored is not None and _HASHER.check_needs_rehash(stored)
+                else None
+            )
+        if not right:
+            self._count_failure(principal, address)
+            return False
+        with self.db.begin() as conn:
+            conn.execute(signin_failures.delete().where(*self._failures_of(principal, address)))
+            if rehashed is not None:
+                conn.execute(
+                    passwords.update()
+                    .where(
+                        passwords.c.app == self.app,
+                        passwords.c.principal == principal,
+                        passwords.c.hash == stored,
+                    )
+                    .values(hash=rehashed)
+                )
+        return True
+
+    def _failures_of(self, principal: str, address: str) -> tuple[sa.ColumnElement[bool], ...]:
+        return (
+            signin_failures.c.app == self.app,
+            signin_failures.c.principal == principal,
+            signin_failures.c.address == address,
+        )
+
+    def _refuse_locked(self, principal: str, address: str) -> None:
+        """`Unauthenticated`, with the time to wait, if `address` is locked for `principal`."""
+        now = self.clock.now()
+        with self.db.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(signin_failures.c.principal, signin_failures.c.locked_until).where(
+                    signin_failures.c.app == self.app,
+                    signin_failures.c.principal.in_([principal, ANY_PRINCIPAL]),
+                    signin_failures.c.address == address,
+                    signin_failures.c.locked_until > now,
+                )
+            ).all()
+        if not rows:
+            return
+        left = max((row.locked_until - now).total_seconds() for row in rows)
+        whom = (
+            f"{principal}" if all(row.principal == principal for row in rows) else "any principal"
+        )
+        raise Unauthenticated(
+            f"too many wrong passwords for {whom} from this address: try again in "
+            f"{describe_seconds(math.ceil(left))}, or sign in by a link "
+            f"(`remit login-link --for {principal}`)"
+        )
+
+    def _count_failure(self, principal: str, address: str) -> None:
+        """Count a wrong password from `address`, for `principal` and for any principal; past
+        each's free ones, lock it (30 s, doubled at each further one, up to 15 minutes). A
+        count whose latest wrong password is older than `LOCK_LONGEST` starts again."""
+        now = self.clock.now()
+        forgotten = now - timedelta(seconds=LOCK_LONGEST)
+        with self.db.begin() as conn:
+            for whose, free in (
+                (principal, FREE_FAILURES),
+                (ANY_PRINCIPAL, FREE_FAILURES_FROM_ADDRESS),
+            ):
+                where = self._failures_of(whose, address)
+                fresh = {"failures": 1, "last_at": now, "locked_until": None}
+                counted = sa.case(
+                    (signin_failures.c.last_at < forgotten, 1),
+                    else_=signin_failures.c.failures + 1,
+                )
+                failures = conn.execute(
+                    self.db.insert(signin_failures)
+                    .values(app=self.app, principal=whose, address=address, **fresh)
+                    .on_conflict_do_update(
+                        index_elements=["app", "principal", "address"],
+                        set_={"failures": counted, "last_at": now},
+                    )
+                    .returning(signin_failures.c.failures)
+                ).scalar_one()
+                if failures > free:
+                    wait = min(LOCK_FIRST * 2 ** (failures - free - 1), LOCK_LONGEST)
                     conn.execute(
-                        passwords.update()
+                        signin_failures.update()
                         .where(*where)
                         .values(locked_until=now + timedelta(seconds=wait))
                     )
-                return False
-            conn.execute(
-                passwords.update().where(*where, passwords.c.hash == stored).values(**fresh)
-            )
-        return True
 
     def _session_row(self, token: str) -> sa.Row[object]:
         found = _SESSION.fullmatch(token)

@@ -11,6 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
 from remit.client import Client
 from remit.console.render import Page, Viewer
@@ -51,8 +52,8 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         next_url: Annotated[str, Form(alias="next")] = HOME,
     ) -> Response:
         await sessions.check_signin_csrf(request)
-        try:
-            _, token = client.sign_in_with_link(code.strip())
+        try:  # its database work in a thread: the event loop serves every other request
+            _, token = await run_in_threadpool(client.sign_in_with_link, code.strip())
         except Unauthenticated as error:
             return sign_in_page(request, status=401, error=str(error))
         response = page.redirect(_local(next_url))
@@ -67,8 +68,11 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         next_url: Annotated[str, Form(alias="next")] = HOME,
     ) -> Response:
         await sessions.check_signin_csrf(request)
-        try:
-            _, token = client.sign_in_with_password(principal.strip(), password)
+        address = request.client.host if request.client else ""
+        try:  # argon2 and the database in a thread: the event loop serves every other request
+            _, token = await run_in_threadpool(
+                client.sign_in_with_password, principal.strip(), password, address=address
+            )
         except Unauthenticated as error:
             return sign_in_page(request, status=401, error=str(error))
         response = page.redirect(_local(next_url))
