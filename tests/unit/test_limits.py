@@ -24,7 +24,11 @@ from remit.core.runs import refuse_unknown_fields
 from remit.core.text import excerpt
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
     max_leaves=20,
 )
@@ -42,6 +46,16 @@ def test_the_size_is_the_utf8_bytes_of_the_compact_json(value: Any) -> None:
             check_json(value, what="v", cap="input_bytes", target="t")
         return
     assert check_json(value, what="v", cap="input_bytes", target="t") == compact(value)
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")])
+def test_a_number_json_cannot_hold_is_refused_where_it_is(number: float) -> None:
+    with pytest.raises(InputInvalid) as refused:
+        check_json({"a": [1.5, number]}, what="v", cap="input_bytes", target="t")
+    assert str(refused.value) == (
+        "v, at `a.1`, holds a number that is not finite (NaN or an infinity), which JSON has no "
+        "way to write: send null, or a number. Nothing was written"
+    )
 
 
 def test_one_byte_over_the_cap_is_refused_naming_the_setting() -> None:
