@@ -201,3 +201,18 @@ def test_a_principal_with_control_characters_is_refused_and_shown_escaped(cli: C
     with cli.db.engine.connect() as conn:
         assert conn.execute(sa.select(runs)).all() == []
         assert conn.execute(sa.select(denials)).all() == []
+
+
+def test_a_write_to_a_fake_in_the_command_says_no_worker_will_see_it(cli: Cli) -> None:
+    sent = cli(
+        "call", "mail.messages.send", "--input", '{"to": "a@b.example", "subject": "s", "body": "b"}',
+        "--as", "user:carol",
+    )  # fmt: skip
+    said = " ".join(sent.stderr.split())
+    assert "mail.messages.send ok" in said
+    assert (
+        "note: mail.messages.send wrote to mail's fake in this command (REMIT_FAKES=1), which "
+        "ends with it: a worker has a fake of its own and will not see this write"
+    ) in said
+    read = cli("call", "payments.invoices.get", "--input", '{"invoice_id": "inv_1001"}')
+    assert "note:" not in read.stderr  # a read seeds nothing

@@ -69,7 +69,30 @@ def call_op(
         )
     with client_of(app_dir) as remit:
         result = remit.call(op, payload, by=as_, key=key)
+        fake_here = _on_a_fake_of_its_own(remit, op)
     print_call(result)
+    if fake_here is not None and result.status == "ok":
+        err.print(
+            f"[yellow]note:[/] {escape(op)} wrote to {escape(fake_here)}'s fake in this command "
+            "(REMIT_FAKES=1), which ends with it: a worker has a fake of its own and will not "
+            "see this write. To act on the fakes the instance's workers use, call it through "
+            "`remit serve` (--url, as `remit demo` does)"
+        )
+
+
+def _on_a_fake_of_its_own(remit: object, op_id: str) -> str | None:
+    """The vendor whose fake a write called in this process holds, where that is so: a local
+    client on fakes calling a connector's write (a collection is in the database, which every
+    process shares). None otherwise."""
+    from remit.client import Client
+    from remit.connectors.data import VENDOR as DATA_VENDOR
+
+    if not isinstance(remit, Client) or not remit.settings.fakes:
+        return None
+    op = remit.app.ops.get(op_id)
+    if op is None or op.effect != "write" or op.vendor == DATA_VENDOR:
+        return None
+    return op.vendor
 
 
 VERBS = ("get", "put", "list", "delete")
