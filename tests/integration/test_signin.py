@@ -18,8 +18,8 @@ from remit import Client, PolicyDenied, RemitError
 from remit.app import load_app
 from remit.core.database import Database
 from remit.core.errors import Unauthenticated
-from remit.core.schema import audit, denials, login_links, passwords, sessions
-from remit.policy.signin import SignIns
+from remit.core.schema import audit, denials, login_links, passwords, sessions, signin_failures
+from remit.policy.signin import SignIns, address_of
 from remit.testing import ManualClock
 
 ACME = Path(__file__).parent.parent.parent / "examples" / "acme"
@@ -270,6 +270,45 @@ def test_a_count_is_forgotten_fifteen_minutes_after_its_latest_wrong_password(
     clock.advance(seconds=901)
     assert not signins.check_password("user:ann", "a wrong guess!", address=THERE)  # the first
     assert signins.check_password("user:ann", PASSWORD, address=THERE)
+
+
+def test_a_lock_at_its_longest_is_not_forgotten_by_waiting_it_out(
+    db: Database, signins: SignIns, clock: ManualClock
+) -> None:
+    signins.set_password("user:ann", PASSWORD, by="user:sam")
+    for _ in range(6):
+        assert not signins.check_password("user:ann", "a wrong guess!", address=THERE)
+    for _ in range(5):  # 60 s, 2, 4, 8 min, then 15
+        clock.advance(seconds=900)
+        assert not signins.check_password("user:ann", "a wrong guess!", address=THERE)
+    clock.advance(seconds=901)  # the lock over, and 15 minutes since the latest wrong one
+    assert not signins.check_password("user:ann", "a wrong guess!", address=THERE)
+    with pytest.raises(Unauthenticated, match="try again in 15m"):
+        signins.check_password("user:ann", PASSWORD, address=THERE)
+    clock.advance(seconds=1801)  # quiet for 15 minutes past the lock: forgotten, and deleted
+    assert not signins.check_password("user:carol", "a wrong guess!", address=HERE)
+    with db.engine.connect() as conn:
+        kept = conn.execute(sa.select(signin_failures.c.principal, signin_failures.c.address))
+        assert sorted(kept.all()) == [("", HERE), ("user:carol", HERE)]
+    assert signins.check_password("user:ann", PASSWORD, address=THERE)
+
+
+def test_a_name_no_principal_has_counts_against_its_address_only(
+    db: Database, signins: SignIns
+) -> None:
+    for bad in ("nobody", "user:" + "x" * 300, "user:a\x00b"):
+        assert not signins.check_password(bad, "a wrong guess!", address=THERE)
+    with db.engine.connect() as conn:
+        kept = conn.execute(sa.select(signin_failures.c.principal, signin_failures.c.failures))
+        assert kept.all() == [("", 3)]
+
+
+def test_an_ipv6_client_is_counted_by_its_64() -> None:
+    assert (
+        address_of("2001:db8:1:2::1") == address_of("2001:db8:1:2:ffff::9") == ("2001:db8:1:2::/64")
+    )
+    assert address_of("203.0.113.9") == "203.0.113.9"
+    assert address_of("testclient") == "testclient"
 
 
 def test_twenty_wrong_passwords_from_one_address_lock_it_for_every_principal(

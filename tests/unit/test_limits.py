@@ -133,8 +133,8 @@ def test_the_caps_come_from_the_settings() -> None:
         with pytest.raises(SettingsError, match=f"{variable}='0' must be a whole number"):
             Settings.from_env(".", environ={variable: "0"})
     assert defaults.max_json_depth == 100
-    with pytest.raises(SettingsError, match="deeper than remit can parse: give at most 500"):
-        Settings.from_env(".", environ={"REMIT_MAX_JSON_DEPTH": "900"})
+    with pytest.raises(SettingsError, match="deeper than remit can parse: give at most 150"):
+        Settings.from_env(".", environ={"REMIT_MAX_JSON_DEPTH": "151"})
 
 
 def test_json_deeper_than_the_cap_or_with_an_endless_integer_is_refused_naming_the_setting() -> (
@@ -149,6 +149,11 @@ def test_json_deeper_than_the_cap_or_with_an_endless_integer_is_refused_naming_t
     with pytest.raises(InputInvalid, match="integer of more than 4,300 digits"):
         parse_json('{"n": ' + "9" * 4301 + "}", "--input")
     assert parse_json('{"n": ' + "9" * 4300 + "}", "--input") == {"n": int("9" * 4300)}
+    # A request's own fields around what it carries do not count against the cap here.
+    wrapped = '{"edits": {"memo": ' + "[" * 101 + "]" * 101 + "}}"
+    assert parse_json(wrapped, "the request body", around=4)["edits"]["memo"] == _nested(100)
+    with pytest.raises(InputInvalid, match="nested more than 100 levels deep"):
+        parse_json('{"edits": {"memo": ' + "[" * 104 + "]" * 104 + "}}", "body", around=4)
     # A value made in Python is held to the same, at the path where it goes wrong.
     with pytest.raises(InputInvalid, match="nested more than 100 levels deep"):
         check_json({"a": _nested(100)}, what="the input", cap="input_bytes", target="wf")

@@ -38,6 +38,18 @@ def test_each_credential_keeps_its_prefix_and_id_and_loses_its_secret() -> None:
     assert redacted(code) == f"rml_{ident}_[redacted]"
 
 
+def test_a_credential_is_found_wherever_it_stands() -> None:
+    token, code = SECRETS[2], SECRETS[0]
+    for text in (f"Bearer%20{token}", repr(f"x\n{token}"), f"x{token}", f"[{token}]"):
+        assert _secret_part(token) not in redacted(text)
+    inner = f"/console/sign-in?next=%2Fconsole%2Fruns%3Fcode%3D{code}%26a%3D1&b=2"
+    assert _secret_part(code) not in redacted(inner)
+    assert (
+        redacted("?next=%2Fx%3Ftoken%3Dab%2Fcd%26z%3D1")
+        == "?next=%2Fx%3Ftoken%3D[redacted]%26z%3D1"
+    )
+
+
 def test_a_query_parameter_that_carries_a_secret_is_redacted_and_others_are_kept() -> None:
     line = '127.0.0.1:5 - "GET /console/sign-in?code=abc123&next=/runs HTTP/1.1" 200'
     assert (

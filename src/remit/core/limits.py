@@ -276,10 +276,12 @@ def _writable(number: int) -> bool:
     return True
 
 
-def parse_json(text: str | bytes, what: str, **options: Any) -> Any:
+def parse_json(text: str | bytes, what: str, *, around: int = 0, **options: Any) -> Any:
     """`text` parsed as JSON (`options` as `json.loads` takes them), refused (`InputInvalid`,
-    naming `what`) when it is nested deeper than `REMIT_MAX_JSON_DEPTH` or holds an integer of
-    more digits than Python turns into text. A `json.JSONDecodeError` is the caller's to word."""
+    naming `what`) when it is nested deeper than `REMIT_MAX_JSON_DEPTH` (and `around` levels
+    more: a request's own fields around the values it carries, which `check_json` then holds
+    to the cap exactly) or holds an integer of more digits than Python turns into text. A
+    `json.JSONDecodeError` is the caller's to word."""
     try:
         value = json.loads(text, **options)
     except RecursionError:
@@ -290,7 +292,7 @@ def parse_json(text: str | bytes, what: str, **options: Any) -> Any:
         if "integer string conversion" not in str(error):
             raise
         raise huge_integer(what, (), target=what) from None
-    if _deeper_than(value, _in_force.json_depth):
+    if _deeper_than(value, _in_force.json_depth + around):
         raise too_deep(what, target=what, depth=_in_force.json_depth)
     return value
 

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "16"
+SCHEMA_VERSION = "17"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):

@@ -65,7 +65,7 @@ class Settings:
       `REMIT_MAX_BODY_BYTES` (an HTTP request body, 4 MiB): each the UTF-8 bytes of the compact
       JSON (see `limits.py`); `max_reason_chars`: `REMIT_MAX_REASON_CHARS`, the longest reason
       or note a person sends (4000 characters); `max_json_depth`: `REMIT_MAX_JSON_DEPTH`, how
-      deeply any JSON value remit takes may nest (100 levels, at most 500).
+      deeply any JSON value remit takes may nest (100 levels, at most 150).
     - `version`: `REMIT_VERSION`, the application version workers run under (a build's SHA, say)
       in place of the hash of the workflows' code (default).
     - `op_timeout`: `REMIT_OP_TIMEOUT`, seconds one try of an op call may take unless the op
@@ -237,11 +237,12 @@ def _number(
 
 
 def _json_depth(env: Mapping[str, str]) -> int:
-    # Python's parser gives up at about a thousand levels: the cap must stay well under it.
+    # pydantic's JSON parser gives up at about 200 levels (Python's at about 1,000), and its
+    # serializer soon after: the cap stays under both, with room for a request's own fields.
     depth = _number(env, "REMIT_MAX_JSON_DEPTH", 100, int)
-    if depth > 500:
+    if depth > 150:
         raise SettingsError(
-            f"REMIT_MAX_JSON_DEPTH={depth} is deeper than remit can parse: give at most 500"
+            f"REMIT_MAX_JSON_DEPTH={depth} is deeper than remit can parse: give at most 150"
         )
     return depth
 

@@ -467,10 +467,14 @@ def configure_logging(settings: Settings) -> None:
 
 # The credentials remit mints (`policy/tokens.py`, `core/wakeup_tokens.py`), their secret part
 # after the prefix and id, which stay to say which one it was.
-_CREDENTIAL = re.compile(r"\b(r(?:m[lst]_[0-9a-f]{12}_|w[ai]_))[A-Za-z0-9_-]{8,}")
-# A query parameter that carries a credential, in an address (an access log line's path).
+# Wherever they stand: after a space, a letter, an escape (`\nrmt_…`) or `%20`.
+_CREDENTIAL = re.compile(r"(r(?:m[lst]_[0-9a-f]{12}_|w[ai]_))[A-Za-z0-9_-]{8,}")
+# A query parameter that carries a credential, in an address (an access log line's path), as
+# it is or URL-encoded inside another (`?next=%2Fconsole%3Fcode%3D…`).
 _SECRET_QUERY = re.compile(
-    r"([?&](?:code|token|access_token|password|secret|key)=)[^&#\s\"']+", re.IGNORECASE
+    r"((?:[?&]|%3F|%26)(?:code|token|access_token|password|secret|key)(?:=|%3D))"
+    r"[^&#\s\"'%]+(?:%(?!26)[0-9A-F]{2}[^&#\s\"'%]*)*",
+    re.IGNORECASE,
 )
 REDACTED = "[redacted]"
 

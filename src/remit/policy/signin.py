@@ -27,6 +27,7 @@ Every link made and used, session opened and ended, and password set is an audit
 from __future__ import annotations
 
 import functools
+import ipaddress
 import math
 import re
 import secrets
@@ -61,6 +62,7 @@ FREE_FAILURES_FROM_ADDRESS = 20
 LOCK_FIRST = 30.0
 LOCK_LONGEST = 900.0
 # argon2 checks at once in a process: each takes 64 MiB and a core for a tenth of a second.
+# (`remit serve` also waits for its turn before it takes a thread: `console/pages/signin.py`.)
 CHECKS_AT_ONCE = 2
 _CHECKS = threading.BoundedSemaphore(CHECKS_AT_ONCE)
 # The row of an address's wrong passwords for every principal.
@@ -98,6 +100,18 @@ class SessionInfo:
     via: str
     created_at: datetime
     expires_at: datetime
+
+
+def address_of(host: str) -> str:
+    """What wrong passwords from `host` are counted under: the address itself, or for IPv6 its
+    /64, which one client may hold whole. Longer than an address: its first 100 characters."""
+    try:
+        parsed = ipaddress.ip_address(host)
+    except ValueError:
+        return host[:100]
+    if parsed.version == 6:
+        return str(ipaddress.ip_network(f"{parsed}/64", strict=False))
+    return str(parsed)
 
 
 def _check_principal(principal: str, where: str) -> str:
@@ -298,6 +312,13 @@ class SignIns:
         `Unauthenticated` with the time to wait, right password or not, and runs no argon2
         check; see the module's docstring for when an address is locked. A right password
         clears the principal's count from that address, and setting a new one clears all."""
+        address = address_of(address)
+        try:
+            _check_principal(principal, "principal")
+        except RemitError:  # no such principal can have a password: no check to spend on it
+            self._refuse_locked(ANY_PRINCIPAL, address)
+            self._count_failure(None, address)
+            return False
         self._refuse_locked(principal, address)
         with _CHECKS:
             self._refuse_locked(principal, address)  # locked while this one waited its turn
@@ -369,23 +390,27 @@ class SignIns:
             f"(`remit login-link --for {principal}`)"
         )
 
-    def _count_failure(self, principal: str, address: str) -> None:
-        """Count a wrong password from `address`, for `principal` and for any principal; past
-        each's free ones, lock it (30 s, doubled at each further one, up to 15 minutes). A
-        count whose latest wrong password is older than `LOCK_LONGEST` starts again."""
+    def _count_failure(self, principal: str | None, address: str) -> None:
+        """Count a wrong password from `address`, for `principal` (None: not a principal's
+        form) and for any principal; past each's free ones, lock it (30 s, doubled at each
+        further one, up to 15 minutes). A count starts again once `LOCK_LONGEST` has passed
+        since both its latest wrong password and the end of its lock; such rows are deleted."""
         now = self.clock.now()
         forgotten = now - timedelta(seconds=LOCK_LONGEST)
+        counts = [(ANY_PRINCIPAL, FREE_FAILURES_FROM_ADDRESS)]
+        if principal is not None:
+            counts.insert(0, (principal, FREE_FAILURES))
+        over = sa.and_(
+            signin_failures.c.last_at < forgotten,
+            sa.or_(
+                signin_failures.c.locked_until.is_(None),
+                signin_failures.c.locked_until < forgotten,
+            ),
+        )
         with self.db.begin() as conn:
-            for whose, free in (
-                (principal, FREE_FAILURES),
-                (ANY_PRINCIPAL, FREE_FAILURES_FROM_ADDRESS),
-            ):
-                where = self._failures_of(whose, address)
+            for whose, free in counts:
                 fresh = {"failures": 1, "last_at": now, "locked_until": None}
-                counted = sa.case(
-                    (signin_failures.c.last_at < forgotten, 1),
-                    else_=signin_failures.c.failures + 1,
-                )
+                counted = sa.case((over, 1), else_=signin_failures.c.failures + 1)
                 failures = conn.execute(
                     self.db.insert(signin_failures)
                     .values(app=self.app, principal=whose, address=address, **fresh)
@@ -399,9 +424,10 @@ class SignIns:
                     wait = min(LOCK_FIRST * 2 ** (failures - free - 1), LOCK_LONGEST)
                     conn.execute(
                         signin_failures.update()
-                        .where(*where)
+                        .where(*self._failures_of(whose, address))
                         .values(locked_until=now + timedelta(seconds=wait))
                     )
+            conn.execute(signin_failures.delete().where(signin_failures.c.app == self.app, over))
 
     def _session_row(self, token: str) -> sa.Row[object]:
         found = _SESSION.fullmatch(token)

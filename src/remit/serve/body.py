@@ -6,8 +6,9 @@ the cap is read and dropped (up to `DRAIN` bytes), so that the client, still sen
 the answer rather than a reset connection; none of it is kept in memory.
 
 A JSON body within the cap is refused with 422, saying what to change, when it nests deeper
-than `REMIT_MAX_JSON_DEPTH` or holds an integer of more digits than Python reads
-(`limits.parse_json`), which the framework would answer with a 400 that says neither.
+than `REMIT_MAX_JSON_DEPTH` (and the request's own levels, `AROUND`) or holds an integer of more
+digits than Python reads (`limits.parse_json`), which the framework would answer with a 400
+that says neither.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from remit.serve.models import ErrorBody, ErrorReason
 
 # The most of an over-cap body read (and dropped) before answering anyway.
 DRAIN = 64 * 1024 * 1024
+# The levels of a request's own fields around the values it carries (an approval's edits are
+# three down): a body is refused here only past the cap and these, and the value it carries is
+# then held to the cap exactly, as from any other surface.
+AROUND = 4
 
 
 class BodyLimit:
@@ -63,7 +68,7 @@ class BodyLimit:
         whole = b"".join(chunks)
         if whole and _is_json(scope):
             try:
-                limits.parse_json(whole, "the request body")
+                limits.parse_json(whole, "the request body", around=AROUND)
             except InputInvalid as refused:
                 await _answer(send, 422, str(refused), close=False)
                 return

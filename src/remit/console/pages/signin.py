@@ -9,6 +9,7 @@ the visit, so a mail scanner or a chat preview fetching the link does not spend 
 
 from typing import Annotated
 
+from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
@@ -17,8 +18,12 @@ from remit.client import Client
 from remit.console.render import Page, Viewer
 from remit.console.session import SESSION_COOKIE, new_signin_csrf
 from remit.core.errors import Unauthenticated
+from remit.policy.signin import CHECKS_AT_ONCE
 
 HOME = "/console/runs"
+# Password checks wait for their turn here, on the event loop, not in the threads every route
+# shares: a crowd of posts holds two threads, never the whole pool.
+_PASSWORD_CHECKS = CapacityLimiter(CHECKS_AT_ONCE)
 
 
 def add(router: APIRouter, client: Client, page: Page) -> None:
@@ -70,8 +75,9 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         await sessions.check_signin_csrf(request)
         address = request.client.host if request.client else ""
         try:  # argon2 and the database in a thread: the event loop serves every other request
-            _, token = await run_in_threadpool(
-                client.sign_in_with_password, principal.strip(), password, address=address
+            _, token = await to_thread.run_sync(
+                lambda: client.sign_in_with_password(principal.strip(), password, address=address),
+                limiter=_PASSWORD_CHECKS,
             )
         except Unauthenticated as error:
             return sign_in_page(request, status=401, error=str(error))
