@@ -16,10 +16,11 @@ time an answer takes does not tell which principals have a password.
 Wrong passwords are counted by the address they come from (`check_password`): five in a row for
 one principal lock sign-in by password for that principal from that address, and twenty for any
 principals lock it for every principal from that address, each for 30 seconds doubled at each
-further wrong one, up to 15 minutes. A count is forgotten 15 minutes after its latest wrong
-password. So guessing from one place slows the guesser, and never locks the person out from
-another. At most `CHECKS_AT_ONCE` argon2 checks run at once in a process; a check waits its
-turn off the server's event loop (the console's routes run it in a thread).
+further wrong one, up to 15 minutes; an IPv6 client is counted by its /64. A count is
+forgotten once 15 minutes have passed since both its latest wrong password and its lock's end.
+So guessing from one place slows the guesser, and never locks the person out from another. At
+most `CHECKS_AT_ONCE` argon2 checks run at once in a process; `remit serve` queues the rest on
+its event loop and runs each in a thread, so that the loop serves every other request.
 
 Every link made and used, session opened and ended, and password set is an audit row.
 """
@@ -56,7 +57,7 @@ LONGEST_PASSWORD = 1024
 # Wrong passwords in a row from one address before sign-in by password from there is locked:
 # for the principal guessed, and for every principal; the lock's first and longest length in
 # seconds (doubled at each further wrong password). A count is forgotten `LOCK_LONGEST` after
-# its latest wrong password.
+# both its latest wrong password and the end of its lock.
 FREE_FAILURES = 5
 FREE_FAILURES_FROM_ADDRESS = 20
 LOCK_FIRST = 30.0
