@@ -277,6 +277,11 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
         sys.argv = [str(MAIN), *request["argv"]]
         sys.path[0] = request["cwd"]
 
+    # As the interpreter puts them, after the script's or the current folder.
+    sys.path[1:1] = [
+        path for path in request["env"].get("PYTHONPATH", "").split(os.pathsep) if path
+    ]
+
     from remit.cli.main import main
 
     main()
