@@ -2,9 +2,9 @@
 
 Executor ids. DBOS gives every process the executor id `local`, so two live workers recover each
 other's running work. A remit worker takes its own id: `REMIT_EXECUTOR_ID` if set, otherwise the
-lowest free *slot* on its host, `<host>-<n>`, held by an exclusive file lock for the life of the
-process. A worker restarted after a crash gets the slot (and so the id) its predecessor held, and
-DBOS's recovery at launch completes that predecessor's unfinished attempts. A worker that never
+lowest free *slot* of its app on its host, `<host>-<app>-<n>`, held by an exclusive file lock for
+the life of the process. A worker restarted after a crash gets the slot (and so the id) its
+predecessor held, and DBOS's recovery at launch completes that predecessor's unfinished attempts. A worker that never
 comes back is taken over by a live one (`Heartbeat`, and the registry in `ops/registry.py`).
 
 Version. Every worker runs under the app's explicit version (`App.version`): a hash of remit's
@@ -58,11 +58,14 @@ log = logging.getLogger("remit.worker")
 
 
 class ExecutorSlot:
-    """The lowest free executor slot on this host for one app on one database."""
+    """The lowest free executor slot on this host for one app on one database. Its id names
+    the app, `<host>-<app>-<n>`: the workers of two apps on one database never share an id,
+    which DBOS's recovery at launch and the workers table key by."""
 
-    def __init__(self, scope: str) -> None:
-        digest = hashlib.sha256(scope.encode()).hexdigest()[:12]
+    def __init__(self, scope: str, app: str) -> None:
+        digest = hashlib.sha256(f"{scope}\n{app}".encode()).hexdigest()[:12]
         self.folder = Path(tempfile.gettempdir()) / "remit-executors" / digest
+        self.app = app
         self._held: IO[str] | None = None
 
     def acquire(self) -> str:
@@ -78,7 +81,7 @@ class ExecutorSlot:
             handle.write(str(os.getpid()))
             handle.flush()
             self._held = handle
-            return f"{host}-{n}"
+            return f"{host}-{self.app}-{n}"
         raise RemitError(f"no free executor slot under {self.folder}: set REMIT_EXECUTOR_ID")
 
     def release(self) -> None:
@@ -136,7 +139,7 @@ class Worker:
             max_recoveries=settings.max_recoveries,
             op_timeout=settings.op_timeout,
         )
-        self._slot = ExecutorSlot(f"{self.db.dbos_url}\n{app.name}")
+        self._slot = ExecutorSlot(self.db.dbos_url, app.name)
         self.executor_id = ""
         self._stop = threading.Event()
         self._launched = False
