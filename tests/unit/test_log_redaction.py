@@ -25,7 +25,7 @@ SECRETS = [
 
 
 def _secret_part(credential: str) -> str:
-    return credential.rsplit("_", 1)[-1] if credential.startswith("rm") else credential[4:]
+    return credential.split("_", 2)[2] if credential.startswith("rm") else credential[4:]
 
 
 def test_each_credential_keeps_its_prefix_and_id_and_loses_its_secret() -> None:
