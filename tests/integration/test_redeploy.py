@@ -14,6 +14,7 @@ import pytest
 from remit import App, Context, workflow
 from remit.core.ledger import LedgerStore
 from remit.testing import Harness, ManualClock
+from tests.forked import run_remit
 from tests.processes import Workers
 from tests.support import (
     REFUND,
@@ -118,6 +119,38 @@ def test_a_patched_change_keeps_old_runs_on_their_path(workers: Workers) -> None
     keys = sorted(e["idempotency_key"] for e in workers.effects())
     old_keys = [f"{run_id}:2", f"{run_id}:4", f"{run_id}:5"]
     assert keys == sorted([*old_keys, f"{new_run_id}:4", f"{new_run_id}:6", f"{new_run_id}:7"])
+
+
+def test_a_patch_where_a_step_was_cut_off_keeps_the_run_on_its_old_path(
+    workers: Workers,
+) -> None:
+    """The run was killed inside `between`, which recorded nothing: it had reached that
+    position, so a patch placed there is False for it, and the check replays it the same way."""
+    run_id = stopped_mid_run(workers)
+    variant = {**workers.env, "CRASH_VARIANT": "patched-between"}
+    check = run_remit(["--app", str(workers.app), "deploy", "check"], env=variant)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "1 of 1 unfinished run would carry on, 0 would fail" in check.stdout
+    workers.wait_serving(workers.start("new", CRASH_VARIANT="patched-between"))
+
+    old_run = workers.wait_finished(run_id)
+    new_run_id = workers.remit("start", "payout", "--input", '{"account": "acc-2", "amount": 10}')
+    new_run = workers.wait_finished(new_run_id)
+
+    assert (old_run.status, new_run.status) == ("done", "done"), (old_run.error, new_run.error)
+    client = workers.db.client("crash-app")
+    try:
+        old_steps = [s["function_name"] for s in client.list_workflow_steps(f"{run_id}:2")]
+        new_steps = [s["function_name"] for s in client.list_workflow_steps(f"{new_run_id}:1")]
+    finally:
+        client.destroy()
+    assert "audit" not in old_steps
+    assert old_steps[2] == "between"
+    assert "audit" in new_steps
+    keys = sorted(e["idempotency_key"] for e in workers.effects())
+    old_keys = [f"{run_id}:2", f"{run_id}:4", f"{run_id}:5"]
+    new_keys = [f"{new_run_id}:2", f"{new_run_id}:6", f"{new_run_id}:7"]  # after the patch
+    assert keys == sorted([*old_keys, *new_keys])
 
 
 def cut_off_in_a_write(workers: Workers) -> str:

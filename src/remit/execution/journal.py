@@ -18,8 +18,10 @@ remit's rows are compared at every position the run reached, and so are the step
 before finished past the resume point (a retry from an earlier step runs them again). A
 difference raises `CodeChanged` before anything runs at that position, and the run fails
 naming the position, what it recorded there and what the code does now. `ctx.patch` is False
-at a position that holds any record but that patch's marker, so a run keeps its old path past
-the change. Positions the run never reached are its future: new code runs there freely.
+at a position that holds any record but that patch's marker, and at the resume point of a run
+carried on (a step cut off there by a kill records nothing, but it may have begun), so a run
+keeps its old path past the change. Positions past that are the run's future: new code runs
+there freely.
 
 The same check serves the live attempt (`Journal`, loaded when an attempt begins) and the
 replay of `remit deploy check` (`deploy.py`), so the check predicts what a resume will do.
@@ -161,11 +163,16 @@ class Journal:
     def patch_taken(self, position: int, name: str) -> bool | None:
         """Whether `ctx.patch(name)` at `position` is taken: True where the run recorded that
         patch's marker there, False where it recorded anything else (it had passed that point,
-        or stands at it), None where it recorded nothing (DBOS's own record decides)."""
+        or stands at it), None where it recorded nothing (DBOS's own record decides).
+
+        The resume point of an attempt that carries a run on is False too, recorded or not:
+        the run had got that far on the code before, and a step cut off there (killed
+        mid-call, so nothing is recorded) may have begun. New code does not run before it.
+        """
         recorded = self.steps.get(position)
         if recorded is not None:
             return recorded == PATCH_PREFIX + name
-        if position in self.marks:
+        if position in self.marks or 0 < position <= self.resume_at:
             return False
         return None
 

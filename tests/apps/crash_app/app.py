@@ -228,11 +228,28 @@ def payout_patched(ctx: Context, input: PayoutIn) -> dict[str, Any]:
     return {"transfers": [first.transfer_id, second.transfer_id], "letter": letter.letter_id}
 
 
+@workflow(name="payout", input=PayoutIn, uses=[read_balance, create_transfer, post_letter])
+def payout_patched_between(ctx: Context, input: PayoutIn) -> dict[str, Any]:
+    """Variant `patched-between`: a new step behind `ctx.patch`, placed exactly where the
+    `between` step stands (a run killed inside it had got that far)."""
+    balance = ctx.call(read_balance, account=input.account)
+    first = ctx.call(create_transfer, to=input.account, amount=input.amount // 2)
+    if ctx.patch("late-audit"):
+        ctx.step("audit", lambda: "audited")
+    ctx.step("between", lambda: hold("between"))
+    second = ctx.call(create_transfer, to=input.account, amount=input.amount - input.amount // 2)
+    letter = ctx.call(
+        post_letter, to=input.account, text=f"paid {input.amount} of {balance.balance}"
+    )
+    return {"transfers": [first.transfer_id, second.transfer_id], "letter": letter.letter_id}
+
+
 _VARIANTS = {
     "": payout,
     "thanks": payout_thanks,
     "reordered": payout_reordered,
     "patched": payout_patched,
+    "patched-between": payout_patched_between,
 }
 app = App(
     name="crash-app",
