@@ -98,15 +98,12 @@ def test_a_change_that_no_longer_matches_the_steps_fails_the_run_saying_where(
     assert [e["idempotency_key"] for e in workers.effects()] == [f"{run_id}:2"]
 
 
-def test_a_patched_change_keeps_old_runs_on_their_path(workers: Workers) -> None:
-    run_id = stopped_mid_run(workers)
-    new = workers.start("new", CRASH_VARIANT="patched")
-    workers.wait_serving(new)
-
+def finish_old_and_new(workers: Workers, run_id: str) -> tuple[str, list[str], list[str]]:
+    """Wait for the stopped run to finish on the new code, start a new run and wait for it:
+    the new run's id, and the steps of the old run's second attempt and of the new run."""
     old_run = workers.wait_finished(run_id)
     new_run_id = workers.remit("start", "payout", "--input", '{"account": "acc-2", "amount": 10}')
     new_run = workers.wait_finished(new_run_id)
-
     assert (old_run.status, new_run.status) == ("done", "done"), (old_run.error, new_run.error)
     client = workers.db.client("crash-app")
     try:
@@ -114,6 +111,15 @@ def test_a_patched_change_keeps_old_runs_on_their_path(workers: Workers) -> None
         new_steps = [s["function_name"] for s in client.list_workflow_steps(f"{new_run_id}:1")]
     finally:
         client.destroy()
+    return new_run_id, old_steps, new_steps
+
+
+def test_a_patched_change_keeps_old_runs_on_their_path(workers: Workers) -> None:
+    run_id = stopped_mid_run(workers)
+    new = workers.start("new", CRASH_VARIANT="patched")
+    workers.wait_serving(new)
+
+    new_run_id, old_steps, new_steps = finish_old_and_new(workers, run_id)
     assert "audit" not in old_steps  # it had passed that point before the change
     assert "audit" in new_steps
     keys = sorted(e["idempotency_key"] for e in workers.effects())
@@ -133,17 +139,7 @@ def test_a_patch_where_a_step_was_cut_off_keeps_the_run_on_its_old_path(
     assert "1 of 1 unfinished run would carry on, 0 would fail" in check.stdout
     workers.wait_serving(workers.start("new", CRASH_VARIANT="patched-between"))
 
-    old_run = workers.wait_finished(run_id)
-    new_run_id = workers.remit("start", "payout", "--input", '{"account": "acc-2", "amount": 10}')
-    new_run = workers.wait_finished(new_run_id)
-
-    assert (old_run.status, new_run.status) == ("done", "done"), (old_run.error, new_run.error)
-    client = workers.db.client("crash-app")
-    try:
-        old_steps = [s["function_name"] for s in client.list_workflow_steps(f"{run_id}:2")]
-        new_steps = [s["function_name"] for s in client.list_workflow_steps(f"{new_run_id}:1")]
-    finally:
-        client.destroy()
+    new_run_id, old_steps, new_steps = finish_old_and_new(workers, run_id)
     assert "audit" not in old_steps
     assert old_steps[2] == "between"
     assert "audit" in new_steps
