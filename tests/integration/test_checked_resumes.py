@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from remit import (
     workflow,
 )
 from remit.core.schema import audit, timers
+from remit.people.tasks import Task
 from remit.testing import Harness, ManualClock
 from tests.integration.test_approval_outbox import decide_in_a_process_that_dies
 from tests.support import (
@@ -281,12 +283,20 @@ def test_a_sleeping_run_wakes_at_its_own_time_past_a_new_step(
 # A task: the answer carries the run on past a new step it had passed.
 
 
-@workflow(name="mail", input=Purchase, uses=[get_item, create_order, send_email])
-def mail_v1(ctx: Context, input: Purchase) -> str:
-    ctx.call(get_item, sku=input.sku)
-    sent = ctx.call(send_email, to=input.email, text="hello")
-    ctx.call(create_order, sku=input.sku, quantity=1)
-    return sent.message_id
+def _mail(text: Callable[[Context], str]) -> Any:
+    """A `mail` workflow whose email says `text(ctx)`."""
+
+    @workflow(name="mail", input=Purchase, uses=[get_item, create_order, send_email])
+    def mail(ctx: Context, input: Purchase) -> str:
+        ctx.call(get_item, sku=input.sku)
+        sent = ctx.call(send_email, to=input.email, text=text(ctx))
+        ctx.call(create_order, sku=input.sku, quantity=1)
+        return sent.message_id
+
+    return mail
+
+
+mail_v1 = _mail(lambda ctx: "hello")
 
 
 @workflow(name="mail", input=Purchase, uses=[get_item, create_order, send_email])
@@ -299,14 +309,17 @@ def mail_patched(ctx: Context, input: Purchase) -> str:
     return sent.message_id
 
 
+def _held_at_a_task(h: Harness) -> tuple[str, Task, FakeShop]:
+    """A `mail` run whose email timed out: it waits at the task that asks whether it was sent."""
+    fake = h.fake("shop", FakeShop)
+    fake.failures[send_email.id].append(DriverError("gateway timeout", retryable=True, status=504))
+    run_id = h.start("mail", {"sku": "sku-1"}).run_id
+    return run_id, h.task(run_id), fake
+
+
 def test_a_tasks_answer_carries_the_run_on_past_a_patched_step(database_url: str) -> None:
     with Harness(_app(mail_v1), database_url=database_url) as h:
-        fake = h.fake("shop", FakeShop)
-        fake.failures[send_email.id].append(
-            DriverError("gateway timeout", retryable=True, status=504)
-        )
-        run_id = h.start("mail", {"sku": "sku-1"}).run_id
-        task = h.task(run_id)
+        run_id, task, fake = _held_at_a_task(h)
     with Harness(
         _app(mail_patched), database_url=database_url, implementations={"shop": fake}
     ) as h:
@@ -316,6 +329,47 @@ def test_a_tasks_answer_carries_the_run_on_past_a_patched_step(database_url: str
     assert run.output == "msg-by-hand"
     assert _pennies(fake) == []
     assert [e.input["sku"] for e in fake.effects if e.op == create_order.id] == ["sku-1"]
+
+
+mail_new_text = _mail(lambda ctx: "hello again")
+mail_new_text_patched = _mail(lambda ctx: "hello again" if ctx.patch("new-text") else "hello")
+
+
+@pytest.mark.parametrize("guarded", [True, False], ids=["patched", "unguarded"])
+def test_a_call_held_at_a_task_resumes_on_the_input_it_began_with(
+    database_url: str, guarded: bool
+) -> None:
+    """The check and the resume compare the call's input where it runs again: new code that
+    gives it other input is refused by both, with the same message, and nothing is sent."""
+    new = mail_new_text_patched if guarded else mail_new_text
+    with Harness(_app(mail_v1), database_url=database_url) as h:
+        run_id, task, fake = _held_at_a_task(h)
+        check = h.deploy_check(_app(new))
+    with Harness(_app(new), database_url=database_url, implementations={"shop": fake}) as h:
+        h.resolve(task.id, done=True, output={"message_id": "msg-by-hand"})
+        run = h.wait(run_id)
+        later = h.wait(h.start("mail", {"sku": "sku-2"}).run_id)
+    texts = [e.input["text"] for e in fake.effects if e.op == send_email.id]
+    if guarded:
+        assert check.ok, check.failing
+        assert run.status == "done", run.error
+        assert run.output == "msg-by-hand"
+        assert texts == ["hello again"]  # the later run's, on the new path
+    else:
+        assert not check.ok
+        [failing] = check.failing
+        assert (failing.run_id, failing.resume_at) == (run_id, 2)
+        said = (
+            f"its step 2 began `{send_email.id}` (an op call, key {run_id}:2) on other input than "
+            "the code now gives it. Nothing ran at that step"
+        )
+        assert said in (failing.failure or "")
+        assert run.status == "failed"
+        assert run.error is not None
+        assert said in run.error
+        assert "ctx.patch('name')" in run.error
+        assert texts == ["hello again"]  # the later run's only
+    assert later.status == "done", later.error
 
 
 # Pause: a parked run resumes past a new step before where it parked.

@@ -197,6 +197,31 @@ def test_a_write_cut_off_then_a_patched_step_before_it_is_applied_once(workers: 
     assert keys.count(f"{run_id}:2") == 1  # called again with its key: applied once
 
 
+def test_a_write_cut_off_then_given_other_input_fails_at_the_check_and_the_resume_alike(
+    workers: Workers,
+) -> None:
+    """An idempotent write cut off mid-call is called again under its key on resume, with the
+    input it began with: new code that changes that input is refused by `remit deploy check`
+    and by the resume, with one message, and the vendor is not called again."""
+    run_id = cut_off_in_a_write(workers)
+    variant = {**workers.env, "CRASH_VARIANT": "rounded"}
+    check = run_remit(["--app", str(workers.app), "deploy", "check"], env=variant)
+    said = (
+        f"its step 2 began `bank.transfers.create` (an op call, key {run_id}:2) on other input "
+        "than the code now gives it. Nothing ran at that step"
+    )
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert f"would fail {run_id} (payout, running, resumes at step 2)" in check.stdout
+    assert said in check.stdout.replace("\n", "")
+    workers.wait_serving(workers.start("new", CRASH_VARIANT="rounded"))
+
+    run = workers.wait_finished(run_id)
+
+    assert run.status == "failed"
+    assert said in (run.error or "")
+    assert [e["idempotency_key"] for e in workers.effects()] == [f"{run_id}:2"]
+
+
 def test_a_build_version_recovered_on_other_code_is_checked_too(workers: Workers) -> None:
     """REMIT_VERSION gives two builds one version, so DBOS recovers the first attempt on the
     new code: the write cut off at step 2 still stands there, and the inserted step does not

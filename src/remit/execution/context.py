@@ -34,6 +34,7 @@ from remit.core.errors import (
     TooLarge,
 )
 from remit.core.keys import key_problem
+from remit.core.ledger import input_hash
 from remit.core.limits import check_json
 from remit.core.outcome import Failed, Ok, StepFailure, parse_outcome
 from remit.core.runs import RunInfo
@@ -74,6 +75,8 @@ class Slot(Protocol):
 
 class Steps(Protocol):
     """Where a `ctx` takes its positions: DBOS in a live attempt, the record in a replay."""
+
+    journal: Journal
 
     def reserve(self) -> Slot: ...
 
@@ -375,7 +378,10 @@ class _Base:
             )
             return outcome.to_json()
 
-        return slot, op_mark(op.id, idempotency_key), body
+        # Where the run recorded a call, its input is compared too (nowhere, on a first attempt).
+        marked = slot.position in self._steps.journal.marks
+        digest = input_hash(payload) if marked else None
+        return slot, op_mark(op.id, idempotency_key, digest), body
 
 
 def _db_step_options(name: str) -> StepOptions:

@@ -52,6 +52,8 @@ class Mark:
     kind: Kind
     name: str
     key: str | None = None
+    # An op call's input hash (the ledger's): compared only where the call runs again.
+    input_hash: str | None = field(default=None, compare=False)
 
     def describe(self) -> str:
         if self.kind == "op":
@@ -69,8 +71,8 @@ def step_mark(name: str) -> Mark:
     return Mark("step", name)
 
 
-def op_mark(op_id: str, key: str) -> Mark:
-    return Mark("op", op_id, key)
+def op_mark(op_id: str, key: str, input_hash: str | None = None) -> Mark:
+    return Mark("op", op_id, key, input_hash)
 
 
 def gate_mark(key: str) -> Mark:
@@ -152,9 +154,33 @@ class Journal:
                 )
             if same is not None and same != mark:
                 raise self._changed(position, mark, same.describe())
+            if same is not None and position >= self.resume_at:
+                self._same_input(position, same, mark)
             return
         if recorded is not None and recorded != mark:
             raise self._changed(position, mark, recorded.describe())
+        if recorded is not None and position >= self.resume_at:
+            self._same_input(position, recorded, mark)
+
+    def _same_input(self, position: int, recorded: Mark, mark: Mark) -> None:
+        """A call the run began, which runs again here, is made on the input it began with:
+        its key belongs to that input, and the ledger refuses it other input."""
+        if recorded.input_hash is None or mark.input_hash is None:
+            return
+        if recorded.input_hash == mark.input_hash:
+            return
+        self.changed = CodeChanged(
+            f"the workflow's code changed under run {self.run_id}: its step {position} began "
+            f"{recorded.describe()} on other input than the code now gives it. Nothing ran at "
+            "that step. A call a run began carries on with the input it began with: give runs "
+            "that had reached it the old input, e.g. `new if ctx.patch('name') else old` just "
+            "before the call, which is False for runs that had reached that point",
+            run_id=self.run_id,
+            step=position,
+            recorded=f"{recorded.describe()} with input {recorded.input_hash[:12]}",
+            now=f"{mark.describe()} with input {mark.input_hash[:12]}",
+        )
+        raise self.changed
 
     def passed(self, position: int) -> None:
         """Note that the code took `position` (a taken `ctx.patch`)."""
@@ -238,7 +264,11 @@ def load_marks_of(conn: sa.Connection, run_ids: list[str]) -> dict[str, dict[int
             found.setdefault(gate.run_id, {})[gate.step_id] = gate_mark(gate.key)
         for row in conn.execute(
             sa.select(
-                ledger.c.run_id, ledger.c.step_id, ledger.c.op_id, ledger.c.idempotency_key
+                ledger.c.run_id,
+                ledger.c.step_id,
+                ledger.c.op_id,
+                ledger.c.idempotency_key,
+                ledger.c.input_hash,
             ).where(
                 ledger.c.run_id.in_(chunk),
                 # A read that never answered (one with a cost leaves a row as it starts) is not
@@ -250,7 +280,9 @@ def load_marks_of(conn: sa.Connection, run_ids: list[str]) -> dict[str, dict[int
                 ),
             )
         ):
-            found.setdefault(row.run_id, {})[row.step_id] = op_mark(row.op_id, row.idempotency_key)
+            found.setdefault(row.run_id, {})[row.step_id] = op_mark(
+                row.op_id, row.idempotency_key, row.input_hash
+            )
     return found
 
 

@@ -244,12 +244,27 @@ def payout_patched_between(ctx: Context, input: PayoutIn) -> dict[str, Any]:
     return {"transfers": [first.transfer_id, second.transfer_id], "letter": letter.letter_id}
 
 
+@workflow(name="payout", input=PayoutIn, uses=[read_balance, create_transfer, post_letter])
+def payout_rounded(ctx: Context, input: PayoutIn) -> dict[str, Any]:
+    """Variant `rounded`: the same steps, the first transfer's amount rounded up (its input
+    changes under a run that began it)."""
+    balance = ctx.call(read_balance, account=input.account)
+    first = ctx.call(create_transfer, to=input.account, amount=(input.amount + 1) // 2 + 1)
+    ctx.step("between", lambda: hold("between"))
+    second = ctx.call(create_transfer, to=input.account, amount=input.amount - input.amount // 2)
+    letter = ctx.call(
+        post_letter, to=input.account, text=f"paid {input.amount} of {balance.balance}"
+    )
+    return {"transfers": [first.transfer_id, second.transfer_id], "letter": letter.letter_id}
+
+
 _VARIANTS = {
     "": payout,
     "thanks": payout_thanks,
     "reordered": payout_reordered,
     "patched": payout_patched,
     "patched-between": payout_patched_between,
+    "rounded": payout_rounded,
 }
 app = App(
     name="crash-app",
