@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "17"
+SCHEMA_VERSION = "18"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -510,6 +510,17 @@ tasks = sa.Table(
     sa.Column("resumed_workflow_id", sa.String(128)),
     sa.Index("remit_tasks_status", "app", "status"),
     sa.Index("remit_tasks_run", "run_id"),
+)
+
+# Where each run of an attempt stopped, for an attempt DBOS recovered after its worker died:
+# each recovery appends the position it resumes at (`ops/recoveries.py`).
+recoveries = sa.Table(
+    "remit_recoveries",
+    metadata,
+    sa.Column("workflow_id", sa.String(128), primary_key=True),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("stops", sa.JSON, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
 )
 
 # One row per `retry` that moved a run: a repeated retry key reads it back.

@@ -70,8 +70,8 @@ class Settings:
       in place of the hash of the workflows' code (default).
     - `op_timeout`: `REMIT_OP_TIMEOUT`, seconds one try of an op call may take unless the op
       says otherwise (`op(..., timeout=...)`; default 120).
-    - `max_recoveries`: `REMIT_MAX_RECOVERIES`, how many times an attempt whose worker died
-      under it is recovered before its run fails (default 5).
+    - `max_recoveries`: `REMIT_MAX_RECOVERIES`, how many recoveries in a row that get no
+      further an attempt whose worker died under it is given before its run fails (default 5).
     - `wakeup_url`, `wakeup_account_token`: `REMIT_WAKEUP_URL` (the wakeup service a worker
       that stops when idle registers its next deadline with) and `REMIT_WAKEUP_ACCOUNT_TOKEN`
       (an account's token there, `rwa_…`, which registers and deletes instances); kept out of

@@ -39,8 +39,10 @@ A pass, in order:
    running, is reported, never acted on: the worker making it has stopped answering (a thread
    blocked where no timeout reaches, or a process hung), and only a person can tell which.
 
-An attempt that DBOS gave up recovering (its worker died under it more than
-`REMIT_MAX_RECOVERIES` times) is concluded `failed` by pass 1, naming the step it kept dying in.
+An attempt whose worker kept dying at one point fails its run as its next recovery begins
+(`recoveries.py`). One that DBOS itself gave up recovering (`MAX_RECOVERY_ATTEMPTS_EXCEEDED`,
+left by a version of remit that let DBOS count) is concluded `failed` by pass 1, naming the
+step it kept dying in.
 
 Approvals past their expiry are not a window: the worker's sweep expires them, on time, with the
 wakes and schedules (`Sweeper`).
@@ -81,6 +83,7 @@ from remit.core.schema import ledger, resumes, runs
 from remit.core.text import describe_seconds
 from remit.execution.calls import DIRECT_CALL_PREFIX
 from remit.ops.pause import AppState
+from remit.ops.recoveries import where_it_stopped
 from remit.ops.runtime import SUSPENDED
 from remit.people.approvals import cancel_run
 from remit.people.tasks import Held, TaskOpener
@@ -214,18 +217,11 @@ class _DyingIn:
         self.client = client
 
     def __call__(self, run_id: str, workflow_id: str) -> str:
-        attempt = int(workflow_id.rsplit(":", 1)[1])
-        for row in reversed(self.ledger.list(run_id=run_id)):
-            if row.attempt == attempt and row.status in ("started", "abandoned"):
-                return (
-                    f"step {row.step_id}, the call of `{row.op_id}` (key {row.idempotency_key}, "
-                    f"started {row.started_at:%Y-%m-%d %H:%M:%S} UTC)"
-                )
-        steps = self.client.list_workflow_steps(workflow_id)
-        if not steps:
-            return "its first step"
-        last = max(steps, key=lambda step: step["function_id"])
-        return f"step {last['function_id'] + 1}, the one after `{last['function_name']}`"
+        return where_it_stopped(
+            workflow_id,
+            self.ledger.list(run_id=run_id),
+            list(self.client.list_workflow_steps(workflow_id)),
+        )
 
 
 class Reconciler:

@@ -45,6 +45,13 @@ from remit.execution.context import AsyncContext, Context, LiveSteps
 from remit.execution.journal import Journal, load_marks, passed_steps
 from remit.execution.timers import DEFAULT_SUSPEND_AFTER, Timers
 from remit.execution.tries import DEFAULT_OP_TIMEOUT
+from remit.ops.recoveries import (
+    RecoveredTooOften,
+    Recoveries,
+    too_often,
+    where_it_stopped,
+    without_progress,
+)
 from remit.people.approvals import Gates
 from remit.people.notify import Notifications, Notifier
 from remit.people.tasks import TaskOpener
@@ -94,9 +101,10 @@ class Runtime:
         # The app's code hash, unless REMIT_VERSION names the version (a build's SHA).
         self.version = version or app.version
         self.stopping = False
-        # How many times DBOS may recover an attempt whose worker died under it before it gives
-        # up and the run fails (`REMIT_MAX_RECOVERIES`).
+        # How many recoveries in a row of an attempt whose worker died under it may get no
+        # further before the run fails (`REMIT_MAX_RECOVERIES`).
         self.max_recoveries = max_recoveries
+        self.recoveries = Recoveries(db, clock=clock)
         # This worker's copy of the app's pause flag (kept fresh by `pause.PauseWatch`): while
         # it is set, an attempt parks before its next step, or before its first if it begins.
         self.paused = threading.Event()
@@ -129,8 +137,8 @@ class Runtime:
         self._secrets()
         for wf in self.app.workflows.values():
             body = self._async_attempt(wf) if wf.is_async else self._sync_attempt(wf)
-            # DBOS counts a first dispatch as one of its recovery attempts.
-            DBOS.workflow(name=wf.name, max_recovery_attempts=self.max_recoveries)(
+            # remit counts recoveries itself, those that got no further (`_recovered`).
+            DBOS.workflow(name=wf.name, max_recovery_attempts=None)(
                 telemetry.traced_attempt(wf.name, self.version, body, attempt_outcome)
             )
 
@@ -144,7 +152,31 @@ class Runtime:
         """
         if run.attempt == 1 and not run.again:
             return Journal.empty(run.run_id)
-        return self.runs.db.retrying(f"run {run.run_id}: its record", lambda: self._load(run))
+        journal = self.runs.db.retrying(f"run {run.run_id}: its record", lambda: self._load(run))
+        if run.again:
+            self._recovered(run, journal.resume_at)
+        return journal
+
+    def _recovered(self, run: RunInfo, position: int) -> None:
+        """Count a recovery of the attempt, which resumes at `position`: raise
+        `RecoveredTooOften` when it would be the `REMIT_MAX_RECOVERIES`+1th in a row to
+        resume where the run before it stopped (see `recoveries.py`)."""
+        stops = self.recoveries.record(run.run_id, run.workflow_id, position)
+        stalled = without_progress(stops)
+        log.warning(
+            "attempt %s of run %s recovered after its worker stopped: it resumes at step %d "
+            "(%d recoveries in a row got no further)",
+            run.workflow_id,
+            run.run_id,
+            position,
+            stalled,
+        )
+        if stalled < self.max_recoveries:
+            return
+        where = where_it_stopped(
+            run.workflow_id, self.ledger.list(run_id=run.run_id), self.list_steps(run.workflow_id)
+        )
+        raise too_often(run.workflow_id, stops, where, self.max_recoveries)
 
     def _load(self, run: RunInfo) -> Journal:
         # Through a client: DBOS.list_workflow_steps inside a workflow is a step of its own.
@@ -374,6 +406,8 @@ def _failure(run: RunInfo, error: Exception) -> str:
     may hold the data of a run or a call."""
     from dbos import error as dbos_error
 
+    if isinstance(error, RecoveredTooOften):
+        return str(error)
     if isinstance(error, sa.exc.StatementError):
         cause = error.orig if error.orig is not None else error
         lines = str(cause).strip().splitlines()
