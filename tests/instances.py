@@ -149,6 +149,23 @@ class Instance:
         assert found is not None, done.stdout
         return found.group(0)
 
+    def start_unwoken(
+        self, workflow: str, given: dict[str, Any], *, why: str = "", **env: str
+    ) -> str:
+        """Start a run from the command line while the worker is stopped and cannot be woken:
+        the command prints the run, then fails saying the worker was not woken, and `why`. The
+        run id."""
+        done = self.remit("start", workflow, "--input", json.dumps(given), check=False, **env)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "error: the write is stored, but the app's worker is stopped and was not woken" in (
+            done.stderr
+        )
+        assert why in done.stderr
+        assert "Traceback" not in done.stderr
+        found = re.search(r"run_[0-9a-f]+", done.stdout)
+        assert found is not None, done.stdout  # what the command did is printed first
+        return found.group(0)
+
     def row(self) -> WakeupRow | None:
         return WakeupState(self.db, "sleepy").get()
 

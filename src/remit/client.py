@@ -74,6 +74,10 @@ IdKind = Literal["run", "approval", "task"]
 _log = logging.getLogger("remit.client")
 
 
+def _not_woken(message: str) -> None:
+    _log.warning("%s", message)
+
+
 @dataclass(frozen=True)
 class Step:
     """One checkpointed step of a run's attempt: its name, when it ran (epoch milliseconds),
@@ -212,12 +216,13 @@ class Client:
             self.db.prepare()
         # Called after each write that gives a worker something to do: a start, a retry, a
         # decision, a task's answer, a held direct call, a resume of the app, an archive, a
-        # reconciler pass that acted. By default, with a
-        # wakeup service configured, it wakes the app's worker if it stopped itself when idle
-        # (`remit serve --worker --stop-when-idle` points it at its own worker instead).
-        self.on_write: Callable[[], object] | None = (
-            self.wake_if_stopped if settings.wakeup_url is not None else None
-        )
+        # reconciler pass that acted. By default it wakes the app's worker if it stopped
+        # itself when idle (`remit serve --worker --stop-when-idle` points it at its own
+        # worker instead).
+        self.on_write: Callable[[], object] | None = self.wake_if_stopped
+        # Told, when a write finds the worker stopped and cannot wake it: by default a warning
+        # in the log (the write is done); the command line makes it an error.
+        self.on_not_woken: Callable[[str], object] = _not_woken
 
     def use_implementations(self, implementations: Mapping[str, Implementation]) -> None:
         """Make direct calls on `implementations` (by vendor) from now on."""
@@ -701,20 +706,29 @@ class Client:
     def wake_if_stopped(self) -> None:
         """Register a wake for now with the wakeup service if the app's worker is stopping or
         stopped (see `ops/idle.py`), so work just written does not wait for the deadline it
-        registered. A failure is logged, not raised: the write it follows is done."""
+        registered. The wake needs `REMIT_WAKEUP_URL` and the instance's token, which `remit
+        wakeup connect` stored. If it cannot be sent, `on_not_woken` is told why; nothing is
+        raised, as the write it follows is done."""
+        from remit.connectors.wakeup import SERVICE_URL
         from remit.ops.idle import WakeupState
 
         if not WakeupState(self.db, self.app.name, clock=self.clock).wants_wake():
             return
-        try:
-            result = self.register_wake(self.clock.now())
-        except Exception as error:
-            _log.warning("could not wake the stopped worker through the wakeup service: %s", error)
-            return
-        if result.status != "ok":
-            _log.warning(
-                "could not wake the stopped worker through the wakeup service: %s", result.error
-            )
+        if self.settings.wakeup_url is None:
+            why = f"{SERVICE_URL} is not set: set it to the wakeup service's address, as the worker has it"
+        else:
+            try:
+                result = self.register_wake(self.clock.now())
+            except Exception as error:
+                why = f"{type(error).__name__}: {error}"
+            else:
+                if result.status == "ok":
+                    return
+                why = result.error or f"{result.op} ended {result.status}"
+        self.on_not_woken(
+            "the write is stored, but the app's worker is stopped and was not woken, so it "
+            f"waits for the worker's next registered deadline: {why}"
+        )
 
     def _written(self) -> None:
         if self.on_write is not None:

@@ -116,7 +116,7 @@ def test_wakes_late_twice_or_many_at_once_do_no_harm(instance: Instance) -> None
     base = instance.serve()
     instance.wait_state("stopped")
     # A run written by another process, with no wakeup service to tell: it waits for a wake.
-    run_id = instance.start("nap", {"seconds": 0}, REMIT_WAKEUP_URL="")
+    run_id = instance.start_unwoken("nap", {"seconds": 0}, REMIT_WAKEUP_URL="")
     time.sleep(1.0)
     assert instance.moments() == []
 
@@ -240,6 +240,9 @@ def test_a_sleeping_run_is_woken_by_the_service_at_its_deadline(connected: Insta
 
 
 def test_an_approval_expiry_is_woken_at_its_time(connected: Instance) -> None:
+    # The stop of the idle worker the fixture served lands first, or it could be taken for the
+    # stop after the gate opened, which registers the expiry.
+    connected.wait_state("stopped", timeout=30)
     began = datetime.now(UTC)
     run_id = connected.start("ask", {"expires_in": 4})
     stopped = connected.wait_state("stopped", timeout=30, since=began)
@@ -256,11 +259,25 @@ def test_a_write_from_elsewhere_while_stopped_wakes_the_worker_through_the_servi
     connected.wait_state("stopped", timeout=30)
     before = len(ledger_registrations(connected))
     began = time.time()
-    run_id = connected.start("nap", {"seconds": 0})  # the command line, not the API
+    # The command line, not the API, with what `remit wakeup connect` stored and the service's
+    # address: a wake is sent with the instance's token alone, so no account token is needed.
+    run_id = connected.start("nap", {"seconds": 0}, REMIT_WAKEUP_ACCOUNT_TOKEN="")
     after = connected.wait_moment(run_id, "after", timeout=30)
     assert after - began < 10
     registered = ledger_registrations(connected)
     assert len(registered) == before + 1
+
+
+def test_a_write_that_cannot_wake_the_stopped_worker_says_so_and_keeps_the_run(
+    connected: Instance,
+) -> None:
+    connected.wait_state("stopped", timeout=30)
+    why = "REMIT_WAKEUP_URL is not set: set it to the wakeup service's address"
+    run_id = connected.start_unwoken("nap", {"seconds": 0}, why=why, REMIT_WAKEUP_URL="")
+
+    assert f"{run_id}  nap  queued" in connected.remit("show", run_id).stdout
+    assert httpx.get(f"{connected.url}/wake", timeout=30).status_code == 200
+    connected.wait_moment(run_id, "after", timeout=30)
 
 
 def test_a_failed_registration_keeps_the_worker_up_and_is_recorded(
@@ -268,7 +285,7 @@ def test_a_failed_registration_keeps_the_worker_up_and_is_recorded(
 ) -> None:
     connected.wait_state("stopped", timeout=30)
     service.stop()  # the service is gone: registering fails
-    run_id = connected.start("nap", {"seconds": 3600}, REMIT_WAKEUP_URL="")
+    run_id = connected.start_unwoken("nap", {"seconds": 3600})
     woken = httpx.get(f"{connected.url}/wake", timeout=30)
     assert woken.status_code == 200
     connected.wait_moment(run_id, "before")

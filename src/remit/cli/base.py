@@ -274,6 +274,11 @@ def here_only(command: str) -> None:
         )
 
 
+# Why a write of this command found the app's worker stopped and could not wake it: once the
+# command has done and printed what it did, `main` reports it as an error and exits 1.
+NOT_WOKEN: list[str] = []
+
+
 @contextlib.contextmanager
 def local_client(
     app_dir: Path | None, *, pool_size: int = 4, command: str | None = None
@@ -289,6 +294,7 @@ def local_client(
         here_only(command)
     folder, settings = _settings(app_dir)
     with Client(folder, settings, pool_size=pool_size) as client:
+        client.on_not_woken = NOT_WOKEN.append
         yield client
 
 

@@ -9,7 +9,7 @@ import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.markup import escape
@@ -35,6 +35,7 @@ from remit.cli import (  # noqa: F401
 )
 from remit.cli import tasks as task_commands
 from remit.cli.base import (
+    NOT_WOKEN,
     SHOWN,
     ActAs,
     AppDir,
@@ -889,13 +890,21 @@ def main() -> None:
     """The `remit` command."""
     try:
         cli()
+    except SystemExit as done:
+        if done.code in (0, None) and NOT_WOKEN:
+            _fail(NOT_WOKEN[-1])
+        raise
     except Exception as error:
         message = _refusal(error)
         if message is None:
             raise
-        # One line, however long: a script greps it, a terminal wraps it.
-        err.print(f"[red]error:[/] {escape(printable(message))}", soft_wrap=True)
-        sys.exit(1)
+        _fail(message)
+
+
+def _fail(message: str) -> NoReturn:
+    # One line, however long: a script greps it, a terminal wraps it.
+    err.print(f"[red]error:[/] {escape(printable(message))}", soft_wrap=True)
+    sys.exit(1)
 
 
 def _refusal(error: Exception) -> str | None:

@@ -110,6 +110,12 @@ class Implementation:
     def implemented(cls) -> frozenset[str]:
         return frozenset(cls._handlers)
 
+    def needs(self, op_id: str) -> tuple[str, ...]:
+        """The credentials a call of `op_id` cannot be made without: checked before it is made,
+        and a missing one fails the call naming it. All the declared `credentials` unless a
+        driver says less for one of its ops; every declared one is redacted from every call."""
+        return tuple(getattr(self, "credentials", ()))
+
     def call_credentials(self, input: BaseModel) -> tuple[str, ...]:
         """The credentials one call names in its input, beside the declared ones: redacted
         from its answer and its errors as they are."""

@@ -414,6 +414,13 @@ class WakeupDriver(_InstanceType, ResourceDriver):
     def __init__(self, transport: httpx.BaseTransport | None = None) -> None:
         self.transport = transport
 
+    def needs(self, op_id: str) -> tuple[str, ...]:
+        # A wake is sent with the instance's token alone: a worker or a command that wakes
+        # the instance needs no account token.
+        if op_id == register_wake.id:
+            return (INSTANCE_TOKEN_SECRET,)
+        return super().needs(op_id)
+
     @implements(register_wake)
     def register(self, input: Wake, call: CallContext) -> Armed:
         at = input.at.astimezone(UTC)

@@ -243,7 +243,7 @@ class OpCaller:
         self, op: Op[Any, Any], implementation: Implementation
     ) -> CredentialFailure | None:
         """The first credential the driver needs that cannot be given to it, if any."""
-        for name in getattr(implementation, "credentials", ()):
+        for name in implementation.needs(op.id):
             try:
                 if self.environ.get(name):
                     continue
