@@ -26,6 +26,7 @@ import pytest
 from remit.app import load_app
 from remit.declare.resources import Declaration
 from remit.resources.lockfile import FILE, Lockfile
+from tests.forked import run_remit, spawn_remit
 from tests.processes import Workers
 from tests.resource_support import FakeStore, alias, box
 
@@ -198,3 +199,27 @@ def test_an_apply_killed_after_a_create_before_its_bind_makes_it_once(
 
     stock.start("stock-0")
     check_applied(stock, run_id, f"killed after creating {cut}")
+
+
+def test_apply_again_after_a_killed_apply_carries_that_one_on_and_reports_it(
+    stock: Workers,
+) -> None:
+    """`remit apply` killed mid-way, then run again: the second carries the first on and
+    reports its outcome, rather than starting a second apply that could only fail."""
+    argv = ["--app", str(stock.app), "apply", "--yes"]
+    with (stock.tmp / "first-apply.log").open("wb") as log:
+        first = spawn_remit(argv, env=stock.env, output=log)
+        wait_for_creates(stock, first, 3)
+        kill(first)
+    [cut] = stock.runs.list(workflow="apply")
+    assert cut.status == "running"
+
+    again = run_remit(argv, env=stock.env)
+
+    said = again.stdout + again.stderr
+    assert again.returncode == 0, said
+    assert f"an earlier apply, run {cut.run_id}, is running: carrying it on first" in said
+    assert "Applied: 24 changed. remit.lock is up to date." in said
+    assert "No changes: 24 resources match the data files." in said
+    assert [run.run_id for run in stock.runs.list(workflow="apply")] == [cut.run_id]
+    check_applied(stock, cut.run_id, "carried on by a second `remit apply`")

@@ -8,6 +8,7 @@ the data files, 2 when something differs, 1 on an error.
 # No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
 
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -117,12 +118,22 @@ def apply(
     before it deletes or replaces a resource that holds state, and writes remit.lock as each
     resource is bound. If the vendors changed since the plan shown, it changes nothing and
     says so. A crashed apply is resumed by any worker, making nothing twice."""
-    from remit.resources.workflows import APPLY
+    from remit.resources.workflows import APPLY, unfinished_apply
 
     here_only("apply")
     app, settings = load(app_dir)
     actor = as_ or settings.actor
     call, store = _session(app, settings, actor)
+    earlier = unfinished_apply(store.db, app.name)
+    if earlier is not None:
+        # A second apply would only wait for it and fail: carry it on here, then plan.
+        err.print(f"an earlier apply, run {earlier[0]}, is {earlier[1]}: carrying it on first")
+        carried = serve_run_here(
+            app, settings, APPLY, None, actor, timeout, lambda run: None, _progress(), earlier[0]
+        )
+        _exported(store)
+        if not _reported(carried):
+            _exit(ERROR)
     the_plan = _resources(app).plan(call, store.read())
     _told_apart(store)
     out.print(Text(the_plan.render()))
@@ -140,10 +151,21 @@ def apply(
         c.name: {"action": c.action, "basis": c.basis, "digest": c.digest()}
         for c in the_plan.pending
     }
-    shown: set[str] = set()
 
     def started(run: "Run") -> None:
         err.print(f"applying as run {run.run_id} on {'fakes' if settings.fakes else 'drivers'}")
+
+    current = serve_run_here(
+        app, settings, APPLY, {"seen": seen}, actor, timeout, started, _progress()
+    )
+    _exported(store)
+    _exit(NO_CHANGES if _reported(current) else ERROR)
+
+
+def _progress() -> Callable[["Worker", "Run"], None]:
+    """What an apply run served here prints as it goes: each resource it created, updated or
+    deleted, once."""
+    shown: set[str] = set()
 
     def progress(running: "Worker", run: "Run") -> None:
         for row in running.remit.ledger(run.run_id):
@@ -156,14 +178,15 @@ def apply(
             output: dict[str, Any] = row.output if isinstance(row.output, dict) else {}
             err.print(f"  {verb}d {row.op_id.rsplit('.', 1)[0]} {output.get('id', '')}")
 
-    current = serve_run_here(
-        app, settings, APPLY, {"seen": seen}, actor, timeout, started, progress
-    )
-    _exported(store)
+    return progress
+
+
+def _reported(current: "Run") -> bool:
+    """Print how the apply run `current` ended; True if it applied its plan."""
     result = current.output if isinstance(current.output, dict) else {}
     if current.status == "done" and result.get("outcome") == "applied":
         out.print(f"Applied: {len(result.get('applied', []))} changed. remit.lock is up to date.")
-        _exit(NO_CHANGES)
+        return True
     if current.status == "done":
         out.print(f"Nothing applied: the approval was {result.get('outcome')}.")
     elif current.finished:
@@ -173,7 +196,7 @@ def apply(
             f"Apply {current.run_id} is still {current.status}; a worker carries it on "
             f"(`remit show {current.run_id}`)"
         )
-    _exit(ERROR)
+    return False
 
 
 def serve_run_here(
@@ -185,6 +208,7 @@ def serve_run_here(
     timeout: float,
     started: Any,
     progress: Any,
+    carry_on: str | None = None,
 ) -> "Run":
     from remit.cli.serving import serve_run
 
@@ -197,6 +221,7 @@ def serve_run_here(
         timeout=timeout,
         started=started,
         progress=progress,
+        carry_on=carry_on,
     )
 
 

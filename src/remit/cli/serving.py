@@ -46,10 +46,12 @@ def serve_run(
     started: Callable[["Run"], None] = lambda run: None,
     progress: Callable[["Worker", "Run"], None] = lambda worker, run: None,
     done: Callable[["Worker", "Run"], None] = lambda worker, run: None,
+    carry_on: str | None = None,
 ) -> "Run":
     """Start a run of workflow `name` and serve it here until it ends or `timeout` seconds
     pass; `progress` is called as it goes, `done` once it has ended (before the worker
-    stops). Returns the run as last read."""
+    stops). With `carry_on`, start nothing: serve that run, already started, instead (the
+    worker here takes it over if its own worker is gone). Returns the run as last read."""
     from remit.core.principals import check_actor
     from remit.policy.guard import Guard
     from remit.serve.worker import Worker
@@ -59,16 +61,19 @@ def serve_run(
     running.start()
     try:
         runs = running.runtime.runs
-        begun = Guard.of(app, running.db).start(
-            runs, running.client, wf, payload, by=check_actor(by)
-        )
-        current = runs.get(begun.run_id)
+        if carry_on is None:
+            carry_on = (
+                Guard.of(app, running.db)
+                .start(runs, running.client, wf, payload, by=check_actor(by))
+                .run_id
+            )
+        current = runs.get(carry_on)
         started(current)
         deadline = time.monotonic() + timeout
         told: set[str] = set()
         while not current.finished and time.monotonic() < deadline:
             time.sleep(0.05)
-            current = runs.get(begun.run_id)
+            current = runs.get(carry_on)
             progress(running, current)
             if current.status == "waiting":
                 tell_waiting(running.approvals.list(run_id=current.run_id, status="pending"), told)

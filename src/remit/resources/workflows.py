@@ -321,29 +321,47 @@ class _Walk:
         self.applied.append({"name": change.name, "action": change.action, "id": made})
 
 
-def _alone(db: Database, run_id: str, app: str) -> str:
-    """Refuse to go on while an earlier apply of the app is unfinished: two applies planning at
-    once would each make what the other makes. Of two started together, the earlier goes on.
-    Another app's applies (on the same database) are its own."""
+def unfinished_apply(
+    db: Database, app: str, *, before: str | None = None
+) -> tuple[str, str] | None:
+    """The first apply of the app (id and status) that has not finished, started before the
+    run `before` if given; None if there is none. Another app's applies (on the same database)
+    are its own."""
     with db.engine.connect() as conn:
-        mine = conn.execute(sa.select(runs.c.created_at).where(runs.c.run_id == run_id)).scalar()
+        mine = None
+        if before is not None:
+            mine = conn.execute(
+                sa.select(runs.c.created_at).where(runs.c.run_id == before)
+            ).scalar()
         others = conn.execute(
             sa.select(runs.c.run_id, runs.c.status, runs.c.created_at).where(
                 runs.c.workflow == APPLY,
-                runs.c.run_id != run_id,
+                runs.c.run_id != (before or ""),
                 app_runs(app or None),
                 runs.c.status.not_in(FINISHED),
             )
         ).all()
     earlier = [
-        row for row in others if mine is None or (row.created_at, row.run_id) < (mine, run_id)
+        row
+        for row in others
+        if before is None or mine is None or (row.created_at, row.run_id) < (mine, before)
     ]
-    if earlier:
-        first = min(earlier, key=lambda row: (row.created_at, row.run_id))
+    if not earlier:
+        return None
+    first = min(earlier, key=lambda row: (row.created_at, row.run_id))
+    return first.run_id, first.status
+
+
+def _alone(db: Database, run_id: str, app: str) -> str:
+    """Refuse to go on while an earlier apply of the app is unfinished: two applies planning at
+    once would each make what the other makes. Of two started together, the earlier goes on."""
+    first = unfinished_apply(db, app, before=run_id)
+    if first is not None:
+        other, status = first
         raise RemitError(
-            f"another apply, run {first.run_id}, is {first.status} and started first: wait "
-            f"for it to finish (`remit show {first.run_id}`), or cancel it (`remit cancel "
-            f"{first.run_id}`), then apply again"
+            f"another apply, run {other}, is {status} and started first: wait "
+            f"for it to finish (`remit show {other}`), or cancel it (`remit cancel "
+            f"{other}`), then apply again"
         )
     return run_id
 
