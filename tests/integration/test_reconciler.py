@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
+import pytest
 import sqlalchemy as sa
 
 from remit.core.clock import SystemClock
@@ -16,7 +17,7 @@ from remit.declare.workflows import Workflow
 from remit.ops.reconciler import Reconciler, conclude_ended
 from remit.people.tasks import TaskOpener
 from remit.testing import Harness, ManualClock
-from tests.support import FakeShop, make_app
+from tests.support import FakeShop, create_order, make_app, send_email
 
 
 def lose_conclusion(harness: Harness, run_id: str) -> None:
@@ -115,33 +116,42 @@ def test_a_dry_run_reports_and_changes_nothing(database_url: str) -> None:
         assert reconciler(harness).run_pass().actions == []
 
 
-def test_a_write_started_in_a_finished_run_is_marked_uncertain_with_one_task(
-    database_url: str,
+@pytest.mark.parametrize("idempotent", [False, True], ids=["non-idempotent", "idempotent"])
+def test_a_write_cut_off_in_a_finished_run_asks_a_person_only_if_it_cannot_be_repeated(
+    database_url: str, idempotent: bool
 ) -> None:
+    """A non-idempotent write is marked uncertain with one task; an idempotent one is marked
+    abandoned, for whatever reaches it again to call under its key, and asks no one."""
+    op_id = create_order.id if idempotent else send_email.id
     with Harness(make_app(), database_url=database_url) as harness:
         run = harness.run("purchase", {"sku": "sku-1"})
-        order = next(row for row in harness.ledger(run.run_id) if row.effect == "write")
+        cut = next(row for row in harness.ledger(run.run_id) if row.op_id == op_id)
         # The window: the vendor was called, the worker died before recording the outcome,
         # and the run ended without coming back to the call.
         with harness.worker.db.begin() as conn:
             conn.execute(
                 ledger_table.update()
-                .where(ledger_table.c.idempotency_key == order.idempotency_key)
+                .where(ledger_table.c.idempotency_key == cut.idempotency_key)
                 .values(status="started", finished_at=None, output=None)
             )
 
         report = reconciler(harness).run_pass()
 
-        assert [(a.kind, a.run_id) for a in report.actions] == [("uncertain", run.run_id)]
-        marked = harness.ledger_store.get(order.idempotency_key)
+        marked = harness.ledger_store.get(cut.idempotency_key)
         assert marked is not None
-        assert marked.status == "uncertain"
-        assert "was never recorded" in (marked.error or "")
-        (task,) = harness.tasks.list()
-        assert (task.idempotency_key, task.status) == (order.idempotency_key, "open")
-        assert task.id in report.actions[0].reason
+        if idempotent:
+            assert [(a.kind, a.run_id) for a in report.actions] == [("abandoned", run.run_id)]
+            assert marked.status == "abandoned"
+            assert harness.tasks.list() == []
+        else:
+            assert [(a.kind, a.run_id) for a in report.actions] == [("uncertain", run.run_id)]
+            assert marked.status == "uncertain"
+            assert "was never recorded" in (marked.error or "")
+            (task,) = harness.tasks.list()
+            assert (task.idempotency_key, task.status) == (cut.idempotency_key, "open")
+            assert task.id in report.actions[0].reason
         assert reconciler(harness).run_pass().actions == []
-        assert len(harness.tasks.list()) == 1
+        assert len(harness.tasks.list()) == (0 if idempotent else 1)
 
 
 def test_a_resume_lost_with_its_outbox_row_is_enqueued(database_url: str) -> None:

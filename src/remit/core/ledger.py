@@ -165,13 +165,16 @@ class LedgerStore:
         assert existing is not None, "a ledger key that is taken has a row (none is deleted)"
         return Begun(existing=existing)
 
-    def retake(self, key: str, attempt: int) -> None:
-        """A re-entered call goes ahead: note the attempt that makes it, and make the row
-        `started` again, from now (a `not_done` row is called again)."""
+    def retake(self, record: CallRecord) -> None:
+        """A re-entered call goes ahead: note the run, attempt and step that make it (another
+        run's, when a later apply settles an earlier one's create), and make the row `started`
+        again, from now (a `not_done` row is called again)."""
         self._update(
-            key,
+            record.idempotency_key,
             {
-                "attempt": attempt,
+                "run_id": record.run_id,
+                "step_id": record.step_id,
+                "attempt": record.attempt,
                 "status": "started",
                 "started_at": self.clock.now(),
                 "finished_at": None,
@@ -181,7 +184,8 @@ class LedgerStore:
         )
 
     def abandon(self, key: str, attempt: int) -> bool:
-        """Mark a read `started` in attempt `attempt`, which has ended, `abandoned`; False when
+        """Mark a read (or an idempotent write) `started` in attempt `attempt`, which has ended,
+        `abandoned`; False when
         the row is no longer so (it answered, or a later attempt called it again, meanwhile)."""
         statement = (
             ledger.update()

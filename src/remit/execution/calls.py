@@ -214,7 +214,7 @@ class OpCaller:
         if isinstance(decision, Replay):
             return decision.outcome
         if isinstance(decision, CallAgain):
-            self.ledger.retake(record.idempotency_key, record.attempt)
+            self.ledger.retake(record)
             log.info(
                 "calling %s again with key %s: %s",
                 op.id,

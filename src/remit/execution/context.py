@@ -359,17 +359,23 @@ class _Base:
         return _Path(cast(Any, self).call, self._ops, vendor)
 
     def _op_step(
-        self, op: Op[Any, Any], payload: dict[str, Any], key: str | None
+        self,
+        op: Op[Any, Any],
+        payload: dict[str, Any],
+        key: str | None,
+        *,
+        whole_key: str | None = None,
     ) -> tuple[Slot, Mark, Callable[[], dict[str, Any]]]:
         """The position an op call takes, what it is there, and the body of its step, which
-        returns the call's outcome as JSON (its checkpoint)."""
+        returns the call's outcome as JSON (its checkpoint). `whole_key`: the call's whole
+        idempotency key, one an earlier run began it under (see `_call_under`)."""
         slot = self._steps.reserve()
         # A call's position names it unless the workflow names it: `<run>:<step>` or
         # `<run>:key:<key>`, two spaces that cannot collide. A resumed run's positions up to
         # where it resumes are checked against its record before anything runs (`journal.py`),
         # so a deploy cannot move a key from under a call it started.
         name = str(slot.position) if key is None else f"key:{key}"
-        idempotency_key = f"{self._run.run_id}:{name}"
+        idempotency_key = whole_key or f"{self._run.run_id}:{name}"
         memo = CallMemo()  # outlives a DBOS retry of this step
 
         def body() -> dict[str, Any]:
@@ -532,6 +538,17 @@ class Context(_Base):
         self._before_step()
         declared, payload = self._prepare(op, input, fields, key)
         slot, mark, body = self._op_step(declared, payload, key)
+        outcome = slot.run(mark, _op_options(declared), body)
+        return _finish_op(cast(Op[Any, Out], declared), outcome)
+
+    def _call_under(self, op: Op[Any, Out], input: Any, *, idempotency_key: str) -> Out:
+        """`call`, under the whole idempotency key an earlier run began the same call under
+        and never learned the outcome of: the ledger's row moves to this run, and the call is
+        made again (or replayed) as a re-entered call is, so the vendor makes it once. For
+        remit's own workflows (the built-in `apply` settles an earlier apply's create)."""
+        self._before_step()
+        declared, payload = self._prepare(op, input, {}, None)
+        slot, mark, body = self._op_step(declared, payload, None, whole_key=idempotency_key)
         outcome = slot.run(mark, _op_options(declared), body)
         return _finish_op(cast(Op[Any, Out], declared), outcome)
 

@@ -13,13 +13,15 @@ A pass, in order:
 3. `enqueue`: a run whose current attempt DBOS has never heard of, and no resume is pending for,
    gets it, forked from the attempt before; a first attempt (enqueued in the transaction that
    writes its run, so missing only if DBOS lost it) is enqueued again under the run's lock.
-4. `uncertain`: a write op whose `started` ledger row outlived its attempt, in a run that has
-   finished or moved on from that attempt (or waits, sleeps or parks), may or may not have
-   happened at the vendor: it is marked `uncertain` and its task is opened for a person, in one
-   transaction, never called again blindly. A row already `uncertain` is left as it is, so a
-   row opens one task however many passes find it.
-5. `abandoned`: a read whose `started` row outlived its attempt never answered: the row is
-   marked `abandoned` (a later attempt that reaches it calls it anew).
+4. `uncertain`: a non-idempotent write whose `started` ledger row outlived its attempt, in a
+   run that has finished or moved on from that attempt (or waits, sleeps or parks), may or may
+   not have happened at the vendor: it is marked `uncertain` and its task is opened for a
+   person, in one transaction, never called again blindly. A row already `uncertain` is left
+   as it is, so a row opens one task however many passes find it.
+5. `abandoned`: a read whose `started` row outlived its attempt never answered, and an
+   idempotent write cut off in a run that has finished may or may not have happened: either
+   row is marked `abandoned`, and whatever reaches it again (a later attempt, a retry, the
+   next apply of a resource) calls it anew under its key. Neither needs a person.
 6. `queues`: every queue of the app gets the bounds the pause flag says (0 while paused, its
    declared ones otherwise), healing a pause or resume that died half way or raced a worker
    registering its queues as it booted.
@@ -432,10 +434,11 @@ class Reconciler:
             report.actions.append(Action(row.run_id, workflow_id, "uncertain", reason, "uncertain"))
 
     def _abandon(self, report: Report, apply: bool) -> None:
-        """Pass 5: a read with a cost (an LLM call) `started` in an attempt that has ended never
-        answered. Nothing is making it: its row becomes `abandoned`, which a later attempt that
-        reaches the call again calls anew (a read cannot double anything). Its reservation, if
-        any, is released by the `reservations` pass."""
+        """Pass 5: a read `started` in an attempt that has ended never answered, and an
+        idempotent write cut off in a run that has finished. Nothing is making either: its row
+        becomes `abandoned`, which whatever reaches the call again calls anew (a read cannot
+        double anything, and the write's key makes it once). Its reservation, if any, is
+        released by the `reservations` pass."""
         for row, workflow_id, reason in self._ended_calls("read"):
             if apply and not self.ledger.abandon(row.idempotency_key, row.attempt):
                 continue  # answered, or re-entered by its run, meanwhile
@@ -443,11 +446,22 @@ class Reconciler:
             report.actions.append(Action(row.run_id, workflow_id, "abandoned", reason, "abandoned"))
 
     def _ended_calls(self, effect: str) -> list[tuple[Any, str, str]]:
-        """The calls of `effect` whose row is still `started` though nothing is making them:
-        each with the attempt (or direct call) it belongs to and why it has ended."""
-        # A write that may be repeated is left to the attempt that reaches it again; a read
-        # is marked, and called anew then.
-        marked = ledger.c.idempotent.is_(False) if effect == "write" else sa.true()
+        """The calls whose row is still `started` though nothing is making them, each with the
+        attempt (or direct call) it belongs to and why it has ended: with `effect` "write",
+        the non-idempotent writes (uncertain: only a person can say whether they happened);
+        with "read", the reads and the idempotent writes (abandoned: calling one again under
+        its key is safe, so none needs a person)."""
+        idempotent = ledger.c.idempotent.is_(True)
+        if effect == "write":
+            which: sa.ColumnElement[bool] = sa.and_(ledger.c.effect == "write", sa.not_(idempotent))
+            # In a run still going, the attempt that reaches the write again waits at its task.
+            moved_on_too: sa.ColumnElement[bool] = sa.true()
+        else:
+            which = sa.or_(ledger.c.effect == "read", idempotent)
+            # An idempotent write is left to the attempt that reaches it again, and called
+            # again with its key; in a finished run (or a later apply, `resources/`) nothing
+            # will, until someone retries it.
+            moved_on_too = ledger.c.effect == "read"
         with self.db.engine.connect() as conn:
             started = list(
                 conn.execute(
@@ -462,11 +476,11 @@ class Reconciler:
                     .where(
                         app_runs(self.runs.app),
                         ledger.c.status == "started",
-                        ledger.c.effect == effect,
+                        which,
                         sa.or_(
                             runs.c.status.in_(tuple(FINISHED)),
                             sa.and_(
-                                marked,
+                                moved_on_too,
                                 sa.or_(
                                     runs.c.attempt != ledger.c.attempt,
                                     runs.c.status.not_in(("queued", "running")),
@@ -485,7 +499,7 @@ class Reconciler:
             if attempt is not None and attempt.status not in _GOING:
                 reason = f"{row.op_id} started in {workflow_id}, which ended {attempt.status}"
                 ended.append((row, workflow_id, reason))
-        for row in self._stale_direct_calls(effect):
+        for row in self._stale_direct_calls(which):
             reason = (
                 f"{row.op_id}, called directly by {row.actor}, started at "
                 f"{row.started_at:%Y-%m-%d %H:%M:%S} UTC and recorded no outcome within "
@@ -494,7 +508,7 @@ class Reconciler:
             ended.append((row, row.run_id, reason))
         return ended
 
-    def _stale_direct_calls(self, effect: str) -> list[Any]:
+    def _stale_direct_calls(self, which: sa.ColumnElement[bool]) -> list[Any]:
         """Calls made directly (`remit call`, `remit data`) that started longer ago than any
         call takes and recorded no outcome: the process making them stopped. A direct call
         has no run or attempt to ask, so its age is all there is to go on."""
@@ -512,7 +526,7 @@ class Reconciler:
                         ledger.c.started_at,
                     ).where(
                         ledger.c.status == "started",
-                        ledger.c.effect == effect,
+                        which,
                         ledger.c.run_id.startswith(DIRECT_CALL_PREFIX, autoescape=True),
                         ledger.c.started_at < cutoff,
                     )

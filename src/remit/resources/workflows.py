@@ -24,13 +24,15 @@ from pydantic import BaseModel, Field
 from remit.core.database import Database
 from remit.core.errors import RemitError
 from remit.core.fence import FINISHED
+from remit.core.ledger import input_hash
 from remit.core.runs import app_runs
-from remit.core.schema import runs
+from remit.core.schema import ledger, runs
 from remit.declare.ops import Op
 from remit.declare.resources import (
     Applied,
     Declaration,
     Made,
+    ReadOut,
     ResourceType,
     database_url_secret,
 )
@@ -188,6 +190,12 @@ def apply_workflow(resources: Resources, ops: Mapping[str, Op[Any, Any]]) -> Wor
             if not decision.approved:
                 return {"outcome": decision.status, "applied": [], "summary": the_plan.summary()}
         walk = _Walk(ctx, resources, declared, ops)
+        # The creates earlier applies began and never bound: a create of the same declaration
+        # settles them rather than making its resource a second time.
+        if ctx.patch("settle-earlier-creates"):
+            walk.earlier = ctx.step(
+                "earlier creates", lambda: _earlier_creates(db, resources, run_id)
+            )
         for change in the_plan.changes:
             walk.apply(change)
         return {"outcome": "applied", "applied": walk.applied, "summary": the_plan.summary()}
@@ -214,6 +222,8 @@ class _Walk:
         self.store = Bindings(db, app, resources.lockfile)
         self.known: dict[str, Mapping[str, Any] | None] = {}
         self.applied: list[dict[str, Any]] = []
+        # By declaration: the last create an earlier apply began (`_earlier_creates`).
+        self.earlier: dict[str, dict[str, Any]] = {}
 
     def apply(self, change: Change) -> None:
         declaration = self.declared.by_name.get(change.name)
@@ -271,9 +281,16 @@ class _Walk:
             # The object it replaces, or one gone at the vendor: its URL names nothing now.
             self._forget_url(rtype, change.name)
         key = f"{'replace-' if action == 'replace' else ''}create:{change.name}"
-        made = Applied.model_validate(
-            self._call(rtype, "create", {"desired": desired}, key).model_dump()
+        payload = {"desired": desired}
+        earlier = self._settled(rtype, change.name, payload)
+        created = (
+            self._call(rtype, "create", payload, key)
+            if earlier is None
+            else self.ctx._call_under(
+                self.ops[rtype.ops["create"].id], payload, idempotency_key=earlier
+            )
         )
+        made = Applied.model_validate(created.model_dump())
         store, by = self.store, self.ctx.run_id
 
         def bind() -> str:
@@ -289,6 +306,46 @@ class _Walk:
             )
         self.known[change.name] = made.state
         self._done(change, made.id)
+
+    def _settled(self, rtype: ResourceType, name: str, payload: dict[str, Any]) -> str | None:
+        """The idempotency key to create `name` under: the one an earlier apply began its
+        create under, if that create must be settled first; None for a key of this run's.
+
+        A create of the same fields whose outcome was never learned (`started`, `abandoned`,
+        `not_done`) is made again under its key: the vendor makes the resource once. One that
+        answered replays its answer if the vendor still holds what it made, which is read
+        first; one the vendor no longer holds (deleted or replaced since), or one of other
+        fields, is made afresh. One that is `uncertain` waits for a person's answer to its
+        task, and one of other fields whose outcome is unknown is refused, saying what to do."""
+        earlier = self.earlier.get(name)
+        if earlier is None or earlier["op"] != rtype.ops["create"].id:
+            return None
+        key, status = str(earlier["key"]), earlier["status"]
+        same = earlier["input_hash"] == input_hash(payload)
+        if status == "ok":
+            made = earlier.get("id")
+            if not same or not isinstance(made, str):
+                return None  # it made something else, since replaced or deleted
+            held = ReadOut.model_validate(
+                self._call(rtype, "read", {"id": made}, f"settle:{name}").model_dump()
+            )
+            return None if held.gone else key
+        if status not in ("started", "abandoned", "not_done", "uncertain"):
+            return None  # the vendor refused it: nothing was made
+        if not same:
+            raise RemitError(
+                f"apply of `{name}`: an earlier apply, run {earlier['run_id']}, began creating "
+                f"it with other fields (key {key}) and never learned whether it did: declare "
+                "the fields as they were, so that this apply settles that create, or check "
+                f"{rtype.id} at the vendor and bind or delete what it holds there"
+            )
+        if status == "uncertain":
+            raise RemitError(
+                f"apply of `{name}`: an earlier apply, run {earlier['run_id']}, began creating "
+                f"it (key {key}) and a person is asked whether it did: answer its task "
+                "(`remit tasks`), then apply again"
+            )
+        return key
 
     def _call(self, rtype: ResourceType, name: str, payload: dict[str, Any], key: str) -> Any:
         return self.ctx.call(self.ops[rtype.ops[name].id], payload, key=key)
@@ -319,6 +376,50 @@ class _Walk:
 
     def _done(self, change: Change, made: str | None) -> None:
         self.applied.append({"name": change.name, "action": change.action, "id": made})
+
+
+def _earlier_creates(db: Database, resources: Resources, run_id: str) -> dict[str, Any]:
+    """By declaration, the last create an earlier apply of the app (one that has finished)
+    began: its key, op, input hash, status, run and the id it made, if it answered. A create
+    that was bound is read back from the vendor before it is trusted (`_Walk._settled`)."""
+    creates = {t.ops["create"].id for t in resources.types.values() if "create" in t.ops}
+    suffixes = (":key:create:", ":key:replace-create:")
+    with db.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(
+                ledger.c.idempotency_key,
+                ledger.c.op_id,
+                ledger.c.input_hash,
+                ledger.c.status,
+                ledger.c.run_id,
+                ledger.c.output,
+            )
+            .join(runs, runs.c.run_id == ledger.c.run_id)
+            .where(
+                runs.c.workflow == APPLY,
+                runs.c.run_id != run_id,
+                app_runs(resources.app or None),
+                runs.c.status.in_(FINISHED),
+                ledger.c.op_id.in_(sorted(creates)),
+                sa.or_(*(ledger.c.idempotency_key.contains(s, autoescape=True) for s in suffixes)),
+            )
+            .order_by(ledger.c.started_at, ledger.c.id)
+        ).all()
+    found: dict[str, Any] = {}
+    for row in rows:
+        name = next(
+            row.idempotency_key.split(s, 1)[1] for s in suffixes if s in row.idempotency_key
+        )
+        output = row.output if isinstance(row.output, dict) else {}
+        found[name] = {
+            "key": row.idempotency_key,
+            "op": row.op_id,
+            "input_hash": row.input_hash,
+            "status": row.status,
+            "run_id": row.run_id,
+            "id": output.get("id"),
+        }
+    return found
 
 
 def unfinished_apply(
