@@ -609,6 +609,7 @@ def _task(data: Mapping[str, Any]) -> Task:
         resolved_by=data["resolved_by"],
         resolve_key=None,
         resumed_workflow_id=data["resumed_workflow_id"],
+        input=data.get("input"),
     )
 
 

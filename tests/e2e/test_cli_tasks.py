@@ -66,6 +66,11 @@ def test_a_cut_off_write_is_listed_shown_and_resolved_done(cli: Cli) -> None:
     shown = cli("show", run_id, app=CRASH_APP).stdout
     assert "waiting" in shown
     assert "uncertain" in shown
+    # What the letter was sent, for the person who checks with the bank.
+    told = cli("task", "show", task_id[:10], app=CRASH_APP).stdout
+    assert f"{task_id}  Did bank.letters.post happen?" in told
+    assert '  sent:     {"to": "a", "text": "paid 10 of 10000"}' in told
+    assert f"remit task resolve {task_id} --done --output JSON" in told
     assert f"waits at task {task_id}" in shown
     assert f"remit task resolve {task_id} --done" in shown
 
@@ -103,6 +108,9 @@ def test_a_cut_off_write_is_listed_shown_and_resolved_done(cli: Cli) -> None:
     assert _letters(cli) == [letter]
     assert [r.status for r in LedgerStore(cli.db).list(run_id=run_id)] == ["ok"] * 4
     assert "no open tasks" in cli("tasks", "--open", app=CRASH_APP).stdout
+    told = cli("task", "show", task_id, app=CRASH_APP).stdout
+    assert "by user:bob" in told
+    assert f"  output:   {output}" in told
     again = cli("task", "resolve", task_id, "--not-done", app=CRASH_APP, check=False)
     assert again.returncode == 1
     assert "already resolved done by user:bob" in again.stderr

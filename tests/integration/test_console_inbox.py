@@ -404,7 +404,11 @@ def test_a_task_said_to_have_happened_carries_its_run_on_with_the_output(
     assert "post.letters.send" in form
     assert f"{run_id}:1" in form  # the ledger key
     assert "vendor post): Post a letter" in form
-    # What the write was: the input of the run that made the call (the ledger keeps its hash).
+    # What the write was: what the call was sent, and the input of the run that made it.
+    sent = re.search(r'<pre class="input sent">([^<]*)</pre>', form)
+    assert sent is not None
+    assert json.loads(html.unescape(sent.group(1))) == harness.tasks.get(task_id).input
+    assert harness.tasks.get(task_id).input is not None
     shown = re.search(r'<pre class="input">([^<]*)</pre>', form)
     assert shown is not None
     assert json.loads(html.unescape(shown.group(1))) == {"to": "ann@example.com"}

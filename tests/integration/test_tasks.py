@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 import sqlalchemy as sa
+from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
 from remit import (
@@ -33,11 +34,13 @@ from remit import (
     workflow,
 )
 from remit.connectors.base import AppliedEffect
+from remit.connectors.credentials import SecretKey, Secrets
 from remit.core.database import Database
+from remit.core.schema import call_inputs, resumes
 from remit.core.schema import ledger as ledger_table
-from remit.core.schema import resumes
 from remit.ops.reconciler import Reconciler
 from remit.people.tasks import Resolved, TaskOpener
+from remit.serve.api import create_api
 from remit.testing import Harness
 from tests.support import FAST
 
@@ -218,6 +221,32 @@ def test_an_uncertain_write_waits_at_one_task_and_done_carries_the_run_on(
         first, second = harness.steps(run.run_id, 1), harness.steps(run.run_id, 2)
         assert [s["function_name"] for s in second] == ["address", post_letter.id, write_note.id]
         assert second[0]["started_at_epoch_ms"] == first[0]["started_at_epoch_ms"]
+
+
+def test_a_task_shows_what_its_call_was_sent_with_secrets_redacted(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the secret key file is made here
+    harness = Harness(make_app(), database_url=database_url)
+    harness.worker.db.prepare()
+    key = SecretKey.from_settings(harness.worker.settings)
+    Secrets(harness.worker.db, "post-desk", key).set("POST_PIN", "pin-4242-never-shown", by="x:y")
+    with harness:
+        fake(harness).lost[post_letter.id] = ["after"]
+        run = harness.start("mail-out", {"to": "pin-4242-never-shown@example.com"})
+        task = harness.task(run.run_id)
+
+        assert task.input == {"to": "[redacted:POST_PIN]@example.com", "text": "your invoice"}
+        assert harness.tasks.list()[0].input == task.input
+        _, token = harness.client.tokens.create("user:ann", by="user:sam")
+        api = create_api(harness.client, allowed_hosts=["testserver"])
+        with TestClient(api, headers={"Authorization": f"Bearer {token}"}) as http:
+            assert http.get(f"/tasks/{task.id}").json()["input"] == task.input
+            assert [t["input"] for t in http.get("/tasks").json()] == [task.input]
+        # A write that can be repeated keeps no copy: its task never asks about it.
+        with harness.worker.db.engine.connect() as conn:
+            kept = conn.execute(sa.select(call_inputs.c.idempotency_key)).scalars().all()
+        assert kept == [task.idempotency_key]
 
 
 def test_an_async_workflow_waits_and_carries_on_the_same_way(database_url: str) -> None:
@@ -440,6 +469,8 @@ def test_a_write_cut_off_in_a_finished_run_opens_one_task_that_only_records(
         assert (task.idempotency_key, task.status) == (key, "open")
         assert (task.workflow_id, task.step_id) == (f"{run.run_id}:1", 2)
         assert task.id in actions[0].reason
+        # Opened by the reconciler, away from the call, it still shows what the call was sent.
+        assert task.input == {"to": "ann@example.com", "text": "your invoice"}
         row = harness.ledger_store.get(key)
         assert row is not None
         assert row.status == "uncertain"

@@ -75,6 +75,42 @@ def list_tasks(
     out.print(whole_ids(table, 0, 1, 3))
 
 
+@task_cli.command("show")
+def show(
+    task_id: Annotated[str, typer.Argument(help="The task's id (or an unambiguous prefix).")],
+    app_dir: AppDir = None,
+) -> None:
+    """Show a task: the call it asks about, what that call was sent, and how it was answered."""
+    with client_of(app_dir) as remit:
+        task = remit.get_task(remit.find_id("task", task_id))
+    out.print(Text(f"{task.id}  {task.title}"))
+    lines = [
+        ("status", _status(task.status)),
+        ("op", Text(task.op_id)),
+        ("key", Text(task.idempotency_key)),
+        ("run", Text(f"{task.run_id}, step {task.step_id} (attempt {task.workflow_id})")),
+        (
+            "sent",
+            Text(
+                json.dumps(task.input)
+                if task.input is not None
+                else "not kept (a call made before remit kept it)"
+            ),
+        ),
+        ("opened", Text(moment(task.created_at))),
+    ]
+    if task.resolved_at is not None:
+        lines.append(("answered", Text(f"{moment(task.resolved_at)} by {task.resolved_by}")))
+    if task.output is not None:
+        lines.append(("output", Text(json.dumps(task.output))))
+    for label, value in lines:
+        out.print(Text(f"  {label + ':':<10}") + value)
+    if task.status == "open":
+        out.print(
+            f"  answer it with `remit task resolve {task.id} --done --output JSON` or `--not-done`"
+        )
+
+
 @task_cli.command("resolve")
 def resolve(
     task_id: Annotated[str, typer.Argument(help="The task's id.")],

@@ -27,7 +27,7 @@ from remit.core import fence
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database, count
 from remit.core.outcome import Ok, Outcome, failed
-from remit.core.schema import ledger
+from remit.core.schema import call_inputs, ledger
 
 LedgerStatus = Literal["started", "ok", "failed", "uncertain", "not_done", "abandoned"]
 Reentry = Literal["replay", "call", "uncertain"]
@@ -120,12 +120,13 @@ class LedgerStore:
         self.db = db
         self.clock = clock or SystemClock()
 
-    def begin(self, record: CallRecord, workflow_id: str | None) -> Begun:
+    def begin(self, record: CallRecord, workflow_id: str | None, *, sent: Any = None) -> Begun:
         """Write a call's `started` row, durable when this returns, if its attempt is current.
 
         In the same transaction it checks that the run is still running on `workflow_id`: an
         attempt that was superseded or cancelled starts no new write. A direct call (no
-        `workflow_id`) belongs to no run and is not fenced.
+        `workflow_id`) belongs to no run and is not fenced. `sent`, if given, is kept as what
+        the call was sent (`call_inputs`), for a task that may ask about it.
         """
 
         started_at = self.clock.now()
@@ -143,6 +144,8 @@ class LedgerStore:
                             **record.__dict__, status="started", tries=0, started_at=started_at
                         )
                     )
+                    if sent is not None:
+                        conn.execute(self._insert_new_input(record.idempotency_key, sent))
                 return Begun()
 
         try:
@@ -292,6 +295,16 @@ class LedgerStore:
             .values(**row)
             .on_conflict_do_nothing(index_elements=["idempotency_key"])
             .returning(ledger.c.id)
+        )
+
+    def _insert_new_input(self, key: str, sent: Any) -> sa.Insert:
+        """What the call keyed `key` was sent, unless a row holds it already (the same key is
+        the same input: its hash is checked)."""
+        insert = postgresql.insert if not self.db.is_sqlite else sqlite.insert
+        return (
+            insert(call_inputs)
+            .values(idempotency_key=key, input=sent)
+            .on_conflict_do_nothing(index_elements=["idempotency_key"])
         )
 
     def _update(self, key: str, values: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "18"
+SCHEMA_VERSION = "19"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -510,6 +510,15 @@ tasks = sa.Table(
     sa.Column("resumed_workflow_id", sa.String(128)),
     sa.Index("remit_tasks_status", "app", "status"),
     sa.Index("remit_tasks_run", "run_id"),
+)
+
+# What a write that cannot be repeated was sent (its input, its secrets redacted), written with
+# its `started` ledger row: if its outcome is ever unknown, the person its task asks sees it.
+call_inputs = sa.Table(
+    "remit_call_inputs",
+    metadata,
+    sa.Column("idempotency_key", sa.String(300), primary_key=True),
+    sa.Column("input", sa.JSON, nullable=False),
 )
 
 # Where each run of an attempt stopped, for an attempt DBOS recovered after its worker died:

@@ -34,6 +34,7 @@ from remit.budgets.model import Price
 from remit.budgets.store import Budgets
 from remit.connectors.base import CallContext, Implementation
 from remit.connectors.credentials import SecretError
+from remit.connectors.redaction import app_secrets
 from remit.core import telemetry
 from remit.core.clock import Clock
 from remit.core.errors import MissingCredential, RemitError
@@ -142,7 +143,7 @@ class OpCaller:
         # flight shows (`remit show`), one cut off mid-call is found (a read's is `abandoned`
         # once its attempt has ended, a write's may be `uncertain`), and one already answered
         # replays rather than being made, or paid for, again.
-        entered = self._begin(op, record, run)
+        entered = self._begin(op, record, run, payload)
         if entered is not None:
             return entered
         implementation = self.implementations[op.vendor]
@@ -182,17 +183,24 @@ class OpCaller:
         dumped = self._output(op, request, tried, memo.bill)
         return self._settle(memo, record, Ok(output=dumped), tried.tries, started_at)
 
-    def _begin(self, op: Op[Any, Any], record: CallRecord, run: RunInfo) -> Outcome | None:
+    def _begin(
+        self, op: Op[Any, Any], record: CallRecord, run: RunInfo, payload: dict[str, Any]
+    ) -> Outcome | None:
         """The call's `started` row: None to go ahead and call, or the outcome to return.
         A read that costs nothing writes it in one statement, unfenced (it cannot double
-        anything); a write's, or a read's with a cost, is fenced on the run's attempt."""
+        anything); a write's, or a read's with a cost, is fenced on the run's attempt. A write
+        that cannot be repeated keeps what it is sent beside it, its secrets redacted: a person
+        asked whether it happened sees it."""
         if op.effect == "read" and op.cost is None:
             begun = self.ledger.begin_read(record)
             if begun.existing is None:
                 return None
             # A run's step running again reads afresh; a direct call's key replays.
             return self._reenter(op, record, begun.existing, afresh=not run.direct)
-        begun = self.ledger.begin(record, None if run.direct else run.workflow_id)
+        sent = None
+        if op.effect == "write" and not op.idempotent:
+            sent = app_secrets(self.environ, self.implementations.values()).json(payload)
+        begun = self.ledger.begin(record, None if run.direct else run.workflow_id, sent=sent)
         if begun.moved_on:
             message = (
                 f"run {run.run_id} has moved on from attempt {run.workflow_id} (it was cancelled "

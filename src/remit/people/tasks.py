@@ -29,7 +29,7 @@ import builtins
 import hashlib
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -46,7 +46,7 @@ from remit.core.keys import key_problem
 from remit.core.ledger import LedgerRow, read_row
 from remit.core.limits import check_json
 from remit.core.principals import SYSTEM_PREFIX, check_principal
-from remit.core.schema import ledger, tasks
+from remit.core.schema import call_inputs, ledger, tasks
 from remit.declare.ops import Op
 from remit.people.answers import Answer, Answers, KeyedRequest, Replayed, Turn, as_json
 
@@ -89,6 +89,9 @@ class Task:
     resolved_by: str | None
     resolve_key: str | None
     resumed_workflow_id: str | None
+    # What the call was sent, its secrets redacted (None: not kept, for a call made before
+    # remit kept it).
+    input: Any = None
 
     def as_json(self) -> dict[str, Any]:
         return as_json(self.__dict__)
@@ -301,7 +304,7 @@ class Tasks(Answers):
         row = self._one(tasks, task_id)
         if row is None:
             raise TaskNotFound(f"no task `{task_id}`: `remit tasks` lists the tasks")
-        return _task(row)
+        return self._sent([_task(row)])[0]
 
     def list(
         self,
@@ -316,7 +319,21 @@ class Tasks(Answers):
         rows = self._newest(
             query, tasks, status=status, run_id=run_id, limit=limit, oldest_first=oldest_first
         )
-        return [_task(row) for row in rows]
+        return self._sent([_task(row) for row in rows])
+
+    def _sent(self, found: builtins.list[Task]) -> builtins.list[Task]:
+        """`found`, each with what its call was sent."""
+        if not found:
+            return found
+        with self.db.engine.connect() as conn:
+            sent = dict(
+                conn.execute(
+                    sa.select(call_inputs.c.idempotency_key, call_inputs.c.input).where(
+                        call_inputs.c.idempotency_key.in_({t.idempotency_key for t in found})
+                    )
+                ).all()
+            )
+        return [replace(t, input=sent.get(t.idempotency_key)) for t in found]
 
     def resolve(
         self,
@@ -605,4 +622,6 @@ def _locked(conn: sa.Connection, where: sa.ColumnElement[bool]) -> Task | None:
 
 
 def _task(row: sa.Row[Any]) -> Task:
-    return Task(**{name: row._mapping[name] for name in Task.__dataclass_fields__})
+    return Task(
+        **{name: row._mapping[name] for name in Task.__dataclass_fields__ if name != "input"}
+    )

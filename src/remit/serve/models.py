@@ -506,6 +506,11 @@ class TaskView(BaseModel):
     title: str
     status: TaskStatus
     output: Any = Field(description="What the call returned, as the answer gave it.")
+    input: Any = Field(
+        default=None,
+        description="What the call was sent, its secrets redacted (null: not kept, for a "
+        "call made before remit kept it).",
+    )
     created_at: datetime
     resolved_at: datetime | None
     resolved_by: str | None

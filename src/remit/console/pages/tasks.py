@@ -39,8 +39,8 @@ class TaskForm:
 
     task: Task
     row: LedgerRow | None
-    # What the write was, as far as remit knows it: the ledger keeps only a hash of the call's
-    # input, so the op's description and the input of the run that made the call.
+    # What the write was: the op's description, what the call was sent (`task.input`, when
+    # kept), and the input of the run that made the call.
     description: str
     run_input: Any
     model: type[BaseModel] | None
