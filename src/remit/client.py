@@ -949,13 +949,15 @@ class Client:
         limit: int = 200,
     ) -> list[LedgerRow]:
         """Op calls: one run's in order, or the latest; of one op (`op`, its id) and of one
-        status (`ok`, `failed`, `uncertain`, ...) when given."""
+        status (`ok`, `failed`, `uncertain`, ...) when given. Each with its earlier tries
+        (`LedgerRow.earlier`): the refusals before it was tried again, and what an earlier
+        attempt left before it was made again."""
         from remit.core.ledger import LedgerStore
 
         limits.check_limit(limit, where="ledger")
         _no_nul("ledger", run_id=run_id, op=op, status=status)
         return LedgerStore(self.db, clock=self.clock).list(
-            run_id=run_id, op_id=op, status=status, limit=limit
+            run_id=run_id, op_id=op, status=status, limit=limit, with_tries=True
         )
 
     def workers(self) -> list[WorkerRow]:

@@ -280,7 +280,7 @@ class RemoteClient:
         return CallResult(**answer)
 
     def ledger(self, run_id: str | None = None, *, limit: int = 200) -> list[LedgerRow]:
-        from remit.core.ledger import LedgerRow
+        from remit.core.ledger import EarlierTry, LedgerRow
 
         rows = self._get("/ledger", params=_params(run=run_id, limit=limit))
         return [
@@ -303,6 +303,10 @@ class RemoteClient:
                 error=each["error"],
                 error_info=None,
                 cost=None if each["cost_usd"] is None else Decimal(each["cost_usd"]),
+                earlier=tuple(
+                    EarlierTry(**{**tried, "at": _when(tried["at"])})
+                    for tried in each.get("earlier", [])
+                ),
             )
             for each in rows
         ]

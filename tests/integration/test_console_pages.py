@@ -15,8 +15,10 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from markupsafe import escape
+from rich.console import Console
 
 from remit import App, Budget, DriverError
+from remit.cli.main import _ledger_table
 from remit.core.schema import budget_periods
 from remit.policy.cedar import PolicyDenied
 from remit.serve.api import create_api
@@ -106,9 +108,15 @@ def test_a_failed_run_is_retried_by_its_button_and_its_fork_shows_copied_steps(
     attempts = page.split('<section id="attempts">')[1].split("</section>")[0]
     assert attempts.count(f"<code>{run.run_id}:") == 2
     ledger = page.split('<table id="ledger">')[1].split("</table>")[0]
-    # The order that failed is called again under its key: one row, ok after two tries.
+    # The order that failed is called again under its key: one row, ok, and the refusal of
+    # attempt 1 kept above it (the retry marked it `not_done`: it did not happen).
     assert ledger.count("<code>shop.orders.create</code>") == 1
     assert ledger.count('<tr class="ok">') == 3
+    assert ledger.count('<tr class="earlier not_done">') == 1
+    assert "no stock" in ledger.split('<tr class="earlier not_done">')[1].split("</tr>")[0]
+    [order] = [r for r in harness.client.ledger(run.run_id) if r.op_id == create_order.id]
+    assert [(t.attempt, t.status) for t in order.earlier] == [(1, "not_done")]
+    assert (order.attempt, order.status) == (2, "ok")
     assert "run.retry</code> by user:carol" in page
 
     # The same form again, sent after the retry made attempt 2, retries nothing more.
@@ -189,6 +197,44 @@ def test_the_ledger_filters_and_marks_uncertain_rows(http: TestClient, harness: 
     assert '<tr class="uncertain">' in page
     tasks = page.split('<section id="tasks">')[1].split("</section>")[0]
     assert "answer it" in tasks
+
+
+def test_a_calls_refused_tries_are_kept_and_shown_everywhere(
+    http: TestClient, harness: Harness
+) -> None:
+    busy = DriverError("the shop is busy", retryable=True, status=503, maybe_applied=False)
+    harness.fake("shop", FakeShop).failures[create_order.id].extend([busy, busy])
+    run = harness.run("purchase", {"sku": "sku-1"})
+    assert run.status == "done", run.error
+
+    [row] = [r for r in harness.client.ledger(run.run_id) if r.op_id == create_order.id]
+    assert (row.status, row.tries) == ("ok", 3)
+    assert [(t.try_number, t.status, t.attempt, t.actor) for t in row.earlier] == [
+        (1, "failed", 1, "user:carol"),
+        (2, "failed", 1, "user:carol"),
+    ]
+    assert all("the shop is busy" in (t.error or "") for t in row.earlier)
+
+    # The API, the command line's table, the ledger page and the run page.
+    _, token = harness.client.tokens.create("user:carol", by="user:carol")
+    listed = http.get(
+        "/ledger", params={"run": run.run_id}, headers={"Authorization": f"Bearer {token}"}
+    ).json()
+    [entry] = [e for e in listed if e["op_id"] == create_order.id]
+    assert [(e["try_number"], e["status"]) for e in entry["earlier"]] == [
+        (1, "failed"),
+        (2, "failed"),
+    ]
+    shown = Console(width=300, record=True)
+    shown.print(_ledger_table(harness.client.ledger(run.run_id), with_run=False))
+    table = shown.export_text()
+    assert table.count("earlier, at") == 2
+    assert table.count("the shop is busy") == 2
+    sign_in(http, harness, "user:carol")
+    for page in (http.get("/console/ledger").text, http.get(f"/console/runs/{run.run_id}").text):
+        ledger = page.split('<table id="ledger">')[1].split("</table>")[0]
+        assert ledger.count('<tr class="earlier failed">') == 2
+        assert ledger.count("the shop is busy") == 2
 
 
 def test_each_budget_is_a_chart_with_its_drift(http: TestClient, harness: Harness) -> None:

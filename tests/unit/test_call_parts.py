@@ -114,7 +114,14 @@ def _tries(
     call = CallContext(
         op=the_op, idempotency_key="r:4", run_id="r", attempt=1, actor="a", environ={}
     )
-    tried = make_tries(the_op, driver, Order(sku="s"), call, clock=clock, retrying=noted.append)
+    said: list[str] = []
+
+    def note(tries: int, error: str) -> None:
+        noted.append(tries)
+        said.append(error)
+
+    tried = make_tries(the_op, driver, Order(sku="s"), call, clock=clock, retrying=note)
+    assert all(error for error in said)  # each retried failure is told with what it said
     return tried, noted, clock, began
 
 

@@ -855,6 +855,22 @@ def _ledger_table(rows: list["LedgerRow"], *, with_run: bool, full: bool = False
             row.actor,
             shortened(row.error or "", full=full),
         ]
+        # The outcomes before this one, each on a line of its own under the op it was of.
+        for tried in row.earlier:
+            before: list[str | Text] = [tried.run_id] if with_run else []
+            table.add_row(
+                *before,
+                str(tried.attempt),
+                f"  earlier, at {moment(tried.at)}",
+                "",
+                "",
+                _status(tried.status),
+                str(tried.try_number),
+                "-",
+                "-",
+                tried.actor,
+                shortened(tried.error or "", full=full),
+            )
         table.add_row(*cells)
     return table
 

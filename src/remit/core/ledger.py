@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, Literal
@@ -27,7 +27,7 @@ from remit.core import fence
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database, count
 from remit.core.outcome import Ok, Outcome, failed
-from remit.core.schema import call_inputs, ledger
+from remit.core.schema import call_inputs, ledger, ledger_tries
 
 LedgerStatus = Literal["started", "ok", "failed", "uncertain", "not_done", "abandoned"]
 Reentry = Literal["replay", "call", "uncertain"]
@@ -76,6 +76,8 @@ class LedgerRow:
     # The failure's JSON as stored; `outcome` reads it typed.
     error_info: dict[str, Any] | None
     cost: Decimal | None
+    # The outcomes before this one, oldest first, when read with them (`LedgerStore.list`).
+    earlier: tuple[EarlierTry, ...] = ()
 
     @property
     def outcome(self) -> Outcome:
@@ -87,6 +89,23 @@ class LedgerRow:
         info = {**(self.error_info or {}), "message": self.error or "the call failed"}
         info.setdefault("kind", "failed")
         return failed(info)
+
+
+@dataclass(frozen=True)
+class EarlierTry:
+    """An outcome of a call that its row no longer holds: a refused try, or what an earlier
+    attempt left before the call was made again (`remit_ledger_tries`)."""
+
+    run_id: str
+    attempt: int
+    actor: str
+    try_number: int
+    status: str
+    error: str | None
+    at: datetime
+
+    def as_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "at": self.at.isoformat()}
 
 
 @dataclass(frozen=True)
@@ -168,23 +187,44 @@ class LedgerStore:
         assert existing is not None, "a ledger key that is taken has a row (none is deleted)"
         return Begun(existing=existing)
 
-    def retake(self, record: CallRecord) -> None:
-        """A re-entered call goes ahead: note the run, attempt and step that make it (another
-        run's, when a later apply settles an earlier one's create), and make the row `started`
-        again, from now (a `not_done` row is called again)."""
-        self._update(
-            record.idempotency_key,
-            {
-                "run_id": record.run_id,
-                "step_id": record.step_id,
-                "attempt": record.attempt,
-                "status": "started",
-                "started_at": self.clock.now(),
-                "finished_at": None,
-                "error": None,
-                "error_info": None,
-            },
+    def retake(self, record: CallRecord, existing: LedgerRow) -> None:
+        """A re-entered call goes ahead: keep the outcome the row held (`existing`) among its
+        earlier tries, note the run, attempt and step that make the call now (another run's,
+        when a later apply settles an earlier one's create), and make the row `started` again,
+        from now (a `not_done` row is called again)."""
+        now = self.clock.now()
+        kept = ledger_tries.insert().values(
+            idempotency_key=existing.idempotency_key,
+            run_id=existing.run_id,
+            attempt=existing.attempt,
+            actor=existing.actor,
+            try_number=existing.tries,
+            status=existing.status,
+            error=existing.error,
+            at=existing.finished_at or existing.started_at,
         )
+        statement = (
+            ledger.update()
+            .where(ledger.c.idempotency_key == record.idempotency_key)
+            .values(
+                run_id=record.run_id,
+                step_id=record.step_id,
+                attempt=record.attempt,
+                actor=record.actor,
+                status="started",
+                started_at=now,
+                finished_at=None,
+                error=None,
+                error_info=None,
+            )
+        )
+
+        def write() -> None:
+            with self.db.begin() as conn:
+                conn.execute(kept)
+                conn.execute(statement)
+
+        self.db.retrying(f"ledger {record.idempotency_key}: started again", write)
 
     def abandon(self, key: str, attempt: int) -> bool:
         """Mark a read (or an idempotent write) `started` in attempt `attempt`, which has ended,
@@ -203,8 +243,31 @@ class LedgerStore:
             self.db.retrying(f"ledger {key}: abandoned", lambda: self.db.execute_one(statement))
         )
 
-    def tried(self, key: str, tries: int) -> None:
-        self._update(key, {"tries": tries})
+    def tried(self, record: CallRecord, tries: int, error: str) -> None:
+        """Try number `tries` of the call failed with `error`, and it is tried again: the row
+        counts its tries, and the refusal is kept among its earlier tries."""
+        kept = ledger_tries.insert().values(
+            idempotency_key=record.idempotency_key,
+            run_id=record.run_id,
+            attempt=record.attempt,
+            actor=record.actor,
+            try_number=tries,
+            status="failed",
+            error=error,
+            at=self.clock.now(),
+        )
+        counted = (
+            ledger.update()
+            .where(ledger.c.idempotency_key == record.idempotency_key)
+            .values(tries=tries)
+        )
+
+        def write() -> None:
+            with self.db.begin() as conn:
+                conn.execute(kept)
+                conn.execute(counted)
+
+        self.db.retrying(f"ledger {record.idempotency_key}: try {tries} failed", write)
 
     def finish(
         self,
@@ -322,9 +385,11 @@ class LedgerStore:
         op_id: str | None = None,
         status: str | None = None,
         limit: int = 200,
+        with_tries: bool = False,
     ) -> list[LedgerRow]:
         """Op calls: one run's in order (every one of them), or the latest `limit`, newest
-        first; of one op and of one status when given."""
+        first; of one op and of one status when given. `with_tries`: each with its earlier
+        tries (one more query)."""
         query = sa.select(ledger)
         if op_id is not None:
             query = query.where(ledger.c.op_id == op_id)
@@ -335,7 +400,26 @@ class LedgerStore:
         else:
             query = query.order_by(ledger.c.id.desc()).limit(limit)
         with self.db.engine.connect() as conn:
-            return [_row(row) for row in conn.execute(query)]
+            rows = [_row(row) for row in conn.execute(query)]
+            if not with_tries or not rows:
+                return rows
+            earlier: dict[str, list[EarlierTry]] = {}
+            keys = sorted({row.idempotency_key for row in rows})
+            for at in range(0, len(keys), 500):
+                for found in conn.execute(
+                    sa.select(ledger_tries)
+                    .where(ledger_tries.c.idempotency_key.in_(keys[at : at + 500]))
+                    .order_by(ledger_tries.c.id)
+                ):
+                    earlier.setdefault(found.idempotency_key, []).append(
+                        EarlierTry(
+                            **{
+                                name: found._mapping[name]
+                                for name in EarlierTry.__dataclass_fields__
+                            }
+                        )
+                    )
+        return [replace(row, earlier=tuple(earlier.get(row.idempotency_key, ()))) for row in rows]
 
     def _by_key(self, conn: sa.Connection, key: str) -> LedgerRow | None:
         return read_row(conn, key)

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "19"
+SCHEMA_VERSION = "20"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -510,6 +510,26 @@ tasks = sa.Table(
     sa.Column("resumed_workflow_id", sa.String(128)),
     sa.Index("remit_tasks_status", "app", "status"),
     sa.Index("remit_tasks_run", "run_id"),
+)
+
+# Every outcome of an op call that its ledger row no longer holds: a try the vendor refused
+# before the call was tried again, and the outcome an earlier attempt (or an earlier apply)
+# left before the call was made again under its key (`ledger.py`). The row keeps the last.
+ledger_tries = sa.Table(
+    "remit_ledger_tries",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("idempotency_key", sa.String(300), nullable=False),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("actor", sa.String(200), nullable=False),
+    # Which try of that attempt's call, and what came of it: `failed` (the vendor refused it,
+    # or the driver failed), or the status the row had when the call was made again.
+    sa.Column("try_number", sa.Integer, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("error", sa.Text),
+    sa.Column("at", UTCDateTime, nullable=False),
+    sa.Index("remit_ledger_tries_key", "idempotency_key"),
 )
 
 # What a write that cannot be repeated was sent (its input, its secrets redacted), written with

@@ -171,7 +171,7 @@ class OpCaller:
             request,
             call,
             clock=self.clock,
-            retrying=self._retrying(op, key),
+            retrying=self._retrying(record),
             timeout=call.timeout,
         )
         if isinstance(tried, Unknown):
@@ -222,7 +222,7 @@ class OpCaller:
         if isinstance(decision, Replay):
             return decision.outcome
         if isinstance(decision, CallAgain):
-            self.ledger.retake(record)
+            self.ledger.retake(record, existing)
             log.info(
                 "calling %s again with key %s: %s",
                 op.id,
@@ -293,11 +293,12 @@ class OpCaller:
                 return settled.outcome
         return None
 
-    def _retrying(self, op: Op[Any, Any], key: str) -> Callable[[int], None]:
-        """What a try again notes first: the call's row counts its tries."""
+    def _retrying(self, record: CallRecord) -> Callable[[int, str], None]:
+        """What a try again notes first: the call's row counts its tries, and the try that
+        failed is kept with what went wrong."""
 
-        def note(tries: int) -> None:
-            self.ledger.tried(key, tries)
+        def note(tries: int, error: str) -> None:
+            self.ledger.tried(record, tries, error)
 
         return note
 

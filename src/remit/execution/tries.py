@@ -75,12 +75,12 @@ def make_tries(
     call: CallContext,
     *,
     clock: Clock,
-    retrying: Callable[[int], None],
+    retrying: Callable[[int, str], None],
     timeout: float = DEFAULT_OP_TIMEOUT,
 ) -> Tried:
     """Call `op`'s driver with `request` until the call comes to an end, each try given
-    `timeout` seconds. `retrying(tries)` is told before each try again, with the number of
-    tries so far."""
+    `timeout` seconds. `retrying(tries, error)` is told before each try again, with the number
+    of tries so far and what the last one failed with."""
     tries = 0
     while True:
         tries += 1
@@ -96,8 +96,15 @@ def make_tries(
         after = _after_failure(op, error, call, tries)
         if not isinstance(after, float):
             return after
-        retrying(tries)
+        retrying(tries, _said(error))
         clock.sleep(after)
+
+
+def _said(error: BaseException) -> str:
+    """What a failed try is kept with: the driver's message (already redacted), as a refusal
+    is named wherever it is shown."""
+    refused = as_driver_error(error)
+    return str(refused) if refused is not None else f"{type(error).__name__}: {error}"
 
 
 def _after_failure(

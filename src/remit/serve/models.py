@@ -542,6 +542,18 @@ class ResolutionResponse(BaseModel):
     task: TaskView
 
 
+class EarlierTryView(BaseModel):
+    """An outcome of an op call that its ledger row no longer holds."""
+
+    run_id: str
+    attempt: int
+    actor: str = Field(description="Who made the call then.")
+    try_number: int = Field(description="Which try of that attempt's call.")
+    status: str = Field(description="`failed` (refused), or the row's status then.")
+    error: str | None = Field(description="What the vendor or the driver said.")
+    at: datetime
+
+
 class LedgerEntry(BaseModel):
     """One op call in the ledger."""
 
@@ -561,6 +573,12 @@ class LedgerEntry(BaseModel):
     output: Any
     error: str | None
     cost_usd: str | None = Field(description="What the call cost in USD, as a decimal string.")
+    earlier: list[EarlierTryView] = Field(
+        default_factory=list,
+        description="The outcomes before this one, oldest first: each try the vendor refused "
+        "before the call was tried again, and what an earlier attempt left before it was made "
+        "again under its key.",
+    )
 
 
 class BudgetPeriod(BaseModel):

@@ -50,6 +50,7 @@ from remit.serve.models import (
     DecisionsResponse,
     DenialView,
     DriftView,
+    EarlierTryView,
     ErrorReason,
     LedgerEntry,
     LimitRequest,
@@ -433,6 +434,7 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
                 output=row.output,
                 error=row.error,
                 cost_usd=None if row.cost is None else usd_text(row.cost),
+                earlier=[EarlierTryView.model_validate(each.__dict__) for each in row.earlier],
             )
             for row in client.ledger(run_id, limit=limit)
         ]
