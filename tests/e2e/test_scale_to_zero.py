@@ -159,7 +159,7 @@ def test_stop_when_idle_without_a_wakeup_service_is_refused(
     done = instance.remit("serve", "--worker", "--stop-when-idle", "--port", "0", check=False)
     assert done.returncode == 1
     assert "--stop-when-idle needs a wakeup service" in done.stderr
-    assert "REMIT_WAKEUP_URL and REMIT_WAKEUP_ACCOUNT_TOKEN" in done.stderr
+    assert "set REMIT_WAKEUP_URL, and run `remit wakeup connect URL` once" in done.stderr
     assert "Traceback" not in done.stderr
     lone = instance.remit("serve", "--stop-when-idle", "--port", "0", check=False)
     assert lone.returncode == 1

@@ -644,19 +644,13 @@ def _check_wakeup(settings: "Settings", flag: str) -> None:
     """Refuse to stop when idle with no wakeup service to start the worker again."""
     from remit.core.errors import RemitError
 
-    missing = [
-        name
-        for name, value in (
-            ("REMIT_WAKEUP_URL", settings.wakeup_url),
-            ("REMIT_WAKEUP_ACCOUNT_TOKEN", settings.wakeup_account_token),
-        )
-        if not value
-    ]
-    if missing:
+    # The worker registers its wakes with the instance's token alone (`remit wakeup connect`
+    # stores it); the account's token is needed only to connect.
+    if not settings.wakeup_url:
         raise RemitError(
             f"{flag} needs a wakeup service to start the worker again at its next deadline: "
-            f"set {' and '.join(missing)}, then run `remit wakeup connect URL` once (see README, "
-            "Scale to zero)"
+            "set REMIT_WAKEUP_URL, and run `remit wakeup connect URL` once (see README, Scale "
+            "to zero)"
         )
 
 
