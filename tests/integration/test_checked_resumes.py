@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from pydantic import BaseModel
 
 from remit import (
     App,
@@ -361,7 +362,7 @@ def test_a_call_held_at_a_task_resumes_on_the_input_it_began_with(
         assert (failing.run_id, failing.resume_at) == (run_id, 2)
         said = (
             f"its step 2 began `{send_email.id}` (an op call, key {run_id}:2) on other input than "
-            "the code now gives it. Nothing ran at that step"
+            "it is given now (the code changed"
         )
         assert said in (failing.failure or "")
         assert run.status == "failed"
@@ -450,6 +451,51 @@ def test_retry_carries_a_failed_run_on_after_its_last_finished_step(database_url
         assert [(row.actor, row.target, row.meta["from_step"]) for row in rows] == [
             ("user:test", run.run_id, 2)
         ]
+
+
+class Checked(BaseModel):
+    sku: str
+    checked: bool = False
+
+
+@workflow(name="checked", input=Checked, uses=[get_item, create_order])
+def checked_v1(ctx: Context, input: Checked) -> str:
+    ctx.call(get_item, sku=input.sku)
+    ctx.step("check", lambda: _must_be_checked(input.checked))
+    return ctx.call(create_order, sku=input.sku, quantity=1).order_id
+
+
+@workflow(name="checked", input=Checked, uses=[get_item, create_order])
+def checked_fixed(ctx: Context, input: Checked) -> str:
+    ctx.call(get_item, sku=input.sku)
+    checked = input.checked
+    if ctx.patch("look-it-up"):
+        checked = ctx.step("look it up", lambda: True)
+    ctx.step("check", lambda: _must_be_checked(checked))
+    return ctx.call(create_order, sku=input.sku, quantity=1).order_id
+
+
+def _must_be_checked(checked: bool) -> bool:
+    if not checked:
+        raise ValueError("not checked")
+    return True
+
+
+def test_a_patch_before_the_step_a_run_failed_at_is_taken_by_its_retry(
+    database_url: str,
+) -> None:
+    """The run stopped at the failed step's end, and nothing began after it: the fix behind
+    `ctx.patch`, placed where the run resumes, runs, as the failure's message advises."""
+    with Harness(_app(checked_v1), database_url=database_url) as h:
+        run = h.run("checked", {"sku": "sku-1"})
+        assert run.status == "failed"
+        assert "not checked" in (run.error or "")
+    with Harness(_app(checked_fixed), database_url=database_url) as h:
+        h.retry(run.run_id)
+        done = h.wait(run.run_id)
+        names = [s["function_name"] for s in h.steps(run.run_id, 2)]
+    assert done.status == "done", done.error
+    assert names == [get_item.id, "DBOS.patch-look-it-up", "look it up", "check", create_order.id]
 
 
 def test_retry_from_a_step_replays_a_write_that_succeeded(database_url: str) -> None:

@@ -51,7 +51,7 @@ def test_an_attempt_killed_six_times_fails_naming_the_step_it_died_in(crash: Wor
     assert "stopped before the attempt got past step 3, the one after `bank.transfers.create`" in (
         run.error
     )
-    assert "Where each run of it stopped, the first first: step 3, 3, 3, 3, 3, 3." in run.error
+    assert "Where each run of it stopped, oldest first: step 3, 3, 3, 3, 3, 3." in run.error
     # The seventh worker did not run the step again, and stays up.
     assert not (crash.hold_dir / "reached-between").exists()
     assert last.poll() is None

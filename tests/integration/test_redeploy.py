@@ -208,7 +208,7 @@ def test_a_write_cut_off_then_given_other_input_fails_at_the_check_and_the_resum
     check = run_remit(["--app", str(workers.app), "deploy", "check"], env=variant)
     said = (
         f"its step 2 began `bank.transfers.create` (an op call, key {run_id}:2) on other input "
-        "than the code now gives it. Nothing ran at that step"
+        "than it is given now"
     )
     assert check.returncode == 1, check.stdout + check.stderr
     assert f"would fail {run_id} (payout, running, resumes at step 2)" in check.stdout

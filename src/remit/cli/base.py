@@ -281,20 +281,27 @@ NOT_WOKEN: list[str] = []
 
 @contextlib.contextmanager
 def local_client(
-    app_dir: Path | None, *, pool_size: int = 4, command: str | None = None
+    app_dir: Path | None,
+    *,
+    pool_size: int = 4,
+    command: str | None = None,
+    serving: bool = False,
 ) -> Iterator["Client"]:
     """A `remit.Client` on the app in `app_dir` (its settings from the environment), closed on
     leaving. The app's code is imported when a verb first needs it (listing runs does not).
     `pool_size`: the database connections it keeps (a server answering at once needs more).
     `command` names a command that works only on the app's folder and database: it is refused
-    when `--url` (`REMIT_URL`) is given rather than run on a database the caller did not mean."""
+    when `--url` (`REMIT_URL`) is given rather than run on a database the caller did not mean.
+    A write that cannot wake the app's stopped worker fails the command once it has printed
+    what it did (`NOT_WOKEN`), unless the command is `serving` others' writes, which log it."""
     from remit.client import Client
 
     if command is not None:
         here_only(command)
     folder, settings = _settings(app_dir)
     with Client(folder, settings, pool_size=pool_size) as client:
-        client.on_not_woken = NOT_WOKEN.append
+        if not serving:
+            client.on_not_woken = NOT_WOKEN.append
         yield client
 
 

@@ -561,7 +561,7 @@ def serve(
 
         raise RemitError("--stop-when-idle stops the worker of --worker: give both")
     # As many connections as requests it answers at once, up to 16 (each waits on one).
-    with local_client(app_dir, pool_size=16, command="serve") as remit:
+    with local_client(app_dir, pool_size=16, command="serve", serving=True) as remit:
         app, settings = remit.app, remit.settings
         address = host or settings.http_host
         tls = check_exposure(address, cert=tls_cert, key=tls_key, behind_proxy=behind_proxy)

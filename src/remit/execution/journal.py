@@ -19,8 +19,8 @@ before finished past the resume point (a retry from an earlier step runs them ag
 difference raises `CodeChanged` before anything runs at that position, and the run fails
 naming the position, what it recorded there and what the code does now. `ctx.patch` is False
 at a position that holds any record but that patch's marker, and at the resume point of a run
-carried on (a step cut off there by a kill records nothing, but it may have begun), so a run
-keeps its old path past the change. Positions past that are the run's future: new code runs
+carried on after it was cut off (a step cut off there by a kill records nothing, but it may
+have begun), so a run keeps its old path past the change. Positions past that are the run's future: new code runs
 there freely.
 
 The same check serves the live attempt (`Journal`, loaded when an attempt begins) and the
@@ -40,6 +40,10 @@ from remit.core.schema import approvals, ledger, timers
 
 Kind = Literal["step", "op", "approval", "sleep", "patch"]
 
+# The DBOS statuses of an attempt that was cut off mid-way rather than ending at a step's end:
+# its worker died (still PENDING, or given up), or it was cancelled (a move to the next attempt
+# of a run whose version no worker runs cancels it, as `remit cancel` does).
+CUT_OFF = frozenset({"PENDING", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"})
 PATCH_PREFIX = "DBOS.patch-"  # how DBOS names the marker of a taken `ctx.patch`
 SHORT_SLEEP = "DBOS.sleep"  # how DBOS names a sleep that holds its thread
 
@@ -112,6 +116,11 @@ class Journal:
     steps: Mapping[int, str] = field(default_factory=dict)
     marks: Mapping[int, Mark] = field(default_factory=dict)
     resume_at: int = 1
+    # The attempt carries the run on from where it was cut off (its worker died, or it was
+    # cancelled, mid-way): a step at the resume point may have begun, though nothing is
+    # recorded there. False for a retry after a failure or a resume after a pause or a wait,
+    # which stopped at a step's end.
+    cut: bool = False
     reached: int = 0
     # The mismatch raised, kept: code that caught it (`gather(..., return_exceptions=True)`)
     # still fails when it ends.
@@ -131,6 +140,7 @@ class Journal:
         resume_at: int | None = None,
         *,
         passed: Mapping[int, str] | None = None,
+        cut: bool = False,
     ) -> Journal:
         """The journal of an attempt whose DBOS record is `steps`: it resumes after the last
         of them unless `resume_at` says where. `passed` are the steps the attempt before it
@@ -138,7 +148,7 @@ class Journal:
         at = 1 + max(steps, default=0) if resume_at is None else resume_at
         known = {p: n for p, n in steps.items() if p < at}
         known.update({p: n for p, n in (passed or {}).items() if p >= at})
-        return cls(run_id, steps=known, marks=dict(marks), resume_at=at)
+        return cls(run_id, steps=known, marks=dict(marks), resume_at=at, cut=cut)
 
     def check(self, position: int, mark: Mark) -> None:
         """Raise `CodeChanged` if `mark` is not what the run recorded at `position`."""
@@ -170,11 +180,12 @@ class Journal:
         if recorded.input_hash == mark.input_hash:
             return
         self.changed = CodeChanged(
-            f"the workflow's code changed under run {self.run_id}: its step {position} began "
-            f"{recorded.describe()} on other input than the code now gives it. Nothing ran at "
-            "that step. A call a run began carries on with the input it began with: give runs "
-            "that had reached it the old input, e.g. `new if ctx.patch('name') else old` just "
-            "before the call, which is False for runs that had reached that point",
+            f"run {self.run_id}: its step {position} began {recorded.describe()} on other input "
+            "than it is given now (the code changed, or what the input is computed from did, "
+            "such as a read made afresh by a retry from an earlier step). Nothing ran at that "
+            "step. A call a run began carries on with the input it began with: give runs that "
+            "had reached it the old input, e.g. `new if ctx.patch('name') else old` just before "
+            "the call, which is False for runs that had reached that point",
             run_id=self.run_id,
             step=position,
             recorded=f"{recorded.describe()} with input {recorded.input_hash[:12]}",
@@ -191,14 +202,16 @@ class Journal:
         patch's marker there, False where it recorded anything else (it had passed that point,
         or stands at it), None where it recorded nothing (DBOS's own record decides).
 
-        The resume point of an attempt that carries a run on is False too, recorded or not:
-        the run had got that far on the code before, and a step cut off there (killed
-        mid-call, so nothing is recorded) may have begun. New code does not run before it.
+        The resume point of an attempt that carries on a run that was cut off is False too,
+        recorded or not: the run had got that far on the code before, and a step cut off there
+        (killed mid-call, so nothing is recorded) may have begun. New code does not run before
+        it. Where the run stopped at a step's end (a failure it is retried after, a pause),
+        nothing began there, and the patch is taken.
         """
         recorded = self.steps.get(position)
         if recorded is not None:
             return recorded == PATCH_PREFIX + name
-        if position in self.marks or 0 < position <= self.resume_at:
+        if position in self.marks or (self.cut and 0 < position <= self.resume_at):
             return False
         return None
 

@@ -37,7 +37,14 @@ from remit.core.schema import approvals, resumes, runs, tasks, timers
 from remit.declare.workflows import Workflow
 from remit.execution.calls import OpCaller
 from remit.execution.context import AsyncContext, Context, Slot
-from remit.execution.journal import Journal, Mark, load_marks_of, passed_steps, sleep_mark
+from remit.execution.journal import (
+    CUT_OFF,
+    Journal,
+    Mark,
+    load_marks_of,
+    passed_steps,
+    sleep_mark,
+)
 from remit.execution.timers import DEFAULT_SUSPEND_AFTER, Timers
 from remit.people.approvals import Gates
 from remit.people.tasks import TaskOpener
@@ -149,6 +156,8 @@ class _Known:
     waiting and sleeping attempts stand, and remit's marks of each run."""
 
     held: set[str]
+    # Each attempt DBOS holds, by its status.
+    statuses: dict[str, str] = field(default_factory=dict)
     outbox: dict[str, tuple[str, int]] = field(default_factory=dict)
     stands_at: dict[str, int] = field(default_factory=dict)
     marks: dict[str, dict[int, Mark]] = field(default_factory=dict)
@@ -207,15 +216,15 @@ class DeployCheck:
         """What the replays read of remit's rows and DBOS's workflows, a few queries in all."""
         ids = [run.run_id for run in unfinished]
         attempts = [run.workflow_id for run in unfinished]
-        held: set[str] = set()
+        statuses: dict[str, str] = {}
         for at in range(0, len(attempts), 500):
-            held.update(
-                found.workflow_id
+            statuses.update(
+                (found.workflow_id, found.status)
                 for found in self.client.list_workflows(
                     workflow_ids=attempts[at : at + 500], load_input=False, load_output=False
                 )
             )
-        known = _Known(held=held)
+        known = _Known(held=set(statuses), statuses=statuses)
         with self.db.engine.connect() as conn:
             known.marks = load_marks_of(conn, ids)
             for at in range(0, len(ids), 500):
@@ -340,8 +349,26 @@ class DeployCheck:
             earlier = attempt_workflow_id(run.run_id, run.attempt - 1)
             passed = passed_steps(self.client.list_workflow_steps(earlier))
         marks = known.marks.get(run.run_id, {})
-        journal = Journal.of(run.run_id, names, marks, resume_at, passed=passed)
+        journal = Journal.of(
+            run.run_id, names, marks, resume_at, passed=passed, cut=self._cut(run, known)
+        )
         return journal, outputs
+
+    def _cut(self, run: _Unfinished, known: _Known) -> bool:
+        """Whether the attempt that will carry the run on resumes where it was cut off, as the
+        live attempt decides it (`Runtime._load`): a running attempt is cut off by the move (or
+        the recovery) that resumes it; a later attempt not yet begun carries on from where the
+        attempt before it was cut off, if it was."""
+        now = known.statuses.get(run.workflow_id)
+        if now == "PENDING":
+            return True
+        if run.attempt > 1 and now in (None, "ENQUEUED"):
+            earlier = attempt_workflow_id(run.run_id, run.attempt - 1)
+            found = self.client.list_workflows(
+                workflow_ids=[earlier], load_input=False, load_output=False
+            )
+            return bool(found) and found[0].status in CUT_OFF
+        return False
 
     def _unfinished(self, run_ids: list[str] | None) -> list[_Unfinished]:
         query = (

@@ -26,8 +26,9 @@ from remit.core.errors import RemitError
 from remit.core.ledger import LedgerRow
 from remit.core.schema import recoveries
 
-# How many stops an attempt keeps: enough to show a pattern, bounded for an attempt that is
-# recovered a great many times while getting further each time.
+# How many stops an attempt keeps at least (more when REMIT_MAX_RECOVERIES needs them to count):
+# enough to show a pattern, bounded for an attempt recovered a great many times while getting
+# further each time.
 KEPT_STOPS = 50
 
 
@@ -43,9 +44,13 @@ class Recoveries:
         self.db = db
         self.clock = clock or SystemClock()
 
-    def record(self, run_id: str, workflow_id: str, position: int) -> list[int]:
+    def record(
+        self, run_id: str, workflow_id: str, position: int, *, keep: int = KEPT_STOPS
+    ) -> list[int]:
         """Note that a recovery of `workflow_id` resumes at `position`: where the run of the
-        attempt before it stopped. Returns every stop recorded, oldest first."""
+        attempt before it stopped. Returns the last `keep` stops (at least `KEPT_STOPS`),
+        oldest first."""
+        keep = max(keep, KEPT_STOPS)
 
         def write() -> list[int]:
             now = self.clock.now()
@@ -63,7 +68,7 @@ class Recoveries:
                         )
                     )
                     return stops
-                stops = [*row.stops, position][-KEPT_STOPS:]
+                stops = [*row.stops, position][-keep:]
                 conn.execute(
                     recoveries.update()
                     .where(recoveries.c.workflow_id == workflow_id)
@@ -113,7 +118,7 @@ def too_often(workflow_id: str, stops: list[int], where: str, limit: int) -> Rec
         f"attempt {workflow_id} was given up after its last {stuck} runs stopped at the same "
         f"point (REMIT_MAX_RECOVERIES is {limit}: recoveries in a row that get no further): "
         f"each time, its worker stopped before the attempt got past {where}. Where each run "
-        f"of it stopped, the first first: step {', '.join(str(stop) for stop in stops)}. Find "
+        f"of it stopped, oldest first: step {', '.join(str(stop) for stop in stops)}. Find "
         "why that step ends its process (memory, a crash in native code, a kill, or a shutdown "
         "whose drain it outlasts), then retry the run"
     )

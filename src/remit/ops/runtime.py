@@ -42,7 +42,7 @@ from remit.declare.ops import Op
 from remit.declare.workflows import Workflow
 from remit.execution.calls import OpCaller
 from remit.execution.context import AsyncContext, Context, LiveSteps
-from remit.execution.journal import Journal, load_marks, passed_steps
+from remit.execution.journal import CUT_OFF, Journal, load_marks, passed_steps
 from remit.execution.timers import DEFAULT_SUSPEND_AFTER, Timers
 from remit.execution.tries import DEFAULT_OP_TIMEOUT
 from remit.ops.recoveries import (
@@ -128,6 +128,8 @@ class Runtime:
         self.timers = Timers(db, suspend_after=suspend_after, clock=clock)
         # An attempt's DBOS steps, read from outside it: the worker gives its client's.
         self.list_steps: Callable[[str], list[StepInfo]] = _no_steps
+        # An attempt's DBOS status, read from outside it (None: DBOS holds no such attempt).
+        self.attempt_status: Callable[[str], str | None] = lambda workflow_id: None
 
     def register(self) -> None:
         """Register every workflow of the app with DBOS, under its own name."""
@@ -161,7 +163,9 @@ class Runtime:
         """Count a recovery of the attempt, which resumes at `position`: raise
         `RecoveredTooOften` when it would be the `REMIT_MAX_RECOVERIES`+1th in a row to
         resume where the run before it stopped (see `recoveries.py`)."""
-        stops = self.recoveries.record(run.run_id, run.workflow_id, position)
+        stops = self.recoveries.record(
+            run.run_id, run.workflow_id, position, keep=self.max_recoveries + 2
+        )
         stalled = without_progress(stops)
         log.warning(
             "attempt %s of run %s recovered after its worker stopped: it resumes at step %d "
@@ -184,12 +188,14 @@ class Runtime:
             step["function_id"]: step["function_name"] for step in self.list_steps(run.workflow_id)
         }
         passed: dict[int, str] = {}
+        cut = run.again
         if run.attempt > 1:
             earlier = attempt_workflow_id(run.run_id, run.attempt - 1)
             passed = passed_steps(self.list_steps(earlier))
+            cut = cut or self.attempt_status(earlier) in CUT_OFF
         with self.runs.db.engine.connect() as conn:
             marks = load_marks(conn, run.run_id)
-        return Journal.of(run.run_id, steps, marks, passed=passed)
+        return Journal.of(run.run_id, steps, marks, passed=passed, cut=cut)
 
     def _begin(self, wf: Workflow, run_id: str, actor: str) -> RunInfo | None:
         from dbos import DBOS

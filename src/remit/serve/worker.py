@@ -269,6 +269,7 @@ class Worker:
         DBOS(config=config)
         telemetry.quiet_expected_failures()
         self.runtime.list_steps = lambda workflow_id: self.client.list_workflow_steps(workflow_id)
+        self.runtime.attempt_status = self._attempt_status
         self.runtime.register()
         if before_launch is not None:
             before_launch()
@@ -337,6 +338,13 @@ class Worker:
             horizon=self.settings.idle_horizon,
             clock=self.runtime.clock,
         )
+
+    def _attempt_status(self, workflow_id: str) -> str | None:
+        """The DBOS status of attempt `workflow_id` (None: DBOS holds no such attempt)."""
+        found = self.client.list_workflows(
+            workflow_ids=[workflow_id], load_input=False, load_output=False
+        )
+        return found[0].status if found else None
 
     def live_versions(self) -> set[str]:
         """The versions the app's live workers run (this one's included)."""
