@@ -216,10 +216,13 @@ class Client:
             self.db.prepare()
         # Called after each write that gives a worker something to do: a start, a retry, a
         # decision, a task's answer, a held direct call, a resume of the app, an archive, a
-        # reconciler pass that acted. By default it wakes the app's worker if it stopped
-        # itself when idle (`remit serve --worker --stop-when-idle` points it at its own
-        # worker instead).
-        self.on_write: Callable[[], object] | None = self.wake_if_stopped
+        # reconciler pass that acted. By default, with a wakeup service configured, it wakes
+        # the app's worker if it stopped itself when idle (`remit serve --worker
+        # --stop-when-idle` points it at its own worker instead; a command always looks, to
+        # say when it cannot wake it).
+        self.on_write: Callable[[], object] | None = (
+            self.wake_if_stopped if settings.wakeup_url is not None else None
+        )
         # Told, when a write finds the worker stopped and cannot wake it: by default a warning
         # in the log (the write is done); the command line makes it an error.
         self.on_not_woken: Callable[[str], object] = _not_woken

@@ -259,7 +259,7 @@ class DeployCheck:
             )
         journal, outputs = self._record(run, known)
         failure = self._replay(wf, run, journal, outputs)
-        return RunCheck(run.run_id, run.workflow, run.status, max(journal.resume_at, 1), failure)
+        return RunCheck(run.run_id, run.workflow, run.status, journal.resume_at, failure)
 
     def _replay(
         self,
@@ -342,8 +342,6 @@ class DeployCheck:
         if run.status not in ("waiting", "sleeping"):
             stands_at = None
         resume_at = before or stands_at or 1 + max(names, default=0)
-        if run.attempt == 1 and run.status == "queued" and not names:
-            resume_at = 0  # it never began: as for its live attempt, nothing stands before it
         passed: dict[int, str] = {}
         if run.attempt > 1:
             earlier = attempt_workflow_id(run.run_id, run.attempt - 1)
