@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, settings
 
 from remit.core.database import Database
 from tests.instances import WakeupService
+from tests.pgcluster import Cluster, throwaway_cluster
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -220,6 +221,12 @@ def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
         yield url
     finally:
         _drop_later(url)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A Postgres server of the test's own (`tests/pgcluster.py`), which it may stop."""
+    yield from throwaway_cluster(tmp_path)
 
 
 @pytest.fixture(scope="module")

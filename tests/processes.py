@@ -72,9 +72,10 @@ class Workers:
         self._logs: list[IO[bytes]] = []
         self._client: DBOSClient | None = None
 
-    def remit(self, *args: str) -> str:
-        """Run a `remit` command to completion and return what it printed."""
-        done = run_remit(["--app", str(self.app), *args], env=self.env)
+    def remit(self, *args: str, input: str | None = None) -> str:
+        """Run a `remit` command to completion (given `input` on stdin) and return what it
+        printed."""
+        done = run_remit(["--app", str(self.app), *args], env=self.env, input=input)
         assert done.returncode == 0, done.stderr
         return str(done.stdout).strip()
 
@@ -88,6 +89,25 @@ class Workers:
         )
         self.procs.append(proc)
         return proc
+
+    def start_settles(self, count: int) -> list[str]:
+        """Start `count` runs of the crash app's `settle` (five calls each) and return their ids."""
+        app = load_app(self.app)
+        client = self.db.client(app.name)
+        try:
+            return [
+                self.runs.naming(None, app=app.name)
+                .start(
+                    client,
+                    app.workflow("settle"),
+                    {"account": f"a{n}", "amount": 10 + n},
+                    started_by="t",
+                )
+                .run_id
+                for n in range(count)
+            ]
+        finally:
+            client.destroy()
 
     def wait_serving(self, proc: ForkedProcess, timeout: float = 60) -> None:
         index = self.procs.index(proc)

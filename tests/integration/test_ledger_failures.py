@@ -26,7 +26,7 @@ class FlakyDatabase(Database):
         self.before_commit = before_commit
         self.failed: list[str] = []
 
-    def retrying(self, what: str, fn: Callable[[], T], *, within: float = 90.0) -> T:
+    def retrying(self, what: str, fn: Callable[[], T]) -> T:
         lost = sa.exc.OperationalError("COMMIT", {}, Exception("database is locked (simulated)"))
         if self.after_commit and self.after_commit in what and not self.failed:
             self.failed.append(what)
@@ -39,11 +39,11 @@ class FlakyDatabase(Database):
                     raise lost
                 return result
 
-            return super().retrying(what, commit_then_lose, within=within)
+            return super().retrying(what, commit_then_lose)
         if self.before_commit and self.before_commit in what and not self.failed:
             self.failed.append(what)
             raise lost
-        return super().retrying(what, fn, within=within)
+        return super().retrying(what, fn)
 
 
 def flaky_ledger(harness: Harness, url: str, **plan: str) -> FlakyDatabase:

@@ -270,8 +270,8 @@ class LoseUncertainAnswer(Database):
         super().__init__(url)
         self.lost: list[str] = []
 
-    def retrying(self, what: str, fn: Callable[[], T], *, within: float = 90.0) -> T:
-        result = super().retrying(what, fn, within=within)
+    def retrying(self, what: str, fn: Callable[[], T]) -> T:
+        result = super().retrying(what, fn)
         if what.endswith(": uncertain") and not self.lost:
             self.lost.append(what)
             raise sa.exc.OperationalError("COMMIT", {}, Exception("connection lost (simulated)"))

@@ -289,10 +289,10 @@ class Secrets:
     def get(self, name: str) -> str | None:
         """The value of secret `name`, decrypted; None if none is stored."""
         check_name(name)
-        with self.db.engine.connect() as conn:
-            ciphertext = conn.execute(
-                sa.select(secrets.c.ciphertext).where(self._row(name))
-            ).scalar()
+        query = sa.select(secrets.c.ciphertext).where(self._row(name))
+        ciphertext = self.db.read(
+            f"app {self.app_name}: secret {name}", lambda conn: conn.execute(query).scalar()
+        )
         if ciphertext is None:
             return None
         fernet = self.key.fernet(create=False, secret=name)
@@ -317,13 +317,13 @@ class Secrets:
 
     def ciphertexts(self) -> dict[str, str]:
         """Every stored secret of the app by name, still encrypted: one query, no key needed."""
-        with self.db.engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(secrets.c.name, secrets.c.ciphertext).where(
-                    secrets.c.app == self.app_name
-                )
-            )
-            return {row.name: str(row.ciphertext) for row in rows}
+        query = sa.select(secrets.c.name, secrets.c.ciphertext).where(
+            secrets.c.app == self.app_name
+        )
+        return self.db.read(
+            f"app {self.app_name}: its secrets",
+            lambda conn: {row.name: str(row.ciphertext) for row in conn.execute(query)},
+        )
 
     def decrypt(self, ciphertext: str) -> str | None:
         """The value `ciphertext` holds, or None if there is no key or it is not this key's."""

@@ -28,6 +28,11 @@ log = logging.getLogger("remit.store")
 
 T = TypeVar("T")
 
+# Seconds remit rides out a database that is away (a lost connection, a server restarting or
+# refusing connections, a SQLite file another process holds locked) on a run's path: each read
+# and write there is tried again until it succeeds or this long has passed since its first try.
+OUTAGE_BOUND = 90.0
+
 # Any fixed 64-bit number: the Postgres advisory lock that serialises `prepare()`.
 _PREPARE_LOCK = 0x72656D6974  # "remit"
 
@@ -74,6 +79,7 @@ class Database:
     def __init__(self, raw_url: str, *, pool_size: int = 8) -> None:
         self.url = normalize_url(raw_url)
         self.is_sqlite = self.url.get_backend_name() == "sqlite"
+        self._waits_out_outages = False
         if self.is_sqlite:
             assert self.url.database is not None
             open_sqlite_file(Path(self.url.database))
@@ -120,24 +126,38 @@ class Database:
             conn.commit()
             return rows
 
-    def retrying(self, what: str, fn: Callable[[], T], *, within: float = 90.0) -> T:
-        """Call `fn` (one short transaction), again on a lost connection or a busy database.
+    def retrying(self, what: str, fn: Callable[[], T]) -> T:
+        """Call `fn` (a read, or one short transaction that is safe to repeat), again on a lost
+        connection, a server that refuses connections, or a busy SQLite file.
 
-        For writes that are safe to repeat. Gives up after `within` seconds (longer than
-        SQLite's 30-second busy timeout) with the last error, so a database that stays down
+        Gives up once `OUTAGE_BOUND` seconds have passed since the first try (longer than
+        SQLite's 30-second busy timeout) with the last error, so a database that stays away
         fails the caller rather than hanging it. Other errors are raised at once.
         """
-        deadline = time.monotonic() + within
-        delay = 0.05
-        while True:
-            try:
-                return fn()
-            except (sa.exc.OperationalError, sa.exc.InterfaceError) as error:
-                if not self._transient(error) or time.monotonic() + delay > deadline:
-                    raise
-                log.warning("%s: %s; trying again in %.2fs", what, error.orig or error, delay)
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        return _within_outage(
+            what, fn, (sa.exc.OperationalError, sa.exc.InterfaceError), self._transient
+        )
+
+    def read(self, what: str, fn: Callable[[sa.Connection], T]) -> T:
+        """`fn` on a connection, as a read a run's path makes: tried again as `retrying` says."""
+
+        def once() -> T:
+            with self.engine.connect() as conn:
+                return fn(conn)
+
+        return self.retrying(what, once)
+
+    def wait_out_outages(self) -> None:
+        """From now on, a connection the Postgres server refuses (it is restarting, or away) is
+        tried again for up to `OUTAGE_BOUND` seconds before the error is raised: every read and
+        write of this process then waits out a short outage, those not written to retry too.
+
+        For a long-running process once it has started (a worker): a command that cannot reach
+        the database should say so at once. SQLite has no connection to refuse."""
+        if self.is_sqlite or self._waits_out_outages:
+            return
+        self._waits_out_outages = True
+        sa.event.listen(self.engine, "do_connect", _connect_waiting)
 
     def dbos_engine(self, *, pool_size: int) -> sa.Engine | None:
         """The engine a worker's DBOS runs on: None (DBOS makes its own) on Postgres.
@@ -253,6 +273,41 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def _connect_waiting(
+    dialect: sa.Dialect, _record: Any, cargs: tuple[Any, ...], cparams: dict[str, Any]
+) -> Any:
+    """A new DBAPI connection, tried again while the server refuses it (see
+    `Database.wait_out_outages`)."""
+    return _within_outage(
+        "connecting to the database",
+        lambda: dialect.connect(*cargs, **cparams),
+        dialect.loaded_dbapi.OperationalError,
+        lambda _error: True,
+    )
+
+
+def _within_outage(
+    what: str,
+    fn: Callable[[], T],
+    errors: type[Exception] | tuple[type[Exception], ...],
+    transient: Callable[[Any], bool],
+) -> T:
+    """`fn()`, called again after each of `errors` that is `transient`, waiting longer each
+    time (up to 2 s), until `OUTAGE_BOUND` seconds have passed since the first call."""
+    deadline = time.monotonic() + OUTAGE_BOUND
+    delay = 0.05
+    while True:
+        try:
+            return fn()
+        except errors as error:
+            if not transient(error) or time.monotonic() + delay > deadline:
+                raise
+            said = getattr(error, "orig", None) or error
+            log.warning("%s: %s; trying again in %.2fs", what, said, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 def count(result: sa.CursorResult[Any]) -> int:

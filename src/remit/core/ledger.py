@@ -375,8 +375,7 @@ class LedgerStore:
         self.db.retrying(f"ledger {key}", lambda: self.db.execute_one(statement))
 
     def get(self, key: str) -> LedgerRow | None:
-        with self.db.engine.connect() as conn:
-            return self._by_key(conn, key)
+        return self.db.read(f"ledger {key}", lambda conn: self._by_key(conn, key))
 
     def list(
         self,

@@ -253,7 +253,8 @@ class RunStore:
     def timed_since(self, run_id: str) -> datetime:
         """When the run's `timeout=` began to count: its start, or its latest retry (a retry
         gives the run its whole bound again), as the retry's audit row says."""
-        with self.db.engine.connect() as conn:
+
+        def read(conn: sa.Connection) -> tuple[datetime | None, datetime | None]:
             created = conn.execute(
                 sa.select(runs.c.created_at).where(runs.c.run_id == run_id)
             ).scalar_one_or_none()
@@ -263,6 +264,9 @@ class RunStore:
                 .order_by(audit.c.id.desc())
                 .limit(1)
             ).scalar_one_or_none()
+            return created, retried
+
+        created, retried = self.db.read(f"run {run_id}: its start", read)
         if created is None:
             raise _not_found(run_id)
         since: datetime = created if retried is None else max(created, retried)
@@ -403,12 +407,7 @@ class RunStore:
     def _record_of(self, run_id: str) -> RecordRef | None:
         """The record the run concerns: written with its start, so read before the end's own
         transaction, which then needs no more than its one write for a run that has none."""
-
-        def read() -> RecordRef | None:
-            with self.db.engine.connect() as conn:
-                return record_of_run(conn, run_id)
-
-        return self.db.retrying(f"run {run_id}: its record", read)
+        return self.db.read(f"run {run_id}: its record", lambda conn: record_of_run(conn, run_id))
 
     def _ended(
         self,

@@ -22,6 +22,7 @@ import signal
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -252,7 +253,9 @@ class Worker:
                 paused=self.runtime.paused.is_set(),
                 poll_interval=self.settings.poll_interval,
             )
+        registering = time.monotonic()
         self.registry.register(self.executor_id, app=self.app.name, version=self.runtime.version)
+        registered = time.monotonic(), time.monotonic() - registering
         moved = self.runtime.runs.adopt_queues(self.app.workflows, self.app.queues)
         if moved:
             log.info(
@@ -275,13 +278,15 @@ class Worker:
             before_launch()
         DBOS.launch()
         self._launched = True
+        # Started: from now on a short outage is waited out, not failed (README, "Outages").
+        self.db.wait_out_outages()
         if deployed:
             # This code is new here: it is the latest version, the one that takes the work no
             # version is named for (starts, resumes, runs moved off a dead version). DBOS ranks
             # versions by when they were first registered, to the second on SQLite, so a deploy
             # within the second of the last one could rank below it: rank it explicitly.
             self.client.set_latest_application_version(self.runtime.version)
-        self._heartbeat = Heartbeat(self)
+        self._heartbeat = Heartbeat(self, registered=registered)
         self._heartbeat.start()
         self._reconciler = Reconciler(
             self.runtime.runs,
@@ -347,9 +352,14 @@ class Worker:
         return found[0].status if found else None
 
     def live_versions(self) -> set[str]:
-        """The versions the app's live workers run (this one's included)."""
+        """The versions the app's live workers run (this one's included). While this worker's
+        own heartbeats are not steady (see `Heartbeat`), an old heartbeat proves nothing, and
+        every worker neither stopped nor taken over counts as live."""
+        rows = self.registry.list(app=self.app.name)
+        if self._heartbeat is not None and not self._heartbeat.steady():
+            return {row.version for row in rows if row.stopped_at is None and not row.taken_over_by}
         return live_versions(
-            self.registry.list(app=self.app.name),
+            rows,
             now=self.runtime.clock.now(),
             dead_after=timedelta(seconds=self.settings.dead_after),
         ) | {self.runtime.version}
@@ -486,13 +496,32 @@ class Heartbeat:
     """Renews the worker's heartbeat, and takes over dead workers of the same version.
 
     Runs on a daemon thread every `REMIT_HEARTBEAT_INTERVAL` seconds.
+
+    A heartbeat older than `REMIT_DEAD_AFTER` is evidence that its worker is dead only if this
+    worker reached the database all that time: while the database was away, every worker's
+    heartbeat stopped with it. So a worker that could not write its own heartbeat for more than
+    half the bound (the database was away, or this process stalled) declares no worker dead
+    until it has written it steadily for the whole bound again. Half the bound is shorter than
+    any outage after which a live worker's heartbeat could be older than the bound (the outage,
+    an interval, and the live worker's own wait of up to 2 s to try again), with the defaults
+    and in general where the interval is well under half the bound; it is never less than two
+    intervals, so a beat that is merely late does not count.
     """
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Worker, *, registered: tuple[float, float]) -> None:
+        """`registered`: when the worker's registration was written (monotonic seconds), and
+        how long writing it took; a long write means the database was away."""
         self.worker = worker
         self.interval = worker.settings.heartbeat_interval
         self.dead_after = timedelta(seconds=worker.settings.dead_after)
         self._periodic = Periodic("remit-heartbeat", self.interval, self.beat)
+        # Monotonic seconds: the longest pause between two writes of the heartbeat that is not
+        # taken for an outage; this worker's last write (at first, its registration); and
+        # since when its writes have had no longer pause.
+        self._pause = max(worker.settings.dead_after / 2, 2 * self.interval)
+        at, took = registered
+        self._last_reached = at
+        self._steady_since = at if took > self._pause else at - worker.settings.dead_after
 
     def start(self) -> None:
         self._periodic.start()
@@ -500,12 +529,31 @@ class Heartbeat:
     def stop(self) -> None:
         self._periodic.stop()
 
+    def steady(self) -> bool:
+        """Whether this worker has reached the database without a long pause for the whole
+        bound: only then is another worker's old heartbeat a sign that it is dead."""
+        return time.monotonic() - self._steady_since >= self.dead_after.total_seconds()
+
     def beat(self) -> list[str]:
         """Renew the heartbeat and take over the dead; returns the executor ids taken over."""
         worker = self.worker
         me = worker.executor_id
         if not worker.registry.heartbeat(me):
             worker.on_taken_over()
+            return []
+        reached = time.monotonic()
+        paused = reached - self._last_reached
+        self._last_reached = reached
+        if paused > self._pause:
+            self._steady_since = reached
+            log.warning(
+                "worker %s could not write its heartbeat for %.0fs (the database was away, or "
+                "this process stalled): it declares no worker dead for the next %.0fs",
+                me,
+                paused,
+                self.dead_after.total_seconds(),
+            )
+        if not self.steady():
             return []
         dead = takeover_candidates(
             worker.registry.list(app=worker.app.name),

@@ -113,6 +113,10 @@ class BankDriver(Driver):
 
 
 class FakeBank(Fake):
+    # With `CRASH_NEEDS_TOKEN` set, every call needs the credential, as a live bank's would:
+    # stored with `remit secrets set`, it is read from the database on the calls' path.
+    credentials = ("BANK_TOKEN",) if os.environ.get("CRASH_NEEDS_TOKEN") else ()
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(journal=os.environ.get("CRASH_JOURNAL"), **kwargs)
 
