@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import fcntl
 import importlib.metadata
 import logging
@@ -32,6 +33,11 @@ T = TypeVar("T")
 # refusing connections, a SQLite file another process holds locked) on a run's path: each read
 # and write there is tried again until it succeeds or this long has passed since its first try.
 OUTAGE_BOUND = 90.0
+
+# When the outermost wait of this thread (or task) for the database gives up, if one is waiting.
+_outage_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "remit_outage_deadline", default=None
+)
 
 # Any fixed 64-bit number: the Postgres advisory lock that serialises `prepare()`.
 _PREPARE_LOCK = 0x72656D6974  # "remit"
@@ -135,7 +141,10 @@ class Database:
         fails the caller rather than hanging it. Other errors are raised at once.
         """
         return _within_outage(
-            what, fn, (sa.exc.OperationalError, sa.exc.InterfaceError), self._transient
+            what,
+            fn,
+            (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError),
+            self._transient,
         )
 
     def read(self, what: str, fn: Callable[[sa.Connection], T]) -> T:
@@ -149,11 +158,14 @@ class Database:
 
     def wait_out_outages(self) -> None:
         """From now on, a connection the Postgres server refuses (it is restarting, or away) is
-        tried again for up to `OUTAGE_BOUND` seconds before the error is raised: every read and
-        write of this process then waits out a short outage, those not written to retry too.
+        tried again for up to `OUTAGE_BOUND` seconds before the error is raised: a read or write
+        of this process that needs a new connection then waits out a short outage, those not
+        written to retry too (a statement cut mid-flight still fails, unless it retries).
 
-        For a long-running process once it has started (a worker): a command that cannot reach
-        the database should say so at once. SQLite has no connection to refuse."""
+        For a long-running process once it has started (a worker), which connected once
+        already: a command that cannot reach the database says so at once, rather than after
+        the bound (but for the reads and writes a run's path makes, which retry everywhere).
+        SQLite has no connection to refuse."""
         if self.is_sqlite or self._waits_out_outages:
             return
         self._waits_out_outages = True
@@ -262,11 +274,11 @@ class Database:
             finally:
                 conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": _PREPARE_LOCK})
 
-    def _transient(self, error: sa.exc.DBAPIError) -> bool:
-        """Whether trying again can help: on SQLite a busy or locked database (not, say, a
-        missing table); on Postgres any operational error (a lost connection, a restart, a
-        serialization failure)."""
-        if not self.is_sqlite:
+    def _transient(self, error: sa.exc.DBAPIError | sa.exc.TimeoutError) -> bool:
+        """Whether trying again can help: every connection the pool could not give in time; on
+        SQLite a busy or locked database (not, say, a missing table); on Postgres any
+        operational error (a lost connection, a restart, a serialization failure)."""
+        if not self.is_sqlite or isinstance(error, sa.exc.TimeoutError):
             return True
         text = str(error.orig or error).lower()
         return "locked" in text or "busy" in text
@@ -295,19 +307,26 @@ def _within_outage(
     transient: Callable[[Any], bool],
 ) -> T:
     """`fn()`, called again after each of `errors` that is `transient`, waiting longer each
-    time (up to 2 s), until `OUTAGE_BOUND` seconds have passed since the first call."""
-    deadline = time.monotonic() + OUTAGE_BOUND
+    time (up to 2 s), until `OUTAGE_BOUND` seconds have passed since the first call. A wait
+    inside another (a connection `retrying` asks for) ends with the outer one's bound, so
+    waits never add up past it."""
+    outer = _outage_deadline.get()
+    deadline = outer if outer is not None else time.monotonic() + OUTAGE_BOUND
+    token = _outage_deadline.set(deadline)
     delay = 0.05
-    while True:
-        try:
-            return fn()
-        except errors as error:
-            if not transient(error) or time.monotonic() + delay > deadline:
-                raise
-            said = getattr(error, "orig", None) or error
-            log.warning("%s: %s; trying again in %.2fs", what, said, delay)
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
+    try:
+        while True:
+            try:
+                return fn()
+            except errors as error:
+                if not transient(error) or time.monotonic() + delay > deadline:
+                    raise
+                said = getattr(error, "orig", None) or error
+                log.warning("%s: %s; trying again in %.2fs", what, said, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+    finally:
+        _outage_deadline.reset(token)
 
 
 def count(result: sa.CursorResult[Any]) -> int:

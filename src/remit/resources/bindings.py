@@ -114,8 +114,7 @@ class Bindings:
             bindings.c.app == self.app
         )
         if conn is None:
-            with self.db.engine.connect() as own:
-                rows = own.execute(query).all()
+            rows = self.db.read(f"app {self.app}: bindings", lambda own: own.execute(query).all())
         else:
             rows = conn.execute(query).all()
         return {row.name: Binding(type=row.type, id=row.vendor_id) for row in rows}

@@ -384,27 +384,29 @@ def _earlier_creates(db: Database, resources: Resources, run_id: str) -> dict[st
     that was bound is read back from the vendor before it is trusted (`_Walk._settled`)."""
     creates = {t.ops["create"].id for t in resources.types.values() if "create" in t.ops}
     suffixes = (":key:create:", ":key:replace-create:")
-    with db.engine.connect() as conn:
-        rows = conn.execute(
-            sa.select(
-                ledger.c.idempotency_key,
-                ledger.c.op_id,
-                ledger.c.input_hash,
-                ledger.c.status,
-                ledger.c.run_id,
-                ledger.c.output,
-            )
-            .join(runs, runs.c.run_id == ledger.c.run_id)
-            .where(
-                runs.c.workflow == APPLY,
-                runs.c.run_id != run_id,
-                app_runs(resources.app or None),
-                runs.c.status.in_(FINISHED),
-                ledger.c.op_id.in_(sorted(creates)),
-                sa.or_(*(ledger.c.idempotency_key.contains(s, autoescape=True) for s in suffixes)),
-            )
-            .order_by(ledger.c.started_at, ledger.c.id)
-        ).all()
+    query = (
+        sa.select(
+            ledger.c.idempotency_key,
+            ledger.c.op_id,
+            ledger.c.input_hash,
+            ledger.c.status,
+            ledger.c.run_id,
+            ledger.c.output,
+        )
+        .join(runs, runs.c.run_id == ledger.c.run_id)
+        .where(
+            runs.c.workflow == APPLY,
+            runs.c.run_id != run_id,
+            app_runs(resources.app or None),
+            runs.c.status.in_(FINISHED),
+            ledger.c.op_id.in_(sorted(creates)),
+            sa.or_(*(ledger.c.idempotency_key.contains(s, autoescape=True) for s in suffixes)),
+        )
+        .order_by(ledger.c.started_at, ledger.c.id)
+    )
+    rows = db.read(
+        f"run {run_id}: earlier applies' creates", lambda conn: conn.execute(query).all()
+    )
     found: dict[str, Any] = {}
     for row in rows:
         name = next(
@@ -428,7 +430,8 @@ def unfinished_apply(
     """The first apply of the app (id and status) that has not finished, started before the
     run `before` if given; None if there is none. Another app's applies (on the same database)
     are its own."""
-    with db.engine.connect() as conn:
+
+    def read(conn: sa.Connection) -> tuple[Any, list[Any]]:
         mine = None
         if before is not None:
             mine = conn.execute(
@@ -442,6 +445,9 @@ def unfinished_apply(
                 runs.c.status.not_in(FINISHED),
             )
         ).all()
+        return mine, list(others)
+
+    mine, others = db.read(f"app {app}: unfinished applies", read)
     earlier = [
         row
         for row in others

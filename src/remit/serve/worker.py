@@ -508,10 +508,17 @@ class Heartbeat:
     intervals, so a beat that is merely late does not count.
     """
 
-    def __init__(self, worker: Worker, *, registered: tuple[float, float]) -> None:
-        """`registered`: when the worker's registration was written (monotonic seconds), and
+    def __init__(
+        self,
+        worker: Worker,
+        *,
+        registered: tuple[float, float],
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`registered`: when the worker's registration was written (`monotonic` seconds), and
         how long writing it took; a long write means the database was away."""
         self.worker = worker
+        self.monotonic = monotonic
         self.interval = worker.settings.heartbeat_interval
         self.dead_after = timedelta(seconds=worker.settings.dead_after)
         self._periodic = Periodic("remit-heartbeat", self.interval, self.beat)
@@ -524,6 +531,9 @@ class Heartbeat:
         self._steady_since = at if took > self._pause else at - worker.settings.dead_after
 
     def start(self) -> None:
+        # The first beat is an interval from now: launching DBOS since the registration was
+        # written is no pause of the heartbeat's.
+        self._last_reached = self.monotonic()
         self._periodic.start()
 
     def stop(self) -> None:
@@ -531,8 +541,14 @@ class Heartbeat:
 
     def steady(self) -> bool:
         """Whether this worker has reached the database without a long pause for the whole
-        bound: only then is another worker's old heartbeat a sign that it is dead."""
-        return time.monotonic() - self._steady_since >= self.dead_after.total_seconds()
+        bound, up to a moment ago: only then is another worker's old heartbeat a sign that it
+        is dead. A heartbeat overdue now (the database may be away as this is asked) is not
+        steady either."""
+        now = self.monotonic()
+        return (
+            now - self._steady_since >= self.dead_after.total_seconds()
+            and now - self._last_reached <= self._pause
+        )
 
     def beat(self) -> list[str]:
         """Renew the heartbeat and take over the dead; returns the executor ids taken over."""
@@ -541,7 +557,7 @@ class Heartbeat:
         if not worker.registry.heartbeat(me):
             worker.on_taken_over()
             return []
-        reached = time.monotonic()
+        reached = self.monotonic()
         paused = reached - self._last_reached
         self._last_reached = reached
         if paused > self._pause:
@@ -555,8 +571,11 @@ class Heartbeat:
             )
         if not self.steady():
             return []
+        rows = worker.registry.list(app=worker.app.name)
+        if not self.steady():
+            return []  # the read waited for the database: every heartbeat may be old now
         dead = takeover_candidates(
-            worker.registry.list(app=worker.app.name),
+            rows,
             me=me,
             version=worker.runtime.version,
             now=worker.runtime.clock.now(),
