@@ -6,6 +6,7 @@ import asyncio
 import threading
 from collections import defaultdict
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -14,6 +15,7 @@ from remit import (
     App,
     ApprovalType,
     AsyncContext,
+    Budget,
     CallContext,
     Connector,
     Context,
@@ -329,3 +331,19 @@ async def purchase_mail_async(ctx: AsyncContext, input: Purchase) -> dict[str, s
     order = await ctx.call(create_order, sku=input.sku, quantity=input.quantity)
     sent = await ctx.call(send_email, to=input.email, text=f"order {order.order_id}")
     return {"order_id": order.order_id, "message_id": sent.message_id}
+
+
+def governed_shop(folder: Path, policies: str, *, budgets: list[Budget] | None = None) -> App:
+    """The shop app under `policies` (Cedar), written to `folder/policies/shop.cedar`."""
+    base = make_app()
+    app = App(
+        name="shop",
+        workflows=list(base.workflows.values()),
+        connectors=[shop],
+        approvals=[REFUND],
+        budgets=budgets or [],
+    )
+    (folder / "policies").mkdir()
+    (folder / "policies" / "shop.cedar").write_text(policies)
+    app.use_policies(folder / "policies")
+    return app

@@ -41,6 +41,7 @@ from remit.core.settings import Settings, app_folder
 if TYPE_CHECKING:
     from decimal import Decimal
 
+    import sqlalchemy as sa
     from dbos import DBOSClient
     from pydantic import BaseModel
 
@@ -456,9 +457,11 @@ class Client:
         started_by: str | None = None,
         record: tuple[str, str] | None = None,
         before: tuple[datetime, str] | None = None,
+        only: sa.ColumnElement[bool] | None = None,
     ) -> list[Run]:
         """Runs, newest first: of a status, a workflow, an app of the repo (`""`: the root's),
-        a starter, a record; `before` the (created at, run id) of the previous page's last."""
+        a starter, a record; `before` the (created at, run id) of the previous page's last;
+        `only` a further condition (what a principal may read, `remit.reads`)."""
         limits.check_limit(limit, where="runs")
         _no_nul("runs", status=status, workflow=workflow, app=app, started_by=started_by)
         return self.runs_store.list(
@@ -469,6 +472,7 @@ class Client:
             started_by=started_by,
             record=record,
             before=before,
+            only=only,
         )
 
     # What the command line reads; a `RemoteClient` answers the same through the HTTP API.
@@ -950,6 +954,7 @@ class Client:
         op: str | None = None,
         status: str | None = None,
         limit: int = 200,
+        only: sa.ColumnElement[bool] | None = None,
     ) -> list[LedgerRow]:
         """Op calls: one run's in order, or the latest; of one op (`op`, its id) and of one
         status (`ok`, `failed`, `uncertain`, ...) when given. Each with its earlier tries
@@ -960,7 +965,7 @@ class Client:
         limits.check_limit(limit, where="ledger")
         _no_nul("ledger", run_id=run_id, op=op, status=status)
         return LedgerStore(self.db, clock=self.clock).list(
-            run_id=run_id, op_id=op, status=status, limit=limit, with_tries=True
+            run_id=run_id, op_id=op, status=status, limit=limit, with_tries=True, only=only
         )
 
     def workers(self) -> list[WorkerRow]:
@@ -970,7 +975,13 @@ class Client:
         return WorkerRegistry(self.db, clock=self.clock).list(app=self.app.name)
 
     def activity(
-        self, record_type: str, record_id: str, *, limit: int = 100, after: int | None = None
+        self,
+        record_type: str,
+        record_id: str,
+        *,
+        limit: int = 100,
+        after: int | None = None,
+        only: sa.ColumnElement[bool] | None = None,
     ) -> list[Activity]:
         """What happened about one of the business's records (e.g. `"invoice", "inv_1003"`),
         oldest first: the runs about it started and ended, its gates opened and decided, its
@@ -981,7 +992,9 @@ class Client:
 
         limits.check_limit(limit, where="activity")
         _no_nul("activity", record_type=record_type, record_id=record_id)
-        return timeline(self.db, self.app.name, (record_type, record_id), limit=limit, after=after)
+        return timeline(
+            self.db, self.app.name, (record_type, record_id), limit=limit, after=after, only=only
+        )
 
     def archive_record(
         self,

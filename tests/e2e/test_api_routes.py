@@ -587,10 +587,10 @@ def test_the_policies_refuse_dave_every_act_and_record_each(
         ]
     )
     assert desk.runs.get(run.run_id).status == "waiting"
-    listed = ok(desk_http.get("/denials", params={"limit": 2}, headers=dave))
+    carol = bearer(desk, "user:carol")
+    listed = ok(desk_http.get("/denials", params={"limit": 2}, headers=carol))
     assert [row["principal"] for row in listed] == ["user:dave", "user:dave"]
 
-    carol = bearer(desk, "user:carol")
     [period] = ok(desk_http.get("/budgets", headers=carol))
     assert (period["scope"], period["limit_usd"], period["drift_usd"]) == ("app", "5.00", "0.00")
     raised = ok(desk_http.put("/budgets/app/limit", json={"limit": "7.5"}, headers=carol))

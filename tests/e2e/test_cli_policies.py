@@ -71,7 +71,7 @@ def test_policies_are_shown_explained_and_a_broken_file_reported(cli: Cli, tmp_p
     assert "policies/acme.cedar" in shown
     assert "parse and validate" in shown
     allowed = cli("policies", "explain", "start", "ar.chase-invoice")
-    assert "allowed: permitted by policies/acme.cedar:5" in allowed.stdout
+    assert "allowed: permitted by policies/acme.cedar:6" in allowed.stdout
     denied = cli(
         "policies", "explain", "start", "ar.chase-invoice", "--as", "user:dave", check=False
     )
@@ -91,6 +91,9 @@ def test_policies_are_shown_explained_and_a_broken_file_reported(cli: Cli, tmp_p
         "set_secret",
         "delete_secret",
         "set_budget",
+        "read_runs",
+        "read_approvals",
+        "read_operations",
     }
 
     broken = tmp_path / "acme"

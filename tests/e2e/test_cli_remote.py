@@ -78,7 +78,11 @@ def test_the_demo_runs_through_the_api_as_each_tokens_principal(cli: Cli, tmp_pa
     shown = remit("show", run_id[:12], token=ann).stdout
     assert "done" in shown
     assert "mail.messages.send" in shown
-    assert "$" in remit("budgets", token=ann).stdout
+    # The budgets are the operations', which a clerk may not read (and the refusal is kept).
+    hidden = remit("budgets", token=ann, check=False)
+    assert hidden.returncode == 1
+    assert 'user:ann may not read_operations App::"acme"' in hidden.stderr
+    assert "$" in remit("budgets", token=carol).stdout
 
     # 2. ann proposes a write-off, which waits for approval.
     write_off = {"invoice_id": "inv_1003", "reason": "customer in administration"}
@@ -97,9 +101,10 @@ def test_the_demo_runs_through_the_api_as_each_tokens_principal(cli: Cli, tmp_pa
     posing = remit("approve", approval, "--as", "user:carol", token=ann, check=False)
     assert posing.returncode == 1
     assert "acts as the principal of its API token" in posing.stderr
-    denials = remit("denials", token=ann).stdout
+    denials = remit("denials", token=carol).stdout
     assert "user:ann" in denials
     assert "user:dave" in denials
+    assert "read_operations" in denials
 
     # 4. carol approves it for 500.00, and the run carries on.
     approved = remit(

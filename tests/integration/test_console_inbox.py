@@ -43,6 +43,8 @@ permit (principal, action == Action::"start", resource);
 permit (principal in Group::"clerks", action == Action::"decide", resource == ApprovalType::"refund")
 when { context.decision == "rejected" || (context.draft has amount && context.draft.amount <= 100) };
 permit (principal in Group::"controllers", action in [Action::"decide", Action::"resolve"], resource);
+// Both read the runs (a task's page shows its run's input) and the gates.
+permit (principal, action in [Action::"read_runs", Action::"read_approvals"], resource);
 """
 PRINCIPALS = """
 [groups]

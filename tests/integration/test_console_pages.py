@@ -24,7 +24,7 @@ from remit.policy.cedar import PolicyDenied
 from remit.serve.api import create_api
 from remit.testing import Harness
 from tests.console_support import sign_in
-from tests.support import REFUND, FakeShop, create_order, make_app, send_email, shop
+from tests.support import FakeShop, create_order, governed_shop, send_email
 
 POLICIES = (
     'permit (principal == User::"carol", action, resource);\n'
@@ -35,18 +35,7 @@ POST_FORM = re.compile(r'<form [^>]*method="post"[^>]*>')
 
 
 def _app(tmp_path: Path) -> App:
-    base = make_app()
-    app = App(
-        name="shop",
-        workflows=list(base.workflows.values()),
-        connectors=[shop],
-        approvals=[REFUND],
-        budgets=[Budget(Decimal("50"))],
-    )
-    (tmp_path / "policies").mkdir()
-    (tmp_path / "policies" / "shop.cedar").write_text(POLICIES)
-    app.use_policies(tmp_path / "policies")
-    return app
+    return governed_shop(tmp_path, POLICIES, budgets=[Budget(Decimal("50"))])
 
 
 @pytest.fixture
@@ -296,9 +285,18 @@ def test_a_refused_principal_sees_the_policys_reason_and_nothing_changes(
     assert escape(str(cancelling.value)) in refused.text
     assert harness.client.get_run(run.run_id).status == "waiting"
 
+    # Nor may ann read the operations (nor any run): the page says so, and is refused too.
+    refused = http.get("/console/operations")
+    assert refused.status_code == 403
+    assert "read_operations" in refused.text
+    assert http.get(f"/console/runs/{run.run_id}").status_code == 403
+
+    sign_in(http, harness, "user:carol")
     denials = http.get("/console/operations").text.split('<section id="denials">')[1]
     assert "<code>pause</code>" in denials
     assert "<code>cancel</code>" in denials
+    assert "<code>read_operations</code>" in denials
+    assert "<code>read_runs</code>" in denials
 
 
 def test_every_button_that_posts_shows_its_answer_with_htmx_on_too(

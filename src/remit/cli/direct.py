@@ -186,7 +186,12 @@ def schema(app_dir: AppDir = None) -> None:
 
 @policies_cli.command("explain")
 def explain(
-    action: Annotated[str, typer.Argument(help="start, call or decide.")],
+    action: Annotated[
+        str,
+        typer.Argument(
+            help="An action the policies know: start, call, decide, read_runs, ... (README, Policies)."
+        ),
+    ],
     resource: Annotated[str, typer.Argument(help="A workflow, op or approval type's name.")],
     context: Annotated[
         str,

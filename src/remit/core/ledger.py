@@ -385,11 +385,14 @@ class LedgerStore:
         status: str | None = None,
         limit: int = 200,
         with_tries: bool = False,
+        only: sa.ColumnElement[bool] | None = None,
     ) -> list[LedgerRow]:
         """Op calls: one run's in order (every one of them), or the latest `limit`, newest
         first; of one op and of one status when given. `with_tries`: each with its earlier
-        tries (one more query)."""
+        tries (one more query). `only`: a further condition (what a principal may read)."""
         query = sa.select(ledger)
+        if only is not None:
+            query = query.where(only)
         if op_id is not None:
             query = query.where(ledger.c.op_id == op_id)
         if status is not None:

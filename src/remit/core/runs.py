@@ -290,11 +290,15 @@ class RunStore:
         started_by: str | None = None,
         record: Record | None = None,
         before: tuple[datetime, str] | None = None,
+        only: sa.ColumnElement[bool] | None = None,
     ) -> list[Run]:
         """Runs, newest first (ties by id). `app` is an app of the repo (`ar`: the workflows
         `ar.*`; `""`: the root's); `record` the record they concern; `before` the (created at,
-        run id) of the last run of the page before, for the next page."""
+        run id) of the last run of the page before, for the next page; `only` a further
+        condition (what a principal may read, `remit.reads`)."""
         query = sa.select(runs).order_by(runs.c.created_at.desc(), runs.c.run_id).limit(limit)
+        if only is not None:
+            query = query.where(only)
         if status is not None:
             query = query.where(runs.c.status == status)
         if workflow is not None:

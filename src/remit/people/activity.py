@@ -58,7 +58,13 @@ class Activity:
 
 
 def timeline(
-    db: Database, app: str, record: Record, *, limit: int = 100, after: int | None = None
+    db: Database,
+    app: str,
+    record: Record,
+    *,
+    limit: int = 100,
+    after: int | None = None,
+    only: sa.ColumnElement[bool] | None = None,
 ) -> list[Activity]:
     """The activity of the record `record` (`(type, id)`) of the app `app`, oldest first: at
     most `limit` rows, those after the row `after` (an `Activity.id`) when it is given, to read
@@ -87,6 +93,8 @@ def timeline(
     )
     if after is not None:
         query = query.where(activity.c.id > after)
+    if only is not None:
+        query = query.where(only)  # what a principal may read (`remit.reads`)
     with db.engine.connect() as conn:
         return [_activity(row) for row in conn.execute(query)]
 

@@ -204,11 +204,14 @@ class Answers:
         run_id: str | None,
         limit: int,
         oldest_first: bool = False,
+        only: sa.ColumnElement[bool] | None = None,
     ) -> builtins.list[sa.Row[Any]]:
         """The rows of `query` over `table`, newest first (or oldest first), of one status and
-        run if given."""
+        run if given, and meeting `only` (what a principal may read, `remit.reads`)."""
         at = table.c.created_at.asc() if oldest_first else table.c.created_at.desc()
         query = query.order_by(at, table.c.id).limit(limit)
+        if only is not None:
+            query = query.where(only)
         if status is not None:
             query = query.where(table.c.status == status)
         if run_id is not None:

@@ -463,6 +463,7 @@ class Approvals(Answers):
         run_id: str | None = None,
         limit: int = 100,
         oldest_first: bool = False,
+        only: sa.ColumnElement[bool] | None = None,
     ) -> builtins.list[Approval[Any]]:
         """The approvals, newest first (or oldest first)."""
         rows = self._newest(
@@ -472,6 +473,7 @@ class Approvals(Answers):
             run_id=run_id,
             limit=limit,
             oldest_first=oldest_first,
+            only=only,
         )
         return [_approval(row, self.types) for row in rows]
 

@@ -313,11 +313,18 @@ class Tasks(Answers):
         run_id: str | None = None,
         limit: int = 100,
         oldest_first: bool = False,
+        only: sa.ColumnElement[bool] | None = None,
     ) -> builtins.list[Task]:
         """The app's tasks, newest first (or oldest first)."""
         query = sa.select(tasks).where(tasks.c.app == self.app)
         rows = self._newest(
-            query, tasks, status=status, run_id=run_id, limit=limit, oldest_first=oldest_first
+            query,
+            tasks,
+            status=status,
+            run_id=run_id,
+            limit=limit,
+            oldest_first=oldest_first,
+            only=only,
         )
         return self._sent([_task(row) for row in rows])
 

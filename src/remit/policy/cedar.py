@@ -19,6 +19,12 @@ an agent takes is one of these actions, each on its own kind of resource:
     Action::"delete_secret" on Secret::"<NAME>"           context { }
     Action::"set_budget"    on Budget::"<scope>"          context { period, limit }
 
+and what they may read, through the HTTP API and the web console (`policy/reads.py`):
+
+    Action::"read_runs"       on Workflow::"<name>"     context { }
+    Action::"read_approvals"  on ApprovalType::"<name>" context { }
+    Action::"read_operations" on App::"<app>"           context { }
+
 Principals are `User::"<name>"` and `Agent::"<name>"` (`user:<name>` and `agent:<name>` on the
 command line), members of the groups `policies/principals.toml` lists. The Cedar schema is
 derived from the app itself (its workflows' inputs, its ops' inputs, its approval types'
@@ -64,6 +70,9 @@ Action = Literal[
     "set_secret",
     "delete_secret",
     "set_budget",
+    "read_runs",
+    "read_approvals",
+    "read_operations",
 ]
 ACTIONS: tuple[Action, ...] = typing.get_args(Action)
 RESOURCE_TYPES: dict[Action, str] = {
@@ -80,6 +89,9 @@ RESOURCE_TYPES: dict[Action, str] = {
     "set_secret": "Secret",
     "delete_secret": "Secret",
     "set_budget": "Budget",
+    "read_runs": "Workflow",
+    "read_approvals": "ApprovalType",
+    "read_operations": "App",
 }
 PRINCIPAL_TYPES = {"user": "User", "agent": "Agent"}
 PRINCIPALS_FILE = "principals.toml"
@@ -450,6 +462,9 @@ def build_schema(
         "manage_tokens": _record({"verb": string, "subject": string}),
         "set_secret": _record({}),
         "delete_secret": _record({}),
+        "read_runs": _record({}),
+        "read_approvals": _record({}),
+        "read_operations": _record({}),
         "set_budget": _record(
             {"period": string, "limit": {"type": "Extension", "name": "decimal"}}
         ),

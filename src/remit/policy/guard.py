@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -101,6 +101,20 @@ class Guard:
         if not verdict.allowed:
             self.record(principal, action, resource, context, verdict.reason)
         return verdict
+
+    def allowed(
+        self, principal: str, action: Action, resources: Iterable[str]
+    ) -> frozenset[str] | None:
+        """Which of `resources` `principal` may take `action` on, with an empty context: one
+        check per distinct resource, nothing recorded (a list leaves the rest out). None: all
+        of them, without a look (no policies, or remit's own work)."""
+        if principal.startswith(SYSTEM_PREFIX) or not self.policy.enabled:
+            return None
+        return frozenset(
+            resource
+            for resource in set(resources)
+            if self.policy.check(principal, action, resource, {}).allowed
+        )
 
     def require(
         self, principal: str, action: Action, resource: str, context: Mapping[str, Any]

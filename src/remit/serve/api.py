@@ -48,7 +48,9 @@
 Every route but `/health` and `/wake` needs `Authorization: Bearer rmt_...`, an API token (`remit tokens
 create --for user:ann`): the request acts as the token's principal, under the app's policies,
 and nothing in a body says who acts. No token, or an unknown, expired or revoked one, is 401; an
-act the policies refuse is 403, with their reason, and recorded among the denials. The `Host`
+act the policies refuse is 403, with their reason, and recorded among the denials. Reads are
+the policies' too (`remit.reads`): a list holds what the principal may read, and one thing it
+may not read is 403, recorded the same way. The `Host`
 header must name one of the server's names (`allowed_hosts`), so that a page on another site
 cannot reach a server on localhost by rebinding its own name to it.
 

@@ -33,6 +33,7 @@ from remit.people.activity import LAST_ROW
 from remit.people.approvals import Approval, Approvals, ApprovalStatus, check_decision
 from remit.people.tasks import Task, TaskStatus
 from remit.policy.tokens import parse_duration
+from remit.reads import Reader
 from remit.serve.models import (
     ActivityView,
     ApprovalDetail,
@@ -183,6 +184,7 @@ def _run_routes(routes: APIRouter, client: Client) -> None:
 
     @routes.get("/runs", responses=error_responses(401, 422, 503))
     def list_runs(
+        who: Who,
         status: Annotated[RunStatus | None, Query(description="Only this status.")] = None,
         workflow: Annotated[
             str | None,
@@ -194,10 +196,10 @@ def _run_routes(routes: APIRouter, client: Client) -> None:
         ] = None,
         limit: NewestFirst = 50,
     ) -> list[RunView]:
-        """List runs, newest first."""
-        return [
-            RunView.of(run) for run in client.runs(status=status, workflow=workflow, limit=limit)
-        ]
+        """List runs, newest first: those the policies let the token's principal read
+        (`read_runs` on each workflow)."""
+        found = Reader(client, who).runs(status=status, workflow=workflow, limit=limit)
+        return [RunView.of(run) for run in found]
 
     @routes.post(
         "/runs", status_code=201, responses=error_responses(400, 401, 403, 404, 413, 422, 503)
@@ -208,15 +210,18 @@ def _run_routes(routes: APIRouter, client: Client) -> None:
         record = None if body.record is None else (body.record.type, body.record.id)
         return RunView.of(client.start_row(body.workflow, body.input, by=who, record=record))
 
-    @routes.get("/runs/{run_id}", responses=error_responses(400, 401, 404, 422, 503))
-    def get_run(run_id: RunId) -> RunView:
-        """Show one run, by its id or a prefix only it begins with."""
-        return RunView.of(_run(client, run_id))
+    @routes.get("/runs/{run_id}", responses=error_responses(400, 401, 403, 404, 422, 503))
+    def get_run(run_id: RunId, who: Who) -> RunView:
+        """Show one run, by its id or a prefix only it begins with, as the policies allow
+        (`read_runs` on its workflow)."""
+        return RunView.of(_readable_run(client, who, run_id))
 
-    @routes.get("/runs/{run_id}/steps", responses=error_responses(400, 401, 404, 422, 503))
-    def run_steps(run_id: RunId) -> list[StepView]:
-        """A run's steps, attempt by attempt, as DBOS checkpointed them (`remit show`)."""
-        return [StepView.of(step) for step in client.steps(_run(client, run_id).run_id)]
+    @routes.get("/runs/{run_id}/steps", responses=error_responses(400, 401, 403, 404, 422, 503))
+    def run_steps(run_id: RunId, who: Who) -> list[StepView]:
+        """A run's steps, attempt by attempt, as DBOS checkpointed them (`remit show`), as the
+        policies allow (`read_runs` on its workflow)."""
+        found = _readable_run(client, who, run_id)
+        return [StepView.of(step) for step in client.steps(found.run_id)]
 
     @routes.post(
         "/runs/{run_id}/cancel", responses=error_responses(400, 401, 403, 404, 413, 422, 503)
@@ -260,6 +265,7 @@ def _approval_routes(routes: APIRouter, client: Client) -> None:
 
     @routes.get("/approvals", responses=error_responses(401, 422, 503))
     def list_approvals(
+        who: Who,
         status: Annotated[ApprovalStatus | None, Query(description="Only this status.")] = None,
         run: Annotated[
             str | None,
@@ -269,14 +275,16 @@ def _approval_routes(routes: APIRouter, client: Client) -> None:
         ] = None,
         limit: NewestFirst = 100,
     ) -> list[ApprovalView]:
-        """List approvals, newest first."""
-        found = approvals.list(status=status, run_id=run, limit=limit)
+        """List approvals, newest first: those the policies let the token's principal read
+        (`read_approvals` on each approval type)."""
+        found = Reader(client, who).approvals(status=status, run_id=run, limit=limit)
         return [ApprovalView.of(each) for each in found]
 
-    @routes.get("/approvals/{approval_id}", responses=error_responses(401, 404, 422, 503))
-    def get_approval(approval_id: ApprovalId) -> ApprovalDetail:
-        """Show one approval with its audit rows."""
-        approval = _find(client, approval_id)
+    @routes.get("/approvals/{approval_id}", responses=error_responses(401, 403, 404, 422, 503))
+    def get_approval(approval_id: ApprovalId, who: Who) -> ApprovalDetail:
+        """Show one approval with its audit rows, as the policies allow (`read_approvals` on
+        its type)."""
+        approval = Reader(client, who).approval(_find(client, approval_id).id)
         audit = [AuditEntry.model_validate(row) for row in approvals.audit(approval.id)]
         return ApprovalDetail.model_validate({**approval_fields(approval), "audit": audit})
 
@@ -353,6 +361,7 @@ def _task_routes(routes: APIRouter, client: Client) -> None:
 
     @routes.get("/tasks", responses=error_responses(400, 401, 422, 503))
     def list_tasks(
+        who: Who,
         status: Annotated[TaskStatus | None, Query(description="Only this status.")] = None,
         run: Annotated[
             str | None,
@@ -364,14 +373,17 @@ def _task_routes(routes: APIRouter, client: Client) -> None:
         ] = None,
         limit: NewestFirst = 100,
     ) -> list[TaskView]:
-        """List tasks, newest first."""
+        """List tasks, newest first: those of runs the policies let the token's principal read
+        (`read_runs` on each workflow)."""
         run_id = None if run is None else client.find_id("run", run)
-        return [TaskView.of(each) for each in tasks.list(status=status, run_id=run_id, limit=limit)]
+        found = Reader(client, who).tasks(status=status, run_id=run_id, limit=limit)
+        return [TaskView.of(each) for each in found]
 
-    @routes.get("/tasks/{task_id}", responses=error_responses(400, 401, 404, 422, 503))
-    def get_task(task_id: TaskId) -> TaskDetail:
-        """Show one task with its audit rows."""
-        task = _task(client, task_id)
+    @routes.get("/tasks/{task_id}", responses=error_responses(400, 401, 403, 404, 422, 503))
+    def get_task(task_id: TaskId, who: Who) -> TaskDetail:
+        """Show one task with its audit rows, as the policies allow (`read_runs` on its run's
+        workflow)."""
+        task = Reader(client, who).task(_task(client, task_id).id)
         audit = [AuditEntry.model_validate(row) for row in tasks.audit(task.id)]
         return TaskDetail.model_validate({**TaskView.of(task).model_dump(), "audit": audit})
 
@@ -402,8 +414,9 @@ def _task_routes(routes: APIRouter, client: Client) -> None:
 def _record_routes(routes: APIRouter, client: Client) -> None:
     """What the app keeps to read: the ledger, budgets, deadlines, workers, denials, audit."""
 
-    @routes.get("/ledger", responses=error_responses(400, 401, 404, 422, 503))
+    @routes.get("/ledger", responses=error_responses(400, 401, 403, 404, 422, 503))
     def ledger(
+        who: Who,
         run: Annotated[
             str | None,
             Query(
@@ -414,7 +427,9 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
         ] = None,
         limit: Annotated[int, limit_query("one run's in order, else the latest")] = 200,
     ) -> list[LedgerEntry]:
-        """Op calls: one run's in order, or the latest."""
+        """Op calls: one run's in order (as the policies allow, `read_runs` on its workflow), or
+        the latest of runs the token's principal may read, with direct calls' for those who
+        may read the operations."""
         run_id = None if run is None else _run(client, run).run_id
         return [
             LedgerEntry(
@@ -436,13 +451,14 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
                 cost_usd=None if row.cost is None else usd_text(row.cost),
                 earlier=[EarlierTryView.model_validate(each.__dict__) for each in row.earlier],
             )
-            for row in client.ledger(run_id, limit=limit)
+            for row in Reader(client, who).ledger(run_id, limit=limit)
         ]
 
-    @routes.get("/budgets", responses=error_responses(401, 422, 503))
-    def budgets(limit: NewestFirst = 50) -> list[BudgetPeriod]:
+    @routes.get("/budgets", responses=error_responses(401, 403, 422, 503))
+    def budgets(who: Who, limit: NewestFirst = 50) -> list[BudgetPeriod]:
         """Each budget period: its limit, spent, reserved by calls in flight, what is left, and
-        drift."""
+        drift (`read_operations`)."""
+        Reader(client, who).require_operations()
         return [
             BudgetPeriod.of(state, drift) for state, drift in client.budget_periods(limit=limit)
         ]
@@ -476,17 +492,23 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
         drift = sum((d.drift_usd for d in client.budgets.drift([state])), Decimal(0))
         return BudgetPeriod.of(state, drift)
 
-    @routes.get("/deadlines", responses=error_responses(401, 422, 503))
-    def deadlines(limit: Annotated[int, limit_query("earliest first")] = 20) -> list[DeadlineView]:
-        """What is due without anyone asking: wake-ups, expiries, schedules."""
+    @routes.get("/deadlines", responses=error_responses(401, 403, 422, 503))
+    def deadlines(
+        who: Who, limit: Annotated[int, limit_query("earliest first")] = 20
+    ) -> list[DeadlineView]:
+        """What is due without anyone asking: wake-ups, expiries, schedules
+        (`read_operations`)."""
+        Reader(client, who).require_operations()
         return [
             DeadlineView(at=each.at, kind=each.kind, run_id=each.run_id, target=each.target)
             for each in client.deadlines(limit=limit)
         ]
 
-    @routes.get("/workers", responses=error_responses(401, 422, 503))
-    def workers(limit: NewestFirst = 100) -> list[WorkerView]:
-        """The app's workers: live, dead, stopped, or taken over by another."""
+    @routes.get("/workers", responses=error_responses(401, 403, 422, 503))
+    def workers(who: Who, limit: NewestFirst = 100) -> list[WorkerView]:
+        """The app's workers: live, dead, stopped, or taken over by another
+        (`read_operations`)."""
+        Reader(client, who).require_operations()
         now = datetime.now(UTC)
         dead_after = timedelta(seconds=client.settings.dead_after)
         return [
@@ -505,9 +527,10 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
             for row in client.workers()[:limit]
         ]
 
-    @routes.get("/denials", responses=error_responses(401, 422, 503))
-    def denials(limit: NewestFirst = 100) -> list[DenialView]:
-        """What the policies refused, newest first."""
+    @routes.get("/denials", responses=error_responses(401, 403, 422, 503))
+    def denials(who: Who, limit: NewestFirst = 100) -> list[DenialView]:
+        """What the policies refused, newest first (`read_operations`)."""
+        Reader(client, who).require_operations()
         return [
             DenialView(
                 id=each.id,
@@ -521,8 +544,9 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
             for each in client.guard.denials(limit=limit)
         ]
 
-    @routes.get("/audit", responses=error_responses(401, 422, 503))
+    @routes.get("/audit", responses=error_responses(401, 403, 422, 503))
     def audit(
+        who: Who,
         target: Annotated[
             str,
             Query(
@@ -535,7 +559,8 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
         ],
         limit: Annotated[int, limit_query("the latest, oldest first")] = 100,
     ) -> list[AuditEntry]:
-        """The audit rows about one thing: who did what to it, when."""
+        """The audit rows about one thing: who did what to it, when (`read_operations`)."""
+        Reader(client, who).require_operations()
         rows = audit_of(client.db, target)
         return [AuditEntry.model_validate(row) for row in rows[-limit:]]
 
@@ -591,11 +616,14 @@ def _control_routes(routes: APIRouter, client: Client) -> None:
 def _secret_routes(routes: APIRouter, client: Client) -> None:
     """The app's stored credentials: names only, set, delete."""
 
-    @routes.get("/secrets", responses=error_responses(401, 422, 503))
+    @routes.get("/secrets", responses=error_responses(401, 403, 422, 503))
     def list_secrets(
+        who: Who,
         limit: Annotated[int, limit_query("by name")] = 100,
     ) -> list[SecretView]:
-        """The app's secrets: names, and when and by whom each was set; never values."""
+        """The app's secrets: names, and when and by whom each was set; never values
+        (`read_operations`)."""
+        Reader(client, who).require_operations()
         return [
             SecretView(name=each.name, set_at=each.set_at, set_by=each.set_by)
             for each in client.secrets.list()[:limit]
@@ -688,6 +716,7 @@ def _activity_routes(routes: APIRouter, client: Client) -> None:
         "/records/{record_type}/{record_id}/activity", responses=error_responses(400, 401, 422, 503)
     )
     def activity(
+        who: Who,
         record_type: RecordPart,
         record_id: RecordPart,
         limit: Annotated[int, limit_query("oldest first")] = 100,
@@ -695,8 +724,9 @@ def _activity_routes(routes: APIRouter, client: Client) -> None:
             int | None, Query(ge=0, le=LAST_ROW, description="Only the rows after this one.")
         ] = None,
     ) -> list[ActivityView]:
-        """What happened about a record, oldest first: its runs, gates and tasks."""
-        found = client.activity(record_type, record_id, limit=limit, after=after)
+        """What happened about a record, oldest first: its runs, gates and tasks, of the runs
+        the token's principal may read (`read_runs` on each workflow)."""
+        found = Reader(client, who).activity(record_type, record_id, limit=limit, after=after)
         return [ActivityView.model_validate(each.as_json()) for each in found]
 
     @routes.post(
@@ -724,6 +754,11 @@ def _find(client: Client, approval_id: str) -> Approval:
     except ApprovalNotFound:
         message = f"no approval `{approval_id}`: GET /approvals lists the approvals"
         raise Problem(404, message, [ErrorReason(approval_id=approval_id, reason=message)])
+
+
+def _readable_run(client: Client, who: str, given: str) -> Run:
+    """The run `given` names (as `_run` finds it), if `who` may read it: 403 otherwise."""
+    return Reader(client, who).run(_run(client, given).run_id)
 
 
 def _run(client: Client, given: str) -> Run:

@@ -15,6 +15,7 @@ from remit.budgets.model import PeriodState
 from remit.client import Client
 from remit.console.render import Page, Viewer
 from remit.console.svg import budget_chart
+from remit.reads import Reader
 
 PERIODS = 50
 
@@ -24,6 +25,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
     def budgets_page(
         request: Request, viewer: Annotated[Viewer, Depends(page.sessions.viewer)]
     ) -> Response:
+        Reader(client, viewer.principal).require_operations()
         by_scope: dict[str, list[tuple[PeriodState, Decimal]]] = {}
         for state, drift in client.budget_periods(limit=PERIODS):
             by_scope.setdefault(state.scope, []).append((state, drift))

@@ -14,6 +14,7 @@ from remit.client import Client
 from remit.console.render import Page, Viewer
 from remit.core.errors import RemitError
 from remit.core.ledger import LedgerStatus
+from remit.reads import Reader
 
 STATUSES: tuple[str, ...] = get_args(LedgerStatus)
 PAGE_SIZE = 200
@@ -41,7 +42,9 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
             except RemitError as ambiguous:
                 problems.append(str(ambiguous))
                 run_id = None
-        rows = client.ledger(run_id, op=given["op"] or None, status=status, limit=PAGE_SIZE)
+        rows = Reader(client, viewer.principal).ledger(
+            run_id, op=given["op"] or None, status=status, limit=PAGE_SIZE
+        )
         return page.render(
             request,
             "ledger.html",

@@ -14,6 +14,7 @@ from fastapi.responses import Response
 from remit.client import Client
 from remit.console.render import Page, Viewer
 from remit.ops.registry import state as worker_state
+from remit.reads import Reader
 
 SHOWN = 50
 
@@ -23,6 +24,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
     def operations_page(
         request: Request, viewer: Annotated[Viewer, Depends(page.sessions.viewer)]
     ) -> Response:
+        Reader(client, viewer.principal).require_operations()
         now = datetime.now(UTC)
         dead_after = timedelta(seconds=client.settings.dead_after)
         workers = [

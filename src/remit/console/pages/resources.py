@@ -12,6 +12,7 @@ from fastapi.responses import Response
 
 from remit.client import Client
 from remit.console.render import Page, Viewer
+from remit.reads import Reader
 from remit.resources.workflows import APPLY, DRIFT
 
 
@@ -20,6 +21,8 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
     def resources_page(
         request: Request, viewer: Annotated[Viewer, Depends(page.sessions.viewer)]
     ) -> Response:
+        reader = Reader(client, viewer.principal)
+        reader.require_operations()  # the vendor ids of what the app runs on
         resources = client.app.resources
         bindings = client.resource_bindings()
         rows: list[dict[str, Any]] = []
@@ -41,7 +44,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
                     }
                 )
         last = {
-            kind: next(iter(client.runs(workflow=kind, limit=1)), None)
+            kind: next(iter(reader.runs(workflow=kind, limit=1)), None)
             for kind in (APPLY, DRIFT)
             if resources is not None
         }

@@ -22,6 +22,7 @@ from remit.console.render import Page, Viewer
 from remit.console.svg import timeline
 from remit.core.runs import Run
 from remit.ops.retries import RETRYABLE
+from remit.reads import Reader
 
 
 def add(router: APIRouter, client: Client, page: Page) -> None:
@@ -29,26 +30,26 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
     def run_page(
         request: Request, run_id: str, viewer: Annotated[Viewer, Depends(page.sessions.viewer)]
     ) -> Response:
-        run = client.get_run(run_id)
+        reader = Reader(client, viewer.principal)
+        run = reader.run(run_id)
         record = client.run_record(run_id)
         return page.render(
             request,
             "run.html",
             viewer,
             attempts=client.attempts(run_id),
-            approvals=client.list_approvals(run_id=run_id),
+            approvals=reader.approvals(run_id=run_id),
             tasks=client.list_tasks(run_id=run_id),
             record=record,
-            activity=[] if record is None else client.activity(*record),
+            activity=[] if record is None else reader.activity(*record),
             audit=client.audit(run_id),
             **_live(client, run),
         )
 
     @router.get("/console/runs/{run_id}/live")
     def run_live(run_id: str, viewer: Annotated[Viewer, Depends(page.sessions.viewer)]) -> Response:
-        return page.fragment(
-            "parts/run_live.html", viewer=viewer, **_live(client, client.get_run(run_id))
-        )
+        run = Reader(client, viewer.principal).run(run_id)
+        return page.fragment("parts/run_live.html", viewer=viewer, **_live(client, run))
 
     @router.post("/console/runs/{run_id}/cancel")
     def cancel(run_id: str, viewer: Annotated[Viewer, Depends(page.sessions.acting)]) -> Response:

@@ -16,6 +16,7 @@ from fastapi.responses import Response
 from remit.client import Client
 from remit.console.render import Page, Viewer, query
 from remit.core.runs import STATUSES
+from remit.reads import Reader
 
 PAGE_SIZE = 50
 
@@ -44,7 +45,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
                     f"record {given['record']!r} is not type:id: write it as invoice:INV-1"
                 )
         before = _cursor(given["before"], problems)
-        found = client.runs(
+        found = Reader(client, viewer.principal).runs(
             status=status,
             workflow=given["workflow"] or None,
             app=None if given["app"] == "" else ("" if given["app"] == "(root)" else given["app"]),

@@ -28,6 +28,7 @@ from remit.console.render import Page, Viewer
 from remit.core.errors import TaskRefused
 from remit.core.ledger import LedgerRow
 from remit.people.tasks import Task
+from remit.reads import Reader
 
 OUTPUT = "output"
 
@@ -89,7 +90,8 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
     def show(
         request: Request, viewer: Viewer, *, status: int = 200, replaced: TaskForm | None = None
     ) -> Response:
-        forms = [task_form(t) for t in client.list_tasks(status="open", oldest_first=True)]
+        open_tasks = Reader(client, viewer.principal).tasks(status="open", oldest_first=True)
+        forms = [task_form(t) for t in open_tasks]
         if replaced is not None:
             at = next((i for i, f in enumerate(forms) if f.task.id == replaced.task.id), None)
             if at is None:

@@ -1,0 +1,208 @@
+"""Every read route of the HTTP API and every page of the console, walked as a principal no
+policy names (mallory) and as one the policies let only start runs (ann): a list holds nothing
+they may not read, and a single thing is 403 with one denial row; carol, who may do anything,
+reads it all. Lists ask the policies once per workflow, not once per run.
+
+The walk is over the routes the API has, so a read route added later without a rule here
+fails the first test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from remit import App, DriverError
+from remit.policy.cedar import Action, Policy, Verdict
+from remit.serve.api import create_api
+from remit.testing import Harness
+from tests.console_support import sign_in
+from tests.support import FakeShop, governed_shop, send_email
+
+POLICIES = (
+    'permit (principal == User::"carol", action, resource);\n'
+    'permit (principal == User::"ann", action == Action::"start", resource);\n'
+)
+MALLORY, ANN, CAROL = "user:mallory", "user:ann", "user:carol"
+RECORD = ("order", "ord-7")
+
+# Each read route: a list (what may not be read is left out) or one thing (403 and a denial
+# row naming the action), and how to fill its path and query.
+LISTS = {
+    "/runs": {},
+    "/approvals": {},
+    "/tasks": {},
+    "/ledger": {},
+    "/records/{record_type}/{record_id}/activity": {},
+}
+ONE = {
+    "/runs/{run_id}": "read_runs",
+    "/runs/{run_id}/steps": "read_runs",
+    "/approvals/{approval_id}": "read_approvals",
+    "/tasks/{task_id}": "read_runs",
+    "/budgets": "read_operations",
+    "/deadlines": "read_operations",
+    "/workers": "read_operations",
+    "/denials": "read_operations",
+    "/audit": "read_operations",
+    "/secrets": "read_operations",
+    "/tokens": "manage_tokens",
+}
+# Not a read of the app's data: its state for probes, its spec, or a wake-up.
+OPEN = {"/health", "/wake", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+
+
+@dataclass
+class Shop:
+    harness: Harness
+    http: TestClient
+    run: str  # a purchase waiting at its task
+    gated: str  # a refund waiting at its gate
+    approval: str
+    task: str
+    tokens: dict[str, str]
+
+    def get(self, path: str, who: str, params: Mapping[str, Any] | None = None) -> Any:
+        return self.http.get(
+            path, params=params, headers={"Authorization": f"Bearer {self.tokens[who]}"}
+        )
+
+    def fill(self, path: str) -> str:
+        return (
+            path.replace("{run_id}", self.run)
+            .replace("{approval_id}", self.approval)
+            .replace("{task_id}", self.task)
+            .replace("{record_type}", RECORD[0])
+            .replace("{record_id}", RECORD[1])
+        )
+
+    def denials(self, who: str) -> list[tuple[str, str]]:
+        return sorted(
+            (d.action, d.resource)
+            for d in self.harness.client.guard.denials(limit=1000)
+            if d.principal == who
+        )
+
+
+def _app(tmp_path: Path) -> App:
+    return governed_shop(tmp_path, POLICIES)
+
+
+@pytest.fixture
+def desk(database_url: str, tmp_path: Path) -> Iterator[Shop]:
+    with Harness(_app(tmp_path), database_url=database_url, actor=CAROL) as harness:
+        harness.fake("shop", FakeShop).failures[send_email.id] = [
+            DriverError("mail relay timeout", retryable=True, status=504)
+        ]
+        run = harness.start("purchase", {"sku": "sku-1"}, record=RECORD)
+        task = harness.task(run.run_id)
+        gated = harness.start("refund", {"sku": "sku-1"}, record=RECORD)
+        gate = harness.gate(gated.run_id)
+        tokens = {
+            who: harness.client.tokens.create(who, by=CAROL)[1] for who in (MALLORY, ANN, CAROL)
+        }
+        api = create_api(harness.client, allowed_hosts=["testserver"])
+        with TestClient(api) as http:
+            yield Shop(harness, http, run.run_id, gated.run_id, gate.id, task.id, tokens)
+
+
+def test_every_read_route_has_a_rule_here(desk: Shop) -> None:
+    spec = desk.get("/openapi.json", CAROL).json()
+    reads = {path for path, methods in spec["paths"].items() if "get" in methods}
+    assert reads - OPEN == set(LISTS) | set(ONE)
+
+
+@pytest.mark.parametrize("who", [MALLORY, ANN])
+def test_a_principal_the_policies_give_no_reads_reads_nothing(desk: Shop, who: str) -> None:
+    for path in LISTS:
+        answer = desk.get(desk.fill(path), who)
+        assert answer.status_code == 200, (path, answer.text)
+        assert answer.json() == [], path
+    assert desk.get("/ledger", who, {"run": desk.run}).status_code == 403
+    assert desk.denials(who) == [("read_runs", "purchase")]  # lists record nothing
+
+    for path, action in ONE.items():
+        params = {"target": desk.run} if path == "/audit" else None
+        answer = desk.get(desk.fill(path), who, params)
+        assert answer.status_code == 403, (path, answer.text)
+        assert f"{who} may not {action}" in answer.json()["error"], path
+    expected = [("read_runs", "purchase")] + [
+        (action, _resource(path, action)) for path, action in ONE.items()
+    ]
+    assert desk.denials(who) == sorted(expected)
+
+
+def _resource(path: str, action: str) -> str:
+    if action == "read_approvals":
+        return "refund"
+    if action == "read_runs":
+        return "purchase"
+    return "shop"
+
+
+def test_whoever_may_read_everything_reads_it_all(desk: Shop) -> None:
+    listed = {run["run_id"] for run in desk.get("/runs", CAROL).json()}
+    assert {desk.run, desk.gated} <= listed
+    assert [a["id"] for a in desk.get("/approvals", CAROL).json()] == [desk.approval]
+    assert [t["id"] for t in desk.get("/tasks", CAROL).json()] == [desk.task]
+    assert {row["run_id"] for row in desk.get("/ledger", CAROL).json()} >= {desk.run}
+    activity = desk.get(desk.fill("/records/{record_type}/{record_id}/activity"), CAROL).json()
+    assert {row["run_id"] for row in activity} >= {desk.run, desk.gated}
+    for path in ONE:
+        params = {"target": desk.run} if path == "/audit" else None
+        assert desk.get(desk.fill(path), CAROL, params).status_code == 200, path
+    assert desk.denials(CAROL) == []
+
+
+def test_a_list_asks_the_policies_once_per_workflow_not_once_per_run(desk: Shop) -> None:
+    for _ in range(30):
+        desk.harness.start("refund", {"sku": "sku-1"}, by=CAROL)
+    counting = _Counting(desk.harness.client.guard.policy)
+    desk.harness.client.guard.policy = counting  # type: ignore[assignment]
+    listed = desk.get("/runs", CAROL, {"limit": 100}).json()
+    assert len(listed) >= 32
+    workflows = len({*desk.harness.app.workflows, "call"})  # with the built-in `call`
+    # One check a workflow, and one of the operations (runs of workflows the app no longer has).
+    assert counting.asked == {"read_runs": workflows, "read_operations": 1}
+
+
+class _Counting:
+    """The app's policies, counting what they are asked, by action."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.enabled = policy.enabled
+        self.asked: dict[str, int] = {}
+
+    def check(
+        self, principal: str, action: Action, resource: str, context: Mapping[str, Any]
+    ) -> Verdict:
+        self.asked[action] = self.asked.get(action, 0) + 1
+        return self.policy.check(principal, action, resource, context)
+
+
+CONSOLE_LISTS = ("/console/runs", "/console/ledger", "/console/tasks", "/console/inbox")
+CONSOLE_ONE = ("/console/runs/{run_id}", "/console/operations", "/console/budgets")
+
+
+def test_the_console_shows_a_principal_with_no_reads_nothing(desk: Shop) -> None:
+    sign_in(desk.http, desk.harness, MALLORY)
+    for path in CONSOLE_LISTS:
+        page = desk.http.get(path)
+        assert page.status_code == 200, path
+        for ident in (desk.run, desk.gated, desk.approval, desk.task):
+            assert ident not in page.text, (path, ident)
+    for path in CONSOLE_ONE:
+        page = desk.http.get(desk.fill(path))
+        assert page.status_code == 403, path
+        assert "Refused by the policies" in page.text, path
+
+    sign_in(desk.http, desk.harness, CAROL)
+    assert desk.run in desk.http.get("/console/runs").text
+    assert desk.task in desk.http.get("/console/tasks").text
+    for path in CONSOLE_ONE:
+        assert desk.http.get(desk.fill(path)).status_code == 200, path
