@@ -481,14 +481,17 @@ class Client:
     def app_name(self) -> str:
         return self.app.name
 
-    def find_id(self, kind: IdKind, given: str) -> str:
+    def find_id(
+        self, kind: IdKind, given: str, *, only: sa.ColumnElement[bool] | None = None
+    ) -> str:
         """The whole id of the run, approval or task `given` names, in full or by an
-        unambiguous prefix (an unknown one is returned as given, for the lookup to refuse)."""
+        unambiguous prefix (an unknown one is returned as given, for the lookup to refuse);
+        `only`: a prefix matches only rows meeting it (see `remit.reads`)."""
         from remit.core.ids import full_id
         from remit.core.schema import approvals, runs, tasks
 
         column = {"run": runs.c.run_id, "approval": approvals.c.id, "task": tasks.c.id}[kind]
-        return full_id(self.db, column, given, what=kind)
+        return full_id(self.db, column, given, what=kind, only=only)
 
     def steps(self, run_id: str) -> list[Step]:
         """Each attempt's steps as DBOS checkpointed them, attempt by attempt."""

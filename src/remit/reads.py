@@ -35,7 +35,7 @@ from remit.core.schema import activity, approvals, ledger, runs, tasks
 from remit.policy.cedar import HELD, denied
 
 if TYPE_CHECKING:
-    from remit.client import Client
+    from remit.client import Client, IdKind
     from remit.core.ledger import LedgerRow
     from remit.core.runs import Run
     from remit.people.activity import Activity
@@ -60,8 +60,7 @@ class Reader:
     @cached_property
     def approval_types(self) -> frozenset[str] | None:
         """The approval types whose gates the principal may read."""
-        types = [*self.client.app.approval_types, HELD]
-        return self.client.guard.allowed(self.principal, "read_approvals", types)
+        return self.client.guard.allowed(self.principal, "read_approvals", self._types)
 
     @cached_property
     def operations(self) -> bool:
@@ -75,76 +74,99 @@ class Reader:
     def _declared(self) -> list[str]:
         return [*self.client.app.workflows, HELD]
 
-    # The conditions lists are read under.
+    @cached_property
+    def _types(self) -> list[str]:
+        return [*self.client.app.approval_types, HELD]
 
-    def _runs_only(self) -> sa.ColumnElement[bool] | None:
-        """The runs the principal may read, as a condition on the runs table."""
-        if self.workflows is None:
-            return None
-        readable = runs.c.workflow.in_(sorted(self.workflows))
-        if not self.operations:
-            return readable
-        return sa.or_(readable, runs.c.workflow.not_in(self._declared))
+    # The conditions lists are read under: None for no condition (everything may be read).
 
-    def _of_runs(self, run_id: sa.ColumnElement[Any]) -> sa.ColumnElement[bool] | None:
-        """Rows whose `run_id` is a run the principal may read."""
-        only = self._runs_only()
+    def runs_only(self) -> sa.ColumnElement[bool] | None:
+        """The runs the principal may read, as a condition on the runs table: those of the
+        workflows they may read, and of workflows the app no longer has for the operations."""
+        return _within(runs.c.workflow, self.workflows, self._declared, operations=self.operations)
+
+    def approvals_only(self) -> sa.ColumnElement[bool] | None:
+        """The approvals the principal may read: of the types they may read, and of types the
+        app no longer has for the operations."""
+        return _within(
+            approvals.c.type, self.approval_types, self._types, operations=self.operations
+        )
+
+    def of_runs(self, run_id: sa.ColumnElement[Any]) -> sa.ColumnElement[bool] | None:
+        """Rows whose `run_id` is a run the principal may read, or (for the operations) is
+        no run at all: a direct call's."""
+        only = self.runs_only()
         if only is None:
             return None
-        return run_id.in_(sa.select(runs.c.run_id).where(only))
+        readable = sa.exists().where(runs.c.run_id == run_id, only)
+        if not self.operations:
+            return readable
+        return sa.or_(readable, ~sa.exists().where(runs.c.run_id == run_id))
 
     # Lists: only what may be read.
 
     def runs(self, **filters: Any) -> list[Run]:
         """`Client.runs`, of the workflows the principal may read."""
-        return self.client.runs(**filters, only=self._runs_only())
+        return self.client.runs(**filters, only=self.runs_only())
 
     def approvals(self, **filters: Any) -> list[Approval[Any]]:
         """`Approvals.list`, of the approval types the principal may read."""
-        types = self.approval_types
-        only = None if types is None else approvals.c.type.in_(sorted(types))
-        return self.client.approvals.list(**filters, only=only)
+        return self.client.approvals.list(**filters, only=self.approvals_only())
 
     def tasks(self, **filters: Any) -> list[Task]:
-        """`Tasks.list`: the tasks of runs the principal may read."""
-        return self.client.tasks.list(**filters, only=self._of_runs(tasks.c.run_id))
+        """`Tasks.list`: the tasks of runs the principal may read (of direct calls, for the
+        operations)."""
+        return self.client.tasks.list(**filters, only=self.of_runs(tasks.c.run_id))
 
     def ledger(self, run_id: str | None = None, **filters: Any) -> list[LedgerRow]:
-        """`Client.ledger`: one run's calls (refused unless the run may be read), or the
-        latest calls of runs the principal may read, with direct calls' for operations."""
+        """`Client.ledger`: one run's calls, or one direct call's (refused unless they may be
+        read), or the latest calls the principal may read."""
         if run_id is not None:
-            self._runs_of(run_id)
+            self._require_run(run_id)
             return self.client.ledger(run_id, **filters)
-        only = self._of_runs(ledger.c.run_id)
-        if only is not None and self.operations:
-            direct = ledger.c.run_id.not_in(sa.select(runs.c.run_id))
-            only = sa.or_(only, direct)
-        return self.client.ledger(None, **filters, only=only)
+        return self.client.ledger(None, **filters, only=self.of_runs(ledger.c.run_id))
 
     def activity(self, record_type: str, record_id: str, **filters: Any) -> list[Activity]:
         """`Client.activity`: the rows about runs the principal may read (and their gates and
-        tasks), with the rows about no run (an archive) for operations."""
-        only = self._of_runs(activity.c.run_id)
-        if only is not None and self.operations:
-            only = sa.or_(only, activity.c.run_id.is_(None))
-        return self.client.activity(record_type, record_id, **filters, only=only)
+        tasks), with the rows about no run (an archive) for the operations."""
+        return self.client.activity(
+            record_type, record_id, **filters, only=self.of_runs(activity.c.run_id)
+        )
+
+    def find_id(self, kind: IdKind, given: str) -> str:
+        """`Client.find_id`, where a prefix matches only what the principal may read: a
+        prefix names no id of anything else. A whole id is found whatever it is, for its read
+        to be refused (403, and a denial row)."""
+        if kind == "run":
+            only = self.runs_only()
+        elif kind == "approval":
+            only = self.approvals_only()
+        else:
+            only = self.of_runs(tasks.c.run_id)
+        return self.client.find_id(kind, given, only=only)
 
     # Single things: refused, and recorded, when they may not be read.
 
     def run(self, run_id: str) -> Run:
         """The run, if the principal may read it (`PolicyDenied` otherwise)."""
-        return self._runs_of(run_id)
+        found = self.client.get_run(run_id)
+        self._require_workflow(found.workflow)
+        return found
 
     def approval(self, approval_id: str) -> Approval[Any]:
         """The approval, if the principal may read its type's gates."""
         found = self.client.approvals.get(approval_id)
-        self._require("read_approvals", found.type, self.approval_types)
+        types = self.approval_types
+        if types is not None and found.type not in types:
+            if found.type in self._types:
+                self._refuse("read_approvals", found.type)
+            self.require_operations()  # a type the app no longer has
         return found
 
     def task(self, task_id: str) -> Task:
-        """The task, if the principal may read its run."""
+        """The task, if the principal may read its run (a direct call's: the operations)."""
         found = self.client.tasks.get(task_id)
-        self._runs_of(found.run_id)
+        self._require_run(found.run_id)
         return found
 
     def require_operations(self) -> None:
@@ -152,20 +174,44 @@ class Reader:
         if not self.operations:
             self._refuse("read_operations", self.client.app.name)
 
-    def _runs_of(self, run_id: str) -> Run:
-        found = self.client.get_run(run_id)
-        workflows = self.workflows
-        gone = found.workflow not in self._declared  # read with the operations
-        if not (workflows is None or found.workflow in workflows or (gone and self.operations)):
-            self._refuse("read_runs", found.workflow)
-        return found
-
-    def _require(self, action: Any, resource: str, allowed: frozenset[str] | None) -> None:
-        if allowed is None or resource in allowed:
+    def _require_run(self, run_id: str) -> None:
+        """Refuse unless the principal may read the run `run_id`, or, where no run has that
+        id (a direct call's), the operations."""
+        if self.workflows is None:
             return
-        self._refuse(action, resource)
+        found = self.client.runs_store.find(run_id)
+        if found is None:
+            self.require_operations()
+        else:
+            self._require_workflow(found.workflow)
+
+    def _require_workflow(self, workflow: str) -> None:
+        workflows = self.workflows
+        if workflows is None or workflow in workflows:
+            return
+        if workflow not in self._declared:
+            self.require_operations()  # a workflow the app no longer has
+            return
+        self._refuse("read_runs", workflow)
 
     def _refuse(self, action: Any, resource: str) -> NoReturn:
         """Ask the policies once more, recording the refusal as any act's, and raise it."""
         self.client.guard.require(self.principal, action, resource, {})
         raise denied(self.principal, action, resource, "no policy permits it")
+
+
+def _within(
+    column: sa.ColumnElement[str],
+    allowed: frozenset[str] | None,
+    declared: list[str],
+    *,
+    operations: bool,
+) -> sa.ColumnElement[bool] | None:
+    """`column` among `allowed`, or (with the operations) among no longer `declared` names;
+    None when that is every row."""
+    if allowed is None or (operations and set(declared) <= allowed):
+        return None
+    readable = column.in_(sorted(allowed))
+    if not operations:
+        return readable
+    return sa.or_(readable, column.not_in(declared))

@@ -72,5 +72,11 @@ def test_health_answers_within_200_ms_p99_while_eight_clients_post_wrong_passwor
         for each in guessers:
             each.join(60)
     assert set(answered) == {401}  # each a wrong password, none locked: every one checked
-    p99 = sorted(waits)[int(len(waits) * 0.99) - 1]
+    ordered = sorted(waits)
+    p99 = ordered[int(len(waits) * 0.99) - 1]
+    print(  # for the record (`pytest -s`): what the bound below was met by
+        f"/health while {CLIENTS} clients posted {len(answered)} wrong passwords: "
+        f"{len(waits)} probes, p50 {ordered[len(waits) // 2] * 1000:.0f} ms, "
+        f"p99 {p99 * 1000:.0f} ms, max {ordered[-1] * 1000:.0f} ms"
+    )
     assert p99 < 0.2, f"/health p99 {p99 * 1000:.0f} ms while {CLIENTS} clients posted passwords"

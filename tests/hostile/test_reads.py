@@ -26,8 +26,10 @@ from tests.support import FakeShop, governed_shop, send_email
 POLICIES = (
     'permit (principal == User::"carol", action, resource);\n'
     'permit (principal == User::"ann", action == Action::"start", resource);\n'
+    'permit (principal == User::"pat", action == Action::"read_runs", resource == '
+    'Workflow::"refund");\n'
 )
-MALLORY, ANN, CAROL = "user:mallory", "user:ann", "user:carol"
+MALLORY, ANN, CAROL, PAT = "user:mallory", "user:ann", "user:carol", "user:pat"
 RECORD = ("order", "ord-7")
 
 # Each read route: a list (what may not be read is left out) or one thing (403 and a denial
@@ -64,6 +66,7 @@ class Shop:
     gated: str  # a refund waiting at its gate
     approval: str
     task: str
+    direct_task: str  # a direct call's: no run holds it
     tokens: dict[str, str]
 
     def get(self, path: str, who: str, params: Mapping[str, Any] | None = None) -> Any:
@@ -102,12 +105,20 @@ def desk(database_url: str, tmp_path: Path) -> Iterator[Shop]:
         task = harness.task(run.run_id)
         gated = harness.start("refund", {"sku": "sku-1"}, record=RECORD)
         gate = harness.gate(gated.run_id)
+        harness.fake("shop", FakeShop).failures[send_email.id] = [
+            DriverError("mail relay timeout", retryable=True, status=504)
+        ]
+        harness.call(send_email.id, {"to": "a@example.com", "text": "hi"}, by=CAROL)
+        [direct_task] = [t for t in harness.client.tasks.list() if t.id != task.id]
         tokens = {
-            who: harness.client.tokens.create(who, by=CAROL)[1] for who in (MALLORY, ANN, CAROL)
+            who: harness.client.tokens.create(who, by=CAROL)[1]
+            for who in (MALLORY, ANN, CAROL, PAT)
         }
         api = create_api(harness.client, allowed_hosts=["testserver"])
         with TestClient(api) as http:
-            yield Shop(harness, http, run.run_id, gated.run_id, gate.id, task.id, tokens)
+            yield Shop(
+                harness, http, run.run_id, gated.run_id, gate.id, task.id, direct_task.id, tokens
+            )
 
 
 def test_every_read_route_has_a_rule_here(desk: Shop) -> None:
@@ -148,7 +159,7 @@ def test_whoever_may_read_everything_reads_it_all(desk: Shop) -> None:
     listed = {run["run_id"] for run in desk.get("/runs", CAROL).json()}
     assert {desk.run, desk.gated} <= listed
     assert [a["id"] for a in desk.get("/approvals", CAROL).json()] == [desk.approval]
-    assert [t["id"] for t in desk.get("/tasks", CAROL).json()] == [desk.task]
+    assert {t["id"] for t in desk.get("/tasks", CAROL).json()} == {desk.task, desk.direct_task}
     assert {row["run_id"] for row in desk.get("/ledger", CAROL).json()} >= {desk.run}
     activity = desk.get(desk.fill("/records/{record_type}/{record_id}/activity"), CAROL).json()
     assert {row["run_id"] for row in activity} >= {desk.run, desk.gated}
@@ -186,7 +197,13 @@ class _Counting:
 
 
 CONSOLE_LISTS = ("/console/runs", "/console/ledger", "/console/tasks", "/console/inbox")
-CONSOLE_ONE = ("/console/runs/{run_id}", "/console/operations", "/console/budgets")
+CONSOLE_ONE = (
+    "/console/runs/{run_id}",
+    "/console/runs/{run_id}/live",
+    "/console/operations",
+    "/console/budgets",
+    "/console/resources",
+)
 
 
 def test_the_console_shows_a_principal_with_no_reads_nothing(desk: Shop) -> None:
@@ -206,3 +223,55 @@ def test_the_console_shows_a_principal_with_no_reads_nothing(desk: Shop) -> None
     assert desk.task in desk.http.get("/console/tasks").text
     for path in CONSOLE_ONE:
         assert desk.http.get(desk.fill(path)).status_code == 200, path
+
+
+def test_a_principal_who_reads_one_workflow_sees_its_runs_alone(desk: Shop) -> None:
+    assert [run["run_id"] for run in desk.get("/runs", PAT).json()] == [desk.gated]
+    assert desk.get(f"/runs/{desk.gated}", PAT).status_code == 200
+    assert desk.get(f"/runs/{desk.run}", PAT).status_code == 403
+    assert desk.get("/tasks", PAT).json() == []  # the purchase's and the direct call's
+    assert {row["run_id"] for row in desk.get("/ledger", PAT).json()} == {desk.gated}
+    activity = desk.get(desk.fill("/records/{record_type}/{record_id}/activity"), PAT).json()
+    assert {row["run_id"] for row in activity} == {desk.gated}
+    assert desk.get("/approvals", PAT).json() == []  # gates are read_approvals
+    # A prefix matches only what may be read: `run_` is pat's one refund run.
+    assert desk.get("/runs/run_", PAT).json()["run_id"] == desk.gated
+    assert desk.denials(PAT) == [("read_runs", "purchase")]
+
+
+def test_a_prefix_names_no_id_its_reader_may_not_read(desk: Shop) -> None:
+    for path in ("/runs/run_", "/runs/run_/steps", "/tasks/tsk_", "/approvals/apr_"):
+        answer = desk.get(path, MALLORY)
+        assert answer.status_code == 404, (path, answer.text)
+        for ident in (desk.run, desk.gated, desk.task, desk.approval, desk.direct_task):
+            assert ident not in answer.text, path
+    assert desk.get("/tasks", MALLORY, {"run": "run_"}).json() == []
+
+
+def test_a_direct_calls_task_is_the_operations(desk: Shop) -> None:
+    assert desk.get(f"/tasks/{desk.direct_task}", CAROL).status_code == 200
+    assert desk.direct_task in {t["id"] for t in desk.get("/tasks", CAROL).json()}
+    refused = desk.get(f"/tasks/{desk.direct_task}", ANN)
+    assert refused.status_code == 403
+    assert "may not read_operations" in refused.json()["error"]
+
+
+def test_a_refused_post_in_the_console_shows_nothing_its_poster_may_not_read(
+    desk: Shop,
+) -> None:
+    csrf = sign_in(desk.http, desk.harness, MALLORY)
+    task = desk.harness.client.tasks.get(desk.task)
+    answered = desk.http.post(
+        f"/console/tasks/{desk.task}", data={"csrf": csrf, "done": "perhaps", "key": "k1"}
+    )
+    assert answered.status_code == 403
+    assert "read_runs" in answered.text
+    assert task.input is not None
+    assert task.input["to"] not in answered.text
+    decided = desk.http.post(
+        f"/console/inbox/{desk.approval}", data={"csrf": csrf, "decision": "maybe", "key": "k2"}
+    )
+    assert decided.status_code == 403
+    assert "read_approvals" in decided.text
+    assert desk.harness.client.get_approval(desk.approval).status == "pending"
+    assert desk.harness.client.tasks.get(desk.task).status == "open"

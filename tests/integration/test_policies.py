@@ -179,7 +179,7 @@ def test_a_decision_over_the_clerks_limit_is_refused_and_a_controller_makes_it(
         # A draft edited to name another invoice is refused, whoever decides.
         with pytest.raises(DecisionRefused) as moved:
             h.decide(gate.id, "approved", by=CAROL, edits={gate.id: {"invoice_id": "inv_1001"}})
-        assert "forbidden by policies/acme.cedar:30" in moved.value.reasons[0][1]
+        assert "forbidden by policies/acme.cedar:33" in moved.value.reasons[0][1]
         # The same clerk may approve once the edit brings it under the limit: the policy reads
         # the draft as it stands after the edits.
         decided = h.decide(gate.id, "approved", by=ANN, edits={gate.id: {"amount": 40000}})
@@ -208,7 +208,7 @@ def test_a_held_call_waits_for_a_controller_and_is_made_exactly_once(
         # A clerk may not approve it (only a controller decides a held call).
         with pytest.raises(DecisionRefused) as refused:
             h.decide(gate.id, "approved", by=ANN)
-        assert "forbidden by policies/acme.cedar:109" in refused.value.reasons[0][1]
+        assert "forbidden by policies/acme.cedar:112" in refused.value.reasons[0][1]
         assert payments.effects_of("payments.credit_notes.create") == []
 
         h.decide(gate.id, "approved", by=CAROL)

@@ -114,12 +114,13 @@ def test_an_environment_variable_overrides_the_stored_secret(store: Secrets) -> 
 
 
 def test_credentials_read_a_new_value_once_their_cache_expires(store: Secrets) -> None:
-    credentials = Credentials(store, {}, cache_seconds=0.2)
+    # Long enough that the write between the two reads, on a loaded machine, ends within it.
+    credentials = Credentials(store, {}, cache_seconds=2.0)
     assert credentials.get("SHOP_TOKEN") is None
 
     store.set("SHOP_TOKEN", TOKEN, by="user:ann")
     assert credentials.get("SHOP_TOKEN") is None  # still the cached answer
-    time.sleep(0.25)
+    time.sleep(2.05)
     assert credentials.get("SHOP_TOKEN") == TOKEN
 
 

@@ -19,7 +19,7 @@ an agent takes is one of these actions, each on its own kind of resource:
     Action::"delete_secret" on Secret::"<NAME>"           context { }
     Action::"set_budget"    on Budget::"<scope>"          context { period, limit }
 
-and what they may read, through the HTTP API and the web console (`policy/reads.py`):
+and what they may read, through the HTTP API and the web console (`remit/reads.py`):
 
     Action::"read_runs"       on Workflow::"<name>"     context { }
     Action::"read_approvals"  on ApprovalType::"<name>" context { }

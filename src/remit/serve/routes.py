@@ -284,7 +284,8 @@ def _approval_routes(routes: APIRouter, client: Client) -> None:
     def get_approval(approval_id: ApprovalId, who: Who) -> ApprovalDetail:
         """Show one approval with its audit rows, as the policies allow (`read_approvals` on
         its type)."""
-        approval = Reader(client, who).approval(_find(client, approval_id).id)
+        reader = Reader(client, who)
+        approval = reader.approval(_find(client, approval_id, reader).id)
         audit = [AuditEntry.model_validate(row) for row in approvals.audit(approval.id)]
         return ApprovalDetail.model_validate({**approval_fields(approval), "audit": audit})
 
@@ -375,15 +376,17 @@ def _task_routes(routes: APIRouter, client: Client) -> None:
     ) -> list[TaskView]:
         """List tasks, newest first: those of runs the policies let the token's principal read
         (`read_runs` on each workflow)."""
-        run_id = None if run is None else client.find_id("run", run)
-        found = Reader(client, who).tasks(status=status, run_id=run_id, limit=limit)
+        reader = Reader(client, who)
+        run_id = None if run is None else reader.find_id("run", run)
+        found = reader.tasks(status=status, run_id=run_id, limit=limit)
         return [TaskView.of(each) for each in found]
 
     @routes.get("/tasks/{task_id}", responses=error_responses(400, 401, 403, 404, 422, 503))
     def get_task(task_id: TaskId, who: Who) -> TaskDetail:
         """Show one task with its audit rows, as the policies allow (`read_runs` on its run's
         workflow)."""
-        task = Reader(client, who).task(_task(client, task_id).id)
+        reader = Reader(client, who)
+        task = reader.task(_task(client, task_id, reader).id)
         audit = [AuditEntry.model_validate(row) for row in tasks.audit(task.id)]
         return TaskDetail.model_validate({**TaskView.of(task).model_dump(), "audit": audit})
 
@@ -430,7 +433,8 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
         """Op calls: one run's in order (as the policies allow, `read_runs` on its workflow), or
         the latest of runs the token's principal may read, with direct calls' for those who
         may read the operations."""
-        run_id = None if run is None else _run(client, run).run_id
+        reader = Reader(client, who)
+        run_id = None if run is None else _run(client, run, reader).run_id
         return [
             LedgerEntry(
                 id=row.id,
@@ -451,7 +455,7 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
                 cost_usd=None if row.cost is None else usd_text(row.cost),
                 earlier=[EarlierTryView.model_validate(each.__dict__) for each in row.earlier],
             )
-            for row in Reader(client, who).ledger(run_id, limit=limit)
+            for row in reader.ledger(run_id, limit=limit)
         ]
 
     @routes.get("/budgets", responses=error_responses(401, 403, 422, 503))
@@ -746,11 +750,12 @@ def _activity_routes(routes: APIRouter, client: Client) -> None:
         )
 
 
-def _find(client: Client, approval_id: str) -> Approval:
-    """The approval `approval_id` names, in full or by a prefix only it begins with; 404 for
-    none, 400 for a prefix several begin with."""
+def _find(client: Client, approval_id: str, reader: Reader | None = None) -> Approval:
+    """The approval `approval_id` names, in full or by a prefix only it begins with (of those
+    `reader` may read, if given); 404 for none, 400 for a prefix several begin with."""
+    find = client.find_id if reader is None else reader.find_id
     try:
-        return client.get_approval(client.find_id("approval", approval_id))
+        return client.get_approval(find("approval", approval_id))
     except ApprovalNotFound:
         message = f"no approval `{approval_id}`: GET /approvals lists the approvals"
         raise Problem(404, message, [ErrorReason(approval_id=approval_id, reason=message)])
@@ -758,23 +763,27 @@ def _find(client: Client, approval_id: str) -> Approval:
 
 def _readable_run(client: Client, who: str, given: str) -> Run:
     """The run `given` names (as `_run` finds it), if `who` may read it: 403 otherwise."""
-    return Reader(client, who).run(_run(client, given).run_id)
+    reader = Reader(client, who)
+    return reader.run(_run(client, given, reader).run_id)
 
 
-def _run(client: Client, given: str) -> Run:
-    """The run `given` names, in full or by a prefix only it begins with; 404 for none, 400
-    for a prefix several begin with."""
+def _run(client: Client, given: str, reader: Reader | None = None) -> Run:
+    """The run `given` names, in full or by a prefix only it begins with (of those `reader`
+    may read, if given); 404 for none, 400 for a prefix several begin with."""
+    find = client.find_id if reader is None else reader.find_id
     try:
-        return client.get_run(client.find_id("run", given))
+        return client.get_run(find("run", given))
     except RunNotFound:
         message = f"no run `{given}`: GET /runs lists the runs"
         raise Problem(404, message, [ErrorReason(approval_id=None, reason=message)])
 
 
-def _task(client: Client, given: str) -> Task:
-    """The task `given` names, in full or by a prefix only it begins with; 404 for none."""
+def _task(client: Client, given: str, reader: Reader | None = None) -> Task:
+    """The task `given` names, in full or by a prefix only it begins with (of those `reader`
+    may read, if given); 404 for none."""
+    find = client.find_id if reader is None else reader.find_id
     try:
-        return client.get_task(client.find_id("task", given))
+        return client.get_task(find("task", given))
     except TaskNotFound:
         message = f"no task `{given}`: GET /tasks lists the tasks"
         raise Problem(404, message, [ErrorReason(approval_id=None, reason=message)])

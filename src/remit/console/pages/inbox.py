@@ -32,6 +32,7 @@ from remit.console.forms import FormField, fields_of, parse_form, posted_values
 from remit.console.render import Page, Viewer
 from remit.core.errors import DecisionRefused
 from remit.people.inbox import Decidable
+from remit.reads import Reader
 
 DRAFT = "draft"
 VERBS = {"approved": "Approved", "rejected": "Rejected"}
@@ -188,13 +189,19 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         form_data: Annotated[FormData, Depends(posted)],
     ) -> Response:
         form = form_dict(form_data)
-        approval = client.get_approval(approval_id)
+        # A refused decision shows the gate again: only to whoever may decide it or read it.
+        decidable = client.decidable(by=viewer.principal, approval_id=approval_id)
+        approval = (
+            decidable[0].approval
+            if decidable
+            else Reader(client, viewer.principal).approval(approval_id)
+        )
         decision = text_of(form, "decision")
         key = text_of(form, "key") or new_key()
         reason = text_of(form, "reason")
         item = Decidable(approval, client.get_run(approval.run_id), None, ("approved", "rejected"))
         # This gate alone, not the whole inbox: its own policy checks, once.
-        item = next(iter(client.decidable(by=viewer.principal, approval_id=approval_id)), item)
+        item = next(iter(decidable), item)
         model = draft_model(item)
 
         def again(status: int, errors: Mapping[str, str], refusal: list[str]) -> Response:

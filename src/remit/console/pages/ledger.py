@@ -34,17 +34,20 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
             problems.append(f"status {status!r} is not one of {', '.join(STATUSES)}")
             status = None
         run_id = given["run"] or None
+        reader = Reader(client, viewer.principal)
+        rows = None
         if run_id is not None:
             # Said on the page beside the filters, as any other filter's problem is (an error
-            # page would not show where htmx boosts the form: it swaps no 4xx answer).
+            # page would not show where htmx boosts the form: it swaps no 4xx answer): an
+            # ambiguous prefix, or a run the viewer may not read (the refusal is recorded).
             try:
-                run_id = client.find_id("run", run_id)
-            except RemitError as ambiguous:
-                problems.append(str(ambiguous))
-                run_id = None
-        rows = Reader(client, viewer.principal).ledger(
-            run_id, op=given["op"] or None, status=status, limit=PAGE_SIZE
-        )
+                run_id = reader.find_id("run", run_id)
+                rows = reader.ledger(run_id, op=given["op"] or None, status=status)
+            except RemitError as refused:
+                problems.append(str(refused))
+                rows = []
+        if rows is None:
+            rows = reader.ledger(None, op=given["op"] or None, status=status, limit=PAGE_SIZE)
         return page.render(
             request,
             "ledger.html",

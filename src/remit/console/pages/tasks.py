@@ -41,7 +41,7 @@ class TaskForm:
     task: Task
     row: LedgerRow | None
     # What the write was: the op's description, what the call was sent (`task.input`, when
-    # kept), and the input of the run that made the call.
+    # kept), and the input of the run that made the call (None: a direct call made it).
     description: str
     run_input: Any
     model: type[BaseModel] | None
@@ -76,11 +76,12 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         if shown is None:
             shown = [] if model is None else fields_of(model, None, {}, OUTPUT)
         declared = client.app.ops.get(task.op_id)
+        run = client.runs_store.find(task.run_id)  # None: a direct call's task, of no run
         return TaskForm(
             task,
             ledger_row(task),
             "" if declared is None else declared.description,
-            client.get_run(task.run_id).input,
+            None if run is None else run.input,
             model,
             shown,
             key or new_key(),
@@ -114,7 +115,8 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         form_data: Annotated[FormData, Depends(posted)],
     ) -> Response:
         form = form_dict(form_data)
-        task = client.get_task(task_id)
+        # Read first: a refused answer shows the task's form again, with what its call was sent.
+        task = Reader(client, viewer.principal).task(task_id)
         done = text_of(form, "done")
         key = text_of(form, "key") or new_key()
         model = output_model(task)
