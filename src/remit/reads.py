@@ -150,17 +150,13 @@ class Reader:
     def run(self, run_id: str) -> Run:
         """The run, if the principal may read it (`PolicyDenied` otherwise)."""
         found = self.client.get_run(run_id)
-        self._require_workflow(found.workflow)
+        self._require("read_runs", found.workflow, self.workflows, self._declared)
         return found
 
     def approval(self, approval_id: str) -> Approval[Any]:
         """The approval, if the principal may read its type's gates."""
         found = self.client.approvals.get(approval_id)
-        types = self.approval_types
-        if types is not None and found.type not in types:
-            if found.type in self._types:
-                self._refuse("read_approvals", found.type)
-            self.require_operations()  # a type the app no longer has
+        self._require("read_approvals", found.type, self.approval_types, self._types)
         return found
 
     def task(self, task_id: str) -> Task:
@@ -183,16 +179,19 @@ class Reader:
         if found is None:
             self.require_operations()
         else:
-            self._require_workflow(found.workflow)
+            self._require("read_runs", found.workflow, self.workflows, self._declared)
 
-    def _require_workflow(self, workflow: str) -> None:
-        workflows = self.workflows
-        if workflows is None or workflow in workflows:
+    def _require(
+        self, action: Any, resource: str, allowed: frozenset[str] | None, declared: list[str]
+    ) -> None:
+        """Refuse unless `resource` is among what the principal may `action` (`allowed`), or is
+        a name the app no longer declares and they may read the operations (as `_within`)."""
+        if allowed is None or resource in allowed:
             return
-        if workflow not in self._declared:
-            self.require_operations()  # a workflow the app no longer has
+        if resource not in declared:
+            self.require_operations()
             return
-        self._refuse("read_runs", workflow)
+        self._refuse(action, resource)
 
     def _refuse(self, action: Any, resource: str) -> NoReturn:
         """Ask the policies once more, recording the refusal as any act's, and raise it."""
