@@ -2,83 +2,90 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
+from typing import Any
 
 import sqlalchemy as sa
 
 from remit.core.database import Database
-from remit.core.ledger import LedgerStore
+from remit.core.ledger import CallRecord, LedgerStore
+from remit.core.schema import ledger
 from remit.testing import Harness
 from tests.support import FakeShop, make_app, send_email
 
-T = TypeVar("T")
+
+def lost(what: str) -> sa.exc.OperationalError:
+    """The error a transaction whose connection was lost raises, as DBOS retries it."""
+    return sa.exc.OperationalError(
+        what, {}, Exception("database is locked (simulated)"), connection_invalidated=True
+    )
 
 
-class FlakyDatabase(Database):
-    """A database whose ledger writes fail as planned: `after_commit` writes commit and then
-    report a lost connection (the answer never arrives); `before_commit` writes fail outright,
-    once each."""
+class LostCommitAnswer(LedgerStore):
+    """A ledger whose first `started` row of `shop.emails.send`, written in its step's check
+    transaction, commits and then loses the answer. Here the check's transaction fails as a
+    lost connection does (DBOS tries it again), and the row that commit wrote is in place, as
+    of the same moment, when the transaction runs again."""
 
-    def __init__(self, url: str, *, after_commit: str = "", before_commit: str = "") -> None:
-        super().__init__(url)
-        self.after_commit = after_commit
-        self.before_commit = before_commit
-        self.failed: list[str] = []
+    def __init__(self, db: Database) -> None:
+        super().__init__(db)
+        self.lost: list[str] = []
 
-    def retrying(self, what: str, fn: Callable[[], T]) -> T:
-        lost = sa.exc.OperationalError("COMMIT", {}, Exception("database is locked (simulated)"))
-        if self.after_commit and self.after_commit in what and not self.failed:
-            self.failed.append(what)
-            answered = []
-
-            def commit_then_lose() -> T:
-                result = fn()
-                if not answered:
-                    answered.append(True)
-                    raise lost
-                return result
-
-            return super().retrying(what, commit_then_lose)
-        if self.before_commit and self.before_commit in what and not self.failed:
-            self.failed.append(what)
-            raise lost
-        return super().retrying(what, fn)
-
-
-def flaky_ledger(harness: Harness, url: str, **plan: str) -> FlakyDatabase:
-    db = FlakyDatabase(url, **plan)
-    harness.worker.runtime.caller.ledger = LedgerStore(db)
-    return db
+    def begin_in(self, conn: sa.Connection, record: CallRecord, *args: Any, **kw: Any) -> Any:
+        if record.op_id != send_email.id:
+            return super().begin_in(conn, record, *args, **kw)
+        if not self.lost:
+            self.lost.append(record.idempotency_key)
+            raise lost("COMMIT")
+        committed = {**record.__dict__, "status": "started", "tries": 0}
+        conn.execute(ledger.insert().values(**committed, started_at=kw["started_at"]))
+        return super().begin_in(conn, record, *args, **kw)
 
 
 def test_a_started_row_whose_commit_answer_was_lost_is_not_uncertain(database_url: str) -> None:
     with Harness(make_app(), database_url=database_url) as harness:
-        # `shop.emails.send` is the run's 4th step: its key ends in `:4`.
-        db = flaky_ledger(harness, database_url, after_commit=":4: started")
-        try:
-            run = harness.run("purchase", {"sku": "sku-1"})
-        finally:
-            db.dispose()
+        runtime = harness.worker.runtime
+        ledger = runtime.caller.ledger = LostCommitAnswer(runtime.caller.ledger.db)
+        run = harness.run("purchase", {"sku": "sku-1"})
         assert run.status == "done", run.error
-        assert db.failed == [f"ledger {run.run_id}:4: started"]
+        # `shop.emails.send` (not idempotent) is the run's 4th step: its key ends in `:4`. Its
+        # check ran again, found the row it had written, and the email went once.
+        assert ledger.lost == [f"{run.run_id}:4"]
         email = harness.ledger(run.run_id)[-1]
         assert (email.op_id, email.status, email.tries) == (send_email.id, "ok", 1)
         assert len(harness.fake("shop", FakeShop).effects_of(send_email)) == 1
+
+
+class FlakyCheckpoint(LedgerStore):
+    """A ledger whose first write of a read's whole row, in its step's checkpoint transaction,
+    fails as a lost connection does: the transaction rolls back, DBOS's checkpoint with it."""
+
+    def __init__(self, db: Database) -> None:
+        super().__init__(db)
+        self.failed: list[str] = []
+
+    def settle_read_in(self, conn: sa.Connection, record: CallRecord, *args: Any, **kw: Any) -> Any:
+        if not self.failed:
+            self.failed.append(record.idempotency_key)
+            raise sa.exc.OperationalError(
+                "COMMIT",
+                {},
+                Exception("database is locked (simulated)"),
+                connection_invalidated=True,
+            )
+        return super().settle_read_in(conn, record, *args, **kw)
 
 
 def test_an_outcome_the_ledger_failed_to_record_is_recorded_without_calling_again(
     database_url: str,
 ) -> None:
     with Harness(make_app(), database_url=database_url) as harness:
-        db = flaky_ledger(harness, database_url, before_commit=": ok")
-        try:
-            run = harness.run("purchase", {"sku": "sku-1"})
-        finally:
-            db.dispose()
+        runtime = harness.worker.runtime
+        ledger = runtime.caller.ledger = FlakyCheckpoint(runtime.caller.ledger.db)
+        run = harness.run("purchase", {"sku": "sku-1"})
         assert run.status == "done", run.error
-        # The first outcome write failed; DBOS retried the step, which recorded it.
-        assert db.failed == [f"ledger {run.run_id}:1: ok"]
+        # The first outcome's transaction failed; DBOS wrote the step's checkpoint again, and
+        # the outcome with it.
+        assert ledger.failed == [f"{run.run_id}:1"]
         shop = harness.fake("shop", FakeShop)
         calls = [op_id for op_id, _ in shop.calls]
         assert calls.count("shop.items.get") == 1

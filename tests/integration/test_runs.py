@@ -7,12 +7,20 @@ import json
 import pytest
 import sqlalchemy as sa
 
-from remit import DriverError, InputInvalid
+from remit import App, Context, DriverError, InputInvalid, workflow
 from remit.core.database import Database
 from remit.core.errors import RemitError
 from remit.core.runs import RunStore
 from remit.testing import Harness
-from tests.support import FakeShop, create_order, get_item, make_app, send_email
+from tests.support import (
+    FakeShop,
+    Keyed,
+    create_order,
+    get_item,
+    make_app,
+    send_email,
+    shop,
+)
 
 
 def test_a_run_completes_with_its_steps_and_ledger(database_url: str) -> None:
@@ -164,6 +172,32 @@ def test_one_key_for_two_different_calls_is_refused(database_url: str) -> None:
             ("shop.orders.create", "ok"),
         ]
         assert len(harness.fake("shop", FakeShop).effects_of(create_order)) == 1
+
+
+@workflow(name="keyed-read", input=Keyed, uses=[get_item, create_order])
+def keyed_read(ctx: Context, input: Keyed) -> str:
+    ctx.call(create_order, sku=input.sku, quantity=1, key=input.first)
+    return ctx.call(get_item, sku=input.sku, key=input.second).sku
+
+
+def test_a_read_under_a_key_another_call_holds_fails_and_leaves_its_row(
+    database_url: str,
+) -> None:
+    # A read's row is written with its step's checkpoint, after the read: the key is found
+    # taken there, and the transaction, checkpoint and all, rolls back.
+    app = App(name="shop", workflows=[keyed_read], connectors=[shop])
+    with Harness(app, database_url=database_url) as harness:
+        run = harness.run("keyed-read", {"first": "same", "second": "same"})
+        assert run.status == "failed"
+        assert f"idempotency key {run.run_id}:key:same already belongs to a call of " in (
+            run.error or ""
+        )
+        rows = harness.ledger(run.run_id)
+        assert [(r.op_id, r.status, r.output is not None) for r in rows] == [
+            ("shop.orders.create", "ok", True)
+        ]
+        # No step holds the read's outcome: the attempt failed at it, nothing recorded there.
+        assert [s["function_name"] for s in harness.steps(run.run_id)] == ["shop.orders.create"]
 
 
 def test_a_bad_key_is_refused(database_url: str) -> None:

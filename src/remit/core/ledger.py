@@ -140,38 +140,49 @@ class LedgerStore:
         self.clock = clock or SystemClock()
 
     def begin(self, record: CallRecord, workflow_id: str | None, *, sent: Any = None) -> Begun:
-        """Write a call's `started` row, durable when this returns, if its attempt is current.
-
-        In the same transaction it checks that the run is still running on `workflow_id`: an
-        attempt that was superseded or cancelled starts no new write. A direct call (no
-        `workflow_id`) belongs to no run and is not fenced. `sent`, if given, is kept as what
-        the call was sent (`call_inputs`), for a task that may ask about it.
-        """
-
+        """Write a call's `started` row, durable when this returns, if its attempt is current
+        (see `begin_in`)."""
         started_at = self.clock.now()
 
         def write() -> Begun:
             with self.db.begin() as conn:
-                if workflow_id is not None and not _current(conn, record.run_id, workflow_id):
-                    return Begun(moved_on=True)
-                existing = self._by_key(conn, record.idempotency_key)
-                if existing is not None and not _ours(existing, record, started_at):
-                    return Begun(existing=existing)
-                if existing is None:
-                    conn.execute(
-                        ledger.insert().values(
-                            **record.__dict__, status="started", tries=0, started_at=started_at
-                        )
-                    )
-                    if sent is not None:
-                        conn.execute(self._insert_new_input(record.idempotency_key, sent))
-                return Begun()
+                return self.begin_in(conn, record, workflow_id, sent=sent, started_at=started_at)
 
         try:
             return self.db.retrying(f"ledger {record.idempotency_key}: started", write)
         except sa.exc.IntegrityError:
             # Another process inserted the same key between our read and our insert.
             return Begun(existing=self.get(record.idempotency_key))
+
+    def begin_in(
+        self,
+        conn: sa.Connection,
+        record: CallRecord,
+        workflow_id: str | None,
+        *,
+        sent: Any,
+        started_at: datetime,
+    ) -> Begun:
+        """`begin` inside the caller's transaction (the one that checks the call's step has
+        no checkpoint yet, see `checkpoint.py`): the `started` row, written as of `started_at`.
+
+        In the same transaction it checks that the run is still running on `workflow_id`: an
+        attempt that was superseded or cancelled starts no new write. A direct call (no
+        `workflow_id`) belongs to no run and is not fenced. `sent`, if given, is kept as what
+        the call was sent (`call_inputs`), for a task that may ask about it. The same
+        `started_at` again finds the row it wrote (a transaction whose commit answer was lost).
+        """
+        if workflow_id is not None and not _current(conn, record.run_id, workflow_id):
+            return Begun(moved_on=True)
+        row = {**record.__dict__, "status": "started", "tries": 0, "started_at": started_at}
+        if conn.execute(self._insert_new(row)).first() is None:
+            existing = self._by_key(conn, record.idempotency_key)
+            assert existing is not None, "a ledger key that is taken has a row (none is deleted)"
+            if not _ours(existing, record, started_at):
+                return Begun(existing=existing)
+        if sent is not None:
+            conn.execute(self._insert_new_input(record.idempotency_key, sent))
+        return Begun()
 
     def begin_read(self, record: CallRecord) -> Begun:
         """Write a read's `started` row in one statement, unfenced: a read cannot double
@@ -193,35 +204,13 @@ class LedgerStore:
         when a later apply settles an earlier one's create), and make the row `started` again,
         from now (a `not_done` row is called again)."""
         now = self.clock.now()
-        kept = ledger_tries.insert().values(
-            idempotency_key=existing.idempotency_key,
-            run_id=existing.run_id,
-            attempt=existing.attempt,
-            actor=existing.actor,
-            try_number=existing.tries,
-            status=existing.status,
-            error=existing.error,
-            at=existing.finished_at or existing.started_at,
-        )
-        statement = (
-            ledger.update()
-            .where(ledger.c.idempotency_key == record.idempotency_key)
-            .values(
-                run_id=record.run_id,
-                step_id=record.step_id,
-                attempt=record.attempt,
-                actor=record.actor,
-                status="started",
-                started_at=now,
-                finished_at=None,
-                error=None,
-                error_info=None,
-            )
+        statement = _taken_by(record).values(
+            status="started", started_at=now, finished_at=None, error=None, error_info=None
         )
 
         def write() -> None:
             with self.db.begin() as conn:
-                conn.execute(kept)
+                conn.execute(_kept(existing))
                 conn.execute(statement)
 
         self.db.retrying(f"ledger {record.idempotency_key}: started again", write)
@@ -309,6 +298,31 @@ class LedgerStore:
         return self._write_outcome(
             lambda statement: count(conn.execute(statement)), record, values, new_row
         )
+
+    def settle_read_in(
+        self,
+        conn: sa.Connection,
+        record: CallRecord,
+        outcome: Outcome,
+        *,
+        tries: int,
+        started_at: datetime,
+    ) -> LedgerRow | None:
+        """A read's whole row, written once it has ended, inside the caller's transaction (its
+        step's checkpoint), for a read that wrote no `started` row. A row already under the key
+        of the same call (its step ran before) keeps what it held among its earlier tries, as
+        `retake` does, and becomes this call's. Returns the row of another call that holds the
+        key (another op, or other input), writing nothing; None once written."""
+        values, new_row = self._outcome(record, outcome, tries, started_at, None)
+        if conn.execute(self._insert_new(new_row)).first() is not None:
+            return None
+        existing = read_row(conn, record.idempotency_key, for_update=True)
+        assert existing is not None, "a ledger key that is taken has a row (none is deleted)"
+        if (existing.op_id, existing.input_hash) != (record.op_id, record.input_hash):
+            return existing
+        conn.execute(_kept(existing))
+        conn.execute(_taken_by(record).values(started_at=started_at, **values))
+        return None
 
     def _outcome(
         self,
@@ -432,6 +446,34 @@ def read_row(conn: sa.Connection, key: str, *, for_update: bool = False) -> Ledg
     query = sa.select(ledger).where(ledger.c.idempotency_key == key)
     row = conn.execute(query.with_for_update() if for_update else query).one_or_none()
     return None if row is None else _row(row)
+
+
+def _kept(existing: LedgerRow) -> sa.Insert:
+    """What a row held before a call under its key is made again: kept among its earlier tries."""
+    return ledger_tries.insert().values(
+        idempotency_key=existing.idempotency_key,
+        run_id=existing.run_id,
+        attempt=existing.attempt,
+        actor=existing.actor,
+        try_number=existing.tries,
+        status=existing.status,
+        error=existing.error,
+        at=existing.finished_at or existing.started_at,
+    )
+
+
+def _taken_by(record: CallRecord) -> sa.Update:
+    """The row under the call's key moved to the run, attempt and step that make it now."""
+    return (
+        ledger.update()
+        .where(ledger.c.idempotency_key == record.idempotency_key)
+        .values(
+            run_id=record.run_id,
+            step_id=record.step_id,
+            attempt=record.attempt,
+            actor=record.actor,
+        )
+    )
 
 
 def _current(conn: sa.Connection, run_id: str, workflow_id: str) -> bool:

@@ -38,7 +38,7 @@ from remit.connectors.redaction import app_secrets
 from remit.core import telemetry
 from remit.core.clock import Clock
 from remit.core.errors import MissingCredential, RemitError
-from remit.core.ledger import CallRecord, LedgerRow, LedgerStore, input_hash
+from remit.core.ledger import Begun, CallRecord, LedgerRow, LedgerStore, input_hash, read_row
 from remit.core.outcome import (
     CallFailure,
     CredentialFailure,
@@ -51,8 +51,16 @@ from remit.core.outcome import (
 from remit.core.runs import RunInfo
 from remit.declare.ops import Op
 from remit.execution.billing import Bill
+from remit.execution.checkpoint import Checkpoint
 from remit.execution.reentry import CallAgain, Conflict, Hold, Replay, conflict, reenter
-from remit.execution.tries import DEFAULT_OP_TIMEOUT, Answered, GaveUp, Unknown, make_tries
+from remit.execution.tries import (
+    DEFAULT_OP_TIMEOUT,
+    Answered,
+    GaveUp,
+    InFlight,
+    Unknown,
+    make_tries,
+)
 from remit.people.tasks import Held, TaskOpener
 
 log = logging.getLogger("remit.calls")
@@ -78,10 +86,31 @@ class Settled:
 class CallMemo:
     """What one op call keeps for as long as its step: when DBOS retries the step because
     recording the outcome failed, the outcome it settled on is recorded again, and the vendor
-    is neither called nor billed again."""
+    is neither called nor billed again. `checkpoint`: the step's, when its ledger outcome can
+    be written with it (see `checkpoint.py`)."""
 
     bill: Bill | None = None
     settled: Settled | None = None
+    checkpoint: Checkpoint | None = None
+    # A read in a run's step that costs nothing writes its row only once it has run for a
+    # while or is tried again (`shown`), or else whole, with its outcome.
+    read_waits: bool = False
+    shown: bool = False
+
+
+class KeyTaken(RemitError):
+    """Raised in a step's checkpoint transaction, which it rolls back: the call's key turned
+    out to belong to another call. `failed` is the call's outcome instead."""
+
+    def __init__(self, failed: Failed) -> None:
+        super().__init__(failed.message)
+        self.failed = failed
+
+
+# A read in a run shows in the ledger as `started` once it has run this many seconds. A
+# quicker one's row is written once, with its outcome and its step's checkpoint: a read cannot
+# double anything, so it needs no row before it is made, only one that shows it while it runs.
+READ_SHOWN_AFTER = 1.0
 
 
 class OpCaller:
@@ -126,26 +155,23 @@ class OpCaller:
         outcome. `memo` lives as long as the step (see `CallMemo`)."""
         memo = CallMemo() if memo is None else memo
         if memo.settled is not None:
-            return self._settle_again(memo.bill, memo.settled)
-        record = CallRecord(
-            run_id=run.run_id,
-            attempt=run.attempt,
-            step_id=step_id,
-            op_id=op.id,
-            effect=op.effect,
-            idempotent=op.idempotent,
-            idempotency_key=key,
-            input_hash=input_hash(payload),
-            actor=run.actor,
-        )
+            return self._settle_again(memo, memo.settled)
+        record = _record_of(run, op, payload, step_id=step_id, key=key)
         started_at = self.clock.now()
         # Every call's `started` row is durable before its driver is called, so a call in
         # flight shows (`remit show`), one cut off mid-call is found (a read's is `abandoned`
         # once its attempt has ended, a write's may be `uncertain`), and one already answered
-        # replays rather than being made, or paid for, again.
-        entered = self._begin(op, record, run, payload)
-        if entered is not None:
-            return entered
+        # replays rather than being made, or paid for, again. But a read in a run that costs
+        # nothing: it is made afresh whenever its step runs, so its row waits until the read
+        # has run for `READ_SHOWN_AFTER` seconds, or until it ends, with its step's checkpoint.
+        in_flight = None
+        memo.read_waits = self._read_at_checkpoint(op, run, memo)
+        if memo.read_waits:
+            in_flight = InFlight(READ_SHOWN_AFTER, lambda: self._show(op, record, memo))
+        else:
+            entered = self._begin(op, record, run, payload, memo)
+            if entered is not None:
+                return entered
         implementation = self.implementations[op.vendor]
         missing = self._missing_credential(op, implementation)
         if missing is not None:
@@ -171,8 +197,9 @@ class OpCaller:
             request,
             call,
             clock=self.clock,
-            retrying=self._retrying(record),
+            retrying=self._retrying(record, in_flight),
             timeout=call.timeout,
+            in_flight=in_flight,
         )
         if isinstance(tried, Unknown):
             return self._uncertain(record, tried.message, tries=tried.tries, bill=memo.bill)
@@ -183,24 +210,87 @@ class OpCaller:
         dumped = self._output(op, request, tried, memo.bill)
         return self._settle(memo, record, Ok(output=dumped), tried.tries, started_at)
 
+    def prepare(
+        self,
+        run: RunInfo,
+        op: Op[Any, Any],
+        payload: dict[str, Any],
+        *,
+        step_id: int,
+        key: str,
+        memo: CallMemo,
+    ) -> None:
+        """Before the call's step runs: its `started` row, when it has one before the call, is
+        written in the transaction that finds the step has no checkpoint (`checkpoint.py`)."""
+        checkpoint = memo.checkpoint
+        if checkpoint is None or self._read_at_checkpoint(op, run, memo):
+            return
+        record = _record_of(run, op, payload, step_id=step_id, key=key)
+        sent = self._sent(op, payload)
+        started_at = self.ledger.clock.now()
+        checkpoint.begin(
+            lambda conn: self.ledger.begin_in(
+                conn, record, run.workflow_id, sent=sent, started_at=started_at
+            )
+        )
+
+    def _sent(self, op: Op[Any, Any], payload: dict[str, Any]) -> Any:
+        """What a write that cannot be repeated keeps beside its row, its secrets redacted: a
+        person asked whether it happened sees it (None for any other call)."""
+        if op.effect == "write" and not op.idempotent:
+            return app_secrets(self.environ, self.implementations.values()).json(payload)
+        return None
+
+    @staticmethod
+    def _read_at_checkpoint(op: Op[Any, Any], run: RunInfo, memo: CallMemo) -> bool:
+        """Whether the call is a read in a run's step that costs nothing, whose row can wait
+        for its step's checkpoint."""
+        return (
+            op.effect == "read"
+            and op.cost is None
+            and not run.direct
+            and memo.checkpoint is not None
+        )
+
+    def _show(self, op: Op[Any, Any], record: CallRecord, memo: CallMemo) -> None:
+        """The `started` row of a read that has run for a while (or is tried again), once: the
+        row already under the key, of the same call, moves to this one (its step ran before).
+        A key another call holds is left to the read's end, which fails on it."""
+        if memo.shown:
+            return
+        memo.shown = True
+        begun = self.ledger.begin_read(record)
+        if (
+            begun.existing is not None
+            and conflict(begun.existing, op.id, record.input_hash) is None
+        ):
+            self.ledger.retake(record, begun.existing)
+
     def _begin(
-        self, op: Op[Any, Any], record: CallRecord, run: RunInfo, payload: dict[str, Any]
+        self,
+        op: Op[Any, Any],
+        record: CallRecord,
+        run: RunInfo,
+        payload: dict[str, Any],
+        memo: CallMemo,
     ) -> Outcome | None:
         """The call's `started` row: None to go ahead and call, or the outcome to return.
         A read that costs nothing writes it in one statement, unfenced (it cannot double
-        anything); a write's, or a read's with a cost, is fenced on the run's attempt. A write
-        that cannot be repeated keeps what it is sent beside it, its secrets redacted: a person
-        asked whether it happened sees it."""
+        anything); a write's, or a read's with a cost, is fenced on the run's attempt, and
+        was written by its step's check when it could be (`prepare`)."""
         if op.effect == "read" and op.cost is None:
             begun = self.ledger.begin_read(record)
             if begun.existing is None:
                 return None
             # A run's step running again reads afresh; a direct call's key replays.
             return self._reenter(op, record, begun.existing, afresh=not run.direct)
-        sent = None
-        if op.effect == "write" and not op.idempotent:
-            sent = app_secrets(self.environ, self.implementations.values()).json(payload)
-        begun = self.ledger.begin(record, None if run.direct else run.workflow_id, sent=sent)
+        took, answer = (False, None) if memo.checkpoint is None else memo.checkpoint.took_begin()
+        if took:
+            assert isinstance(answer, Begun)
+            begun = answer
+        else:
+            workflow_id = None if run.direct else run.workflow_id
+            begun = self.ledger.begin(record, workflow_id, sent=self._sent(op, payload))
         if begun.moved_on:
             message = (
                 f"run {run.run_id} has moved on from attempt {run.workflow_id} (it was cancelled "
@@ -293,11 +383,15 @@ class OpCaller:
                 return settled.outcome
         return None
 
-    def _retrying(self, record: CallRecord) -> Callable[[int, str], None]:
+    def _retrying(
+        self, record: CallRecord, in_flight: InFlight | None
+    ) -> Callable[[int, str], None]:
         """What a try again notes first: the call's row counts its tries, and the try that
-        failed is kept with what went wrong."""
+        failed is kept with what went wrong (a read whose row waited shows it now)."""
 
         def note(tries: int, error: str) -> None:
+            if in_flight is not None:
+                in_flight.show()
             self.ledger.tried(record, tries, error)
 
         return note
@@ -351,7 +445,7 @@ class OpCaller:
         """Record the call's outcome, keeping it in `memo` first (see `CallMemo`)."""
         settled = memo.settled = Settled(record, outcome, tries, started_at)
         telemetry.call_settled({"tries": tries})
-        if self._record(memo.bill, settled):
+        if self._record(memo, settled):
             return outcome
         existing = self.ledger.get(record.idempotency_key)
         assert existing is not None, "a ledger key that is taken has a row"
@@ -361,16 +455,22 @@ class OpCaller:
         memo.settled = replace(settled, taken=taken)
         return taken
 
-    def _settle_again(self, bill: Bill | None, settled: Settled) -> Outcome:
+    def _settle_again(self, memo: CallMemo, settled: Settled) -> Outcome:
         """A DBOS retry of the step: record the outcome the call settled on, if it was not."""
         if settled.taken is not None:
             return settled.taken
-        self._record(bill, settled)
+        self._record(memo, settled)
         return settled.outcome
 
-    def _record(self, bill: Bill | None, settled: Settled) -> bool:
+    def _record(self, memo: CallMemo, settled: Settled) -> bool:
         """Write the call's ledger row. For a call with a bill, in the transaction that settles
-        its reservation at its cost (it succeeded) or releases it (it did not)."""
+        its reservation at its cost (it succeeded) or releases it (it did not). For one
+        without, in its step's checkpoint when it has one, where a key that turns out to be
+        another call's raises `KeyTaken` (so True here only says the write is on its way)."""
+        bill = memo.bill
+        if bill is None and memo.checkpoint is not None:
+            memo.checkpoint.add(self._with_checkpoint(memo, settled))
+            return True
 
         record, outcome, tries, started_at = (
             settled.record,
@@ -391,6 +491,63 @@ class OpCaller:
         if bill is None:
             return write(None, None)
         return bill.record(self.budgets, answered=isinstance(settled.outcome, Ok), write=write)
+
+    def _with_checkpoint(self, memo: CallMemo, settled: Settled) -> Callable[[sa.Connection], None]:
+        """The call's ledger outcome, as written in its step's checkpoint transaction: a read
+        whose row waited writes it whole, any other call settles the row its start wrote."""
+        record, outcome = settled.record, settled.outcome
+        whole = memo.read_waits and not memo.shown
+
+        def write(conn: sa.Connection) -> None:
+            if whole:
+                other = self.ledger.settle_read_in(
+                    conn, record, outcome, tries=settled.tries, started_at=settled.started_at
+                )
+            elif self.ledger.finish_in(
+                conn, record, outcome, tries=settled.tries, started_at=settled.started_at
+            ):
+                other = None
+            else:
+                other = read_row(conn, record.idempotency_key)
+            if other is None:
+                return
+            taken = conflict(other, record.op_id, record.input_hash)
+            assert taken is not None, "a ledger key is taken only by another call"
+            raise KeyTaken(_key_taken(record.idempotency_key, taken))
+
+        return write
+
+    def after_step(self, memo: CallMemo, *, returned: bool) -> None:
+        """Once the call's step has ended: a ledger outcome its checkpoint did not take (the
+        step returned without DBOS recording it through remit's wrapper) is written now."""
+        checkpoint = memo.checkpoint
+        if checkpoint is None:
+            return
+        checkpoint.close()
+        write = checkpoint.pending()
+        if returned and write is not None:
+
+            def alone() -> None:
+                with self.ledger.db.begin() as conn:
+                    write(conn)
+
+            self.ledger.db.retrying("ledger: an op call's outcome", alone)
+
+
+def _record_of(
+    run: RunInfo, op: Op[Any, Any], payload: dict[str, Any], *, step_id: int, key: str
+) -> CallRecord:
+    return CallRecord(
+        run_id=run.run_id,
+        attempt=run.attempt,
+        step_id=step_id,
+        op_id=op.id,
+        effect=op.effect,
+        idempotent=op.idempotent,
+        idempotency_key=key,
+        input_hash=input_hash(payload),
+        actor=run.actor,
+    )
 
 
 def _waits(record: CallRecord, held: Held) -> Failed:

@@ -41,7 +41,8 @@ from remit.core.runs import RunInfo
 from remit.core.text import describe_seconds
 from remit.declare.ops import Op
 from remit.declare.workflows import Workflow
-from remit.execution.calls import CallMemo, OpCaller
+from remit.execution.calls import CallMemo, KeyTaken, OpCaller
+from remit.execution.checkpoint import Checkpoint
 from remit.execution.journal import Journal, Mark, gate_mark, op_mark, sleep_mark, step_mark
 from remit.execution.timers import Timers
 from remit.people.approvals import Decision, Gates
@@ -365,10 +366,10 @@ class _Base:
         key: str | None,
         *,
         whole_key: str | None = None,
-    ) -> tuple[Slot, Mark, Callable[[], dict[str, Any]]]:
-        """The position an op call takes, what it is there, and the body of its step, which
-        returns the call's outcome as JSON (its checkpoint). `whole_key`: the call's whole
-        idempotency key, one an earlier run began it under (see `_call_under`)."""
+    ) -> _OpStep:
+        """The step of an op call: the position it takes, what it is there, and its body,
+        which returns the call's outcome as JSON (its checkpoint). `whole_key`: the call's
+        whole idempotency key, one an earlier run began it under (see `_call_under`)."""
         slot = self._steps.reserve()
         # A call's position names it unless the workflow names it: `<run>:<step>` or
         # `<run>:key:<key>`, two spaces that cannot collide. A resumed run's positions up to
@@ -376,7 +377,14 @@ class _Base:
         # so a deploy cannot move a key from under a call it started.
         name = str(slot.position) if key is None else f"key:{key}"
         idempotency_key = whole_key or f"{self._run.run_id}:{name}"
-        memo = CallMemo()  # outlives a DBOS retry of this step
+        # Outlives a DBOS retry of this step; the call's ledger outcome commits with the step.
+        # (A replay of the record, `remit deploy check`'s, runs no step and commits nothing.)
+        live = isinstance(self._steps, LiveSteps)
+        checkpoint = Checkpoint.of(self._run.workflow_id, slot.position) if live else None
+        memo = CallMemo(checkpoint=checkpoint)
+        self._caller.prepare(
+            self._run, op, payload, step_id=slot.position, key=idempotency_key, memo=memo
+        )
 
         def body() -> dict[str, Any]:
             outcome = self._caller.call(
@@ -387,7 +395,47 @@ class _Base:
         # Where the run recorded a call, its input is compared too (nowhere, on a first attempt).
         marked = slot.position in self._steps.journal.marks
         digest = input_hash(payload) if marked else None
-        return slot, op_mark(op.id, idempotency_key, digest), body
+        return _OpStep(slot, op_mark(op.id, idempotency_key, digest), op, body, memo, self._caller)
+
+
+class _OpStep:
+    """An op call's step at its position: run once its mark is checked, its ledger outcome
+    written with its checkpoint. A key that turned out to be another call's (`KeyTaken`) is
+    the call's outcome, not checkpointed: the step runs again on a replay, and fails again."""
+
+    def __init__(
+        self,
+        slot: Slot,
+        mark: Mark,
+        op: Op[Any, Any],
+        body: Callable[[], dict[str, Any]],
+        memo: CallMemo,
+        caller: OpCaller,
+    ) -> None:
+        self._slot, self._mark, self._op, self._body = slot, mark, op, body
+        self._memo, self._caller = memo, caller
+
+    def run(self) -> Any:
+        returned = False
+        try:
+            outcome = self._slot.run(self._mark, _op_options(self._op), self._body)
+            returned = True
+            return outcome
+        except KeyTaken as taken:
+            return taken.failed.to_json()
+        finally:
+            self._caller.after_step(self._memo, returned=returned)
+
+    async def run_async(self) -> Any:
+        returned = False
+        try:
+            outcome = await self._slot.run_async(self._mark, _op_options(self._op), self._body)
+            returned = True
+            return outcome
+        except KeyTaken as taken:
+            return taken.failed.to_json()
+        finally:
+            await asyncio.to_thread(self._caller.after_step, self._memo, returned=returned)
 
 
 def _db_step_options(name: str) -> StepOptions:
@@ -537,8 +585,7 @@ class Context(_Base):
         """
         self._before_step()
         declared, payload = self._prepare(op, input, fields, key)
-        slot, mark, body = self._op_step(declared, payload, key)
-        outcome = slot.run(mark, _op_options(declared), body)
+        outcome = self._op_step(declared, payload, key).run()
         return _finish_op(cast(Op[Any, Out], declared), outcome)
 
     def _call_under(self, op: Op[Any, Out], input: Any, *, idempotency_key: str) -> Out:
@@ -548,8 +595,7 @@ class Context(_Base):
         remit's own workflows (the built-in `apply` settles an earlier apply's create)."""
         self._before_step()
         declared, payload = self._prepare(op, input, {}, None)
-        slot, mark, body = self._op_step(declared, payload, None, whole_key=idempotency_key)
-        outcome = slot.run(mark, _op_options(declared), body)
+        outcome = self._op_step(declared, payload, None, whole_key=idempotency_key).run()
         return _finish_op(cast(Op[Any, Out], declared), outcome)
 
     def llm(
@@ -673,8 +719,7 @@ class AsyncContext(_Base):
         """Call `op` as a checkpointed step; see `Context.call`."""
         self._before_step()
         declared, payload = self._prepare(op, input, fields, key)
-        slot, mark, body = self._op_step(declared, payload, key)
-        outcome = await slot.run_async(mark, _op_options(declared), body)
+        outcome = await self._op_step(declared, payload, key).run_async()
         return _finish_op(cast(Op[Any, Out], declared), outcome)
 
     async def llm(

@@ -20,6 +20,7 @@ import logging
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +69,14 @@ class Unknown:
 Tried = Answered | GaveUp | Unknown
 
 
+@dataclass(frozen=True)
+class InFlight:
+    """What a try still running after `after` seconds tells: `show()`, once per try."""
+
+    after: float
+    show: Callable[[], None]
+
+
 def make_tries(
     op: Op[Any, Any],
     implementation: Implementation,
@@ -77,14 +86,16 @@ def make_tries(
     clock: Clock,
     retrying: Callable[[int, str], None],
     timeout: float = DEFAULT_OP_TIMEOUT,
+    in_flight: InFlight | None = None,
 ) -> Tried:
     """Call `op`'s driver with `request` until the call comes to an end, each try given
     `timeout` seconds. `retrying(tries, error)` is told before each try again, with the number
-    of tries so far and what the last one failed with."""
+    of tries so far and what the last one failed with. `in_flight` is told of a try still
+    running after its `after` seconds."""
     tries = 0
     while True:
         tries += 1
-        answer = invoke_within(implementation, op, request, call, timeout)
+        answer = invoke_within(implementation, op, request, call, timeout, in_flight=in_flight)
         if isinstance(answer, BaseModel):
             return Answered(answer, tries)
         error = answer.error
@@ -182,9 +193,12 @@ def invoke_within(
     request: BaseModel,
     call: CallContext,
     timeout: float,
+    *,
+    in_flight: InFlight | None = None,
 ) -> BaseModel | Raised:
     """One try: the implementation's answer, or what it raised (any `BaseException`), or
-    `CallTimedOut` after `timeout` seconds.
+    `CallTimedOut` after `timeout` seconds. `in_flight`: told when the try is still running
+    after its `after` seconds.
 
     The try runs on a daemon thread, in a copy of the caller's context (its trace span), so
     that the caller can stop waiting for it: a thread cannot be stopped from outside. A driver
@@ -228,7 +242,10 @@ def invoke_within(
             f"could not start the call ({error})", retryable=True, maybe_applied=False, op=op.id
         )
         return Raised(failure)
-    if not done.wait(timeout) and not done.is_set():
+    given_up_at = time.monotonic() + timeout
+    if in_flight is not None and in_flight.after < timeout and not done.wait(in_flight.after):
+        in_flight.show()
+    if not done.wait(max(given_up_at - time.monotonic(), 0.0)) and not done.is_set():
         if not op.safe_to_repeat:
             with _abandoned_lock:
                 _abandoned[key] = done
