@@ -91,3 +91,28 @@ def test_an_outcome_the_ledger_failed_to_record_is_recorded_without_calling_agai
         assert calls.count("shop.items.get") == 1
         assert len(shop.effects_of(send_email)) == 1
         assert [r.status for r in harness.ledger(run.run_id)] == ["ok", "ok", "ok"]
+
+
+def test_an_op_calls_ledger_rows_are_written_in_dbos_step_transactions(database_url: str) -> None:
+    # The ledger's writes ride the transactions DBOS checks and records each step in, on DBOS's
+    # own connections: none is sent on remit's, and each row agrees with its step.
+    with Harness(make_app(), database_url=database_url) as harness:
+        own: list[str] = []
+
+        def sent(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+            if "remit_ledger" in statement:
+                own.append(statement.split()[0])
+
+        engine = harness.worker.db.engine
+        sa.event.listen(engine, "before_cursor_execute", sent)
+        try:
+            run = harness.run("purchase", {"sku": "sku-1"})
+        finally:
+            sa.event.remove(engine, "before_cursor_execute", sent)
+        assert run.status == "done", run.error
+        assert own == []
+        rows = harness.ledger(run.run_id)
+        steps = {s["function_id"]: s["function_name"] for s in harness.steps(run.run_id)}
+        assert [(r.step_id, r.op_id, r.status) for r in rows] == [
+            (step, steps[step], "ok") for step in (1, 3, 4)
+        ]
