@@ -82,6 +82,16 @@ class RunInfo:
     deadline: datetime | None = None
 
 
+@dataclass(frozen=True)
+class ParsedInput:
+    """A run's input as `parse_input` gave it for the workflow `workflow`: `RunStore.start`
+    takes it as it is rather than parsing it again (a checked start parsed it to ask the
+    policies)."""
+
+    workflow: str
+    payload: dict[str, Any]
+
+
 def queue_id(app: str | None, queue: str) -> str:
     """The DBOS queue of the app `app`'s queue `queue`: `<app>:<queue>`, so two apps sharing a
     database (each with a queue `default`) neither serve nor pause each other's runs."""
@@ -172,7 +182,7 @@ class RunStore:
         self,
         client: DBOSClient,
         workflow: Workflow,
-        input: Mapping[str, Any] | BaseModel,
+        input: Mapping[str, Any] | BaseModel | ParsedInput,
         *,
         started_by: str,
         run_id: str | None = None,
@@ -195,7 +205,12 @@ class RunStore:
                 "RunStore(app=...)"
             )
         app = self.app
-        payload = parse_input(workflow, input)
+        if isinstance(input, ParsedInput) and input.workflow == workflow.name:
+            payload = input.payload
+        else:
+            payload = parse_input(
+                workflow, input.payload if isinstance(input, ParsedInput) else input
+            )
         if record is not None:
             record = check_record(record, where=f"start of workflow `{workflow.name}`")
         record = record or self.record or derived_record(workflow, payload)

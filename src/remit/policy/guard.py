@@ -23,7 +23,7 @@ from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.errors import RemitError
 from remit.core.principals import SYSTEM_PREFIX, check_actor
-from remit.core.runs import Run, RunStore, parse_input
+from remit.core.runs import ParsedInput, Run, RunStore, parse_input
 from remit.core.schema import denials
 from remit.declare.workflows import Workflow
 from remit.policy.cedar import HELD, Action, Policy, Verdict, denied
@@ -87,7 +87,7 @@ class Guard:
             )
         payload = parse_input(wf, input)
         self.require(by, "start", wf.name, {"input": payload})
-        return runs.start(client, wf, payload, started_by=by)
+        return runs.start(client, wf, ParsedInput(wf.name, payload), started_by=by)
 
     def check(
         self, principal: str, action: Action, resource: str, context: Mapping[str, Any]
