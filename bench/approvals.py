@@ -30,7 +30,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -44,13 +44,13 @@ from common import (
     figure_table,
     fresh_database,
     run_alone,
+    run_store,
     wait_until,
     write_section,
 )
 
 from remit.app import load_app
 from remit.core.database import Database
-from remit.core.runs import RunStore
 from remit.core.schema import runs
 from remit.people.approvals import Approvals
 
@@ -124,7 +124,7 @@ def start_runs(db: Database, count: int) -> list[str]:
     """Start `count` runs of `payout`, as `remit start` does; returns their run ids."""
     app = load_app(APP)
     client = db.client(app.name)
-    store = RunStore(db, app=app.name)
+    store = run_store(db, app.name)
     try:
         wf = app.workflow(WORKFLOW)
         return [
@@ -259,16 +259,22 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[max(1, math.ceil(len(ordered) * p / 100)) - 1]
 
 
-def measure(*, size: Size, folder: Path) -> list[Figure]:
-    """Run both measures; print `BENCH` lines and return the figures."""
-    decisions = size.pick(smoke=3, quick=60, full=200)
-    waiting = size.pick(smoke=10, quick=WAITING, full=WAITING)
-    figures: list[Figure] = []
+def _reporter(figures: list[Figure]) -> Callable[[str, float, str, str], None]:
+    """What prints a figure's `BENCH` line and adds it to `figures`."""
 
     def report(name: str, value: float, unit: str, note: str) -> None:
         print(f"BENCH {name} {value:.3f} {unit}", flush=True)
         figures.append((name, value, unit, note))
 
+    return report
+
+
+def measure_decide(*, size: Size, folder: Path) -> list[Figure]:
+    """Decide to resume: print its `BENCH` lines and return its figures (bench/compare.py
+    measures this alone)."""
+    decisions = size.pick(smoke=3, quick=60, full=200)
+    figures: list[Figure] = []
+    report = _reporter(figures)
     to_pass, in_decide = decide_resume(
         decisions,
         folder,
@@ -303,7 +309,14 @@ def measure(*, size: Size, folder: Path) -> list[Figure]:
         "ms",
         "of which `decide()` itself (the transaction and the fork), median",
     )
+    return figures
 
+
+def measure_waiting(*, size: Size, folder: Path) -> list[Figure]:
+    """What waiting runs cost a worker: print its `BENCH` lines and return its figures."""
+    waiting = size.pick(smoke=10, quick=WAITING, full=WAITING)
+    figures: list[Figure] = []
+    report = _reporter(figures)
     # At smoke size: 10 runs, read once half a second after serving (a heartbeat is 5 s).
     cost = waiting_cost(
         folder,
@@ -340,6 +353,11 @@ def measure(*, size: Size, folder: Path) -> list[Figure]:
         f"the same for threads: {served_threads} minus {empty_threads}",
     )
     return figures
+
+
+def measure(*, size: Size, folder: Path) -> list[Figure]:
+    """Run both measures; print `BENCH` lines and return the figures."""
+    return measure_decide(size=size, folder=folder) + measure_waiting(size=size, folder=folder)
 
 
 def write(figures: list[Figure], *, command: str) -> None:

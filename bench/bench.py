@@ -22,7 +22,8 @@ how soon a wake gets a queued run's first step going; `--only wakeup` runs just 
 resources (bench/resources.py): a plan over 1,000 resources and an apply creating 100, against
 bare DBOS; `--only resources` runs just that. Scenarios (bench/scenarios.py): what the example's
 month of dunning costs in real time under `remit test`. Prints `BENCH <name> <value> <unit>` lines and,
-with `--write`, writes the tables to BENCHMARKS.md.
+with `--write`, writes the tables to BENCHMARKS.md and the core figures it measured (common.py's
+CORE) to bench/baseline.json, which bench/compare.py holds the working tree to.
 
 `--smoke` (alone) runs bench/smoke.py instead: every benchmark above, and the web console's
 (bench/console.py) and queue polling's (bench/poll.py), each in its own process at the least
@@ -33,6 +34,8 @@ nothing. `--smoke --only PART` runs one part at that size, in this process.
 from __future__ import annotations
 
 import argparse
+import importlib
+import math
 import os
 import statistics
 import sys
@@ -43,20 +46,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import approvals  # bench/approvals.py, beside this file
 import bare  # bench/bare.py, beside this file
-import budgets  # bench/budgets.py, beside this file
-import calls  # bench/calls.py, beside this file
-import cli_startup  # bench/cli_startup.py, beside this file
-import deploy_check  # bench/deploy_check.py, beside this file
-import policy  # bench/policy.py, beside this file
-import reconcile  # bench/reconcile.py, beside this file
-import resources  # bench/resources.py, beside this file
-import scale_to_zero  # bench/scale_to_zero.py, beside this file
-import scenarios  # bench/scenarios.py, beside this file
 import smoke  # bench/smoke.py, beside this file
 import sqlalchemy as sa
-import wakeup  # bench/wakeup.py, beside this file
 from common import (
     ROOT,
     Figure,
@@ -66,13 +58,14 @@ from common import (
     drop_database,
     figure_table,
     fresh_database,
+    run_store,
     wait_until,
+    write_baseline,
     write_section,
 )
 
 from remit.app import load_app
 from remit.core.database import Database
-from remit.core.runs import RunStore
 from remit.core.settings import Settings
 from remit.serve.worker import Worker
 
@@ -82,6 +75,12 @@ RESULT_POLL = 0.002
 SEQ_WARMUP = 5
 RESULT_TIMEOUT = 60.0  # seconds, at most, for one sequential run's result
 SERVING_TIMEOUT = 120.0  # seconds, at most, for a drain's worker to start serving
+# A drain's bare DBOS worker: bench/bare.py's, imported after `common` (see its MOVED), so that
+# it runs on an older version of remit too.
+BARE_WORKER = (
+    f"import sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); "
+    "import common, bare; bare.serve(sys.argv[1])"
+)
 
 
 def sequential(kind: str, runs: int, folder: Path) -> tuple[float, float]:
@@ -131,7 +130,8 @@ def sequential(kind: str, runs: int, folder: Path) -> tuple[float, float]:
 
 
 def drain(kind: str, runs: int, workers: int, folder: Path) -> float:
-    """Runs per second for `workers` processes of `kind` (bare or remit) draining a full queue."""
+    """Runs per second for `workers` processes of `kind` (bare or remit) draining a full queue,
+    while all of them serve."""
     url = fresh_database("postgres", folder)
     db = Database(url)
     db.prepare()
@@ -144,11 +144,11 @@ def drain(kind: str, runs: int, workers: int, folder: Path) -> float:
                 client.enqueue(
                     {"workflow_name": bare.WORKFLOW, "queue_name": bare.QUEUE}, f"item-{i}"
                 )
-            command = [sys.executable, str(ROOT / "bench" / "bare.py"), "worker", url]
+            command = [sys.executable, "-c", BARE_WORKER, url]
         else:
             app = load_app(APP)
             client = db.client(app.name)
-            store = RunStore(db, app=app.name)
+            store = run_store(db, app.name)
             for i in range(runs):
                 store.start(client, app.workflow("bump"), {"item": f"item-{i}"}, started_by="bench")
             command = [sys.executable, "-m", "remit", "--app", str(APP), "worker"]
@@ -159,7 +159,6 @@ def drain(kind: str, runs: int, workers: int, folder: Path) -> float:
         ]
         for proc in procs:
             proc.wait_for_line("serving", timeout=SERVING_TIMEOUT)
-        began = time.perf_counter()
         done_query = sa.text("SELECT count(*) FROM dbos.workflow_status WHERE status = 'SUCCESS'")
         with db.engine.connect() as conn:
 
@@ -168,6 +167,15 @@ def drain(kind: str, runs: int, workers: int, folder: Path) -> float:
                 conn.commit()
                 return done
 
+            # Timed from when every worker serves, over the runs left then: a worker that
+            # started first drains on its own meanwhile, which is not what `workers` do.
+            began, before = time.perf_counter(), succeeded()
+            if before > runs // 2:
+                print(
+                    f"# drain ({kind}, {workers} workers): {before} of {runs} runs were done "
+                    "before every worker served: the figure rests on the rest",
+                    flush=True,
+                )
             wait_until(
                 lambda: succeeded() >= runs,
                 timeout=60 + runs * 0.5,
@@ -179,7 +187,7 @@ def drain(kind: str, runs: int, workers: int, folder: Path) -> float:
             )
         took = time.perf_counter() - began
         client.destroy()
-        return runs / took
+        return (runs - before) / took if before < runs else math.nan
     finally:
         for proc in procs:
             proc.terminate()
@@ -189,17 +197,21 @@ def drain(kind: str, runs: int, workers: int, folder: Path) -> float:
         drop_database(url)
 
 
-def remit_against_bare(*, size: Size, folder: Path) -> list[Figure]:
-    """Sequential latency on SQLite and Postgres, then queue drain on Postgres: print `BENCH`
-    lines and return the figures."""
-    seq_runs = size.pick(smoke=3, quick=60, full=200)
-    drain_runs = size.pick(smoke=20, quick=250, full=1000)
-    figures: list[Figure] = []
+def _reporter(figures: list[Figure]) -> Callable[[str, float, str, str], None]:
+    """What prints a figure's `BENCH` line and adds it to `figures`."""
 
     def report(name: str, value: float, unit: str, note: str) -> None:
         print(f"BENCH {name} {value:.3f} {unit}", flush=True)
         figures.append((name, value, unit, note))
 
+    return report
+
+
+def measure_sequential(*, size: Size, folder: Path) -> list[Figure]:
+    """Sequential latency on SQLite and Postgres: print `BENCH` lines and return the figures."""
+    seq_runs = size.pick(smoke=3, quick=60, full=200)
+    figures: list[Figure] = []
+    report = _reporter(figures)
     for kind, short in (("sqlite", "sqlite"), ("postgres", "pg")):
         bare_s, remit_s = sequential(kind, seq_runs, folder)
         report(
@@ -215,7 +227,14 @@ def remit_against_bare(*, size: Size, folder: Path) -> list[Figure]:
             f"remit, mean of {seq_runs} sequential runs",
         )
         report(f"seq_ratio_{short}", remit_s / bare_s, "x", "remit ÷ bare DBOS (goal ≤ 1.2)")
+    return figures
 
+
+def measure_drain(*, size: Size, folder: Path) -> list[Figure]:
+    """Queue drain on Postgres: print `BENCH` lines and return the figures."""
+    drain_runs = size.pick(smoke=20, quick=250, full=1000)
+    figures: list[Figure] = []
+    report = _reporter(figures)
     bare_1 = drain("bare", drain_runs, 1, folder)
     remit_1 = drain("remit", drain_runs, 1, folder)
     remit_2 = drain("remit", drain_runs, 2, folder)
@@ -232,6 +251,12 @@ def remit_against_bare(*, size: Size, folder: Path) -> list[Figure]:
     return figures
 
 
+def remit_against_bare(*, size: Size, folder: Path) -> list[Figure]:
+    """Sequential latency on SQLite and Postgres, then queue drain on Postgres: print `BENCH`
+    lines and return the figures."""
+    return measure_sequential(size=size, folder=folder) + measure_drain(size=size, folder=folder)
+
+
 def write_table(figures: list[Figure], *, command: str) -> None:
     lines = [
         f"`{command}` on {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}. Sequential runs poll "
@@ -245,32 +270,62 @@ def write_table(figures: list[Figure], *, command: str) -> None:
 
 def _startup(*, size: Size, folder: Path) -> list[Figure]:
     """The command line's startup, measured in a folder of its own (its app copy is removed)."""
+    import cli_startup  # bench/cli_startup.py, beside this file
+
     with tempfile.TemporaryDirectory(dir=folder) as own:
         return cli_startup.measure(size=size, folder=Path(own))
 
 
-def _write_reconcile(made: tuple[list[Figure], list[reconcile.Passes]], *, command: str) -> None:
+def _write_reconcile(made: tuple[list[Figure], list[Any]], *, command: str) -> None:
+    import reconcile  # bench/reconcile.py, beside this file
+
     reconcile.write(*made, command=command)
 
 
 # A part: what measures it (printing its `BENCH` lines) and what writes its section.
 Part = tuple[Callable[..., Any], Callable[..., None]]
 
+
+# The modules of bench/ that measure parts (see `_part`).
+PART_MODULES: list[str] = []
+
+
+def _part(module: str, measure: str = "measure", write: str = "write") -> Part:
+    """The part `module` of bench/ measures and writes, imported when it runs (and by `main`):
+    so that bench/compare.py can import this module under an older version of remit, which
+    lacks much of what the other benchmarks import."""
+    PART_MODULES.append(module)
+
+    def measure_it(**options: Any) -> Any:
+        return getattr(importlib.import_module(module), measure)(**options)
+
+    def write_it(made: Any, **options: Any) -> None:
+        getattr(importlib.import_module(module), write)(made, **options)
+
+    return measure_it, write_it
+
+
 # What each `--only` runs, and, in this order, what a whole run does.
 PARTS: dict[str, list[Part]] = {
     "bare": [(remit_against_bare, write_table)],
-    "approvals": [(approvals.measure, approvals.write)],
-    "reconcile": [(reconcile.measure, _write_reconcile)],
-    "policy": [(policy.measure, policy.write)],
-    "budgets": [(budgets.measure, budgets.write)],
-    "deploy": [(deploy_check.measure, deploy_check.write)],
-    "cli": [(_startup, cli_startup.write)],
-    "calls": [(calls.measure, calls.write)],
-    "wakeup": [(wakeup.measure, wakeup.write), (scale_to_zero.measure, scale_to_zero.write)],
-    "resources": [(resources.measure, resources.write)],
-    "scenarios": [(scenarios.measure, scenarios.write)],
+    "approvals": [_part("approvals")],
+    "reconcile": [(_part("reconcile")[0], _write_reconcile)],
+    "policy": [_part("policy")],
+    "budgets": [_part("budgets")],
+    "deploy": [_part("deploy_check")],
+    "cli": [(_startup, _part("cli_startup")[1])],
+    "calls": [_part("calls")],
+    "wakeup": [_part("wakeup"), _part("scale_to_zero")],
+    "resources": [_part("resources")],
+    "scenarios": [_part("scenarios")],
 }
 ONLY = ("bare", "cli", "calls", "wakeup", "resources")
+
+
+def figures_of(made: Any) -> list[Figure]:
+    """The figures a part's measure returned: a list of them, or a tuple that starts with one."""
+    figures = made[0] if isinstance(made, tuple) else made
+    return list(figures)
 
 
 def main() -> None:
@@ -293,6 +348,8 @@ def main() -> None:
     size = Size.of(parser, args)
     if size is Size.SMOKE and args.only is None:
         sys.exit(smoke.run_all(smoke.MODULES))
+    for module in PART_MODULES:  # one that does not import fails the run before it measures
+        importlib.import_module(module)
     folder = Path(os.environ.get("TMPDIR", "/tmp")) / "remit-bench"
     folder.mkdir(exist_ok=True)
     if args.only is None:
@@ -307,6 +364,10 @@ def main() -> None:
     if args.write:
         for made, write in measured:
             write(made, command=command)
+        figures = [figure for made, _ in measured for figure in figures_of(made)]
+        kept = write_baseline(figures, command=command)
+        if kept:
+            print(f"bench/baseline.json: {len(kept)} core figures kept ({', '.join(kept)})")
 
 
 if __name__ == "__main__":

@@ -1,14 +1,25 @@
 """What the benchmarks share: their sizes, throwaway databases, bounded waits, the worker
-processes they start, and the sections of BENCHMARKS.md."""
+processes they start, the sections of BENCHMARKS.md, the core figures and bench/baseline.json,
+and what lets them measure an older version of remit (bench/compare.py).
+
+Importing this module makes the internal modules of remit the benchmarks import answer under
+their present names in an older version that had them elsewhere (see MOVED); every benchmark
+imports it before remit's modules."""
 
 from __future__ import annotations
 
 import argparse
 import enum
+import importlib
+import importlib.util
+import inspect
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -17,9 +28,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
+
+if TYPE_CHECKING:
+    from remit.core.database import Database
+    from remit.core.runs import RunStore
 
 ROOT = Path(__file__).resolve().parent.parent
 POSTGRES = os.environ.get(
@@ -27,6 +42,57 @@ POSTGRES = os.environ.get(
 )
 
 T = TypeVar("T")
+
+# The internal modules of remit the benchmarks of the core figures import (see CORE), each with
+# the names it had in older versions, newest first: bench/compare.py measures an older version
+# with this version's benchmarks, and remit's modules moved into packages on 2026-12-01.
+MOVED: dict[str, tuple[str, ...]] = {
+    "remit.core.database": ("remit.store.database",),
+    "remit.core.runs": ("remit.runs",),
+    "remit.core.schema": ("remit.store.schema",),
+    "remit.core.settings": ("remit.settings",),
+    "remit.serve.worker": ("remit.ops.worker", "remit.worker"),
+    "remit.people.approvals": ("remit.approvals",),
+    "remit.people.tasks": ("remit.tasks",),
+    "remit.ops.reconciler": ("remit.reconciler",),
+}
+
+
+def _exists(module: str) -> bool:
+    """Whether `module` can be imported (its packages are imported to find out, not itself)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a package on its path does not exist
+        return False
+
+
+def follow_moves() -> list[str]:
+    """Make each module of MOVED that the remit imported here lacks answer under its present
+    name, as the first of its older names it has; return the modules so made. This version
+    has them all, and nothing is done; a module found under no name is left for its import to
+    fail where it is imported."""
+    followed = []
+    for name, older in MOVED.items():
+        if _exists(name):
+            continue
+        found = next((old for old in older if _exists(old)), None)
+        if found is not None:
+            sys.modules[name] = importlib.import_module(found)
+            followed.append(f"{name} = {found}")
+    return followed
+
+
+FOLLOWED = follow_moves()
+
+
+def run_store(db: Database, app: str) -> RunStore:
+    """A `RunStore` on `db` starting runs of the app `app`, in any version: before apps shared
+    a database (2026-12-01), a store was not told its app."""
+    from remit.core.runs import RunStore
+
+    if "app" in inspect.signature(RunStore).parameters:
+        return RunStore(db, app=app)
+    return RunStore(db)
 
 
 class Size(enum.Enum):
@@ -300,3 +366,98 @@ def run_alone(
         figures = measure(size=size, folder=Path(folder))
     if args.write:
         write(figures, command=f"python bench/{script}{size.flag}")
+
+
+# The core figures, each with which way is better: what `make bench` keeps in bench/baseline.json
+# and bench/compare.py measures side by side. `reconcile_1k_ms` is the smoke size's pass.
+CORE: dict[str, str] = {
+    "seq_bare_ms_sqlite": "lower",
+    "seq_remit_ms_sqlite": "lower",
+    "seq_ratio_sqlite": "lower",
+    "seq_bare_ms_pg": "lower",
+    "seq_remit_ms_pg": "lower",
+    "seq_ratio_pg": "lower",
+    "drain_bare_1w_pg": "higher",
+    "drain_remit_1w_pg": "higher",
+    "drain_remit_2w_pg": "higher",
+    "drain_ratio_pg": "lower",
+    "scale_2w_pg": "higher",
+    "decide_resume_p50_ms": "lower",
+    "decide_resume_p99_ms": "lower",
+    "reconcile_10k_ms": "lower",
+    "reconcile_1k_ms": "lower",
+}
+BASELINE = ROOT / "bench" / "baseline.json"
+
+
+def worse_by(name: str, value: float, than: float) -> float:
+    """How much worse `value` of the core figure `name` is than `than`, as a share of `than`
+    (negative: better): 0.2 is 20 % slower, or 20 % less throughput."""
+    if CORE[name] == "lower":
+        return value / than - 1
+    return 1 - value / than
+
+
+def git(*arguments: str, cwd: Path = ROOT, timeout: float = 120.0) -> str:
+    """What `git arguments` prints, stripped; raises if it fails or takes over `timeout` s."""
+    done = subprocess.run(
+        ["git", *arguments], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"git {' '.join(arguments)} exited {done.returncode}: {done.stderr}")
+    return done.stdout.strip()
+
+
+def this_version() -> str:
+    """The commit checked out here, short, with `+changes` if src/ or bench/ differ from it."""
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", "src", "bench")
+    return git("rev-parse", "--short", "HEAD") + ("+changes" if changed else "")
+
+
+def write_baseline(figures: list[Figure], *, command: str) -> list[str]:
+    """Keep the core figures among `figures` in bench/baseline.json, each with its unit, which
+    way is better, the version, the date and `command`; the figures it holds that were not
+    measured stay as they were. Returns the names written."""
+    kept = read_baseline()
+    version, date = this_version(), time.strftime("%Y-%m-%d")
+    written = []
+    for name, value, unit, _ in figures:
+        if name in CORE and not name.startswith("reconcile_1k"):
+            better = CORE[name]
+            kept[name] = {
+                "value": round(value, 3),
+                "unit": unit,
+                "better": better,
+                "commit": version,
+                "date": date,
+                "command": command,
+            }
+            written.append(name)
+    if written:
+        ordered = {name: kept[name] for name in CORE if name in kept}
+        BASELINE.write_text(json.dumps(ordered, indent=2, ensure_ascii=False) + "\n")
+    return written
+
+
+def read_baseline() -> dict[str, dict[str, Any]]:
+    """bench/baseline.json's figures by name (none if it does not exist)."""
+    if not BASELINE.exists():
+        return {}
+    held: dict[str, dict[str, Any]] = json.loads(BASELINE.read_text())
+    return held
+
+
+@contextmanager
+def worktree(rev: str, folder: Path) -> Iterator[Path]:
+    """`rev` (any commit-ish) checked out, detached, into a temporary git worktree of this
+    repository in `folder`; removed afterwards, however the block ends."""
+    tree = folder / f"remit-{uuid.uuid4().hex[:8]}"
+    git("worktree", "add", "--detach", str(tree), rev)
+    try:
+        yield tree
+    finally:
+        try:
+            git("worktree", "remove", "--force", str(tree))
+        except (RuntimeError, subprocess.TimeoutExpired):
+            shutil.rmtree(tree, ignore_errors=True)
+            git("worktree", "prune")

@@ -44,12 +44,12 @@ from typing import Any
 
 import sqlalchemy as sa
 from approvals import WorkerProcess, database  # bench/approvals.py, beside this file
-from common import ROOT, Size, figure_table, wait_until, write_section
+from common import ROOT, Size, figure_table, run_store, wait_until, write_section
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from remit.app import App, load_app
 from remit.core.database import Database
-from remit.core.runs import RunStore, new_run_id
+from remit.core.runs import new_run_id
 from remit.core.schema import ledger, runs
 from remit.ops.reconciler import Reconciler, Report
 from remit.people.tasks import TaskOpener
@@ -79,7 +79,7 @@ def count(db: Database, status: str) -> int:
 def real_runs(db: Database, url: str, app: App, how_many: int) -> list[str]:
     """Start `how_many` runs of `bump` and let a worker process finish them; its run ids."""
     client = db.client(app.name)
-    store = RunStore(db, app=app.name)
+    store = run_store(db, app.name)
     try:
         run_ids = [
             store.start(
@@ -234,7 +234,10 @@ PARTS = {
         "ops/reconciler.py",
         "_attempts",
     ): "ask DBOS for their current attempts (`list_workflows`, 250 ids a call)",
-    ("core/runs.py", "conclude"): "conclude each run: one fenced UPDATE, its own transaction",
+    (
+        "ops/reconciler.py",
+        "_conclude_together",
+    ): "conclude them: one fenced UPDATE for them all (up to 500 a statement)",
     ("ops/reconciler.py", "_uncertain"): "find `started` writes whose attempt ended in the ledger",
 }
 
@@ -261,13 +264,18 @@ def profiled(reconciler: Reconciler) -> tuple[float, dict[str, float]]:
 
 
 def timed_passes(
-    db: Database, app: App, window: list[str], result: Passes, repeats: int = PASSES
+    db: Database,
+    app: App,
+    window: list[str],
+    result: Passes,
+    repeats: int = PASSES,
+    profile: bool = True,
 ) -> None:
     """`repeats` moving passes, each on a freshly opened window, alternating with idle passes;
-    then one moving pass under cProfile."""
+    then, if `profile`, one moving pass under cProfile."""
     client = db.client(app.name)
     reconciler = Reconciler(
-        RunStore(db, app=app.name),
+        run_store(db, app.name),
         client,
         version=app.version,
         live_versions=lambda: {app.version},
@@ -292,17 +300,18 @@ def timed_passes(
                 took, report = timed(reconciler)
                 check(report, 0)
                 result.idle.append(took)
-            open_window(db, window)
-            took, result.parts = profiled(reconciler)
-            assert count(db, "done") == result.size
-            result.parts["the whole pass, under cProfile"] = took
+            if profile:
+                open_window(db, window)
+                took, result.parts = profiled(reconciler)
+                assert count(db, "done") == result.size
+                result.parts["the whole pass, under cProfile"] = took
         finally:
             client.destroy()
 
 
-def passes(size: int, folder: Path, repeats: int = PASSES) -> Passes:
+def passes(size: int, folder: Path, repeats: int = PASSES, profile: bool = True) -> Passes:
     """Build a database of `size` runs, 1 % of them to move, and time `repeats` passes of each
-    kind over it."""
+    kind over it (and, if `profile`, one more moving pass under cProfile)."""
     result = Passes(size=size, moving=max(1, round(size * MOVING)))
     with database(folder) as (db, url):
         app = load_app(APP)
@@ -316,13 +325,17 @@ def passes(size: int, folder: Path, repeats: int = PASSES) -> Passes:
         with db.engine.connect() as conn:
             exist = conn.execute(sa.select(sa.func.count()).select_from(runs)).scalar_one()
         assert exist == size == count(db, "done"), f"{exist} runs exist, {size} wanted, all done"
-        timed_passes(db, app, window, result, repeats)
+        timed_passes(db, app, window, result, repeats, profile)
     return result
 
 
-def measure(*, size: Size, folder: Path) -> tuple[list[Figure], list[Passes]]:
-    """Run the passes at each size; print `BENCH` lines and return the figures."""
-    sizes = size.pick(smoke=(1_000,), quick=(10_000,), full=(10_000, 100_000))
+def measure(
+    *, size: Size, folder: Path, sizes: tuple[int, ...] = (), profile: bool = True
+) -> tuple[list[Figure], list[Passes]]:
+    """Run the passes at each of `sizes` (by default, `size`'s); print `BENCH` lines and return
+    the figures. Without `profile`, no pass runs under cProfile (bench/compare.py: an older
+    version's parts lie elsewhere)."""
+    sizes = sizes or size.pick(smoke=(1_000,), quick=(10_000,), full=(10_000, 100_000))
     repeats = size.pick(smoke=1, quick=PASSES, full=PASSES)
     figures: list[Figure] = []
     results: list[Passes] = []
@@ -332,7 +345,7 @@ def measure(*, size: Size, folder: Path) -> tuple[list[Figure], list[Passes]]:
         figures.append((name, value, unit, note))
 
     for runs_made in sizes:
-        result = passes(runs_made, folder, repeats)
+        result = passes(runs_made, folder, repeats, profile)
         results.append(result)
         label = f"{runs_made // 1000}k"
         moved, idle = result.moved, result.idle

@@ -60,6 +60,22 @@ def _per_database(*names: str) -> tuple[str, ...]:
 
 
 MODULES = (
+    # The commit checked out against the working tree: two of its groups, the one measured in
+    # bench/bench.py and the reconciler's (the others call what `bench` and `approvals` run
+    # below, and would double its time).
+    Module(
+        "compare",
+        "compare.py",
+        tuple(
+            f"compare_{name}"
+            for name in (
+                *_per_database("seq_bare_ms_{db}", "seq_remit_ms_{db}", "seq_ratio_{db}"),
+                "reconcile_1k_ms",
+            )
+        ),
+        arguments=("HEAD", "--only", "seq,reconcile"),
+        timeout=300.0,
+    ),
     Module(
         "bench",
         "bench.py",
@@ -149,13 +165,23 @@ MODULES = (
                 "calls_reads_ratio_{db}",
                 "calls_per_read_added_ms_{db}",
                 "calls_op_call_after_ms_{db}",
-                "calls_ledger_begin_after_ms_{db}",
+                "calls_ledger_finish_after_ms_{db}",
                 "calls_commits_per_read_before_{db}",
                 "calls_commits_per_read_after_{db}",
             ),
             "calls_invoke_direct_us",
             "calls_invoke_within_us",
             "calls_invoke_added_us",
+        ),
+    ),
+    Module(
+        "commits",
+        "commits.py",
+        _per_database(
+            "commits_bare_{db}",
+            "statements_bare_{db}",
+            "commits_remit_{db}",
+            "statements_remit_{db}",
         ),
     ),
     Module("wakeup", "wakeup.py", ("wake_lateness_p50_ms", "wake_lateness_p99_ms")),
