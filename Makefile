@@ -57,7 +57,7 @@ unit: setup
 crash: setup
 	REMIT_CRASH_SCALE=full $(BIN)/pytest -m crash
 
-## Measure remit against bare DBOS, approvals and the reconciler, and write BENCHMARKS.md (QUICK=1: 3 to 5 min; SMOKE=1: every benchmark, console and poll too, at its smallest, checked to print its figures, writing nothing, ~1 min).
+## Measure remit against bare DBOS, approvals and the reconciler, and write BENCHMARKS.md and the core figures to bench/baseline.json, which bench/compare.py checks against (QUICK=1: 3 to 5 min; SMOKE=1: every benchmark, console and poll too, at its smallest, checked to print its figures, writing nothing, ~1 min).
 bench: setup
 	$(BIN)/python bench/bench.py $(if $(SMOKE),--smoke,--write $(if $(QUICK),--quick,))
 
