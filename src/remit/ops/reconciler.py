@@ -5,6 +5,9 @@ and DBOS. Every worker runs one at start and then every `REMIT_RECONCILE_INTERVA
 A pass, in order:
 1. `conclude`: a run whose current attempt has ended in DBOS while the run's row still says
    `queued` or `running` (the worker died between the two) is concluded from DBOS's record.
+   On Postgres the runs a pass concludes are written together, one statement for many, each
+   behind its own fence; a run that concerns a record (its end writes an activity row too) is
+   written on its own, as the worker would have.
 2. `reattempt`: a run whose current attempt belongs to a version no live worker runs (a
    redeploy stopped it mid-run) moves to its next attempt, forked after the attempt's last
    finished step onto the current code. The move forks the new attempt (through the outbox)
@@ -57,6 +60,7 @@ and the pass goes on with the others; every action is logged with its run id.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -64,9 +68,11 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from remit.budgets.model import DIRECT_LEASE, Drift, orphaned, usd
 from remit.budgets.store import Budgets
+from remit.core.activity import RUN_STARTED
 from remit.core.backoff import DEFAULT_RETRY, RetryPolicy
 from remit.core.fence import ACTIVE, advance, lock
 from remit.core.ledger import LedgerStore
@@ -81,7 +87,7 @@ from remit.core.runs import (
     attempt_workflow_id,
     enqueue_first,
 )
-from remit.core.schema import ledger, resumes, runs
+from remit.core.schema import activity, ledger, resumes, runs
 from remit.core.text import describe_seconds
 from remit.execution.calls import DIRECT_CALL_PREFIX
 from remit.ops.pause import AppState
@@ -750,6 +756,10 @@ class Reconciler:
 _CHUNK = 250
 
 
+# Runs concluded in one statement at most: it holds their rows' locks until it ends.
+_TOGETHER = 500
+
+
 def _attempts(client: DBOSClient, workflow_ids: list[str]) -> dict[str, WorkflowStatus]:
     found: dict[str, WorkflowStatus] = {}
     for start in range(0, len(workflow_ids), _CHUNK):
@@ -757,6 +767,18 @@ def _attempts(client: DBOSClient, workflow_ids: list[str]) -> dict[str, Workflow
         for status in client.list_workflows(workflow_ids=chunk, load_input=False):
             found[status.workflow_id] = status
     return found
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """A run whose current attempt has ended in DBOS, and what that attempt concludes it."""
+
+    run_id: str
+    workflow_id: str
+    status: RunStatus
+    output: Any
+    error: str | None
+    reason: str
 
 
 def _conclude(
@@ -768,6 +790,7 @@ def _conclude(
     apply: bool,
     dying_in: Callable[[str, str], str],
 ) -> None:
+    ended: list[_Ended] = []
     for run_id, workflow_id in in_flight:
         attempt = found.get(workflow_id)
         if attempt is None:
@@ -785,10 +808,132 @@ def _conclude(
         if not apply:
             report.actions.append(Action(run_id, workflow_id, status, reason))
             continue
+        ended.append(_Ended(run_id, workflow_id, status, output, error, reason))
+    if not ended:
+        return
+    together = _conclude_together(runs_store, ended)
+    for one in ended:
+        written = together.get(one.run_id)
+        if written is None:
+            # Concluded on its own, as `RunStore.conclude` does it (with its record's activity).
+            try:
+                written = runs_store.conclude(
+                    one.run_id, one.workflow_id, one.status, output=one.output, error=one.error
+                )
+            except Exception as error:
+                log.exception(
+                    "reconciler: run %s could not be concluded; the pass goes on", one.run_id
+                )
+                report.errors.append(f"run {one.run_id}: conclude: {type(error).__name__}: {error}")
+                continue
+        elif not written:
+            log.info(
+                "status write refused: run %s has moved on from attempt %s (wanted %s)",
+                one.run_id,
+                one.workflow_id,
+                one.status,
+            )
+        if written:
+            log.warning("reconciler: run %s concluded %s (%s)", one.run_id, one.status, one.reason)
+            report.actions.append(Action(one.run_id, one.workflow_id, one.status, one.reason))
+
+
+def _conclude_together(runs_store: RunStore, ended: list[_Ended]) -> dict[str, bool]:
+    """Conclude on Postgres, in one statement for up to `_TOGETHER` of them, the runs in `ended`
+    that concern no record, and say of each whether its write landed (False: the fence refused
+    it). The runs left out (those that concern a record, whose end writes an activity row with
+    it; all of them on SQLite, which has no round trips to save; those of a statement that
+    failed) are for `RunStore.conclude`, one by one.
+
+    Each run's write is the one `RunStore.conclude` makes: the same values, behind the same
+    fence (the run still on the attempt that ended, still `queued` or `running`), so it is safe
+    to repeat and a run that moved on meanwhile is left as it is. Two round trips (their
+    records, their writes) conclude them all, where two each took most of a pass."""
+    db = runs_store.db
+    if db.is_sqlite:
+        return {}
+    written: dict[str, bool] = {}
+    for start in range(0, len(ended), _TOGETHER):
+        chunk = ended[start : start + _TOGETHER]
         try:
-            if runs_store.conclude(run_id, workflow_id, status, output=output, error=error):
-                log.warning("reconciler: run %s concluded %s (%s)", run_id, status, reason)
-                report.actions.append(Action(run_id, workflow_id, status, reason))
-        except Exception as error:
-            log.exception("reconciler: run %s could not be concluded; the pass goes on", run_id)
-            report.errors.append(f"run {run_id}: conclude: {type(error).__name__}: {error}")
+            written.update(
+                db.retrying(
+                    f"reconciler: conclude {len(chunk)} runs",
+                    functools.partial(_write_together, runs_store, chunk),
+                )
+            )
+        except Exception:
+            log.exception(
+                "reconciler: %d runs could not be concluded together; each is concluded on its own",
+                len(chunk),
+            )
+    return written
+
+
+# The runs `_write_together` concludes, as a table made of one array per column (their ids,
+# their ended attempts' ids, and the status, output and error those concluded them): `unnest`
+# of several arrays is Postgres's. One statement of one shape however many runs, compiled once.
+_CONCLUSIONS = (
+    sa.func.unnest(
+        sa.bindparam("run_ids", type_=ARRAY(runs.c.run_id.type)),
+        sa.bindparam("workflow_ids", type_=ARRAY(runs.c.workflow_id.type)),
+        sa.bindparam("statuses", type_=ARRAY(runs.c.status.type)),
+        sa.bindparam("outputs", type_=ARRAY(runs.c.output.type)),
+        sa.bindparam("errors", type_=ARRAY(runs.c.error.type)),
+    )
+    .table_valued("run_id", "workflow_id", "status", "output", "error")
+    .render_derived(name="ended")
+)
+_NOW = sa.bindparam("now", type_=runs.c.updated_at.type)
+# `RunStore.conclude`'s fenced status write (`fence.status_write`), for every run at once.
+_CONCLUDE = (
+    runs.update()
+    .where(
+        runs.c.run_id == _CONCLUSIONS.c.run_id,
+        runs.c.workflow_id == _CONCLUSIONS.c.workflow_id,
+        runs.c.status.in_(("queued", "running")),
+    )
+    .values(
+        status=_CONCLUSIONS.c.status,
+        output=_CONCLUSIONS.c.output,
+        error=_CONCLUSIONS.c.error,
+        # A run that waits, sleeps or parks has not finished.
+        finished_at=sa.case(
+            (_CONCLUSIONS.c.status.in_(tuple(FINISHED)), _NOW), else_=runs.c.finished_at
+        ),
+        updated_at=_NOW,
+    )
+    .returning(runs.c.run_id)
+)
+
+
+def _write_together(runs_store: RunStore, chunk: list[_Ended]) -> dict[str, bool]:
+    with runs_store.db.engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        # Written with its start, so read here before the write, as `RunStore.conclude` does.
+        recorded = set(
+            conn.execute(
+                sa.select(activity.c.run_id).where(
+                    activity.c.run_id.in_([one.run_id for one in chunk]),
+                    activity.c.kind == RUN_STARTED,
+                )
+            ).scalars()
+        )
+        plain = [one for one in chunk if one.run_id not in recorded]
+        if not plain:
+            return {}
+        landed = set(
+            conn.execute(
+                _CONCLUDE,
+                {
+                    "run_ids": [one.run_id for one in plain],
+                    "workflow_ids": [one.workflow_id for one in plain],
+                    "statuses": [one.status for one in plain],
+                    "outputs": [one.output for one in plain],
+                    "errors": [one.error for one in plain],
+                    "now": runs_store.clock.now(),
+                },
+            ).scalars()
+        )
+        conn.commit()
+    return {one.run_id: one.run_id in landed for one in plain}
