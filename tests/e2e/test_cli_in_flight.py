@@ -25,6 +25,12 @@ def test_remit_show_names_the_read_in_flight(workers: Workers) -> None:
     )
     worker = workers.start()
     workers.wait_reached("reading-balance", worker)
+    # A read's row shows it in flight once it has run for a second (README, "Ledger").
+    workers._wait(
+        lambda: [r.status for r in workers.ledger.list(run_id=run_id)] == ["started"],
+        "the read's `started` row",
+        worker,
+    )
 
     shown = workers.remit("show", run_id)
     workers.release_slow("reading-balance")
