@@ -1,6 +1,7 @@
 """Run `remit` in this process once for each argv given, then print, as one line of JSON, what
 that took: each exit code, what each printed, which heavy packages got imported (and every
-top-level package imported), how many database engines connected, and the threads left running.
+top-level package imported, and every module of remit), how many database engines connected,
+and the threads left running.
 
     python tests/e2e/cli_probe.py '[["--help"], ["runs", "--help"]]' [--engines]
 
@@ -53,6 +54,7 @@ def main() -> None:
         "outputs": outputs,
         "heavy": sorted({name.split(".")[0] for name in sys.modules} & HEAVY),
         "packages": sorted({name.split(".")[0] for name in sys.modules}),
+        "remit": sorted(name for name in sys.modules if name.startswith("remit.")),
         "engines": len(engines),
         "threads": sorted(
             t.name for t in threading.enumerate() if t is not threading.main_thread()

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +30,7 @@ class Seen:
     outputs: list[str]
     heavy: list[str]
     packages: list[str]
+    remit: list[str]
     engines: int
     threads: list[str]
 
@@ -186,6 +188,22 @@ def test_read_only_commands_launch_nothing(database_url: str) -> None:
 # checks no policy), and the app's own code (`examples`: the desk's modules, which import httpx
 # for their drivers).
 NOT_FOR_RUNS = {"dbos", "opentelemetry", "fastapi", "httpx", "cryptography", "cedarpy", "examples"}
+# What it does load besides the standard library: remit, SQLAlchemy, Typer (with Pydantic, which
+# coerces options, and shellingham) and Rich.
+FOR_RUNS = {
+    "remit",
+    "sqlalchemy",
+    "typer",
+    "shellingham",
+    "annotated_doc",
+    "pydantic",
+    "pydantic_core",
+    "annotated_types",
+    "typing_extensions",
+    "typing_inspection",
+    "rich",
+    "cython_runtime",
+}
 
 
 @pytest.mark.parametrize(
@@ -207,6 +225,15 @@ def test_runs_on_sqlite_loads_only_what_it_reads_with(
     assert run.run_id in seen.outputs[0]
     assert "sqlalchemy" in seen.packages  # the probe sees what the command loaded
     assert NOT_FOR_RUNS & set(seen.packages) == set()
+    # Nothing else either: any other package (a database driver, a vendor's client, YAML, ...)
+    # or any of remit's modules beyond its command line, its client and its core.
+    others = {
+        name
+        for name in seen.packages
+        if name not in sys.stdlib_module_names and not name.startswith("_")
+    }
+    assert others <= FOR_RUNS, others - FOR_RUNS
+    assert {name.split(".")[1] for name in seen.remit} <= {"_version", "cli", "client", "core"}
 
 
 def test_runs_are_listed_while_the_apps_code_is_broken(cli: Cli, tmp_path: Path) -> None:
@@ -222,3 +249,40 @@ def test_runs_are_listed_while_the_apps_code_is_broken(cli: Cli, tmp_path: Path)
     )
     assert started.returncode == 1
     assert "half-way through an edit" in started.stderr
+
+
+def test_a_command_line_builds_only_the_command_it_names(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Typer would build every command's options from its annotations before parsing any:
+    `remit` builds the one it runs (`cli/base._Commands`), and `--help` all of them."""
+    import typer.main
+
+    from remit.cli.main import main
+
+    built: list[str | None] = []
+    build = typer.main.get_command_from_info
+
+    def recording(*info: Any, **settings: Any) -> Any:
+        command = build(*info, **settings)
+        built.append(command.name)
+        return command
+
+    monkeypatch.setattr(typer.main, "get_command_from_info", recording)
+    for argv, expected in [
+        (["runs", "--help"], ["runs"]),
+        (["deploy", "check", "--help"], ["check"]),
+        (["--version"], []),
+    ]:
+        built.clear()
+        monkeypatch.setattr(sys, "argv", ["remit", *argv])
+        with pytest.raises(SystemExit) as done:
+            main()
+        assert done.value.code == 0
+        assert built == expected, argv
+    built.clear()
+    monkeypatch.setattr(sys, "argv", ["remit", "--help"])
+    with pytest.raises(SystemExit):
+        main()
+    assert len(built) > len(COMMANDS)
+    capsys.readouterr()

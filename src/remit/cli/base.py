@@ -12,17 +12,22 @@ per parameter, took a third of its time. Names imported only for type checking a
 """
 
 import contextlib
+import copy
 import json
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import typer
 import typer.core
-from rich.console import Console, RenderableType
+import typer.main
+import typer.models
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.segment import Segment
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
@@ -48,6 +53,10 @@ class HelpGroup(typer.core.TyperGroup):
 
     # Headings and the commands under each, in order; the rest go under "Commands".
     sections: ClassVar[dict[str, list[str]]] = {}
+
+    def list_commands(self, ctx: _click.Context) -> list[str]:
+        # Their names only: looking at each (as Typer's does) would build every command.
+        return list(self.commands)
 
     def format_commands(self, ctx: _click.Context, formatter: _click.HelpFormatter) -> None:
         found = {
@@ -108,6 +117,77 @@ def command_group(help: str, *, cls: type[HelpGroup] = HelpGroup, **settings: An
 cli = command_group(
     "remit: durable workflows for a business's operations.", cls=_RemitGroup, no_args_is_help=True
 )
+
+
+class _Commands(MutableMapping[str, _click.Command]):
+    """The commands and command groups registered on a Typer app, by name, in the order they
+    were registered, each built (its Click command, with its options read from its annotations)
+    as Typer builds it, but only when it is first looked up. Typer builds all of them before
+    it parses the command line, which was a tenth of `remit runs`; `remit --help` still builds
+    every one, to list them."""
+
+    def __init__(self, app: typer.Typer) -> None:
+        self._app = app
+        self._entries: dict[
+            str, _click.Command | typer.models.CommandInfo | typer.models.TyperInfo
+        ] = {}
+        for command in app.registered_commands:
+            assert command.callback is not None
+            name = command.name or typer.main.get_command_name(command.callback.__name__)
+            self._entries[name] = command
+        for group in app.registered_groups:
+            if isinstance(group.name, str):
+                self._entries[group.name] = group
+            else:  # named by its own Typer, not where it was added: built to read its name
+                built = self._build(group)
+                assert built.name, "every command group of `remit` has a name"
+                self._entries[built.name] = built
+
+    def _build(self, info: typer.models.CommandInfo | typer.models.TyperInfo) -> _click.Command:
+        app = self._app
+        if isinstance(info, typer.models.CommandInfo):
+            return typer.main.get_command_from_info(
+                info,
+                pretty_exceptions_short=app.pretty_exceptions_short,
+                rich_markup_mode=app.rich_markup_mode,
+            )
+        return typer.main.get_group_from_info(
+            info,
+            pretty_exceptions_short=app.pretty_exceptions_short,
+            rich_markup_mode=app.rich_markup_mode,
+            suggest_commands=app.suggest_commands,
+        )
+
+    def __getitem__(self, name: str) -> _click.Command:
+        entry = self._entries[name]
+        if not isinstance(entry, _click.Command):
+            entry = self._entries[name] = self._build(entry)
+        return entry
+
+    def __setitem__(self, name: str, command: _click.Command) -> None:
+        self._entries[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def click_command() -> _click.Command:
+    """`remit` as Click runs it: the group `cli()` would build, with its options, but with
+    each of its commands built only when the command line names it (see `_Commands`)."""
+    bare = copy.copy(cli)
+    bare.registered_commands, bare.registered_groups = [], []
+    group = typer.main.get_command(bare)
+    assert isinstance(group, typer.core.TyperGroup)
+    group.commands = _Commands(cli)
+    return group
+
+
 # Piped output (CI logs, `make demo` in a pipe) gets a readable width instead of 80 columns.
 _WIDTH = None if sys.stdout.isatty() else 150
 out = Console(highlight=False, width=_WIDTH)
@@ -322,6 +402,121 @@ class PlainTable(Table):
             *(Text(printable(cell)) if isinstance(cell, str) else cell for cell in cells),
             **options,
         )
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        laid_out = self._side_by_side(console, options.max_width)
+        if laid_out is None:
+            yield from super().__rich_console__(console, options)
+        else:
+            yield from laid_out
+
+    def _side_by_side(self, console: Console, max_width: int) -> list[Segment] | None:
+        """The segments Rich renders this table as, when it is what a listing is: no box,
+        title, caption or styles of its own, every cell one line of printable ASCII text (or
+        empty), left-justified, and the columns' widths together within `max_width`, so that no
+        cell wraps. Rich measures and renders each cell through its padding, wrapping and
+        cropping, which for fifty rows took a tenth of `remit runs`; here each cell is padded
+        to its column's width as Rich pads it, segment for segment, with the same styles
+        (tests/unit/test_cli_tables.py holds the two equal). None otherwise: Rich lays it out.
+        """
+        columns = self.columns
+        if (
+            not columns
+            or self.box is not None
+            or self.title is not None
+            or self.caption is not None
+            or self.width is not None
+            or self.min_width is not None
+            or self.expand
+            or not self.show_header
+            or self.show_footer
+            or self.padding != (0, 1, 0, 1)
+            or not self.pad_edge
+            or self.collapse_padding
+            or self.row_styles
+            or any(row.style is not None for row in self.rows)
+        ):
+            return None
+        texts: list[list[Text]] = []
+        widths: list[int] = []
+        for column in columns:
+            header = column.header
+            if (
+                column.justify != "left"
+                or column.width is not None
+                or column.max_width is not None
+                or column.style
+                or column.highlight
+                # A header is read as Rich markup, with emoji codes: plain when it has neither.
+                or not isinstance(header, str)
+                or not _plain_ascii(header)
+                or "[" in header
+                or ":" in header
+            ):
+                return None
+            cells = [Text(header)]
+            for cell in column.cells:
+                text = _plain_cell(cell)
+                if text is None:
+                    return None
+                cells.append(text)
+            width = max(len(cell.plain) for cell in cells)
+            if column.min_width is not None:
+                width = max(width, column.min_width)
+            if width == 0:  # nothing in it: Rich's padding is all there is
+                return None
+            texts.append(cells)
+            widths.append(width)
+        if sum(widths) + 2 * len(widths) > max_width:
+            return None
+        get_style = console.get_style
+        pad = get_style("none")
+        blank = get_style("")
+        new_line = Segment.line()
+        laid_out: list[Segment] = []
+        for row, in_row in enumerate(zip(*texts, strict=True)):
+            for column, cell, width in zip(columns, in_row, widths, strict=True):
+                # The header's style, over its cells' padding too; a row's cells have none.
+                over = (
+                    get_style(self.header_style or "") + get_style(column.header_style)
+                    if row == 0
+                    else None
+                )
+                padded = cell.plain + " " * (width - len(cell.plain))
+                style = (
+                    Style.combine((blank, get_style(cell.style, default=Style.null())))
+                    if cell.style
+                    else None
+                )
+                segments = [Segment(" ", pad), Segment(padded, style), Segment(" ", pad)]
+                if over:
+                    segments = [Segment(s.text, over + s.style) for s in segments]
+                laid_out.extend(segments)
+            laid_out.append(new_line)
+        return laid_out
+
+
+def _plain_cell(cell: "RenderableType") -> Text | None:
+    """A cell as the `Text` Rich renders it as, if it is one line of plain text (see
+    `_side_by_side`): text of its own, with no style over part of it, nor an alignment, an
+    overflow or an end of its own. None for any other cell."""
+    if cell == "":
+        return Text("")
+    if (
+        type(cell) is Text
+        and not cell.spans
+        and cell.justify is None
+        and cell.overflow is None
+        and cell.end == "\n"
+        and _plain_ascii(cell.plain)
+    ):
+        return cell
+    return None
+
+
+def _plain_ascii(text: str) -> bool:
+    """Printable ASCII: one line, each character one column wide, no tab to expand."""
+    return text.isascii() and text.isprintable()
 
 
 def styled(text: str, style: str | None) -> Text:

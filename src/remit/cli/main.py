@@ -44,6 +44,7 @@ from remit.cli.base import (
     TlsCert,
     TlsKey,
     cli,
+    click_command,
     client_of,
     err,
     here_only,
@@ -899,7 +900,7 @@ def _replace(settings: "Settings", **changes: Any) -> "Settings":
 def main() -> None:
     """The `remit` command."""
     try:
-        cli()
+        click_command()()
     except SystemExit as done:
         if done.code in (0, None) and NOT_WOKEN:
             _fail(NOT_WOKEN[-1])
