@@ -79,19 +79,21 @@ def measure(*, size: Size, folder: Path) -> list[Figure]:
 
         from_cli = _median_ms(cli, passes)
 
-    per = "" if waiting == 1000 else f" (measured on {waiting}, scaled to 1,000)"
+    per = "" if waiting == 1000 else f" (measured on {waiting}, its replay scaled to 1,000)"
     scale = 1000 / waiting
 
     def report_figure(name: str, value: float, unit: str, note: str) -> None:
         print(f"BENCH {name} {value:.2f} {unit}", flush=True)
         figures.append((name, value, unit, note))
 
+    # Measured on fewer runs, only the replay grows to 1,000: the process's start (imports,
+    # the app loaded, a connection) is paid once whatever the number of runs.
     report_figure(
         "deploy_check_1000_ms",
-        from_cli * scale,
+        from_cli + in_process * (scale - 1),
         "ms",
         f"`remit deploy check` over 1,000 runs waiting at a gate, process start to exit{per} "
-        "(goal ≤ 5000)",
+        "(goal ≤ 3000)",
     )
     report_figure(
         "deploy_check_1000_work_ms",
