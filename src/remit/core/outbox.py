@@ -7,12 +7,20 @@ step before that one, so no finished step runs again, and runs that step again, 
 the decision (or finds its sleep over). A fork the process did not live to make is made by any
 worker: at start and on its sweep. Forking onto an id DBOS already holds writes nothing, so two
 processes completing one outbox row make one fork.
+
+Once an attempt is forked it waits, queued, for a worker to dequeue it. Forking rings the
+doorbell of its queue, so that a worker dequeues it at once rather than at its next poll of the
+queue: in this process directly (`doorbell`), and on Postgres in every process listening, by a
+`NOTIFY remit_outbox` naming the queue, sent in the transaction that takes the row out of the
+outbox, so it is delivered once the fork is there to be dequeued (`ops/wake.py` listens). A
+ring that is lost costs only the wait for that poll, which stays.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -27,6 +35,9 @@ if TYPE_CHECKING:
     from dbos import DBOSClient
 
 log = logging.getLogger("remit.resumes")
+
+# The Postgres channel a fork is announced on; its payload is the queue the fork waits on.
+CHANNEL = "remit_outbox"
 
 
 @dataclass(frozen=True)
@@ -50,10 +61,19 @@ class Resumer:
     """Forks the attempts the outbox holds: right after the commit that put them there, or
     later from a worker's sweep."""
 
-    def __init__(self, db: Database, client: DBOSClient, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        client: DBOSClient,
+        *,
+        clock: Clock | None = None,
+        bell: Doorbell | None = None,
+    ) -> None:
         self.db = db
         self.client = client
         self.clock = clock or SystemClock()
+        # What a fork rings in this process (default: the process's `doorbell`).
+        self.bell = bell or doorbell
 
     def pending(self, conn: sa.Connection, workflow_ids: list[str]) -> list[Resume]:
         """The outbox rows still unforked among `workflow_ids`."""
@@ -94,12 +114,8 @@ class Resumer:
             if not found:
                 raise
             made = False
-        self.db.retrying(
-            f"run {resume.run_id}: outbox",
-            lambda: self.db.execute_one(
-                resumes.delete().where(resumes.c.workflow_id == resume.workflow_id)
-            ),
-        )
+        self.bell.ring(resume.queue)
+        self.db.retrying(f"run {resume.run_id}: outbox", lambda: self._take_out(resume))
         if made:
             log.info(
                 "run %s resumes on %s from step %d of %s",
@@ -109,6 +125,18 @@ class Resumer:
                 resume.from_workflow_id,
             )
         return made
+
+    def _take_out(self, resume: Resume) -> None:
+        """Delete `resume`'s row, its fork made, and on Postgres announce the fork to the
+        workers listening (`NOTIFY`, delivered when this commits: after the fork)."""
+        delete = resumes.delete().where(resumes.c.workflow_id == resume.workflow_id)
+        if self.db.is_sqlite:
+            self.db.execute_one(delete)
+            return
+        # One statement, one round trip: the DELETE in a WITH runs whatever the SELECT reads.
+        self.db.execute_one(
+            sa.select(sa.func.pg_notify(CHANNEL, resume.queue)).add_cte(delete.cte("taken"))
+        )
 
     def complete_outbox(self, *, older_than: float = 0.0, limit: int = 100) -> int:
         """Fork every attempt the outbox still holds (at least `older_than` seconds old).
@@ -141,6 +169,49 @@ class Resumer:
             except Exception:
                 log.exception("outbox: run %s could not be resumed; next sweep", resume.run_id)
         return made
+
+
+class Doorbell:
+    """Rings that end a wait for a queue early: the process's queue threads wait here between
+    their polls (`ops/wake.py`), and a fork rings its queue's. A ring while no thread waits on
+    its queue is kept until one does, so a ring between two waits is not lost; rings of one
+    queue before that wait come to one."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._rung: set[str] = set()
+        self._served: set[str] = set()
+
+    def ring(self, queue: str) -> None:
+        """Wake the threads that wait on `queue` (or the next one to wait on it)."""
+        with self._changed:
+            self._rung.add(queue)
+            self._changed.notify_all()
+
+    def ring_all(self) -> None:
+        """Ring every queue a thread has waited on: rings may have been missed."""
+        with self._changed:
+            self._rung.update(self._served)
+            self._changed.notify_all()
+
+    def wake_all(self) -> None:
+        """Wake every waiting thread, ringing nothing, to look at its `done` again."""
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait(self, queue: str, timeout: float | None, done: Callable[[], bool]) -> bool:
+        """Wait until `queue` is rung, `done()` is true (checked when woken) or `timeout`
+        seconds have passed; True if it was rung. The ring is taken."""
+        with self._changed:
+            self._served.add(queue)
+            self._changed.wait_for(lambda: queue in self._rung or done(), timeout)
+            rung = queue in self._rung
+            self._rung.discard(queue)
+            return rung
+
+
+# The process's doorbell: every fork made in this process rings it.
+doorbell = Doorbell()
 
 
 def _resume(row: Any) -> Resume:

@@ -50,6 +50,7 @@ from remit.ops.registry import WorkerRegistry, live_versions, takeover_candidate
 from remit.ops.retries import Retries
 from remit.ops.runtime import Runtime, implementations_for
 from remit.ops.scheduler import Scheduler
+from remit.ops.wake import Listener, QueueWake
 from remit.people.approvals import Approvals
 from remit.people.notify import Notifier, default_notifiers
 from remit.people.tasks import TaskOpener, Tasks
@@ -149,6 +150,8 @@ class Worker:
         self._heartbeat: Heartbeat | None = None
         self._sweeper: Sweeper | None = None
         self._pause_watch: PauseWatch | None = None
+        self._wake: QueueWake | None = None
+        self._listener: Listener | None = None
         self._dbos_engine: sa.Engine | None = None
         self.registry = WorkerRegistry(self.db, clock=self.runtime.clock)
         self.on_taken_over = on_taken_over or _taken_over
@@ -280,8 +283,15 @@ class Worker:
         self.runtime.register()
         if before_launch is not None:
             before_launch()
+        # A fork onto one of the queues wakes its thread at once (`ops/wake.py`), on Postgres
+        # from any process; the poll interval is the fallback.
+        self._wake = QueueWake()
+        self._wake.start()
         DBOS.launch()
         self._launched = True
+        if not self.db.is_sqlite:
+            self._listener = Listener(self.db.url)
+            self._listener.start()
         # Started: from now on a short outage is waited out, not failed (README, "Outages").
         self.db.wait_out_outages()
         if deployed:
@@ -378,17 +388,29 @@ class Worker:
         """
         drain = self.settings.drain_timeout if timeout is None else timeout
         self.runtime.stopping = True
-        for background in (self._sweeper, self._reconciler, self._heartbeat, self._pause_watch):
+        for background in (
+            self._sweeper,
+            self._reconciler,
+            self._heartbeat,
+            self._pause_watch,
+            self._listener,
+        ):
             if background is not None:
                 background.stop()
         self._sweeper = self._pause_watch = None
         self._reconciler = self._heartbeat = None
+        self._listener = None
+        if self._wake is not None:
+            self._wake.stop()  # the queue threads take no more work, whatever their interval
         left = 0
         if self._launched:
             DBOS.destroy(workflow_completion_timeout_sec=math.ceil(drain), destroy_registry=True)
             self._launched = False
             left = self._sign_off()
             telemetry.flush()
+        if self._wake is not None:
+            self._wake.detach()
+            self._wake = None
         if not keep_slot:
             self._slot.release()
         if self._dbos_engine is not None:
