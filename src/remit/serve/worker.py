@@ -224,10 +224,6 @@ class Worker:
             "serializer": portable_serializer(),
             "max_executor_threads": self.settings.threads,
             "sys_db_pool_size": min(self.settings.threads, 16),
-            # DBOS retries each of its reads and writes on a lost connection, so it need not
-            # ask the server whether a connection is alive before every transaction (a round
-            # trip each, a sixth of an attempt's time: BENCHMARKS.md, "Where the time goes").
-            "db_engine_kwargs": {"pool_pre_ping": False},
             "run_migrations": False,
             "log_level": self.settings.log_level,
             "notification_listener_polling_interval_sec": self.settings.poll_interval,
