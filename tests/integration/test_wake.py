@@ -1,11 +1,11 @@
-"""A decision starts its run at once, not at the next poll of the run's queue: the fork rings
-the queue's doorbell, in the deciding process and, on Postgres, through `NOTIFY` in every
-worker listening (`ops/wake.py`). Nothing depends on a ring: without one, the poll carries the
+"""A decision or a start begins its run at once, not at the next poll of the run's queue: the
+fork (or the enqueue) rings the queue's doorbell, in the deciding (starting) process and, on
+Postgres, through `NOTIFY` in every worker listening (`ops/wake.py`). Nothing depends on a ring: without one, the poll carries the
 run on, and a listening connection that is lost is made again.
 
 Each worker here polls its queues every `LONG_POLL` seconds, so a run that carries on well
 within that was started by a ring. The decider in another process is this module run as a
-script (`python -m`).
+script (`python -m`), and so is the starter.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 from remit.core.database import Database
 from remit.core.outbox import Doorbell, Resumer
+from remit.core.runs import RunStore
 from remit.ops.wake import APPLICATION_NAME
 from remit.people.approvals import Approval, Approvals
 from remit.testing import Harness
@@ -81,15 +82,36 @@ def _decide(url: str, approval_id: str) -> None:
         db.dispose()
 
 
-def decide_in_another_process(url: str, approval_id: str) -> None:
+def _start(url: str) -> None:
+    """Start a refund run as a process with no worker would, and print its id."""
+    app = make_app()
+    db = Database(url, pool_size=2)
+    client = db.client(app.name)
+    try:
+        run = RunStore(db, app=app.name).start(
+            client, app.workflow("refund"), {"sku": "sku-1", "quantity": 2}, started_by="user:ops"
+        )
+        print(run.run_id)
+    finally:
+        client.destroy()
+        db.dispose()
+
+
+def in_another_process(*args: str) -> str:
+    """Run this module as a script with `args` (`decide URL ID`, `start URL`): what it printed."""
     done = subprocess.run(
-        [sys.executable, "-m", DECIDER, url, approval_id],
+        [sys.executable, "-m", DECIDER, *args],
         cwd=ROOT,
         capture_output=True,
         timeout=120,
         check=False,
     )
     assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode().strip()
+
+
+def decide_in_another_process(url: str, approval_id: str) -> None:
+    in_another_process("decide", url, approval_id)
 
 
 def decide_as_another_process(h: Harness, approval_id: str) -> None:
@@ -174,6 +196,29 @@ def test_a_decision_in_another_process_starts_the_run_through_postgres(
         carried_on(h, run_id, gate)
 
 
+def test_a_start_begins_its_run_without_waiting_for_the_queues_poll(
+    database_url: str, shop: FakeShop
+) -> None:
+    with long_polling(database_url, shop) as h:
+        began = time.monotonic()
+        run_id = h.start("refund", {"sku": "sku-1", "quantity": 2}).run_id
+        h.gate(run_id, timeout=WITHIN)
+        assert time.monotonic() - began < WITHIN
+    assert shop.reads == 1
+
+
+def test_a_start_in_another_process_begins_its_run_through_postgres(
+    database_url: str, shop: FakeShop
+) -> None:
+    postgres_only(database_url)
+    with long_polling(database_url, shop) as h:
+        wait_for("listening", lambda: listening(database_url))
+        began = time.monotonic()
+        run_id = in_another_process("start", database_url)
+        h.gate(run_id, timeout=WITHIN)
+        assert time.monotonic() - began < WITHIN
+
+
 def test_without_a_ring_the_poll_starts_the_run(database_url: str, shop: FakeShop) -> None:
     """On SQLite, a fork made in another process rings nothing here: the poll (every second
     in this test) starts the run."""
@@ -224,4 +269,4 @@ def test_a_lost_listening_connection_loses_no_resume_and_is_made_again(
 
 
 if __name__ == "__main__":
-    _decide(*sys.argv[1:])
+    {"decide": _decide, "start": _start}[sys.argv[1]](*sys.argv[2:])

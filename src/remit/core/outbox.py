@@ -13,7 +13,9 @@ doorbell of its queue, so that a worker dequeues it at once rather than at its n
 queue: in this process directly (`doorbell`), and on Postgres in every process listening, by a
 `NOTIFY remit_outbox` naming the queue, sent in the transaction that takes the row out of the
 outbox, so it is delivered once the fork is there to be dequeued (`ops/wake.py` listens). A
-ring that is lost costs only the wait for that poll, which stays.
+ring that is lost costs only the wait for that poll, which stays. A run's start rings its
+queue the same way (`announce` in its transaction, then the process's doorbell), so that its
+first attempt does not wait for the poll either.
 """
 
 from __future__ import annotations
@@ -55,6 +57,15 @@ def put(conn: sa.Connection, resume: Resume, *, now: datetime) -> None:
     """Put `resume` in the outbox inside the caller's transaction, the one that moved its run
     to the attempt it names (see `fence.advance`)."""
     conn.execute(resumes.insert().values(**resume.__dict__, created_at=now))
+
+
+def announce(conn: sa.Connection, queue: str) -> None:
+    """On Postgres, tell every worker listening that `queue` has an attempt to dequeue: a
+    `NOTIFY remit_outbox` inside the caller's transaction, delivered when it commits, so never
+    before the attempt is there. The caller rings this process's `doorbell` after the commit
+    (on SQLite, the only ring there is)."""
+    if conn.dialect.name != "sqlite":
+        conn.execute(sa.select(sa.func.pg_notify(CHANNEL, queue)))
 
 
 class Resumer:

@@ -38,6 +38,7 @@ from remit.core.fence import FINISHED as FINISHED
 from remit.core.fence import attempt_workflow_id as attempt_workflow_id
 from remit.core.fence import lock, next_attempt, status_write
 from remit.core.limits import check_json
+from remit.core.outbox import announce, doorbell
 from remit.core.schema import audit, runs
 from remit.core.text import PROBLEMS, excerpt
 
@@ -257,6 +258,7 @@ class RunStore:
                     run_id=run_id,
                     meta={"workflow": workflow.name, "attempt": 1},
                 )
+        doorbell.ring(run.queue)  # a worker of this process dequeues it now, not at its poll
         return run
 
     def get(self, run_id: str) -> Run:
@@ -480,7 +482,9 @@ def output_refused(run_id: str, output: Any) -> str | None:
 
 def enqueue_first(conn: sa.Connection, client: DBOSClient, run: Run) -> None:
     """Enqueue the run's first attempt inside the caller's transaction, which wrote the run's
-    row or holds its lock. Raises if DBOS already holds an attempt of that id."""
+    row or holds its lock, and announce it to the workers listening (`outbox.announce`; the
+    caller rings this process's doorbell once it commits). Raises if DBOS already holds an
+    attempt of that id."""
     client.enqueue_in_transaction(
         conn,
         {
@@ -495,6 +499,7 @@ def enqueue_first(conn: sa.Connection, client: DBOSClient, run: Run) -> None:
         run.input,
         run.started_by,
     )
+    announce(conn, run.queue)
 
 
 def derived_record(workflow: Workflow, payload: Mapping[str, Any]) -> Record | None:

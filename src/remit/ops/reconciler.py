@@ -76,7 +76,7 @@ from remit.core.activity import RUN_STARTED
 from remit.core.backoff import DEFAULT_RETRY, RetryPolicy
 from remit.core.fence import ACTIVE, advance, lock
 from remit.core.ledger import LedgerStore
-from remit.core.outbox import Resume, Resumer
+from remit.core.outbox import Resume, Resumer, doorbell
 from remit.core.periodic import Periodic
 from remit.core.runs import (
     FINISHED,
@@ -394,6 +394,7 @@ class Reconciler:
             if current is None or not current.on(run.workflow_id, ("queued",)):
                 return None  # moved on meanwhile
             enqueue_first(conn, self.client, run)
+        doorbell.ring(run.queue)
         return run.workflow_id
 
     def _moved(self, run_id: str, workflow_id: str, start: int) -> Resume | None:

@@ -1,11 +1,12 @@
-"""Waking a worker's queues: a resumed run starts as soon as its fork is made, not at the next
-poll of its queue.
+"""Waking a worker's queues: a resumed run starts as soon as its fork is made, and a new run
+as soon as its start commits, not at the next poll of its queue.
 
 A decision (an answer to a task, a sleep's end, a resume after a pause) forks the run's next
 attempt onto its queue, where it waits for a worker's queue thread to dequeue it; the thread
 polls every `REMIT_POLL_INTERVAL` seconds. Every fork rings its queue's doorbell
 (`core/outbox.py`): in the process that made it directly, and on Postgres, by `NOTIFY
-remit_outbox`, in every worker that listens. While a worker runs it:
+remit_outbox`, in every worker that listens. A start rings its queue the same way
+(`outbox.announce`). While a worker runs it:
 
 - waits between the polls of each of its queues on the doorbell as well as on the poll
   interval (`QueueWake`): a ring ends the wait, and the queue thread polls at once. DBOS's own
