@@ -135,6 +135,31 @@ def record_of_run(conn: sa.Connection, run_id: str) -> RecordRef | None:
     return _first(conn, activity.c.run_id == run_id, RUN_STARTED)
 
 
+def record_of_run_columns(run_id: str) -> tuple[sa.Label[Any], ...]:
+    """`record_of_run` as three scalar subqueries (app, record type, record id), for a
+    statement about the run to return beside its own columns: `ref_of` reads them back."""
+    return tuple(
+        sa.select(column)
+        .where(activity.c.run_id == run_id, activity.c.kind == RUN_STARTED)
+        .order_by(activity.c.id)
+        .limit(1)
+        .scalar_subquery()
+        .label(f"record_{name}")
+        for name, column in (
+            ("app", activity.c.app),
+            ("type", activity.c.record_type),
+            ("id", activity.c.record_id),
+        )
+    )
+
+
+def ref_of(row: sa.Row[Any]) -> RecordRef | None:
+    """The record `record_of_run_columns` found in `row`, or None."""
+    if row.record_type is None:
+        return None
+    return RecordRef(row.record_app, row.record_type, row.record_id)
+
+
 def record_of(conn: sa.Connection, target: str, kind: str) -> RecordRef | None:
     """The record an approval or task concerns, as the row of its opening (`kind`) names it,
     or None."""

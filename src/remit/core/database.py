@@ -125,12 +125,20 @@ class Database:
         One round trip on Postgres (no BEGIN and COMMIT around it); on SQLite the statement
         takes the write lock itself.
         """
+        return self._alone(statement, count)
+
+    def execute_first(self, statement: sa.Executable) -> sa.Row[Any] | None:
+        """`execute_one` for a statement that returns rows (`RETURNING`): its first row, or
+        None when it returned none."""
+        return self._alone(statement, lambda result: result.first())
+
+    def _alone(self, statement: sa.Executable, read: Callable[[sa.CursorResult[Any]], T]) -> T:
         with self.engine.connect() as conn:
             if not self.is_sqlite:
                 conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            rows = count(conn.execute(statement))
+            answer = read(conn.execute(statement))
             conn.commit()
-            return rows
+            return answer
 
     def retrying(self, what: str, fn: Callable[[], T]) -> T:
         """Call `fn` (a read, or one short transaction that is safe to repeat), again on a lost

@@ -27,6 +27,8 @@ from remit.core.activity import (
     activity_row,
     check_record,
     record_of_run,
+    record_of_run_columns,
+    ref_of,
     run_ended,
     runs_of_record,
 )
@@ -66,6 +68,23 @@ STATUSES: tuple[str, ...] = (
 
 
 @dataclass(frozen=True)
+class Concerns:
+    """The record a run concerns, as its attempt's claim read it: None, none."""
+
+    record: RecordRef | None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """An attempt's claim of its run (`RunStore.begin_attempt`)."""
+
+    # The attempt began before, and DBOS is running it again after its worker stopped.
+    again: bool
+    # Read in the claim's own statement, so that the run's end need not read it.
+    concerns: Concerns
+
+
+@dataclass(frozen=True)
 class RunInfo:
     """The attempt a call belongs to."""
 
@@ -81,6 +100,8 @@ class RunInfo:
     again: bool = False
     # When the run must have ended by, from its workflow's `timeout=` (None: no bound).
     deadline: datetime | None = None
+    # The record the run concerns, as the attempt's claim read it (None: not read).
+    concerns: Concerns | None = None
 
 
 @dataclass(frozen=True)
@@ -357,17 +378,16 @@ class RunStore:
         """
         return self.begin_attempt(run_id, workflow_id, version) is not None
 
-    def begin_attempt(
-        self, run_id: str, workflow_id: str, version: str
-    ) -> Literal["first", "again"] | None:
-        """`claim`, saying whether the attempt begins for the `first` time (the run was
-        queued) or `again` (it was running: DBOS is recovering the attempt after its worker
-        stopped); None when the attempt must stop without running anything."""
+    def begin_attempt(self, run_id: str, workflow_id: str, version: str) -> Claim | None:
+        """`claim`, saying whether the attempt begins for the first time (the run was queued)
+        or `again` (it was running: DBOS is recovering the attempt after its worker stopped),
+        and which record the run concerns; None when the attempt must stop without running
+        anything."""
         values = {"status": "running", "version": version}
-        if self._fenced(run_id, workflow_id, values, from_statuses=("queued",)):
-            return "first"
-        if self._fenced(run_id, workflow_id, values, from_statuses=("running",)):
-            return "again"
+        for again, statuses in ((False, ("queued",)), (True, ("running",))):
+            row = self._claimed(run_id, workflow_id, values, from_statuses=statuses)
+            if row is not None:
+                return Claim(again=again, concerns=Concerns(ref_of(row)))
         return None
 
     def conclude(
@@ -378,16 +398,19 @@ class RunStore:
         *,
         output: Any = None,
         error: str | None = None,
+        concerns: Concerns | None = None,
     ) -> bool:
         """Write the outcome of the attempt `workflow_id`. False when the fence refused it.
 
         A run that concerns a record and finishes has its end written to the record's activity
-        in the same transaction.
+        in the same transaction. `concerns`: that record as the attempt's claim read it (None:
+        read it here).
         """
         values: dict[str, Any] = {"status": status, "output": output, "error": error}
+        ref = None
         if status in FINISHED:
             values["finished_at"] = self.clock.now()
-        ref = self._record_of(run_id) if status in FINISHED else None
+            ref = self._record_of(run_id) if concerns is None else concerns.record
         if ref is not None:
             written = self._ended(run_id, workflow_id, status, values, ref, error=error)
         else:
@@ -424,6 +447,23 @@ class RunStore:
 
         # Repeating the write is harmless: the fence and the status guard make it idempotent.
         return self.db.retrying(f"run {run_id}: status write", write)
+
+    def _claimed(
+        self,
+        run_id: str,
+        workflow_id: str,
+        values: dict[str, Any],
+        *,
+        from_statuses: tuple[str, ...],
+    ) -> sa.Row[Any] | None:
+        """`_fenced`, returning the record the run concerns (`record_of_run_columns`) in the
+        same statement: its row, or None when the fence refused the write."""
+        values = {**values, "updated_at": self.clock.now()}
+        statement = status_write(run_id, workflow_id, values, from_statuses=from_statuses)
+        returning = statement.returning(*record_of_run_columns(run_id))
+        return self.db.retrying(
+            f"run {run_id}: status write", lambda: self.db.execute_first(returning)
+        )
 
     def _record_of(self, run_id: str) -> RecordRef | None:
         """The record the run concerns: written with its start, so read before the end's own

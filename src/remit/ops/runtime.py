@@ -205,8 +205,8 @@ class Runtime:
         # A resumed attempt is a fork: it gets its first attempt's inputs, so its number is
         # read from its own workflow id.
         attempt = int(workflow_id.rsplit(":", 1)[1])
-        begun = self.runs.begin_attempt(run_id, workflow_id, self.version)
-        if begun is None:
+        claim = self.runs.begin_attempt(run_id, workflow_id, self.version)
+        if claim is None:
             log.info(
                 "attempt %s of run %s is superseded or cancelled: nothing ran", workflow_id, run_id
             )
@@ -221,8 +221,9 @@ class Runtime:
             workflow_id=workflow_id,
             actor=actor,
             workflow=wf.name,
-            again=begun == "again",
+            again=claim.again,
             deadline=deadline,
+            concerns=claim.concerns,
         )
 
     def _secrets(self) -> Redactor:
@@ -238,14 +239,20 @@ class Runtime:
                 f"the workflow returned a value that is not JSON ({type(error).__name__}: {error}): "
                 "return plain data or a pydantic model"
             )
-            self.runs.conclude(run.run_id, run.workflow_id, "failed", error=message)
+            self.runs.conclude(
+                run.run_id, run.workflow_id, "failed", error=message, concerns=run.concerns
+            )
             raise TypeError(message) from error
         output = self._secrets().json(output)
         refused = output_refused(run.run_id, output)
         if refused is not None:
-            self.runs.conclude(run.run_id, run.workflow_id, "failed", error=refused)
+            self.runs.conclude(
+                run.run_id, run.workflow_id, "failed", error=refused, concerns=run.concerns
+            )
             raise RemitError(refused)
-        self.runs.conclude(run.run_id, run.workflow_id, "done", output=output)
+        self.runs.conclude(
+            run.run_id, run.workflow_id, "done", output=output, concerns=run.concerns
+        )
         return output
 
     def _failed(self, run: RunInfo, error: Exception) -> BaseException:
@@ -268,18 +275,28 @@ class Runtime:
                 redacted,
             )
             return redacted
-        self.runs.conclude(run.run_id, run.workflow_id, "failed", error=_failure(run, redacted))
+        self.runs.conclude(
+            run.run_id,
+            run.workflow_id,
+            "failed",
+            error=_failure(run, redacted),
+            concerns=run.concerns,
+        )
         return redacted
 
     def _changed(self, run: RunInfo, error: CodeChanged) -> None:
         """The code no longer matches the run's record: fail the run, nothing having run at
         the position that differs."""
         log.warning("run %s fails: %s", run.run_id, error)
-        self.runs.conclude(run.run_id, run.workflow_id, "failed", error=str(error))
+        self.runs.conclude(
+            run.run_id, run.workflow_id, "failed", error=str(error), concerns=run.concerns
+        )
 
     def _timed_out(self, run: RunInfo, error: RunTimedOut) -> None:
         log.warning("run %s fails: %s", run.run_id, error)
-        self.runs.conclude(run.run_id, run.workflow_id, "failed", error=str(error))
+        self.runs.conclude(
+            run.run_id, run.workflow_id, "failed", error=str(error), concerns=run.concerns
+        )
 
     def _raised(self, run: RunInfo, error: BaseException) -> RemitError:
         """The workflow (or a driver under it) raised a `BaseException` that is not remit's own
@@ -288,7 +305,9 @@ class Runtime:
         raised = f"the workflow raised {type(error).__name__}: {error}".rstrip(": ")
         message = self._secrets().text(raised)
         log.error("run %s fails: %s", run.run_id, message)
-        self.runs.conclude(run.run_id, run.workflow_id, "failed", error=message)
+        self.runs.conclude(
+            run.run_id, run.workflow_id, "failed", error=message, concerns=run.concerns
+        )
         return RemitError(message)
 
     def _moved_on(self, run: RunInfo, error: RunMovedOn) -> None:
