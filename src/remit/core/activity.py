@@ -135,9 +135,10 @@ def record_of_run(conn: sa.Connection, run_id: str) -> RecordRef | None:
     return _first(conn, activity.c.run_id == run_id, RUN_STARTED)
 
 
-def record_of_run_columns(run_id: str) -> tuple[sa.Label[Any], ...]:
+def record_of_run_columns(run_id: str | sa.BindParameter[Any]) -> tuple[sa.Label[Any], ...]:
     """`record_of_run` as three scalar subqueries (app, record type, record id), for a
-    statement about the run to return beside its own columns: `ref_of` reads them back."""
+    statement about the run to return beside its own columns: `ref_of` reads them back.
+    `run_id`: the run's id, or the parameter that gives it."""
     return tuple(
         sa.select(column)
         .where(activity.c.run_id == run_id, activity.c.kind == RUN_STARTED)

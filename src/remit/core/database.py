@@ -9,7 +9,7 @@ import importlib.metadata
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -119,24 +119,32 @@ class Database:
         and `on_conflict_do_update` (an upsert) on either."""
         return sqlite.insert(table) if self.is_sqlite else postgresql.insert(table)
 
-    def execute_one(self, statement: sa.Executable) -> int:
-        """Run one statement as a transaction of its own and return the rows it touched.
+    def execute_one(self, statement: sa.Executable, params: Mapping[str, Any] | None = None) -> int:
+        """Run one statement (with `params`) as a transaction of its own and return the rows
+        it touched.
 
         One round trip on Postgres (no BEGIN and COMMIT around it); on SQLite the statement
         takes the write lock itself.
         """
-        return self._alone(statement, count)
+        return self._alone(statement, params, count)
 
-    def execute_first(self, statement: sa.Executable) -> sa.Row[Any] | None:
+    def execute_first(
+        self, statement: sa.Executable, params: Mapping[str, Any] | None = None
+    ) -> sa.Row[Any] | None:
         """`execute_one` for a statement that returns rows (`RETURNING`): its first row, or
         None when it returned none."""
-        return self._alone(statement, lambda result: result.first())
+        return self._alone(statement, params, lambda result: result.first())
 
-    def _alone(self, statement: sa.Executable, read: Callable[[sa.CursorResult[Any]], T]) -> T:
+    def _alone(
+        self,
+        statement: sa.Executable,
+        params: Mapping[str, Any] | None,
+        read: Callable[[sa.CursorResult[Any]], T],
+    ) -> T:
         with self.engine.connect() as conn:
             if not self.is_sqlite:
                 conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            answer = read(conn.execute(statement))
+            answer = read(conn.execute(statement, params))
             conn.commit()
             return answer
 

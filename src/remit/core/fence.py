@@ -20,6 +20,7 @@ current goes through this module:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -77,7 +78,12 @@ class LockedRun:
 
 def lock(conn: sa.Connection, run_id: str) -> LockedRun | None:
     """Lock the run's row for update inside the caller's transaction (None: no such run)."""
-    return lock_all(conn, [run_id]).get(run_id)
+    row = conn.execute(_LOCK_ONE, {"lock_run": run_id}).one_or_none()
+    return None if row is None else LockedRun(**row._mapping)
+
+
+# `lock`'s statement, built once: an op call's write takes it in its step's transaction.
+_LOCK_ONE = sa.select(*_LOCKED).where(runs.c.run_id == sa.bindparam("lock_run")).with_for_update()
 
 
 def lock_all(conn: sa.Connection, run_ids: Iterable[str]) -> dict[str, LockedRun]:
@@ -201,16 +207,23 @@ def cancel(
 
 def status_write(
     run_id: str, workflow_id: str, values: dict[str, Any], *, from_statuses: Collection[str]
-) -> sa.Update:
-    """The statement of a status write by the attempt `workflow_id`: it changes the run only
-    while the run is on that attempt in one of `from_statuses`, so it is safe to repeat and a
-    superseded attempt's write matches no row."""
-    return (
-        runs.update()
-        .where(
-            runs.c.run_id == run_id,
-            runs.c.workflow_id == workflow_id,
-            runs.c.status.in_(tuple(from_statuses)),
-        )
-        .values(**values)
+) -> tuple[sa.Update, dict[str, Any]]:
+    """The statement of a status write by the attempt `workflow_id`, and its parameters: it
+    changes the run only while the run is on that attempt in one of `from_statuses`, so it is
+    safe to repeat and a superseded attempt's write matches no row. It sets the columns
+    `values` names."""
+    return fenced_update(tuple(from_statuses)), {
+        **values,
+        "fence_run": run_id,
+        "fence_attempt": workflow_id,
+    }
+
+
+@functools.cache
+def fenced_update(from_statuses: tuple[str, ...]) -> sa.Update:
+    """`status_write`'s statement, built once: building one costs more than running it."""
+    return runs.update().where(
+        runs.c.run_id == sa.bindparam("fence_run"),
+        runs.c.workflow_id == sa.bindparam("fence_attempt"),
+        runs.c.status.in_(from_statuses),
     )

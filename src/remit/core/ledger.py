@@ -175,7 +175,7 @@ class LedgerStore:
         if workflow_id is not None and not _current(conn, record.run_id, workflow_id):
             return Begun(moved_on=True)
         row = {**record.__dict__, "status": "started", "tries": 0, "started_at": started_at}
-        if conn.execute(self._insert_new(row)).first() is None:
+        if conn.execute(*self._insert_new(row)).first() is None:
             existing = self._by_key(conn, record.idempotency_key)
             assert existing is not None, "a ledger key that is taken has a row (none is deleted)"
             if not _ours(existing, record, started_at):
@@ -189,9 +189,10 @@ class LedgerStore:
         anything, so it needs only to show while it is in flight. The row already under the
         key, if there is one, is given instead (nothing written)."""
         row = {**record.__dict__, "status": "started", "tries": 0, "started_at": self.clock.now()}
-        statement = self._insert_new(row)
+        statement, params = self._insert_new(row)
         if self.db.retrying(
-            f"ledger {record.idempotency_key}: started", lambda: self.db.execute_one(statement)
+            f"ledger {record.idempotency_key}: started",
+            lambda: self.db.execute_one(statement, params),
         ):
             return Begun()
         existing = self.get(record.idempotency_key)
@@ -296,7 +297,10 @@ class LedgerStore:
         reservation in the transaction that records it (see `budgets.py`)."""
         values, new_row = self._outcome(record, outcome, tries, started_at, cost)
         return self._write_outcome(
-            lambda statement: count(conn.execute(statement)), record, values, new_row
+            lambda statement, params: count(conn.execute(statement, params)),
+            record,
+            values,
+            new_row,
         )
 
     def settle_read_in(
@@ -314,7 +318,7 @@ class LedgerStore:
         `retake` does, and becomes this call's. Returns the row of another call that holds the
         key (another op, or other input), writing nothing; None once written."""
         values, new_row = self._outcome(record, outcome, tries, started_at, None)
-        if conn.execute(self._insert_new(new_row)).first() is not None:
+        if conn.execute(*self._insert_new(new_row)).first() is not None:
             return None
         existing = read_row(conn, record.idempotency_key, for_update=True)
         assert existing is not None, "a ledger key that is taken has a row (none is deleted)"
@@ -348,31 +352,24 @@ class LedgerStore:
 
     def _write_outcome(
         self,
-        execute: Callable[[sa.Executable], int],
+        execute: Callable[[sa.Executable, dict[str, Any]], int],
         record: CallRecord,
         values: dict[str, Any],
         new_row: dict[str, Any],
     ) -> bool:
-        same_call = (
-            ledger.c.idempotency_key == record.idempotency_key,
-            ledger.c.op_id == record.op_id,
-            ledger.c.input_hash == record.input_hash,
-        )
-        if execute(ledger.update().where(*same_call).values(**values)) == 1:
+        same_call = {
+            "same_key": record.idempotency_key,
+            "same_op": record.op_id,
+            "same_hash": record.input_hash,
+        }
+        if execute(_OUTCOME_OF_SAME_CALL, {**values, **same_call}) == 1:
             return True
-        return execute(self._insert_new(new_row)) == 1
+        return execute(*self._insert_new(new_row)) == 1
 
-    def _insert_new(self, row: dict[str, Any]) -> sa.Insert:
-        """An insert that does nothing when the key is taken."""
-        insert = postgresql.insert if not self.db.is_sqlite else sqlite.insert
-        # The new row's id is returned: a driver's row count for such an insert is not always
-        # told (psycopg's is -1), the rows it returns are.
-        return (
-            insert(ledger)
-            .values(**row)
-            .on_conflict_do_nothing(index_elements=["idempotency_key"])
-            .returning(ledger.c.id)
-        )
+    def _insert_new(self, row: dict[str, Any]) -> tuple[sa.Insert, dict[str, Any]]:
+        """An insert of `row` that does nothing when the key is taken, as a statement and its
+        parameters."""
+        return _INSERT_NEW["sqlite" if self.db.is_sqlite else "postgresql"], row
 
     def _insert_new_input(self, key: str, sent: Any) -> sa.Insert:
         """What the call keyed `key` was sent, unless a row holds it already (the same key is
@@ -446,6 +443,35 @@ def read_row(conn: sa.Connection, key: str, *, for_update: bool = False) -> Ledg
     query = sa.select(ledger).where(ledger.c.idempotency_key == key)
     row = conn.execute(query.with_for_update() if for_update else query).one_or_none()
     return None if row is None else _row(row)
+
+
+# The ledger's hot statements are built once and run with parameters: building one (and its
+# cache key) takes longer than a local server takes to run it. Their VALUES and SET clauses are
+# the columns the parameters name.
+
+
+def _insert_new_statement(insert: Callable[[sa.Table], Any]) -> sa.Insert:
+    # The new row's id is returned: a driver's row count for such an insert is not always
+    # told (psycopg's is -1), the rows it returns are.
+    statement: sa.Insert = (
+        insert(ledger)
+        .on_conflict_do_nothing(index_elements=["idempotency_key"])
+        .returning(ledger.c.id)
+    )
+    return statement
+
+
+_INSERT_NEW = {
+    "postgresql": _insert_new_statement(postgresql.insert),
+    "sqlite": _insert_new_statement(sqlite.insert),
+}
+
+# A call's outcome on the row its own `started` wrote (same key, op and input).
+_OUTCOME_OF_SAME_CALL = ledger.update().where(
+    ledger.c.idempotency_key == sa.bindparam("same_key"),
+    ledger.c.op_id == sa.bindparam("same_op"),
+    ledger.c.input_hash == sa.bindparam("same_hash"),
+)
 
 
 def _kept(existing: LedgerRow) -> sa.Insert:

@@ -9,6 +9,7 @@ holds, moving a run on) is `fence.py`; this module reads runs and writes them th
 from __future__ import annotations
 
 import builtins
+import functools
 import logging
 import math
 import uuid
@@ -38,7 +39,7 @@ from remit.core.database import Database
 from remit.core.errors import InputInvalid, RemitError, RunNotFound, TooLarge
 from remit.core.fence import FINISHED as FINISHED
 from remit.core.fence import attempt_workflow_id as attempt_workflow_id
-from remit.core.fence import lock, next_attempt, status_write
+from remit.core.fence import fenced_update, lock, next_attempt, status_write
 from remit.core.limits import check_json
 from remit.core.outbox import announce, doorbell
 from remit.core.schema import audit, runs
@@ -440,10 +441,10 @@ class RunStore:
         from_statuses: tuple[str, ...],
     ) -> bool:
         values = {**values, "updated_at": self.clock.now()}
-        statement = status_write(run_id, workflow_id, values, from_statuses=from_statuses)
+        statement, params = status_write(run_id, workflow_id, values, from_statuses=from_statuses)
 
         def write() -> bool:
-            return self.db.execute_one(statement) == 1
+            return self.db.execute_one(statement, params) == 1
 
         # Repeating the write is harmless: the fence and the status guard make it idempotent.
         return self.db.retrying(f"run {run_id}: status write", write)
@@ -459,10 +460,10 @@ class RunStore:
         """`_fenced`, returning the record the run concerns (`record_of_run_columns`) in the
         same statement: its row, or None when the fence refused the write."""
         values = {**values, "updated_at": self.clock.now()}
-        statement = status_write(run_id, workflow_id, values, from_statuses=from_statuses)
-        returning = statement.returning(*record_of_run_columns(run_id))
+        _, params = status_write(run_id, workflow_id, values, from_statuses=from_statuses)
+        statement = _claim_statement(from_statuses)
         return self.db.retrying(
-            f"run {run_id}: status write", lambda: self.db.execute_first(returning)
+            f"run {run_id}: status write", lambda: self.db.execute_first(statement, params)
         )
 
     def _record_of(self, run_id: str) -> RecordRef | None:
@@ -482,13 +483,13 @@ class RunStore:
     ) -> bool:
         """The fenced status write that ends a run concerning `ref`, with its activity row."""
         now = self.clock.now()
-        statement = status_write(
+        statement, params = status_write(
             run_id, workflow_id, {**values, "updated_at": now}, from_statuses=("queued", "running")
         )
 
         def write() -> bool:
             with self.db.begin() as conn:
-                if conn.execute(statement).rowcount != 1:
+                if conn.execute(statement, params).rowcount != 1:
                     return False
                 run_ended(conn, run_id, status, at=now, error=error, ref=ref)
                 return True
@@ -502,6 +503,13 @@ class RunStore:
         if run is None:
             raise _not_found(run_id)
         return next_attempt(conn, run, now=self.clock.now(), reopen=reopen)
+
+
+@functools.cache
+def _claim_statement(from_statuses: tuple[str, ...]) -> sa.Update:
+    """A claim's status write (`fence.status_write`'s statement), returning the record its run
+    concerns."""
+    return fenced_update(from_statuses).returning(*record_of_run_columns(sa.bindparam("fence_run")))
 
 
 def output_refused(run_id: str, output: Any) -> str | None:
