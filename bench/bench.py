@@ -58,6 +58,7 @@ from common import (
     drop_database,
     figure_table,
     fresh_database,
+    handle_of,
     run_store,
     wait_until,
     write_baseline,
@@ -113,7 +114,7 @@ def sequential(kind: str, runs: int, folder: Path) -> tuple[float, float]:
                 worker.client, wf, {"item": f"item-{i}"}, started_by="bench"
             )
             with deadline(RESULT_TIMEOUT, f"sequential on {kind}: remit run {run.run_id}'s result"):
-                worker.client.retrieve_workflow(run.workflow_id).get_result(
+                handle_of(worker.client, run.workflow_id).get_result(
                     polling_interval_sec=RESULT_POLL
                 )
             took_remit = time.perf_counter() - began

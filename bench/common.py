@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import sqlalchemy as sa
 
 if TYPE_CHECKING:
+    from dbos import DBOSClient
+
     from remit.core.database import Database
     from remit.core.runs import RunStore
 
@@ -185,6 +187,15 @@ def wait_until(
             stood = f"; {state()}" if state is not None else ""
             raise TimeoutError(f"waited {timeout:g} s for {what}{stood}")
         time.sleep(every)
+
+
+def handle_of(client: DBOSClient, workflow_id: str) -> Any:
+    """The handle DBOS's `enqueue` returns for `workflow_id`, made without the lookup
+    `retrieve_workflow` makes first: so a benchmark waits for a remit run's attempt as it waits
+    for a bare DBOS workflow, with no query more."""
+    from dbos._client import WorkflowHandleClientPolling
+
+    return WorkflowHandleClientPolling(workflow_id, client._sys_db)
 
 
 @contextmanager
