@@ -32,5 +32,9 @@ def audit_row(
     """Write one audit row (who did what to what) in the caller's transaction, the one that
     did it."""
     conn.execute(
-        audit.insert().values(at=at, actor=actor, action=action, target=target, meta=dict(meta))
+        _INSERT, {"at": at, "actor": actor, "action": action, "target": target, "meta": dict(meta)}
     )
+
+
+# `audit_row`'s statement, built once (its columns are the parameters'): every start writes one.
+_INSERT = audit.insert()

@@ -257,9 +257,7 @@ class RunStore:
             error=None,
         )
         with self.db.begin() as conn:
-            conn.execute(
-                runs.insert().values({k: v for k, v in run.__dict__.items() if v is not None})
-            )
+            conn.execute(_INSERT, {k: v for k, v in run.__dict__.items() if v is not None})
             enqueue_first(conn, client, run)
             audit_row(
                 conn,
@@ -503,6 +501,10 @@ class RunStore:
         if run is None:
             raise _not_found(run_id)
         return next_attempt(conn, run, now=self.clock.now(), reopen=reopen)
+
+
+# A start's insert of its run's row, built once (its columns are the parameters').
+_INSERT = runs.insert()
 
 
 @functools.cache
