@@ -41,6 +41,28 @@ def test_processes_preparing_at_once_all_succeed(empty_database_url: str) -> Non
         db.dispose()
 
 
+def test_the_partial_index_of_started_calls_is_made_and_made_again(
+    empty_database_url: str,
+) -> None:
+    """The ledger's partial index (written as DDL) is there once prepared, and a database
+    prepared by a version without it gets it from the next `prepare`."""
+    db = Database(empty_database_url)
+    try:
+        db.prepare()
+        assert "remit_ledger_started" in _indexes(db)
+        with db.engine.begin() as conn:
+            conn.execute(sa.text("DROP INDEX remit_ledger_started"))
+            conn.execute(sa.text("DELETE FROM remit_meta"))  # as if an older version prepared it
+        db.prepare()
+        assert "remit_ledger_started" in _indexes(db)
+    finally:
+        db.dispose()
+
+
+def _indexes(db: Database) -> set[str]:
+    return {index["name"] for index in sa.inspect(db.engine).get_indexes("remit_ledger")}
+
+
 def test_an_unreachable_database_says_so() -> None:
     db = Database("postgresql://nobody@127.0.0.1:1/none")
     try:

@@ -14,16 +14,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from remit.core.errors import DatabaseError
-from remit.core.schema import SCHEMA_VERSION, meta, metadata
+from remit.core.schema import PARTIAL_INDEXES, SCHEMA_VERSION, meta, metadata
 from remit.core.sqlite_file import open_sqlite_file, private_file
 
 if TYPE_CHECKING:
     # DBOS is imported where a client, a serializer or a migration is made: a process that
     # only reads remit's tables (`remit runs`) never loads it.
     from dbos import DBOSClient, DBOSPortableJSONSerializer
+    from sqlalchemy.dialects import postgresql, sqlite
 
 log = logging.getLogger("remit.store")
 
@@ -117,6 +117,8 @@ class Database:
     def insert(self, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
         """An INSERT into `table` in this database's dialect, which takes `on_conflict_do_nothing`
         and `on_conflict_do_update` (an upsert) on either."""
+        from sqlalchemy.dialects import postgresql, sqlite  # here: a command may need neither
+
         return sqlite.insert(table) if self.is_sqlite else postgresql.insert(table)
 
     def execute_one(self, statement: sa.Executable, params: Mapping[str, Any] | None = None) -> int:
@@ -234,6 +236,9 @@ class Database:
                 for table in metadata.sorted_tables:
                     for index in table.indexes:
                         index.create(self.engine, checkfirst=True)
+                with self.engine.begin() as conn:
+                    for statement in PARTIAL_INDEXES:
+                        conn.exec_driver_sql(statement)
                 with self.begin() as conn:
                     conn.execute(meta.delete())
                     conn.execute(
