@@ -227,7 +227,8 @@ def measure_sequential(*, size: Size, folder: Path) -> list[Figure]:
             "ms",
             f"remit, mean of {seq_runs} sequential runs",
         )
-        report(f"seq_ratio_{short}", remit_s / bare_s, "x", "remit ÷ bare DBOS (goal ≤ 1.2)")
+        goal = "1.3" if kind == "sqlite" else "1.2"  # SQLite's one writer costs remit's rows more
+        report(f"seq_ratio_{short}", remit_s / bare_s, "x", f"remit ÷ bare DBOS (goal ≤ {goal})")
     return figures
 
 
@@ -248,7 +249,7 @@ def measure_drain(*, size: Size, folder: Path) -> list[Figure]:
         "x",
         "bare throughput ÷ remit throughput, 1 worker (goal ≤ 1.2)",
     )
-    report("scale_2w_pg", remit_2 / remit_1, "x", "remit 2 workers ÷ 1 worker (goal ≥ 1.5)")
+    report("scale_2w_pg", remit_2 / remit_1, "x", "remit 2 workers ÷ 1 worker (goal ≥ 1.6)")
     return figures
 
 
