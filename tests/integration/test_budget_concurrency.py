@@ -83,7 +83,13 @@ def test_racing_processes_never_overspend_and_orphans_are_released(
         killed = False
         with db.engine.connect() as conn:
             while any(proc.poll() is None for proc in others) or not killed:
-                assert time.monotonic() < deadline, "the callers did not finish in 2 minutes"
+                assert time.monotonic() < deadline, (
+                    "the callers did not finish in 2 minutes; their errors:\n"
+                    + "\n".join(
+                        f"{log.name}: {log.read_text()[-1500:]}"
+                        for log in sorted(tmp_path.glob("*.log"))
+                    )
+                )
                 spent, reserved = counters(conn)
                 conn.rollback()  # a fresh snapshot each read
                 assert spent <= LIMIT.limit_usd, f"spent {spent} passed the limit"
@@ -93,7 +99,11 @@ def test_racing_processes_never_overspend_and_orphans_are_released(
                 if not killed:
                     held, refused = victims_calls(conn)
                     conn.rollback()
-                    if held and held + refused == CALLS:
+                    # Killed once each of its calls has reserved or been refused, or, on a
+                    # machine so loaded that some of them have not by the time the others are
+                    # done, then: it dies holding reservations either way.
+                    settled = held + refused == CALLS
+                    if held and (settled or all(proc.poll() is not None for proc in others)):
                         victim.send_signal(signal.SIGKILL)
                         victim.wait()
                         killed = True

@@ -117,7 +117,9 @@ def test_a_run_started_while_it_registers_keeps_the_worker_up(database_url: str)
         row = state.get()
         assert row is not None
         assert row.state == "running"
-        assert f"attempt {started[0]}:1 is queued" in (row.busy or "")
+        # The start rings its queue, so the attempt may be dequeued by the time the rule looks.
+        busy = row.busy or ""
+        assert any(f"attempt {started[0]}:1 is {what}" in busy for what in ("queued", "running"))
 
 
 def test_a_failed_registration_keeps_the_worker_up_logged_once_per_message(
