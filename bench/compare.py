@@ -3,9 +3,9 @@ run; and the working tree held to bench/baseline.json.
 
     .venv/bin/python bench/compare.py BASE [--rounds N] [--quick | --smoke] [--only GROUPS]
 
-    bench/compare.py HEAD~3 --quick              # 3 rounds: about 20 minutes on 2 cores
+    bench/compare.py HEAD~3 --quick              # 3 rounds: about 5 minutes on 2 cores
     bench/compare.py HEAD~3                      # full size: about twice as long
-    bench/compare.py 3d69a20 --quick --rounds 1 --only seq   # about 2 minutes
+    bench/compare.py HEAD --quick --only seq     # about 1 minute
     bench/compare.py HEAD --smoke                # the least that goes through the code
 
 BASE is any git commit-ish. It is checked out, detached, into a temporary git worktree, removed
