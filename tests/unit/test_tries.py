@@ -1,4 +1,5 @@
-"""One try of a call: the driver's answer, what it raised, or a timeout, on a thread of its own.
+"""One try of a call: the driver's answer, what it raised, or a timeout, on a thread of its own
+(kept from an earlier try when one is idle).
 A write that cannot be repeated safely never races an earlier try of its own, and Ctrl-C in the
 caller is the caller's, never the try's outcome."""
 
@@ -14,7 +15,13 @@ from pydantic import BaseModel
 
 from remit import CallContext, DriverError, Fake, implements, op
 from remit.connectors.base import Implementation
-from remit.execution.tries import CallTimedOut, Raised, as_driver_error, invoke_within
+from remit.execution.tries import (
+    CallTimedOut,
+    Raised,
+    _TryThreads,
+    as_driver_error,
+    invoke_within,
+)
 
 
 class Ask(BaseModel):
@@ -76,6 +83,65 @@ def test_a_read_is_tried_anew_beside_a_try_given_up_on() -> None:
     assert isinstance(invoke_within(slow, look, Ask(), _call("r:2", look), 0.1), Raised)
     assert slow.made == 2
     slow.go.set()
+
+
+class Where(Fake):
+    """Each call notes the thread it runs on (the object: a new thread may reuse an old one's
+    id); `look` then waits for `go`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.go = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    @implements(send)
+    def send(self, input: Ask, call: CallContext) -> Ask:
+        self.threads.append(threading.current_thread())
+        return Ask()
+
+    @implements(look)
+    def look(self, input: Ask, call: CallContext) -> Ask:
+        self.threads.append(threading.current_thread())
+        self.go.wait(10)
+        return Ask()
+
+
+def test_a_try_runs_on_a_thread_kept_from_an_earlier_one_and_never_beside_a_hung_one() -> None:
+    where = Where()
+    assert isinstance(invoke_within(where, send, Ask(), _call("r:5"), 5), Ask)
+    assert isinstance(invoke_within(where, send, Ask(), _call("r:6"), 5), Ask)
+    first, second = where.threads
+    assert first is second
+    assert first is not threading.current_thread()
+
+    # A try given up on keeps its thread; the next try runs on another and answers.
+    hung = invoke_within(where, look, Ask(), _call("r:7", look), 0.1)
+    assert isinstance(hung, Raised)
+    assert isinstance(hung.error, CallTimedOut)
+    assert isinstance(invoke_within(where, send, Ask(), _call("r:8"), 5), Ask)
+    held, after = where.threads[-2:]
+    assert after is not held
+    where.go.set()
+
+
+def test_an_idle_try_thread_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_TryThreads, "IDLE_SECONDS", 0.05)
+    threads = _TryThreads()
+    ran: list[threading.Thread] = []
+    done = threading.Event()
+
+    def note() -> None:
+        ran.append(threading.current_thread())
+        done.set()
+
+    threads.run(note, then=lambda: None, name="remit-call test")
+    assert done.wait(5)
+    ran[0].join(5)
+    assert not ran[0].is_alive(), "the idle thread did not end"
+    # A try after it starts a thread of its own.
+    again = threading.Event()
+    threads.run(again.set, then=lambda: None, name="remit-call test")
+    assert again.wait(5)
 
 
 def test_ctrl_c_in_the_caller_goes_up_rather_than_becoming_the_outcome() -> None:
