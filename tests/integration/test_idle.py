@@ -104,22 +104,39 @@ def test_a_running_attempt_keeps_the_worker_up_and_says_so(database_url: str) ->
 
 def test_a_run_started_while_it_registers_keeps_the_worker_up(database_url: str) -> None:
     clock = ManualClock()
-    with Harness(make_app(), database_url=database_url, clock=clock, poll_interval=5.0) as h:
-        asleep(h)
-        started: list[str] = []
-        register = Registrations(lambda: started.append(h.start("purchase", {"sku": "a"}).run_id))
-        rule, state = rule_of(h, register)
+    # The run's order waits on the gate: a start rings its queue, so without it the run could
+    # be dequeued and done before the rule looks again.
+    shop = FakeShop()
+    shop.gate = threading.Event()
+    with Harness(
+        make_app(),
+        database_url=database_url,
+        clock=clock,
+        poll_interval=5.0,
+        implementations={"shop": shop},
+    ) as h:
+        try:
+            asleep(h)
+            started: list[str] = []
+            register = Registrations(
+                lambda: started.append(h.start("purchase", {"sku": "sku-1"}).run_id)
+            )
+            rule, state = rule_of(h, register)
 
-        assert rule.check() is None
+            assert rule.check() is None
 
-        assert len(started) == 1
-        assert register.at == [clock.now() + timedelta(days=30)]
-        row = state.get()
-        assert row is not None
-        assert row.state == "running"
-        # The start rings its queue, so the attempt may be dequeued by the time the rule looks.
-        busy = row.busy or ""
-        assert any(f"attempt {started[0]}:1 is {what}" in busy for what in ("queued", "running"))
+            assert len(started) == 1
+            assert register.at == [clock.now() + timedelta(days=30)]
+            row = state.get()
+            assert row is not None
+            assert row.state == "running"
+            # Queued, or already dequeued (its start rang the queue).
+            busy = row.busy or ""
+            assert any(
+                f"attempt {started[0]}:1 is {what}" in busy for what in ("queued", "running")
+            )
+        finally:
+            shop.gate.set()
 
 
 def test_a_failed_registration_keeps_the_worker_up_logged_once_per_message(
