@@ -137,6 +137,8 @@ def test_a_run_started_while_it_registers_keeps_the_worker_up(database_url: str)
             )
         finally:
             shop.gate.set()
+        # Its attempt ends here, not after the database is gone.
+        assert h.wait(started[0]).status == "done"
 
 
 def test_a_failed_registration_keeps_the_worker_up_logged_once_per_message(
