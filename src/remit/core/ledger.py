@@ -27,7 +27,7 @@ from remit.core import fence
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database, count
 from remit.core.outcome import Ok, Outcome, failed
-from remit.core.schema import call_inputs, ledger, ledger_tries
+from remit.core.schema import call_inputs, ledger, ledger_tries, runs
 
 LedgerStatus = Literal["started", "ok", "failed", "uncertain", "not_done", "abandoned"]
 Reentry = Literal["replay", "call", "uncertain"]
@@ -172,9 +172,17 @@ class LedgerStore:
         the call was sent (`call_inputs`), for a task that may ask about it. The same
         `started_at` again finds the row it wrote (a transaction whose commit answer was lost).
         """
+        row = {**record.__dict__, "status": "started", "tries": 0, "started_at": started_at}
+        if workflow_id is not None and not self.db.is_sqlite:
+            # The usual case in one statement: the run is current and the key is new.
+            fenced = {**row, "fence_run": record.run_id, "fence_attempt": workflow_id}
+            if conn.execute(_INSERT_IF_CURRENT, fenced).first() is not None:
+                if sent is not None:
+                    conn.execute(self._insert_new_input(record.idempotency_key, sent))
+                return Begun()
+            # Nothing written: the run moved on, or the key is taken. Told apart below.
         if workflow_id is not None and not _current(conn, record.run_id, workflow_id):
             return Begun(moved_on=True)
-        row = {**record.__dict__, "status": "started", "tries": 0, "started_at": started_at}
         if conn.execute(*self._insert_new(row)).first() is None:
             existing = self._by_key(conn, record.idempotency_key)
             assert existing is not None, "a ledger key that is taken has a row (none is deleted)"
@@ -465,6 +473,28 @@ _INSERT_NEW = {
     "postgresql": _insert_new_statement(postgresql.insert),
     "sqlite": _insert_new_statement(sqlite.insert),
 }
+
+# A write's `started` row on Postgres, inserted only while its run is running on the calling
+# attempt, whose row it locks (as `fence.lock` does) in the same statement: one round trip
+# in the step's check where a lock and then an insert took two. No row comes back when the
+# run has moved on or the key is taken.
+_NEW_ROW_COLUMNS = [*CallRecord.__dataclass_fields__, "status", "tries", "started_at"]
+_INSERT_IF_CURRENT = (
+    postgresql.insert(ledger)
+    .from_select(
+        _NEW_ROW_COLUMNS,
+        sa.select(*(sa.bindparam(name, type_=ledger.c[name].type) for name in _NEW_ROW_COLUMNS))
+        .select_from(runs)
+        .where(
+            runs.c.run_id == sa.bindparam("fence_run"),
+            runs.c.workflow_id == sa.bindparam("fence_attempt"),
+            runs.c.status == "running",
+        )
+        .with_for_update(),
+    )
+    .on_conflict_do_nothing(index_elements=["idempotency_key"])
+    .returning(ledger.c.id)
+)
 
 # A call's outcome on the row its own `started` wrote (same key, op and input).
 _OUTCOME_OF_SAME_CALL = ledger.update().where(
