@@ -20,14 +20,17 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from remit.app import App, Queue
 from remit.core.database import Database
 from remit.core.outbox import Doorbell, Resumer
 from remit.core.runs import RunStore
+from remit.ops.pause import UNUSED_QUEUE_POLL
 from remit.ops.wake import APPLICATION_NAME
 from remit.people.approvals import Approval, Approvals
 from remit.testing import Harness
 from tests.conftest import postgres_admin_url
-from tests.support import FakeShop, make_app
+from tests.support import REFUND, FakeShop, make_app
+from tests.support import shop as shop_connector
 
 ROOT = Path(__file__).resolve().parents[2]
 DECIDER = "tests.integration.test_wake"  # this module, run as a decider of its own
@@ -231,6 +234,44 @@ def test_without_a_ring_the_poll_starts_the_run(database_url: str, shop: FakeSho
         decide_as_another_process(h, gate.id)
         done = h.wait(run_id, timeout=30)
         assert (done.status, done.attempt) == ("done", 2), done.error
+
+
+def test_a_queue_no_workflow_runs_on_is_polled_seldom_and_still_served(
+    database_url: str, shop: FakeShop
+) -> None:
+    """Every workflow of this app runs on `default`; its queue `spare` is polled every
+    `UNUSED_QUEUE_POLL` seconds, not every poll interval. A run left queued there (as a deploy
+    that moved its workflow to another queue leaves it) is served all the same, with no ring."""
+    base = make_app()
+    app = App(
+        name=base.name,
+        workflows=list(base.workflows.values()),
+        connectors=[shop_connector],
+        approvals=[REFUND],
+        queues=[Queue("spare")],
+    )
+    db = Database(database_url, pool_size=2)
+    db.prepare()
+    client = db.client(app.name)
+    try:
+        run = RunStore(db, app=app.name).start(
+            client, app.workflow("refund"), {"sku": "sku-1", "quantity": 2}, started_by="test"
+        )
+        dbos_status = "workflow_status" if db.is_sqlite else "dbos.workflow_status"
+        with db.begin() as conn:  # moved to `spare` as it waits: nothing rings `spare`
+            conn.execute(
+                sa.text(
+                    f"UPDATE {dbos_status} SET queue_name = 'shop:spare' WHERE workflow_uuid = :id"
+                ),
+                {"id": run.workflow_id},
+            )
+        with Harness(app, database_url=database_url, implementations={"shop": shop}) as h:
+            polls = {q.name: q.polling_interval_sec for q in client.list_queues()}
+            assert polls == {"shop:default": 0.05, "shop:spare": UNUSED_QUEUE_POLL}
+            h.gate(run.run_id, timeout=WITHIN)
+    finally:
+        client.destroy()
+        db.dispose()
 
 
 def test_a_lost_listening_connection_loses_no_resume_and_is_made_again(

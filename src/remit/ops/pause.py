@@ -61,9 +61,25 @@ def limits(queue: Queue, *, paused: bool) -> Limits:
     return Limits(queue.concurrency, queue.worker_concurrency)
 
 
+# Seconds between the polls of a queue that no workflow of the app runs on (its `default`,
+# when every workflow names a queue of its own), unless `REMIT_POLL_INTERVAL` is longer. Only
+# an attempt queued there before a deploy moved its workflow elsewhere waits for a poll: a
+# start or a resume onto the queue rings it (`ops/wake.py`). Every poll is a query, and on
+# SQLite it takes the write lock, which the app's runs wait for.
+UNUSED_QUEUE_POLL = 1.0
+
+
+def queue_poll(app: App, queue: Queue, poll_interval: float) -> float:
+    """Seconds between the polls of the app's `queue`: `poll_interval`, or `UNUSED_QUEUE_POLL`
+    if longer for a queue no workflow of the app runs on."""
+    if any(wf.queue == queue.name for wf in app.workflows.values()):
+        return poll_interval
+    return max(poll_interval, UNUSED_QUEUE_POLL)
+
+
 def register_queue(
     client: DBOSClient,
-    app: str,
+    app: App,
     queue: Queue,
     *,
     paused: bool,
@@ -71,14 +87,14 @@ def register_queue(
     name: str | None = None,
 ) -> None:
     """Write the app's queue's row in DBOS's queue table (`queue_id`, or `name`): its bounds
-    as the pause flag says."""
+    as the pause flag says, polled as `queue_poll` says."""
     bounds = limits(queue, paused=paused)
     client.register_queue(
-        name or queue_id(app, queue.name),
+        name or queue_id(app.name, queue.name),
         global_concurrency=bounds.concurrency,
         worker_concurrency=bounds.worker_concurrency,
         limiter=None if queue.rate is None else {"limit": queue.rate[0], "period": queue.rate[1]},
-        polling_interval_sec=poll_interval,
+        polling_interval_sec=queue_poll(app, queue, poll_interval),
         on_conflict="always_update",
     )
 
@@ -198,7 +214,7 @@ class AppState:
             for name in off:
                 register_queue(
                     self.client,
-                    self.app.name,
+                    self.app,
                     held[name],
                     paused=want_paused,
                     poll_interval=self.poll_interval,

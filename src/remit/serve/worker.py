@@ -251,7 +251,7 @@ class Worker:
         for queue in self.app.queues.values():
             register_queue(
                 self.client,
-                self.app.name,
+                self.app,
                 queue,
                 paused=self.runtime.paused.is_set(),
                 poll_interval=self.settings.poll_interval,
