@@ -332,4 +332,6 @@ def huge_integer(what: str, path: tuple[Any, ...], *, target: str) -> InputInval
 
 
 def _string_bytes(text: str) -> int:
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return len(text) + 2  # nothing to escape: the text and its quotes
     return len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass"))

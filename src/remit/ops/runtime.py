@@ -139,10 +139,12 @@ class Runtime:
         self._secrets()
         for wf in self.app.workflows.values():
             body = self._async_attempt(wf) if wf.is_async else self._sync_attempt(wf)
+            traced = telemetry.traced_attempt(wf.name, self.version, body, attempt_outcome)
+            # DBOS reads a workflow's type hints at every start, to turn JSON strings back into
+            # dates; an attempt takes JSON's own types (str, int, dict), so it declares none.
+            traced.__annotations__ = {}
             # remit counts recoveries itself, those that got no further (`_recovered`).
-            DBOS.workflow(name=wf.name, max_recovery_attempts=None)(
-                telemetry.traced_attempt(wf.name, self.version, body, attempt_outcome)
-            )
+            DBOS.workflow(name=wf.name, max_recovery_attempts=None)(traced)
 
     def _journal(self, run: RunInfo) -> Journal:
         """What the run recorded up to where this attempt resumes, to check the code against.
