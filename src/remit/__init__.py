@@ -17,7 +17,7 @@ from remit._version import __version__
 
 if TYPE_CHECKING:
     from remit.app import App, Queue, load_app
-    from remit.budgets.model import Budget, CostModel, Price
+    from remit.budgets.model import Budget
     from remit.client import Client, RunHandle
     from remit.connectors import (
         AppliedEffect,
@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     )
     from remit.core.runs import Run
     from remit.core.settings import Settings
+    from remit.declare.costs import CostModel, Price
     from remit.declare.resources import (
         AfterCreate,
         DatabaseCapabilities,
@@ -109,7 +110,7 @@ if TYPE_CHECKING:
 # Where each public name is defined: `__getattr__` imports it from there on first use.
 _HOMES: dict[str, tuple[str, ...]] = {
     "remit.app": ("App", "Queue", "load_app"),
-    "remit.budgets.model": ("Budget", "CostModel", "Price"),
+    "remit.budgets.model": ("Budget",),
     "remit.client": ("Client", "RunHandle"),
     "remit.connectors": (
         "AppliedEffect",
@@ -123,6 +124,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     ),
     "remit.connectors.data": ("Collection", "collection"),
     "remit.connectors.resources": ("ResourceDriver", "ResourceFake", "plan_change"),
+    "remit.declare.costs": ("CostModel", "Price"),
     "remit.declare.resources": (
         "AfterCreate",
         "DatabaseCapabilities",

@@ -16,7 +16,7 @@ from types import CodeType, ModuleType
 from typing import Any, TypeVar
 
 from remit._version import __version__
-from remit.budgets.model import Budget, Price
+from remit.budgets.model import Budget
 from remit.connectors.apps import VENDOR as APPS_VENDOR
 from remit.connectors.apps import AppEntry, AppList, apps_connector, is_apps_connector
 from remit.connectors.base import Connector
@@ -35,6 +35,7 @@ from remit.declare.apps import (
     qualified,
     register_repo,
 )
+from remit.declare.costs import Price
 from remit.declare.ops import Op
 from remit.declare.schedules import Schedule
 from remit.declare.workflows import DEFAULT_QUEUE, Workflow, check_name, check_qualified

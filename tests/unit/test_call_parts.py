@@ -13,12 +13,12 @@ import pytest
 from pydantic import BaseModel
 
 from remit import CallContext, DriverError, MissingCredential, implements, op
-from remit.budgets.model import Price
 from remit.connectors.base import Implementation
 from remit.core.backoff import RetryPolicy
 from remit.core.clock import ManualClock
 from remit.core.ledger import LedgerRow
 from remit.core.outcome import CallFailure, CredentialFailure, DriverFailure, Failed, Ok
+from remit.declare.costs import Price
 from remit.declare.ops import Op
 from remit.execution.billing import Bill
 from remit.execution.reentry import CallAgain, Conflict, Hold, Replay, reenter

@@ -17,21 +17,21 @@ step runs again, or released by the reconciler once the call's attempt has ended
 `orphaned`). The reconciler also compares each period's `spent` with the sum of its settled
 calls' ledger costs and reports any drift; it never corrects it.
 
-This module declares and decides: budgets, prices, periods, the arithmetic and the refusals, as
+This module declares and decides: budgets, periods, the arithmetic and the refusals, as
 plain functions over frozen values. `budgets/store.py` keeps the periods and reservations in the
 app's database.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from decimal import ROUND_CEILING, Decimal, InvalidOperation
-from typing import Any, Literal, Protocol, get_args
+from decimal import ROUND_CEILING, Decimal
+from typing import Literal, get_args
 
 from remit.core.errors import AppError, BudgetExceeded
 from remit.declare.apps import caller_app, qualified
+from remit.declare.costs import usd_amount
 from remit.declare.workflows import check_name, check_qualified
 
 PeriodKind = Literal["month", "week", "day"]
@@ -60,38 +60,6 @@ def usd(value: Decimal) -> str:
 
 
 @dataclass(frozen=True)
-class Price:
-    """A model's price in USD per million tokens, input (the prompt) and output (the reply)."""
-
-    input: Decimal
-    output: Decimal
-
-    def __init__(self, input: Decimal | int | str, output: Decimal | int | str) -> None:
-        for what, value in (("input", input), ("output", output)):
-            try:
-                amount = Decimal(str(value))
-            except InvalidOperation:
-                raise AppError(
-                    f"Price({what}={value!r}): give USD per million tokens as a number, "
-                    'e.g. Price(input="0.15", output="0.60")'
-                ) from None
-            if not amount.is_finite() or amount < 0:
-                raise AppError(f"Price({what}={value!r}) must be 0 or more USD per million tokens")
-            object.__setattr__(self, what, amount)
-
-
-class CostModel(Protocol):
-    """What one call of an op costs in USD: at most, before the call (what it reserves), and in
-    fact, after it (what it settles at). `prices` is the app's price table by model name
-    (`App(llm_prices=...)` over remit's defaults). `max_cost` raises, naming what to change, when
-    it cannot price the call: the call is then refused before it is made."""
-
-    def max_cost(self, input: Any, prices: Mapping[str, Price]) -> Decimal: ...
-
-    def actual_cost(self, input: Any, output: Any, prices: Mapping[str, Price]) -> Decimal: ...
-
-
-@dataclass(frozen=True)
 class Budget:
     """A spending limit in USD per period (`month`, the default; `week`, ISO weeks; `day`), for
     the whole app or, with `workflow=`, for one workflow's runs. A call counts against every
@@ -111,15 +79,12 @@ class Budget:
         *,
         workflow: str | None = None,
     ) -> None:
-        try:
-            limit = Decimal(str(limit_usd))
-        except InvalidOperation:
-            raise AppError(
-                f"Budget({limit_usd!r}): give the limit in USD as a number, e.g. "
-                'Budget(Decimal("50"))'
-            ) from None
-        if not limit.is_finite() or limit < 0:
-            raise AppError(f"Budget({limit_usd!r}): the limit must be 0 or more USD")
+        limit = usd_amount(
+            limit_usd,
+            unreadable=f"Budget({limit_usd!r}): give the limit in USD as a number, e.g. "
+            'Budget(Decimal("50"))',
+            negative=f"Budget({limit_usd!r}): the limit must be 0 or more USD",
+        )
         if period not in get_args(PeriodKind):
             raise AppError(
                 f"Budget(period={period!r}): use 'month', 'week' or 'day' (periods are in UTC)"

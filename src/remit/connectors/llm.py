@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from remit.budgets.model import Price
 from remit.connectors.base import CallContext, Connector, Driver, Fake, implements
 from remit.core.errors import DriverError, OpError
+from remit.declare.costs import Price
 from remit.declare.ops import op
 
 if TYPE_CHECKING:

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote, unquote
 
 from fastapi import Request
@@ -17,9 +16,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from remit.client import Client
-
-if TYPE_CHECKING:
-    from remit.console.session import Sessions
+from remit.console.session import Sessions, Viewer
 
 # The cookie that carries a message from an act to the page its redirect shows.
 FLASH_COOKIE = "remit_flash"
@@ -34,14 +31,6 @@ NAV = (
     ("/console/operations", "Operations"),
     ("/console/resources", "Resources"),
 )
-
-
-@dataclass(frozen=True)
-class Viewer:
-    """Who is signed in: their principal (`user:ann`), and the CSRF token their forms carry."""
-
-    principal: str
-    csrf: str
 
 
 def span(delta: timedelta) -> str:

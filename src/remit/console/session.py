@@ -18,18 +18,26 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from dataclasses import dataclass
 from urllib.parse import quote
 
 from fastapi import Request
 from fastapi.responses import Response
 
 from remit.client import Client
-from remit.console.render import Viewer
 from remit.core.errors import Unauthenticated
 
 SESSION_COOKIE = "remit_session"
 SIGNIN_CSRF_COOKIE = "remit_signin_csrf"
 CSRF_FIELD = "csrf"
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """Who is signed in: their principal (`user:ann`), and the CSRF token their forms carry."""
+
+    principal: str
+    csrf: str
 
 
 class SignInNeeded(Exception):

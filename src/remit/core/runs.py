@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import sqlalchemy as sa
 from pydantic import BaseModel, ValidationError
@@ -48,10 +48,23 @@ from remit.core.text import PROBLEMS, excerpt
 if TYPE_CHECKING:
     from dbos import DBOSClient
 
-    # Only for annotations: runs are below the declarations that start them.
-    from remit.declare.workflows import Workflow
-
 log = logging.getLogger("remit.runs")
+
+
+class Startable(Protocol):
+    """What a run's start reads of its workflow: `declare.workflows.Workflow`, which sits
+    above the runs it starts. Its `record` (a function of the parsed input), if it has one,
+    is read with `getattr`."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def input(self) -> type[BaseModel]: ...
+
 
 RunStatus = Literal[
     "queued", "running", "waiting", "sleeping", "paused", "done", "failed", "cancelled"
@@ -204,7 +217,7 @@ class RunStore:
     def start(
         self,
         client: DBOSClient,
-        workflow: Workflow,
+        workflow: Startable,
         input: Mapping[str, Any] | BaseModel | ParsedInput,
         *,
         started_by: str,
@@ -564,7 +577,7 @@ def enqueue_first(
         announce(conn, run.queue)
 
 
-def derived_record(workflow: Workflow, payload: Mapping[str, Any]) -> Record | None:
+def derived_record(workflow: Startable, payload: Mapping[str, Any]) -> Record | None:
     """The record the workflow derives from a run's parsed input (`@workflow(record=...)`), or
     None when it declares none or derives none for this input. Raises `InputInvalid` naming
     the workflow when its function raises or gives something that is not a record."""
@@ -588,7 +601,7 @@ def _not_found(run_id: str) -> RunNotFound:
     return RunNotFound(f"no run `{run_id}`: `remit runs` lists the runs")
 
 
-def parse_input(workflow: Workflow, input: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
+def parse_input(workflow: Startable, input: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
     """The run's input as JSON, parsed against the workflow's model. Raises `InputInvalid`
     (for a NUL character in it too, or a field its model does not have, unless the model's
     `model_config` says what to do with extra fields) and `TooLarge` past

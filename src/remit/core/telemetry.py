@@ -38,7 +38,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from remit._version import __version__
 from remit.core.errors import RemitError, SettingsError
@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 
     from remit.core.outcome import Outcome
     from remit.core.runs import RunInfo
-    from remit.declare.ops import Op
 
 # OpenTelemetry and DBOS are imported where a span is made or exported, or a log line written
 # as JSON: a process that makes none (`remit runs`) loads neither.
@@ -174,6 +173,19 @@ def _attempt_span(
         _work.reset(work)
 
 
+class TracedOp(Protocol):
+    """What a call's span names of its op: `declare.ops.Op`, which sits above this module."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def effect(self) -> str: ...
+
+    @property
+    def idempotent(self) -> bool: ...
+
+
 def traced_call(call: F) -> F:
     """`OpCaller.call` run inside a `remit.op` span, which records how the call ended."""
 
@@ -181,7 +193,7 @@ def traced_call(call: F) -> F:
     def traced(
         caller: Any,
         run: RunInfo,
-        op: Op[Any, Any],
+        op: TracedOp,
         payload: dict[str, Any],
         *,
         step_id: int,

@@ -12,7 +12,7 @@ from remit.core.backoff import DEFAULT_RETRY, RetryPolicy
 from remit.core.errors import AppError
 
 if TYPE_CHECKING:
-    from remit.budgets.model import CostModel
+    from remit.declare.costs import CostModel
 
 Effect = Literal["read", "write"]
 # What a person's "it did not happen" (resolving a task `--not-done`) does to the run.
@@ -52,7 +52,7 @@ class Op(Generic[In, Out]):
     description: str = ""
     retry: RetryPolicy = field(default=DEFAULT_RETRY)
     on_not_done: NotDone = "fail"
-    # What a call costs (see `budgets.CostModel`): a call of an op with a cost is billed to the
+    # What a call costs (see `declare.costs.CostModel`): a call of an op with a cost is billed to the
     # app's budgets, and refused before it is made when it could pass one.
     cost: CostModel | None = None
     timeout: float | None = None

@@ -18,11 +18,12 @@ from typing import Any
 import sqlalchemy as sa
 from pydantic import BaseModel
 
-from remit.budgets.model import Price, Reservation, money
+from remit.budgets.model import Reservation, money
 from remit.budgets.store import Budgets
 from remit.core.errors import BudgetExceeded, OpError
 from remit.core.outcome import BudgetFailure, CallFailure
 from remit.core.runs import RunInfo
+from remit.declare.costs import Price
 from remit.declare.ops import Op
 
 log = logging.getLogger("remit.calls")

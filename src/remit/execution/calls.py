@@ -30,7 +30,6 @@ from typing import Any
 import sqlalchemy as sa
 from pydantic import BaseModel
 
-from remit.budgets.model import Price
 from remit.budgets.store import Budgets
 from remit.connectors.base import CallContext, Implementation
 from remit.connectors.credentials import SecretError
@@ -49,6 +48,7 @@ from remit.core.outcome import (
     UncertainFailure,
 )
 from remit.core.runs import RunInfo
+from remit.declare.costs import Price
 from remit.declare.ops import Op
 from remit.execution.billing import Bill
 from remit.execution.checkpoint import Checkpoint

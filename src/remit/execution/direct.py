@@ -18,11 +18,12 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import sqlalchemy as sa
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from remit.budgets.model import Budget
 from remit.budgets.store import Budgets
 from remit.connectors.base import Implementation
 from remit.connectors.wakeup import WAKEUP_ACTOR
@@ -36,7 +37,9 @@ from remit.core.limits import check_json
 from remit.core.outcome import Ok, Outcome
 from remit.core.principals import SYSTEM_PREFIX, check_actor, check_principal
 from remit.core.runs import RunInfo, RunStore, json_input
+from remit.declare.costs import Price
 from remit.declare.ops import Op
+from remit.declare.resources import ResourceType
 from remit.declare.workflows import Workflow, workflow
 from remit.execution.calls import DIRECT_CALL_PREFIX, OpCaller
 from remit.execution.context import Context
@@ -49,8 +52,6 @@ from remit.policy.guard import Guard
 
 if TYPE_CHECKING:
     from dbos import DBOSClient
-
-    from remit.app import App
 
 
 class HeldCall(BaseModel):
@@ -145,12 +146,35 @@ class CallResult:
         return cls("failed", op.id, key, error=outcome.message, replayed=replayed)
 
 
+class CallingApp(Protocol):
+    """What direct calls read of their app (`remit.app.App`, which sits above them and builds
+    its `call` workflow from this module)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def ops(self) -> Mapping[str, Op[Any, Any]]: ...
+
+    @property
+    def workflows(self) -> Mapping[str, Workflow]: ...
+
+    @property
+    def resource_types(self) -> Mapping[str, ResourceType]: ...
+
+    @property
+    def budgets(self) -> tuple[Budget, ...]: ...
+
+    @property
+    def llm_prices(self) -> Mapping[str, Price]: ...
+
+
 class DirectCalls:
     """Makes direct calls for one app: policy first, then the call (or a held run)."""
 
     def __init__(
         self,
-        app: App,
+        app: CallingApp,
         db: Database,
         client: DBOSClient,
         *,

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
 from pydantic import BaseModel
@@ -30,8 +30,6 @@ from remit.policy.cedar import HELD, Action, Policy, Verdict, denied
 
 if TYPE_CHECKING:
     from dbos import DBOSClient
-
-    from remit.app import App
 
 log = logging.getLogger("remit.guard")
 
@@ -49,6 +47,16 @@ class Denial:
     reason: str
 
 
+class GuardedApp(Protocol):
+    """What a guard reads of its app (`remit.app.App`, which sits above the policies)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def policy(self) -> Policy: ...
+
+
 class Guard:
     """The app's policies plus the record of what they refused."""
 
@@ -61,7 +69,7 @@ class Guard:
         self.clock = clock or SystemClock()
 
     @classmethod
-    def of(cls, app: App, db: Database, *, clock: Clock | None = None) -> Guard:
+    def of(cls, app: GuardedApp, db: Database, *, clock: Clock | None = None) -> Guard:
         return cls(app.name, app.policy, db, clock=clock)
 
     def start(

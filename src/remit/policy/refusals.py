@@ -10,9 +10,9 @@ A refusal by policy is one more reason, recorded as a denial once the answer is 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
@@ -24,8 +24,45 @@ from remit.core.text import unsafe
 from remit.policy.cedar import Action, denied
 
 if TYPE_CHECKING:
-    from remit.people.approvals import Approval, ApprovalType
     from remit.policy.guard import Guard
+
+
+class Approval(Protocol):
+    """What a decision's checks read of an approval: `people.approvals.Approval`, which sits
+    above the policies."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def assignee(self) -> str | None: ...
+
+    @property
+    def decided_by(self) -> str | None: ...
+
+    @property
+    def draft_json(self) -> dict[str, Any]: ...
+
+    @property
+    def edited_draft_json(self) -> dict[str, Any] | None: ...
+
+
+class ApprovalType(Protocol):
+    """What an edit's check reads of an approval type: `people.approvals.ApprovalType`, whose
+    draft model the edited draft must parse against."""
+
+    @property
+    def draft(self) -> type[BaseModel]: ...
+
 
 # What `decide()` may write.
 DECISIONS: tuple[str, ...] = ("approved", "rejected", "expired", "cancelled")
@@ -118,7 +155,7 @@ def check_call(
 
 def refusals(
     call: DecideCall,
-    locked: list[Approval[Any]],
+    locked: Sequence[Approval],
     locked_runs: Mapping[str, LockedRun],
     types: Mapping[str, ApprovalType],
     policy: PolicyChecks,
@@ -179,7 +216,7 @@ def refusals(
 
 
 def _context(
-    call: DecideCall, row: Approval[Any], draft: Mapping[str, Any], run: LockedRun | None
+    call: DecideCall, row: Approval, draft: Mapping[str, Any], run: LockedRun | None
 ) -> dict[str, Any]:
     """What the policies are told of a decision on `row`."""
     return decide_context(
@@ -214,7 +251,7 @@ def decide_context(
 
 
 def parse_edit(
-    declared: ApprovalType | None, row: Approval[Any], edit: Mapping[str, Any], decision: str
+    declared: ApprovalType | None, row: Approval, edit: Mapping[str, Any], decision: str
 ) -> tuple[str | None, dict[str, Any] | None]:
     """An edit's problem, or the draft it makes (parsed against the type's model)."""
     if decision != "approved":

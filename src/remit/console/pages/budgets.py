@@ -13,7 +13,8 @@ from fastapi.responses import Response
 
 from remit.budgets.model import PeriodState
 from remit.client import Client
-from remit.console.render import Page, Viewer
+from remit.console.render import Page
+from remit.console.session import Viewer
 from remit.console.svg import budget_chart
 from remit.reads import Reader
 

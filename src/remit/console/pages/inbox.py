@@ -29,7 +29,8 @@ from starlette.datastructures import FormData
 from remit.client import Client
 from remit.console.errors import reasons_of, status_of
 from remit.console.forms import FormField, fields_of, parse_form, posted_values
-from remit.console.render import Page, Viewer
+from remit.console.render import Page
+from remit.console.session import Viewer
 from remit.core.errors import DecisionRefused
 from remit.people.inbox import Decidable
 from remit.reads import Reader

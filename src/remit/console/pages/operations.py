@@ -12,7 +12,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from remit.client import Client
-from remit.console.render import Page, Viewer
+from remit.console.render import Page
+from remit.console.session import Viewer
 from remit.ops.registry import state as worker_state
 from remit.reads import Reader
 

@@ -11,7 +11,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from remit.client import Client
-from remit.console.render import Page, Viewer
+from remit.console.render import Page
+from remit.console.session import Viewer
 from remit.reads import Reader
 from remit.resources.workflows import APPLY, DRIFT
 

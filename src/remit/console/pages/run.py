@@ -18,7 +18,8 @@ from starlette.datastructures import FormData
 
 from remit.client import Client
 from remit.console.pages.inbox import posted
-from remit.console.render import Page, Viewer
+from remit.console.render import Page
+from remit.console.session import Viewer
 from remit.console.svg import timeline
 from remit.core.runs import Run
 from remit.ops.retries import RETRYABLE

@@ -14,7 +14,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from remit.client import Client
-from remit.console.render import Page, Viewer, query
+from remit.console.render import Page, query
+from remit.console.session import Viewer
 from remit.core.runs import STATUSES
 from remit.reads import Reader
 

@@ -15,8 +15,8 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from remit.client import Client
-from remit.console.render import Page, Viewer
-from remit.console.session import SESSION_COOKIE, new_signin_csrf
+from remit.console.render import Page
+from remit.console.session import SESSION_COOKIE, Viewer, new_signin_csrf
 from remit.core.errors import Unauthenticated
 from remit.policy.signin import CHECKS_AT_ONCE
 

@@ -24,7 +24,8 @@ from remit.client import Client
 from remit.console.errors import reasons_of, status_of
 from remit.console.forms import FormField, fields_of, parse_form, posted_values
 from remit.console.pages.inbox import form_dict, new_key, posted, text_of
-from remit.console.render import Page, Viewer
+from remit.console.render import Page
+from remit.console.session import Viewer
 from remit.core.errors import TaskRefused
 from remit.core.ledger import LedgerRow
 from remit.people.tasks import Task
