@@ -642,7 +642,7 @@ class Client:
         """Cancel a run that has not finished, as the policies allow (`cancel` on its
         workflow); a finished one is left as it is."""
         _not_in_a_workflow("cancel")
-        from remit.people.approvals import cancel_run
+        from remit.people.ending import cancel_run
 
         who = self._person(by)
         run = self.get_run(run_id)

@@ -23,7 +23,9 @@ from remit import DecisionRefused, KeyReused
 from remit.core.database import Database
 from remit.core.runs import RunInfo, RunStore
 from remit.core.schema import approvals, audit, decisions, resumes, runs
-from remit.people.approvals import Approval, Approvals, Decided, DecideResult, Gates, cancel_run
+from remit.people.approvals import Approval, Approvals, Decided, DecideResult
+from remit.people.ending import cancel_run
+from remit.people.gates import Gates
 from remit.testing import Harness
 from tests.support import FakeShop, create_order, get_item, make_app
 

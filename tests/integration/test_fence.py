@@ -17,7 +17,7 @@ from remit.core.errors import RemitError, RunMovedOn
 from remit.core.runs import Run, RunStore
 from remit.core.schema import resumes
 from remit.core.schema import runs as runs_table
-from remit.people.approvals import cancel_run
+from remit.people.ending import cancel_run
 from remit.testing import Harness
 from tests.support import FakeShop, create_order, make_app, send_email
 

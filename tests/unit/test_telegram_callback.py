@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from remit.core.errors import RemitError
-from remit.people.approvals import new_approval_id
+from remit.people.gates import new_approval_id
 from remit.people.telegram import (
     CALLBACK_LIMIT,
     Callback,

@@ -45,7 +45,8 @@ from remit.execution.calls import CallMemo, KeyTaken, OpCaller
 from remit.execution.checkpoint import Checkpoint
 from remit.execution.journal import Journal, Mark, gate_mark, op_mark, sleep_mark, step_mark
 from remit.execution.timers import Timers
-from remit.people.approvals import Decision, Gates
+from remit.people.approvals import Decision
+from remit.people.gates import Gates
 
 if TYPE_CHECKING:
     # DBOS runs the steps; it is imported where a live attempt calls it, so that an app's

@@ -46,7 +46,7 @@ from remit.execution.journal import (
     sleep_mark,
 )
 from remit.execution.timers import DEFAULT_SUSPEND_AFTER, Timers
-from remit.people.approvals import Gates
+from remit.people.gates import Gates
 from remit.people.tasks import TaskOpener
 
 if TYPE_CHECKING:

@@ -93,7 +93,7 @@ from remit.execution.calls import DIRECT_CALL_PREFIX
 from remit.ops.pause import AppState
 from remit.ops.recoveries import where_it_stopped
 from remit.ops.runtime import SUSPENDED
-from remit.people.approvals import cancel_run
+from remit.people.ending import cancel_run
 from remit.people.tasks import Held, TaskOpener
 
 if TYPE_CHECKING:

@@ -52,7 +52,7 @@ from remit.ops.recoveries import (
     where_it_stopped,
     without_progress,
 )
-from remit.people.approvals import Gates
+from remit.people.gates import Gates
 from remit.people.notify import Notifications, Notifier
 from remit.people.tasks import TaskOpener
 

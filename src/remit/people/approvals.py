@@ -1,8 +1,10 @@
 """Approval gates: a run waits for a person's decision without holding anything, and resumes
 from the gate on its next attempt without running a finished step again.
 
-The gate (`ctx.approval`) is a DBOS step that creates or reads the approval row and records its
-own step number. While the row is pending the attempt writes `waiting` and ends. `decide()` is
+The gate (`ctx.approval`, `gates.py`) is a DBOS step that creates or reads the approval row
+and records its own step number. While the row is pending the attempt writes `waiting` and
+ends. This module declares approvals and decides them; ending a run from outside, which cancels
+its gates, is `ending.py`. `decide()` is
 the one way a gate is decided, an answer given as `answers.py` gives every answer: in one
 transaction it locks the runs, then the approvals (both in id order: the gate's step takes the
 run before the approval too), refuses the whole batch with every reason or writes each decision
@@ -27,7 +29,7 @@ import logging
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal
 
 import sqlalchemy as sa
@@ -42,26 +44,19 @@ from remit.core.activity import (
     activity_row,
     check_record,
     record_of,
-    record_of_run,
-    run_ended,
 )
 from remit.core.audit import audit_row
-from remit.core.clock import Clock, SystemClock
+from remit.core.clock import Clock
 from remit.core.database import Database
 from remit.core.errors import (
     AppError,
     ApprovalNotFound,
     DecisionRefused,
-    InputInvalid,
     RemitError,
-    RunNotFound,
-    Suspended,
 )
-from remit.core.fence import FINISHED, LockedRun, cancel, hold, lock
-from remit.core.keys import key_problem
+from remit.core.fence import FINISHED
 from remit.core.limits import check_json, check_text
-from remit.core.runs import Run, RunInfo, RunStore
-from remit.core.schema import activity, approvals, decisions, ledger, notifications, runs
+from remit.core.schema import activity, approvals, decisions, notifications, runs
 from remit.declare.workflows import check_name
 from remit.people.answers import Answer, Answers, KeyedRequest, Replayed, Turn, as_json
 from remit.policy.refusals import DecideCall, check_call, refusals
@@ -209,221 +204,6 @@ class Archived:
         }
 
 
-def new_approval_id() -> str:
-    return f"apr_{uuid.uuid4().hex[:16]}"
-
-
-class Gates:
-    """The gate side: what a run's attempt does at `ctx.approval`."""
-
-    def __init__(
-        self,
-        db: Database,
-        types: Mapping[str, ApprovalType],
-        *,
-        channels: Iterable[str] = (),
-        clock: Clock | None = None,
-    ) -> None:
-        self.db = db
-        self.types = dict(types)
-        self.channels = tuple(channels)
-        self.clock = clock or SystemClock()
-
-    def prepare(
-        self,
-        key: str,
-        type: str,
-        draft: BaseModel | Mapping[str, Any],
-        expires_in: timedelta | float | None,
-    ) -> tuple[ApprovalType, dict[str, Any], float | None]:
-        """Check a gate's arguments before its step runs. Raises with what to change."""
-        problem = key_problem(key, what="approval key", longest=100, example="write-off")
-        if problem is not None:
-            raise InputInvalid(problem, target="ctx.approval", errors=[])
-        declared = self.types.get(type)
-        if declared is None:
-            known = ", ".join(sorted(self.types)) or "none"
-            raise AppError(
-                f"approval type `{type}` is not declared (declared: {known}): add "
-                f"ApprovalType({type!r}, draft=YourModel) to App(approvals=[...])"
-            )
-        try:
-            if isinstance(draft, BaseModel):
-                draft = draft.model_dump(mode="json")
-            check_json(draft, what=f"the draft of approval `{key}`", cap="draft_bytes", target=key)
-            parsed = declared.draft.model_validate(draft)
-        except ValidationError as error:
-            raise InputInvalid.of(
-                error,
-                what=f"the draft of approval `{key}` ({declared.draft.__name__})",
-                target=key,
-                after="Fix the draft the workflow passes to ctx.approval",
-            ) from None
-        seconds = expires_in.total_seconds() if isinstance(expires_in, timedelta) else expires_in
-        if seconds is not None and seconds <= 0:
-            raise InputInvalid(
-                f"approval `{key}`: expires_in must be positive, got {expires_in!r}",
-                target=key,
-                errors=[],
-            )
-        return declared, parsed.model_dump(mode="json"), seconds
-
-    def open(
-        self,
-        run: RunInfo,
-        step_id: int,
-        *,
-        key: str,
-        type: str,
-        title: str,
-        draft: dict[str, Any],
-        assignee: str | None,
-        expires_in: float | None,
-        record: Record | None = None,
-        app: str | None = None,
-    ) -> dict[str, Any]:
-        """Create the gate's row, or read it back: the body of the gate's step.
-
-        Idempotent, so DBOS may run it again. Locks the run before the approval, the order
-        `decide()` takes them in. A pending gate is moved to the current attempt, which is the
-        one a decision must resume. Raises `RunMovedOn` if the run has left this attempt or
-        finished (it was cancelled), and `AppError` if an earlier gate of the run took the key.
-
-        The gate concerns `record` (of the app `app`), else its run's record, if any: its
-        opening is written to that record's activity with the row.
-        """
-        now = self.clock.now()
-        if record is not None and app is None:
-            raise RemitError(f"approval {key}: a gate naming a record needs its app's name")
-        named = None if record is None or app is None else RecordRef(app, *record)
-
-        def write() -> dict[str, Any]:
-            with self.db.begin() as conn:
-                hold(conn, run.run_id, run.workflow_id)
-                row = _by_key(conn, run.run_id, key, self.types)
-                if row is None:
-                    row = self._create(
-                        conn,
-                        run,
-                        step_id,
-                        key,
-                        type,
-                        title,
-                        draft,
-                        assignee,
-                        expires_in,
-                        now,
-                        named,
-                    )
-                elif row.step_id != step_id:
-                    # A step keeps its number across attempts (forks copy them), so another
-                    # number is another gate: reusing its key would reuse its decision.
-                    raise AppError(
-                        f"approval key `{key}` is taken by an earlier gate of run {run.run_id} "
-                        f"(step {row.step_id}): give each gate its own key, e.g. "
-                        f"f'{key}-{{n}}' in a loop"
-                    )
-                elif row.status == "pending" and row.workflow_id != run.workflow_id:
-                    conn.execute(
-                        approvals.update()
-                        .where(approvals.c.id == row.id)
-                        .values(workflow_id=run.workflow_id, step_id=step_id)
-                    )
-                    row = _by_key(conn, run.run_id, key, self.types)
-                    assert row is not None
-                return row.as_json()
-
-        return self.db.retrying(f"run {run.run_id}: approval {key}", write)
-
-    def _create(
-        self,
-        conn: sa.Connection,
-        run: RunInfo,
-        step_id: int,
-        key: str,
-        type: str,
-        title: str,
-        draft: dict[str, Any],
-        assignee: str | None,
-        expires_in: float | None,
-        now: datetime,
-        named: RecordRef | None,
-    ) -> Approval[Any]:
-        approval_id = new_approval_id()
-        # Another execution of this same step may have inserted the row meanwhile: keep theirs.
-        inserted = conn.execute(
-            self._insert_new().values(
-                id=approval_id,
-                run_id=run.run_id,
-                key=key,
-                type=type,
-                title=title,
-                draft=draft,
-                status="pending",
-                assignee=assignee,
-                created_at=now,
-                expires_at=None if expires_in is None else now + timedelta(seconds=expires_in),
-                workflow_id=run.workflow_id,
-                step_id=step_id,
-            )
-        ).rowcount
-        if inserted and self.channels:
-            conn.execute(
-                notifications.insert(),
-                [
-                    {"approval_id": approval_id, "channel": channel, "attempts": 0, "next_at": now}
-                    for channel in self.channels
-                ],
-            )
-        row = _by_key(conn, run.run_id, key, self.types)
-        assert row is not None
-        if inserted:
-            ref = named or record_of_run(conn, run.run_id)
-            if ref is not None:
-                activity_row(
-                    conn,
-                    ref,
-                    at=now,
-                    kind=APPROVAL_OPENED,
-                    actor=run.actor,
-                    summary=f"{title}: waits for a decision",
-                    run_id=run.run_id,
-                    target=row.id,
-                    meta={
-                        "key": key,
-                        "type": type,
-                        "assignee": assignee,
-                        "expires_at": None
-                        if row.expires_at is None
-                        else row.expires_at.isoformat(),
-                        "draft": draft,
-                    },
-                )
-        return row
-
-    def _insert_new(self) -> Any:
-        insert = self.db.insert
-        return insert(approvals).on_conflict_do_nothing(index_elements=["run_id", "key"])
-
-    def outcome(self, row: Mapping[str, Any], declared: ApprovalType) -> Decision[Any]:
-        """The decision the gate's step read, or `Suspended` while it is pending."""
-        if row["status"] == "pending":
-            raise Suspended("waiting", f"approval {row['id']} is pending", approval_id=row["id"])
-        edited = row["edited_draft"] is not None
-        decided_at = row["decided_at"]
-        return Decision(
-            approval_id=row["id"],
-            key=row["key"],
-            status=row["status"],
-            draft=declared.draft.model_validate(row["edited_draft"] if edited else row["draft"]),
-            edited=edited,
-            decided_by=row["decided_by"],
-            decided_via=row["decided_via"],
-            decided_at=None if decided_at is None else datetime.fromisoformat(decided_at),
-            reason=row["reason"],
-        )
-
-
 class Approvals(Answers):
     """The deciding side: list, show and decide approvals, and complete the outbox.
 
@@ -454,7 +234,7 @@ class Approvals(Answers):
             raise ApprovalNotFound(
                 f"no approval `{approval_id}`: `remit approvals` lists the approvals"
             )
-        return _approval(row, self.types)
+        return approval_of(row, self.types)
 
     def list(
         self,
@@ -475,7 +255,7 @@ class Approvals(Answers):
             oldest_first=oldest_first,
             only=only,
         )
-        return [_approval(row, self.types) for row in rows]
+        return [approval_of(row, self.types) for row in rows]
 
     def decide(
         self,
@@ -637,7 +417,7 @@ class _Decision(Answer[list[Approval[Any]], DecideResult]):
             .order_by(approvals.c.id)
             .with_for_update()
         )
-        return [_approval(row, self.types) for row in rows]
+        return [approval_of(row, self.types) for row in rows]
 
     def keyed(self) -> KeyedRequest:
         call = self.call
@@ -843,96 +623,6 @@ def write_decision(
     return Decided(row.id, row.run_id, row.key, status, resumed_workflow_id)
 
 
-def cancel_run(
-    runs_store: RunStore,
-    client: DBOSClient,
-    run_id: str,
-    *,
-    by: str,
-    timed_out: str | None = None,
-    only_on: str | None = None,
-) -> Run:
-    """Cancel a run that has not finished, and its current attempt in DBOS; or, given
-    `timed_out` (why), fail it so.
-
-    A finished run is left as it is, and so is one that has moved past attempt `only_on`, when
-    given. An attempt in flight stops at its next step; its later status writes are refused
-    because the run is no longer running. The run's pending gates are cancelled in the same
-    transaction, each with its audit row, and the run's end is written to its record's
-    activity, if it concerns one.
-    """
-    now = runs_store.clock.now()
-    status: Literal["cancelled", "failed"] = "cancelled" if timed_out is None else "failed"
-    with runs_store.db.begin() as conn:
-        run = lock(conn, run_id)
-        if run is None:
-            raise RunNotFound(f"no run `{run_id}`: `remit runs` lists the runs")
-        if only_on is not None and run.workflow_id != only_on:
-            return runs_store.get(run_id)
-        if timed_out is not None and run.status == "running" and _calling(conn, run_id, run):
-            return runs_store.get(run_id)  # its call ends within its timeout, then so does it
-        if not cancel(conn, run, now=now, status=status, error=timed_out):
-            return runs_store.get(run_id)
-        cancel_gates(conn, run_id, by=by, now=now, why=timed_out)
-        run_ended(conn, run_id, status, at=now, actor=by, error=timed_out)
-        audit_row(
-            conn,
-            at=now,
-            actor=by,
-            action="run.cancelled" if timed_out is None else "run.timed_out",
-            target=run_id,
-            meta={"workflow": run.workflow, "was": run.status},
-        )
-    client.cancel_workflow(run.workflow_id)
-    return runs_store.get(run_id)
-
-
-def _calling(conn: sa.Connection, run_id: str, run: LockedRun) -> bool:
-    """Whether the locked run's current attempt has a call in flight (a call's `started` row
-    is written under the run's lock, so none can begin meanwhile)."""
-    found = conn.execute(
-        sa.select(ledger.c.id)
-        .where(
-            ledger.c.run_id == run_id,
-            ledger.c.attempt == run.attempt,
-            ledger.c.status == "started",
-        )
-        .limit(1)
-    ).first()
-    return found is not None
-
-
-def cancel_gates(
-    conn: sa.Connection, run_id: str, *, by: str, now: datetime, why: str | None = None
-) -> int:
-    """Cancel the pending gates of a run being ended from outside (cancelled, or failed past
-    its timeout: `why`), in the caller's transaction."""
-    pending = [
-        _approval(row, {})
-        for row in conn.execute(
-            sa.select(approvals)
-            .where(approvals.c.run_id == run_id, approvals.c.status == "pending")
-            .order_by(approvals.c.id)
-            .with_for_update()
-        )
-    ]
-    for row in pending:
-        write_decision(
-            conn,
-            row,
-            "cancelled",
-            by=by,
-            via="cancel",
-            decision_key=None,
-            batch_id=None,
-            reason=f"run {run_id} was cancelled" if why is None else why,
-            edited_draft=None,
-            resumed_workflow_id=None,
-            now=now,
-        )
-    return len(pending)
-
-
 def _pending_on(conn: sa.Connection, run_id: str, workflow_id: str) -> list[Approval[Any]]:
     """The run's gates still pending on its attempt `workflow_id` (the run is locked)."""
     rows = conn.execute(
@@ -942,19 +632,10 @@ def _pending_on(conn: sa.Connection, run_id: str, workflow_id: str) -> list[Appr
             approvals.c.status == "pending",
         )
     )
-    return [_approval(row, {}) for row in rows]
+    return [approval_of(row, {}) for row in rows]
 
 
-def _by_key(
-    conn: sa.Connection, run_id: str, key: str, types: Mapping[str, ApprovalType]
-) -> Approval[Any] | None:
-    row = conn.execute(
-        sa.select(approvals).where(approvals.c.run_id == run_id, approvals.c.key == key)
-    ).one_or_none()
-    return None if row is None else _approval(row, types)
-
-
-def _approval(row: sa.Row[Any], types: Mapping[str, ApprovalType]) -> Approval[Any]:
+def approval_of(row: sa.Row[Any], types: Mapping[str, ApprovalType]) -> Approval[Any]:
     """The approval `row` holds, its drafts parsed as its type's model where `types` has it."""
     stored = row._mapping
     declared = types.get(stored["type"])
