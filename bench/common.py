@@ -57,6 +57,8 @@ MOVED: dict[str, tuple[str, ...]] = {
     "remit.people.approvals": ("remit.approvals",),
     "remit.people.tasks": ("remit.tasks",),
     "remit.ops.reconciler": ("remit.reconciler",),
+    # A pass's report, and its concluding of ended attempts, left the reconciler's module.
+    "remit.ops.concluding": ("remit.ops.reconciler", "remit.reconciler"),
 }
 
 

@@ -51,7 +51,8 @@ from remit.app import App, load_app
 from remit.core.database import Database
 from remit.core.runs import new_run_id
 from remit.core.schema import ledger, runs
-from remit.ops.reconciler import Reconciler, Report
+from remit.ops.concluding import Report
+from remit.ops.reconciler import Reconciler
 from remit.people.tasks import TaskOpener
 
 APP = ROOT / "bench" / "apps" / "bench_app"

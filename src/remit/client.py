@@ -54,10 +54,10 @@ if TYPE_CHECKING:
     from remit.core.runs import Run, RunStore
     from remit.declare.workflows import Workflow
     from remit.execution.direct import CallResult, DirectCalls
+    from remit.ops.concluding import Report
     from remit.ops.deadlines import Deadline
     from remit.ops.deploy import DeployReport
     from remit.ops.pause import AppState
-    from remit.ops.reconciler import Report
     from remit.ops.registry import WorkerRow
     from remit.ops.retries import Retried, Retries
     from remit.people.activity import Activity

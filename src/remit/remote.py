@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     from remit.core.ledger import LedgerRow
     from remit.core.runs import Run
     from remit.execution.direct import CallResult
+    from remit.ops.concluding import Report
     from remit.ops.deadlines import Deadline
-    from remit.ops.reconciler import Report
     from remit.ops.registry import WorkerRow
     from remit.ops.retries import Retried
     from remit.people.activity import Activity
@@ -422,7 +422,7 @@ class RemoteClient:
 
     def reconcile(self, *, dry_run: bool = False, by: str | None = None) -> Report:
         from remit.budgets.model import Drift
-        from remit.ops.reconciler import Action, Report
+        from remit.ops.concluding import Action, Report
 
         self._as_token(by)
         answer = self._send("POST", "/reconcile", json={"dry_run": dry_run})

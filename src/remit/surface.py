@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from remit.core.runs import Run
     from remit.core.settings import Settings
     from remit.execution.direct import CallResult
+    from remit.ops.concluding import Report
     from remit.ops.deadlines import Deadline
-    from remit.ops.reconciler import Report
     from remit.ops.registry import WorkerRow
     from remit.ops.retries import Retried
     from remit.people.activity import Activity

@@ -14,7 +14,8 @@ from remit.core.schema import approvals as approvals_table
 from remit.core.schema import ledger as ledger_table
 from remit.core.schema import runs as runs_table
 from remit.declare.workflows import Workflow
-from remit.ops.reconciler import Reconciler, conclude_ended
+from remit.ops.concluding import conclude_ended
+from remit.ops.reconciler import Reconciler
 from remit.people.tasks import TaskOpener
 from remit.testing import Harness, ManualClock
 from tests.support import FakeShop, create_order, make_app, send_email

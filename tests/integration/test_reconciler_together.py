@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from remit.core.runs import Run
 from remit.core.schema import activity as activity_table
 from remit.core.schema import runs as runs_table
-from remit.ops import reconciler as reconciler_module
-from remit.ops.reconciler import conclude_ended
+from remit.ops import concluding as concluding_module
+from remit.ops.concluding import conclude_ended
 from remit.testing import Harness
 from tests.support import make_app
 
@@ -98,10 +98,10 @@ def test_runs_concluded_together_are_written_as_each_on_its_own_would_be(
     with Harness(make_app(), database_url=database_url) as harness:
         finished, recorded, waiting = _finished(harness)
         with monkeypatch.context() as each_on_its_own:
-            each_on_its_own.setattr(reconciler_module, "_conclude_together", lambda *_: {})
+            each_on_its_own.setattr(concluding_module, "conclude_together", lambda *_: {})
             alone, wrote_alone = _conclude_all(harness, finished)
         # Two a statement: the four runs that concern no record take two.
-        monkeypatch.setattr(reconciler_module, "_TOGETHER", 2)
+        monkeypatch.setattr(concluding_module, "_TOGETHER", 2)
 
         together, wrote_together = _conclude_all(harness, finished)
 
@@ -162,7 +162,7 @@ def test_runs_are_concluded_each_on_its_own_when_the_statement_for_them_all_fail
     def fails(*_: object) -> dict[str, bool]:
         raise RuntimeError("the statement for them all failed")
 
-    monkeypatch.setattr(reconciler_module, "_write_together", fails)
+    monkeypatch.setattr(concluding_module, "_write_together", fails)
     with Harness(make_app(), database_url=database_url) as harness:
         done = harness.run("purchase", {"sku": "sku-1"})
         failed = harness.run("purchase", {"sku": "sku-404"})

@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from remit import App, AppError, ApprovalNotice, ApprovalType, LogNotifier, WebhookNotifier
-from remit.ops.reconciler import conclusion
+from remit.ops.concluding import conclusion
 from remit.ops.runtime import suspended_output
 from remit.people.notify import sign
 
