@@ -87,15 +87,9 @@ from remit.connectors.base import Fake
 from remit.console import app as console
 from remit.core.errors import RemitError
 from remit.serve.body import BodyLimit
-from remit.serve.errors import error_response
+from remit.serve.errors import ErrorBody, Problem, error_response, error_responses
 from remit.serve.fake_routes import fake_routes
-from remit.serve.models import (
-    ErrorBody,
-    Health,
-    Problem,
-    Woken,
-    error_responses,
-)
+from remit.serve.models import Health, Woken
 from remit.serve.routes import router
 from remit.serve.signin_routes import signin_routes
 

@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from remit.core import limits
 from remit.core.errors import InputInvalid
 from remit.core.limits import SETTINGS, size_text
-from remit.serve.models import ErrorBody, ErrorReason
+from remit.serve.errors import ErrorBody, ErrorReason
 
 # The most of an over-cap body read (and dropped) before answering anyway.
 DRAIN = 64 * 1024 * 1024

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path
 
 from remit.connectors.base import Fake
 from remit.core.text import excerpt
-from remit.serve.models import Problem, error_responses
+from remit.serve.errors import Problem, error_responses
 from remit.serve.params import NUL_FREE
 
 

@@ -4,7 +4,6 @@ shape, `ErrorBody`. `serve/api.py` builds the routes on them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Annotated, Any, ClassVar, Literal
@@ -34,52 +33,6 @@ from remit.serve.params import (
     PRINCIPAL_FORM,
     SUMMARY,
 )
-
-# Errors.
-
-
-class ErrorReason(BaseModel):
-    """One thing to fix, about one approval where it concerns one."""
-
-    approval_id: str | None = Field(description="The approval it concerns, if one.")
-    reason: str
-
-
-class ErrorBody(BaseModel):
-    """Every error's body: what went wrong and what to change, with each reason listed."""
-
-    error: str = Field(description="What went wrong and what to change, as one sentence.")
-    reasons: list[ErrorReason] = Field(
-        default_factory=list, description="Every reason, one per approval or field."
-    )
-
-
-class Problem(Exception):
-    """An error response this module answers with directly."""
-
-    def __init__(self, status: int, error: str, reasons: Sequence[ErrorReason] = ()) -> None:
-        super().__init__(error)
-        self.status = status
-        self.error = error
-        self.reasons = list(reasons)
-
-
-def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The error responses of a route, for the OpenAPI spec."""
-    described = {
-        400: "The request needs a change: the error names it.",
-        401: "No API token, or one that is unknown, expired or revoked.",
-        403: "The app's policies refuse the token's principal this act; the reason is given.",
-        404: "Nothing has that id: the error names the route that lists them.",
-        409: "The act was refused as things stand and nothing was written; every reason is listed.",
-        413: "The body, or a value in it, is past its size limit (`REMIT_MAX_*`): the error "
-        "names the limit and the setting that raises it; nothing was written.",
-        422: "The body or the query does not parse (every field is listed), or the "
-        "Idempotency-Key was sent before with another request.",
-        503: "The database did not answer; send the request again.",
-    }
-    return {status: {"model": ErrorBody, "description": described[status]} for status in statuses}
-
 
 # Request bodies.
 

@@ -1,5 +1,6 @@
 """The HTTP API's routes, each acting as the principal of the request's API token through the
-client's verb for it. `router(client)` is every route but `/health`, behind the token."""
+client's verb for it. `router(client)` is every route but `/health`, behind the token: those of
+runs, approvals, tasks and records here, those that run the app in `operation_routes.py`."""
 
 from __future__ import annotations
 
@@ -9,22 +10,17 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request, Security
-from fastapi.routing import APIRoute
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import APIRouter, Body, Depends, Path, Query
 from pydantic import (
     ValidationError,
 )
 
 from remit.client import Client
-from remit.connectors.credentials import check_name
 from remit.core.audit import audit_of
 from remit.core.errors import (
     ApprovalNotFound,
-    RemitError,
     RunNotFound,
     TaskNotFound,
-    Unauthenticated,
 )
 from remit.core.runs import Run, RunStatus
 from remit.core.text import PROBLEMS, excerpt, listed
@@ -32,8 +28,8 @@ from remit.ops.registry import state as worker_state
 from remit.people.activity import LAST_ROW
 from remit.people.approvals import Approval, Approvals, ApprovalStatus, check_decision
 from remit.people.tasks import Task, TaskStatus
-from remit.policy.tokens import parse_duration
 from remit.reads import Reader
+from remit.serve.errors import ErrorReason, Problem, error_responses
 from remit.serve.models import (
     ActivityView,
     ApprovalDetail,
@@ -42,139 +38,54 @@ from remit.serve.models import (
     ArchiveRequest,
     AuditEntry,
     BudgetPeriod,
-    CallRequest,
-    CallView,
     DeadlineView,
     DecisionRequest,
     DecisionResponse,
     DecisionsRequest,
     DecisionsResponse,
     DenialView,
-    DriftView,
     EarlierTryView,
-    ErrorReason,
     LedgerEntry,
     LimitRequest,
-    Paused,
-    Problem,
-    ReconcileAction,
-    ReconcileReport,
-    ReconcileRequest,
     RecordPart,
     ResolutionRequest,
     ResolutionResponse,
-    Resumed,
     RetryRequest,
     RetryResponse,
     RunView,
-    SecretDeleted,
-    SecretRequest,
-    SecretView,
     StartRequest,
     StepView,
     TaskDetail,
     TaskView,
-    TokenMade,
-    TokenRequest,
-    TokenView,
     WorkerView,
     approval_fields,
-    error_responses,
     usd_text,
 )
+from remit.serve.operation_routes import call_routes, control_routes, secret_routes, token_routes
 from remit.serve.params import (
-    DURATION_FORM,
     NUL_FREE,
     ApprovalId,
-    CallKey,
     NewestFirst,
     OptionalKey,
     RequiredKey,
     RunId,
-    SecretName,
     TaskId,
     limit_query,
 )
-
-_BEARER = HTTPBearer(
-    auto_error=False,
-    bearerFormat="rmt_...",
-    description="An API token of this app (`remit tokens create --for user:<name>`, or "
-    "POST /tokens): the request acts as its principal.",
-)
-
-
-def _principal(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)],
-) -> str:
-    """The principal the request's API token acts as; 401 without a working one."""
-    if credentials is None or not credentials.credentials.strip():
-        raise Unauthenticated(
-            "send an API token as `Authorization: Bearer rmt_...` (make one with `remit tokens "
-            "create --for user:<name>`)"
-        )
-    client: Client = request.app.state.remit
-    return client.authenticate(credentials.credentials.strip())
-
-
-# Who acts in a route: the principal of the request's API token.
-Who = Annotated[str, Depends(_principal)]
-
-
-def _plain_query(request: Request) -> None:
-    """Refuse a query parameter the route does not take, or one given more than once, rather
-    than answer as if it had not been sent; a body sent to a route that takes none; and a NUL
-    character in the path or the query, which no text the database keeps may hold (422)."""
-    route = request.scope.get("route")
-    if not isinstance(route, APIRoute):
-        return
-    takes = [param.alias for param in route.dependant.query_params]
-    problems = [
-        f"{where} `{name}` holds a NUL character (%00): remove it"
-        for where, given in (
-            ("path", request.path_params),
-            ("query parameter", request.query_params),
-        )
-        for name, value in given.items()
-        if "\x00" in name or "\x00" in str(value)
-    ]
-    if not route.dependant.body_params and _has_body(request):
-        problems.append(f"{request.method} {route.path} takes no body: send none")
-    for name in dict.fromkeys(request.query_params.keys()):
-        given = len(request.query_params.getlist(name))
-        if name not in takes:
-            problems.append(
-                f"query parameter `{name}` is not one {request.method} {route.path} takes: "
-                + (f"send only {', '.join(takes)}" if takes else "send none")
-            )
-        elif given > 1:
-            problems.append(f"query parameter `{name}` is given {given} times: give it once")
-    if problems:
-        raise Problem(
-            422,
-            f"the request does not parse: {'; '.join(problems)}",
-            [ErrorReason(approval_id=None, reason=problem) for problem in problems],
-        )
-
-
-def _has_body(request: Request) -> bool:
-    """Whether the request declares a body: a length over 0, or one sent in chunks."""
-    length = request.headers.get("content-length", "0").strip()
-    return length != "0" or "transfer-encoding" in request.headers
+from remit.serve.requests import Who, plain_query, principal
 
 
 def router(client: Client) -> APIRouter:
     """Every route of the API but `/health` and the spec, each needing an API token."""
-    routes = APIRouter(dependencies=[Depends(_principal), Depends(_plain_query)])
+    routes = APIRouter(dependencies=[Depends(principal), Depends(plain_query)])
     _run_routes(routes, client)
     _approval_routes(routes, client)
     _task_routes(routes, client)
     _record_routes(routes, client)
-    _control_routes(routes, client)
-    _secret_routes(routes, client)
-    _call_routes(routes, client)
-    _token_routes(routes, client)
+    control_routes(routes, client)
+    secret_routes(routes, client)
+    call_routes(routes, client)
+    token_routes(routes, client)
     _activity_routes(routes, client)
     return routes
 
@@ -569,150 +480,6 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
         return [AuditEntry.model_validate(row) for row in rows[-limit:]]
 
 
-def _control_routes(routes: APIRouter, client: Client) -> None:
-    """The app's controls: pause, resume, a reconciler pass."""
-
-    @routes.post("/pause", responses=error_responses(400, 401, 403, 413, 422, 503))
-    def pause(who: Who) -> Paused:
-        """Pause the app, as the policies allow: its queues take no new work, and each run
-        parks before its next step."""
-        return Paused(paused=True, queues=client.pause(by=who))
-
-    @routes.post("/resume", responses=error_responses(400, 401, 403, 413, 422, 503))
-    def resume(who: Who) -> Resumed:
-        """Resume the app, as the policies allow: its queues again, its parked runs on."""
-        queues, carried_on = client.resume(by=who)
-        return Resumed(paused=False, queues=queues, carried_on=carried_on)
-
-    @routes.post("/reconcile", responses=error_responses(400, 401, 403, 413, 422, 503))
-    def reconcile(
-        who: Who, body: Annotated[ReconcileRequest | None, Body()] = None
-    ) -> ReconcileReport:
-        """Run one reconciler pass now, as the policies allow (a dry run says what it would do
-        and does none)."""
-        report = client.reconcile(dry_run=body is not None and body.dry_run, by=who)
-        return ReconcileReport(
-            dry_run=report.dry_run,
-            actions=[
-                ReconcileAction(
-                    run_id=a.run_id,
-                    workflow_id=a.workflow_id,
-                    status=a.status,
-                    reason=a.reason,
-                    kind=a.kind,
-                )
-                for a in report.actions
-            ],
-            errors=list(report.errors),
-            drift=[
-                DriftView(
-                    scope=d.scope,
-                    period=d.period,
-                    spent_usd=usd_text(d.spent_usd),
-                    ledger_usd=usd_text(d.ledger_usd),
-                    drift_usd=usd_text(d.drift_usd),
-                )
-                for d in report.drift
-            ],
-        )
-
-
-def _secret_routes(routes: APIRouter, client: Client) -> None:
-    """The app's stored credentials: names only, set, delete."""
-
-    @routes.get("/secrets", responses=error_responses(401, 403, 422, 503))
-    def list_secrets(
-        who: Who,
-        limit: Annotated[int, limit_query("by name")] = 100,
-    ) -> list[SecretView]:
-        """The app's secrets: names, and when and by whom each was set; never values
-        (`read_operations`)."""
-        Reader(client, who).require_operations()
-        return [
-            SecretView(name=each.name, set_at=each.set_at, set_by=each.set_by)
-            for each in client.secrets.list()[:limit]
-        ]
-
-    @routes.put("/secrets/{name}", responses=error_responses(400, 401, 403, 413, 422, 503))
-    def set_secret(name: SecretName, body: SecretRequest, who: Who) -> SecretView:
-        """Store a secret (replacing its value), as the policies allow (`set_secret`)."""
-        check_name(name)
-        info = client.set_secret(name, body.value, by=who)
-        return SecretView(name=info.name, set_at=info.set_at, set_by=info.set_by)
-
-    @routes.delete("/secrets/{name}", responses=error_responses(400, 401, 403, 404, 422, 503))
-    def delete_secret(name: SecretName, who: Who) -> SecretDeleted:
-        """Delete a secret, as the policies allow (`delete_secret`)."""
-        check_name(name)
-        if not client.delete_secret(name, by=who):
-            message = f"no secret `{name}`: GET /secrets lists the secrets"
-            raise Problem(404, message, [ErrorReason(approval_id=None, reason=message)])
-        return SecretDeleted(name=name, deleted=True)
-
-
-def _call_routes(routes: APIRouter, client: Client) -> None:
-    """Direct calls of one op, outside any run."""
-
-    @routes.post("/calls", responses=error_responses(400, 401, 403, 404, 413, 422, 503))
-    def call(body: CallRequest, who: Who, idempotency_key: CallKey = None) -> CallView:
-        """Call one op directly, outside any run, as the policies allow (`call` on the op); a
-        policy may hold it for an approval, and a run then waits to make it. An op the app
-        does not have is 404."""
-        if body.op not in client.app.ops:
-            known = sorted(client.app.ops)
-            shown = ", ".join(known[:30]) + (", …" if len(known) > 30 else "")
-            message = f"app `{client.app.name}` has no op `{body.op}` (it has: {shown or 'none'})"
-            raise Problem(404, message, [ErrorReason(approval_id=None, reason=message)])
-        result = client.call(body.op, body.input, key=idempotency_key, by=who)
-        return CallView(
-            status=result.status,
-            op=result.op,
-            idempotency_key=result.idempotency_key,
-            output=result.output,
-            error=result.error,
-            run_id=result.run_id,
-            note=result.note,
-            replayed=result.replayed,
-        )
-
-
-def _token_routes(routes: APIRouter, client: Client) -> None:
-    """The app's API tokens: list, make, revoke."""
-
-    @routes.get("/tokens", responses=error_responses(400, 401, 403, 422, 503))
-    def list_tokens(who: Who, limit: NewestFirst = 100) -> list[TokenView]:
-        """The app's API tokens, newest first, as the policies allow (`manage_tokens`)."""
-        now = client.clock.now()
-        return [TokenView.of(each, now) for each in client.list_tokens(by=who)[:limit]]
-
-    @routes.post(
-        "/tokens", status_code=201, responses=error_responses(400, 401, 403, 413, 422, 503)
-    )
-    def create_token(body: TokenRequest, who: Who) -> TokenMade:
-        """Make an API token that acts as `for`, as the policies allow (`manage_tokens`). The
-        token is in this answer only: it is kept nowhere."""
-        expires_in = None if body.expires is None else duration(body.expires)
-        info, token = client.create_token(body.for_, name=body.name, expires_in=expires_in, by=who)
-        return TokenMade(token=token, info=TokenView.of(info, client.clock.now()))
-
-    @routes.delete("/tokens/{token_id}", responses=error_responses(400, 401, 403, 404, 422, 503))
-    def revoke_token(
-        token_id: Annotated[
-            str,
-            Path(max_length=100, json_schema_extra=NUL_FREE, description="The token's id, tok_…."),
-        ],
-        who: Who,
-    ) -> TokenView:
-        """Revoke an API token, as the policies allow (`manage_tokens`): it authenticates
-        nothing from now on. Revoking one already revoked changes nothing."""
-        try:
-            client.tokens.get(token_id)
-        except RemitError:
-            message = f"no token `{token_id}`: GET /tokens lists the tokens"
-            raise Problem(404, message, [ErrorReason(approval_id=None, reason=message)])
-        return TokenView.of(client.revoke_token(token_id, by=who), client.clock.now())
-
-
 def _activity_routes(routes: APIRouter, client: Client) -> None:
     """A business record's timeline, and archiving it."""
 
@@ -787,17 +554,6 @@ def _task(client: Client, given: str, reader: Reader | None = None) -> Task:
     except TaskNotFound:
         message = f"no task `{given}`: GET /tasks lists the tasks"
         raise Problem(404, message, [ErrorReason(approval_id=None, reason=message)])
-
-
-def duration(text: str) -> timedelta:
-    """A token's `expires` as a duration; 422 naming the form otherwise."""
-    if not DURATION_FORM.fullmatch(text):
-        message = (
-            f"`expires` {text!r} is not a duration a token may last: give a whole number and a "
-            "unit, m, h, d or w, of at most 999999d (e.g. 30d, 12h)"
-        )
-        raise Problem(422, message, [ErrorReason(approval_id=None, reason=message)])
-    return parse_duration(text)
 
 
 def _check_edits(

@@ -14,9 +14,10 @@ from pydantic import BaseModel, Field
 from remit.client import Client
 from remit.policy.signin import LONGEST_PASSWORD, SHORTEST_PASSWORD
 from remit.policy.tokens import parse_duration
-from remit.serve.models import ErrorReason, Problem, RequestBody, error_responses
+from remit.serve.errors import ErrorReason, Problem, error_responses
+from remit.serve.models import RequestBody
 from remit.serve.params import NUL_FREE, PRINCIPAL_FORM
-from remit.serve.routes import Who
+from remit.serve.requests import Who
 
 # How long a sign-in link may last, as the spec states it: a whole number of minutes, hours,
 # days or weeks, up to 7 days (10080m, 168h, 7d, 1w), which the store allows at most.
