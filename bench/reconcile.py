@@ -232,12 +232,12 @@ class Passes:
 PARTS = {
     ("core/runs.py", "in_flight"): "read the runs in flight (`status IN ('queued', 'running')`)",
     (
-        "ops/reconciler.py",
-        "_attempts",
+        "ops/concluding.py",
+        "attempts_of",
     ): "ask DBOS for their current attempts (`list_workflows`, 250 ids a call)",
     (
-        "ops/reconciler.py",
-        "_conclude_together",
+        "ops/concluding.py",
+        "conclude_together",
     ): "conclude them: one fenced UPDATE for them all (up to 500 a statement)",
     ("ops/reconciler.py", "_uncertain"): "find `started` writes whose attempt ended in the ledger",
 }
