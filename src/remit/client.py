@@ -138,7 +138,8 @@ def _cut(value: Any, width: int) -> str:
 
 
 class RunHandle:
-    """A run started (or looked up) through a client: its id, and a way to wait for it."""
+    """A run started (or looked up) through a client: its id, and the verbs for that one run
+    (wait for it, read its output, cancel it, retry it)."""
 
     def __init__(self, client: Client, run_id: str, workflow: Workflow) -> None:
         self._client = client
@@ -178,6 +179,18 @@ class RunHandle:
         from pydantic import TypeAdapter
 
         return TypeAdapter(returns).validate_python(run.output)
+
+    def cancel(self, *, by: str | None = None) -> Run:
+        """Cancel the run, as `Client.cancel` does: as the policies allow, and a finished run is
+        left as it is."""
+        return self._client.cancel(self.run_id, by=by)
+
+    def retry(
+        self, *, from_step: int | None = None, key: str | None = None, by: str | None = None
+    ) -> Retried:
+        """Retry the run, failed or cancelled, on the current code, as `Client.retry` does;
+        `wait` then waits for the retried run."""
+        return self._client.retry(self.run_id, from_step=from_step, key=key, by=by)
 
 
 class Client:
