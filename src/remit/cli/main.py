@@ -54,9 +54,7 @@ from remit.cli.base import (
     styled,
     whole_ids,
 )
-from remit.cli.base import (
-    exit_now as _exit_now,
-)
+from remit.cli.base import exit_now as _exit_now
 from remit.cli.serving import serve_run
 
 # Imported for what they do on import: register their commands on `cli`.

@@ -21,11 +21,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from remit.budgets.model import Drift
 from remit.core.activity import RUN_STARTED
 from remit.core.ledger import LedgerStore
-from remit.core.runs import (
-    FINISHED,
-    RunStatus,
-    RunStore,
-)
+from remit.core.runs import FINISHED, RunStatus, RunStore
 from remit.core.schema import activity, runs
 from remit.ops.recoveries import where_it_stopped
 from remit.ops.runtime import SUSPENDED

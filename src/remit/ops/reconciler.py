@@ -73,14 +73,7 @@ from remit.core.fence import ACTIVE, advance, lock
 from remit.core.ledger import LedgerStore
 from remit.core.outbox import Resume, Resumer, doorbell
 from remit.core.periodic import Periodic
-from remit.core.runs import (
-    FINISHED,
-    Run,
-    RunStore,
-    app_runs,
-    attempt_workflow_id,
-    enqueue_first,
-)
+from remit.core.runs import FINISHED, Run, RunStore, app_runs, attempt_workflow_id, enqueue_first
 from remit.core.schema import ledger, resumes, runs
 from remit.core.text import describe_seconds
 from remit.execution.calls import DIRECT_CALL_PREFIX
@@ -93,13 +86,7 @@ if TYPE_CHECKING:
 
     from remit.app import App
 
-from remit.ops.concluding import (
-    Action,
-    DyingIn,
-    Report,
-    attempts_of,
-    conclude,
-)
+from remit.ops.concluding import Action, DyingIn, Report, attempts_of, conclude
 
 log = logging.getLogger("remit.reconciler")
 

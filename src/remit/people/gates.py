@@ -19,21 +19,10 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from pydantic import BaseModel, ValidationError
 
-from remit.core.activity import (
-    APPROVAL_OPENED,
-    Record,
-    RecordRef,
-    activity_row,
-    record_of_run,
-)
+from remit.core.activity import APPROVAL_OPENED, Record, RecordRef, activity_row, record_of_run
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
-from remit.core.errors import (
-    AppError,
-    InputInvalid,
-    RemitError,
-    Suspended,
-)
+from remit.core.errors import AppError, InputInvalid, RemitError, Suspended
 from remit.core.fence import hold
 from remit.core.keys import key_problem
 from remit.core.limits import check_json

@@ -11,9 +11,7 @@ from fastapi import APIRouter, Body, Path
 
 from remit.client import Client
 from remit.connectors.credentials import check_name
-from remit.core.errors import (
-    RemitError,
-)
+from remit.core.errors import RemitError
 from remit.policy.tokens import parse_duration
 from remit.reads import Reader
 from remit.serve.errors import ErrorReason, Problem, error_responses

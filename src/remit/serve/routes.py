@@ -11,17 +11,11 @@ from decimal import Decimal
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query
-from pydantic import (
-    ValidationError,
-)
+from pydantic import ValidationError
 
 from remit.client import Client
 from remit.core.audit import audit_of
-from remit.core.errors import (
-    ApprovalNotFound,
-    RunNotFound,
-    TaskNotFound,
-)
+from remit.core.errors import ApprovalNotFound, RunNotFound, TaskNotFound
 from remit.core.runs import Run, RunStatus
 from remit.core.text import PROBLEMS, excerpt, listed
 from remit.ops.registry import state as worker_state
