@@ -196,6 +196,13 @@ class Workers:
     def log(self, index: int) -> str:
         return (self.tmp / f"worker-{index}.log").read_text(errors="replace")
 
+    def wait_in_log(self, index: int, text: str, timeout: float = 30) -> None:
+        """Wait until worker `index` has logged `text`: a line a worker writes once an act has
+        returned may come a moment after the run the act let go on has finished."""
+        self._wait(
+            lambda: text in self.log(index), f"worker {index} to log {text!r}", None, timeout
+        )
+
     def logs(self) -> str:
         return "\n".join(f"--- worker {i}\n{self.log(i)[-3000:]}" for i in range(len(self.procs)))
 
