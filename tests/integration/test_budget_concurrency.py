@@ -1,8 +1,9 @@
 """Reserve first: four processes racing for one budget never overspend it, even when one dies.
 
 Four processes each make 50 LLM calls at once (`tests/budget_caller.py`), each call reserving
-$0.10 against a $10.00 monthly budget, twice what it allows. One process is killed (SIGKILL)
-while its calls wait on the vendor: their reservations are orphaned, and a reconciler pass
+$0.10 against a $10.00 monthly budget, twice what it allows. One process, started first so that
+it holds a reservation before the budget runs out, is killed (SIGKILL) while its calls wait on
+the vendor: their reservations are orphaned, and a reconciler pass
 releases them and marks their calls `abandoned`. Throughout, the test reads the period's counters: committed spend, and spend
 with what calls in flight reserved, never pass $10.00. After, nothing is reserved, the ledger's
 costs add up to the counter, and the calls settled are the counter's worth of dimes.
@@ -75,11 +76,19 @@ def test_racing_processes_never_overspend_and_orphans_are_released(
     db = Database(database_url)
     db.prepare()
     try:
-        # The victim's vendor never answers before it dies; the others' answer in 0.2 s.
+        # The victim's vendor never answers before it dies; the others' answer in 0.2 s. The
+        # others start once the victim holds a reservation: started together, they could spend
+        # the whole budget before it reserved any, and it would die holding nothing.
+        deadline = time.monotonic() + 120
         victim = caller(database_url, "victim", 120.0, tmp_path / "victim.log")
+        with db.engine.connect() as conn:
+            while victims_calls(conn)[0] == 0:
+                conn.rollback()
+                assert victim.poll() is None, (tmp_path / "victim.log").read_text()[-1500:]
+                assert time.monotonic() < deadline, "the victim reserved nothing in 2 minutes"
+                time.sleep(0.01)
         others = [caller(database_url, f"p{n}", 0.2, tmp_path / f"p{n}.log") for n in range(3)]
         most_spent = most_committed = Decimal(0)
-        deadline = time.monotonic() + 120
         killed = False
         with db.engine.connect() as conn:
             while any(proc.poll() is None for proc in others) or not killed:
