@@ -68,7 +68,7 @@ def _app_with_runs(folder: Path, runs: int = RUNS) -> Path:
     shutil.copytree(ROOT / "examples" / "acme", app, ignore=shutil.ignore_patterns(".remit"))
     with Client.connect(app, by="user:ann", environ=_env()) as client:
         for i in range(runs):
-            client.start("ar.chase-invoice", {"invoice_id": f"inv_{1001 + i}"})
+            client.runs.start("ar.chase-invoice", {"invoice_id": f"inv_{1001 + i}"})
     return app
 
 
@@ -116,7 +116,7 @@ import remit.cli.main, remit.client, remit.core.runs, remit.core.telemetry
 from remit.cli.base import client_of
 began = time.perf_counter()
 with client_of(Path(sys.argv[1])) as client:
-    found = client.runs()
+    found = client.runs.list()
 Console(file=io.StringIO()).print(*(f"{run.run_id} {run.status}" for run in found))
 print((time.perf_counter() - began) * 1000)
 """

@@ -91,7 +91,7 @@ def seed(harness: Harness, count: int) -> None:
 
 
 def sign_in(http: TestClient, harness: Harness) -> None:
-    _, code = harness.client.signins.link("user:bench", by="user:bench")
+    _, code = harness.client.services.signins.link("user:bench", by="user:bench")
     shown = http.get(f"/console/sign-in?code={code}")
     csrf = re.search(r'name="csrf" value="([^"]+)"', shown.text)
     assert csrf is not None, shown.text

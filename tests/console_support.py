@@ -36,7 +36,7 @@ def sign_in(
     """Sign `principal` in by a link that `by` made, in a fresh cookie jar; checks that the runs
     page then shows them signed in, and returns the CSRF token their forms carry."""
     http.cookies.clear()
-    _, code = harness.client.signins.link(principal, by=by)
+    _, code = harness.client.services.signins.link(principal, by=by)
     shown = http.get(f"/console/sign-in?code={code}")
     assert shown.status_code == 200
     done = http.post(

@@ -295,7 +295,7 @@ def client_inside(ctx: Context, input: Purchase) -> str:
     from remit import Client
 
     with Client.connect(".", by="user:x") as client:
-        return client.start("purchase", {"sku": input.sku}).run_id
+        return client.runs.start("purchase", {"sku": input.sku}).run_id
 
 
 REFUND = ApprovalType("refund", draft=RefundDraft)

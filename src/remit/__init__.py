@@ -18,7 +18,7 @@ from remit._version import __version__
 if TYPE_CHECKING:
     from remit.app import App, Queue, load_app
     from remit.budgets.model import Budget
-    from remit.client import Client, RunHandle
+    from remit.client import Client
     from remit.connectors import (
         AppliedEffect,
         CallContext,
@@ -93,6 +93,7 @@ if TYPE_CHECKING:
     from remit.execution.context import AsyncContext, Context
     from remit.ops.deadlines import Deadline, next_deadline, upcoming_deadlines
     from remit.ops.retries import Retried, Retries
+    from remit.ops.runs import RunHandle
     from remit.people.activity import Activity
     from remit.people.approvals import (
         Approval,
@@ -111,7 +112,8 @@ if TYPE_CHECKING:
 _HOMES: dict[str, tuple[str, ...]] = {
     "remit.app": ("App", "Queue", "load_app"),
     "remit.budgets.model": ("Budget",),
-    "remit.client": ("Client", "RunHandle"),
+    "remit.client": ("Client",),
+    "remit.ops.runs": ("RunHandle",),
     "remit.connectors": (
         "AppliedEffect",
         "CallContext",

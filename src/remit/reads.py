@@ -55,17 +55,17 @@ class Reader:
     @cached_property
     def workflows(self) -> frozenset[str] | None:
         """The workflows whose runs the principal may read."""
-        return self.client.guard.allowed(self.principal, "read_runs", self._declared)
+        return self.client.services.guard.allowed(self.principal, "read_runs", self._declared)
 
     @cached_property
     def approval_types(self) -> frozenset[str] | None:
         """The approval types whose gates the principal may read."""
-        return self.client.guard.allowed(self.principal, "read_approvals", self._types)
+        return self.client.services.guard.allowed(self.principal, "read_approvals", self._types)
 
     @cached_property
     def operations(self) -> bool:
         """Whether the principal may read the instance's operations."""
-        allowed = self.client.guard.allowed(
+        allowed = self.client.services.guard.allowed(
             self.principal, "read_operations", [self.client.app.name]
         )
         return allowed is None or bool(allowed)
@@ -106,30 +106,30 @@ class Reader:
     # Lists: only what may be read.
 
     def runs(self, **filters: Any) -> list[Run]:
-        """`Client.runs`, of the workflows the principal may read."""
-        return self.client.runs(**filters, only=self.runs_only())
+        """`client.runs.list`, of the workflows the principal may read."""
+        return self.client.runs.list(**filters, only=self.runs_only())
 
     def approvals(self, **filters: Any) -> list[Approval[Any]]:
         """`Approvals.list`, of the approval types the principal may read."""
-        return self.client.approvals.list(**filters, only=self.approvals_only())
+        return self.client.services.approvals.list(**filters, only=self.approvals_only())
 
     def tasks(self, **filters: Any) -> list[Task]:
         """`Tasks.list`: the tasks of runs the principal may read (of direct calls, for the
         operations)."""
-        return self.client.tasks.list(**filters, only=self.of_runs(tasks.c.run_id))
+        return self.client.services.tasks.list(**filters, only=self.of_runs(tasks.c.run_id))
 
     def ledger(self, run_id: str | None = None, **filters: Any) -> list[LedgerRow]:
-        """`Client.ledger`: one run's calls, or one direct call's (refused unless they may be
+        """`client.calls.ledger`: one run's calls, or one direct call's (refused unless they may be
         read), or the latest calls the principal may read."""
         if run_id is not None:
             self._require_run(run_id)
-            return self.client.ledger(run_id, **filters)
-        return self.client.ledger(None, **filters, only=self.of_runs(ledger.c.run_id))
+            return self.client.calls.ledger(run_id, **filters)
+        return self.client.calls.ledger(None, **filters, only=self.of_runs(ledger.c.run_id))
 
     def activity(self, record_type: str, record_id: str, **filters: Any) -> list[Activity]:
-        """`Client.activity`: the rows about runs the principal may read (and their gates and
+        """`client.records.activity`: the rows about runs the principal may read (and their gates and
         tasks), with the rows about no run (an archive) for the operations."""
-        return self.client.activity(
+        return self.client.records.activity(
             record_type, record_id, **filters, only=self.of_runs(activity.c.run_id)
         )
 
@@ -149,19 +149,19 @@ class Reader:
 
     def run(self, run_id: str) -> Run:
         """The run, if the principal may read it (`PolicyDenied` otherwise)."""
-        found = self.client.get_run(run_id)
+        found = self.client.runs.get(run_id)
         self._require("read_runs", found.workflow, self.workflows, self._declared)
         return found
 
     def approval(self, approval_id: str) -> Approval[Any]:
         """The approval, if the principal may read its type's gates."""
-        found = self.client.approvals.get(approval_id)
+        found = self.client.services.approvals.get(approval_id)
         self._require("read_approvals", found.type, self.approval_types, self._types)
         return found
 
     def task(self, task_id: str) -> Task:
         """The task, if the principal may read its run (a direct call's: the operations)."""
-        found = self.client.tasks.get(task_id)
+        found = self.client.services.tasks.get(task_id)
         self._require_run(found.run_id)
         return found
 
@@ -175,7 +175,7 @@ class Reader:
         id (a direct call's), the operations."""
         if self.workflows is None:
             return
-        found = self.client.runs_store.find(run_id)
+        found = self.client.services.runs.find(run_id)
         if found is None:
             self.require_operations()
         else:
@@ -195,7 +195,7 @@ class Reader:
 
     def _refuse(self, action: Any, resource: str) -> NoReturn:
         """Ask the policies once more, recording the refusal as any act's, and raise it."""
-        self.client.guard.require(self.principal, action, resource, {})
+        self.client.services.guard.require(self.principal, action, resource, {})
         raise denied(self.principal, action, resource, "no policy permits it")
 
 

@@ -3,7 +3,7 @@
     from remit.remote import RemoteClient
 
     with RemoteClient("https://desk.example.com", token) as remit:
-        run = remit.start_row("ar.chase-invoice", {"invoice_id": "inv_1001"})
+        run = remit.runs.start_row("ar.chase-invoice", {"invoice_id": "inv_1001"})
 
 It answers the verbs of `remit.surface.Surface` as a `remit.Client` does on the database, with
 the same values, read from the HTTP API's answers; what an answer does not carry (an approval's
@@ -16,6 +16,7 @@ error the client would raise where it has one (`Unauthenticated`, `PolicyDenied`
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from remit.budgets.model import PeriodState
-    from remit.client import IdKind, Step
+    from remit.client import IdKind
     from remit.connectors.credentials import SecretInfo
     from remit.core.ledger import LedgerRow
     from remit.core.runs import Run
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from remit.ops.deadlines import Deadline
     from remit.ops.registry import WorkerRow
     from remit.ops.retries import Retried
+    from remit.ops.runs import Step
     from remit.people.activity import Activity
     from remit.people.approvals import Approval, DecideResult
     from remit.people.tasks import Resolved, Task
@@ -84,6 +86,16 @@ class RemoteClient:
             transport=transport,
         )
         self._app_name: str | None = None
+        self.runs = RemoteRuns(self)
+        self.approvals = RemoteApprovals(self)
+        self.tasks = RemoteTasks(self)
+        self.records = RemoteRecords(self)
+        self.calls = RemoteCalls(self)
+        self.budgets = RemoteBudgets(self)
+        self.secrets = RemoteSecrets(self)
+        self.tokens = RemoteTokens(self)
+        self.sessions = RemoteSessions(self)
+        self.ops = RemoteOps(self)
 
     def close(self) -> None:
         self._http.close()
@@ -107,32 +119,6 @@ class RemoteClient:
             self._app_name = title.removeprefix("remit: ")
         return self._app_name
 
-    # Runs.
-
-    def start_row(
-        self,
-        workflow: str,
-        input: Mapping[str, Any] | BaseModel,
-        *,
-        by: str | None = None,
-        record: tuple[str, str] | None = None,
-    ) -> Run:
-        self._as_token(by)
-        payload = input if isinstance(input, Mapping) else input.model_dump(mode="json")
-        body: dict[str, Any] = {"workflow": workflow, "input": dict(payload)}
-        if record is not None:
-            body["record"] = {"type": record[0], "id": record[1]}
-        return _run(self._send("POST", "/runs", json=body))
-
-    def get_run(self, run_id: str) -> Run:
-        return _run(self._get(f"/runs/{_part(run_id)}"))
-
-    def runs(
-        self, *, status: str | None = None, workflow: str | None = None, limit: int = 50
-    ) -> list[Run]:
-        params = _params(status=status, workflow=workflow, limit=limit)
-        return [_run(each) for each in self._get("/runs", params=params)]
-
     def find_id(self, kind: IdKind, given: str) -> str:
         """The whole id `given` names; as given when there is none (the verb then refuses)."""
         try:
@@ -140,325 +126,6 @@ class RemoteClient:
         except (RunNotFound, ApprovalNotFound, TaskNotFound):
             return given
         return str(found["run_id" if kind == "run" else "id"])
-
-    def steps(self, run_id: str) -> list[Step]:
-        from remit.client import Step
-
-        return [
-            Step(
-                attempt=each["attempt"],
-                function_id=each["function_id"],
-                name=each["name"],
-                started_ms=_epoch_ms(each["started_at"]),
-                finished_ms=_epoch_ms(each["finished_at"]),
-                output=each["output"],
-                error=each["error"],
-                copied=each["copied"],
-            )
-            for each in self._get(f"/runs/{_part(run_id)}/steps")
-        ]
-
-    def cancel(self, run_id: str, *, by: str | None = None) -> Run:
-        self._as_token(by)
-        return _run(self._send("POST", f"/runs/{_part(run_id)}/cancel"))
-
-    def retry(
-        self,
-        run_id: str,
-        *,
-        from_step: int | None = None,
-        key: str | None = None,
-        by: str | None = None,
-    ) -> Retried:
-        from remit.ops.retries import Retried
-
-        self._as_token(by)
-        answer = self._send(
-            "POST", f"/runs/{_part(run_id)}/retry", json={"from_step": from_step}, key=key
-        )
-        return Retried(**answer)
-
-    # People.
-
-    def list_approvals(
-        self, *, status: str | None = None, run_id: str | None = None, limit: int = 100
-    ) -> list[Approval[Any]]:
-        params = _params(status=status, run=run_id, limit=limit)
-        return [_approval(each) for each in self._get("/approvals", params=params)]
-
-    def get_approval(self, approval_id: str) -> Approval[Any]:
-        return _approval(self._get(f"/approvals/{_part(approval_id)}"))
-
-    def decide(
-        self,
-        ids: Iterable[str] | str,
-        decision: str,
-        *,
-        key: str,
-        edits: Mapping[str, Mapping[str, Any]] | None = None,
-        reason: str | None = None,
-        by: str | None = None,
-        via: str = "api",
-    ) -> DecideResult:
-        from remit.people.approvals import Decided, DecideResult
-
-        self._as_token(by)
-        body = {
-            "ids": [ids] if isinstance(ids, str) else list(ids),
-            "decision": decision,
-            "edits": None if edits is None else {k: dict(v) for k, v in edits.items()},
-            "reason": reason,
-        }
-        answer = self._send("POST", "/approvals/decisions", json=body, key=key)
-        decided = [
-            Decided(
-                approval_id=each["id"],
-                run_id=each["run_id"],
-                key=each["key"],
-                status=each["status"],
-                resumed_workflow_id=each["resumed_workflow_id"],
-            )
-            for each in answer["approvals"]
-        ]
-        return DecideResult(
-            replayed=answer["replayed"], batch_id=answer["batch_id"], decided=decided
-        )
-
-    def list_tasks(
-        self, *, status: str | None = None, run_id: str | None = None, limit: int = 100
-    ) -> list[Task]:
-        params = _params(status=status, run=run_id, limit=limit)
-        return [_task(each) for each in self._get("/tasks", params=params)]
-
-    def get_task(self, task_id: str) -> Task:
-        return _task(self._get(f"/tasks/{_part(task_id)}"))
-
-    def resolve(
-        self,
-        task_id: str,
-        *,
-        done: bool,
-        output: Mapping[str, Any] | None = None,
-        key: str | None = None,
-        by: str | None = None,
-    ) -> Resolved:
-        from remit.people.tasks import Resolved
-
-        self._as_token(by)
-        body = {"done": done, "output": None if output is None else dict(output)}
-        answer = self._send("POST", f"/tasks/{_part(task_id)}/resolution", json=body, key=key)
-        task = answer["task"]
-        return Resolved(
-            task_id=task["id"],
-            run_id=task["run_id"],
-            status=task["status"],
-            then=answer["then"],
-            resumed_workflow_id=answer["resumed_workflow_id"],
-            replayed=answer["replayed"],
-        )
-
-    def activity(
-        self, record_type: str, record_id: str, *, limit: int = 100, after: int | None = None
-    ) -> list[Activity]:
-        from remit.people.activity import Activity
-
-        path = f"/records/{_part(record_type)}/{_part(record_id)}/activity"
-        return [
-            Activity(app=self.app_name, **{**each, "at": _time(each["at"])})
-            for each in self._get(path, params=_params(limit=limit, after=after))
-        ]
-
-    # Ops, data and money.
-
-    def call(
-        self, op_id: str, input: Mapping[str, Any], *, key: str | None = None, by: str | None = None
-    ) -> CallResult:
-        from remit.execution.direct import CallResult
-
-        self._as_token(by)
-        answer = self._send("POST", "/calls", json={"op": op_id, "input": dict(input)}, key=key)
-        return CallResult(**answer)
-
-    def ledger(self, run_id: str | None = None, *, limit: int = 200) -> list[LedgerRow]:
-        from remit.core.ledger import EarlierTry, LedgerRow
-
-        rows = self._get("/ledger", params=_params(run=run_id, limit=limit))
-        return [
-            LedgerRow(
-                id=each["id"],
-                run_id=each["run_id"],
-                attempt=each["attempt"],
-                step_id=each["step_id"],
-                op_id=each["op_id"],
-                effect=each["effect"],
-                idempotent=each["idempotent"],
-                idempotency_key=each["idempotency_key"],
-                input_hash="",
-                status=each["status"],
-                tries=each["tries"],
-                actor=each["actor"],
-                started_at=_when(each["started_at"]),
-                finished_at=_time(each["finished_at"]),
-                output=each["output"],
-                error=each["error"],
-                error_info=None,
-                cost=None if each["cost_usd"] is None else Decimal(each["cost_usd"]),
-                earlier=tuple(
-                    EarlierTry(**{**tried, "at": _when(tried["at"])})
-                    for tried in each.get("earlier", [])
-                ),
-            )
-            for each in rows
-        ]
-
-    def budget_periods(self, *, limit: int = 50) -> list[tuple[PeriodState, Decimal]]:
-        return [
-            (_period(each), Decimal(each["drift_usd"]))
-            for each in self._get("/budgets", params=_params(limit=limit))
-        ]
-
-    def set_budget(
-        self,
-        scope: str,
-        limit: Decimal | int | str,
-        *,
-        period: str | None = None,
-        by: str | None = None,
-    ) -> PeriodState:
-        self._as_token(by)
-        body = {"limit": str(limit), "period": period}
-        return _period(self._send("PUT", f"/budgets/{_part(scope)}/limit", json=body))
-
-    def list_secrets(self) -> list[SecretInfo]:
-        from remit.connectors.credentials import SecretInfo
-
-        return [
-            SecretInfo(each["name"], _when(each["set_at"]), each["set_by"])
-            for each in self._get("/secrets")
-        ]
-
-    def set_secret(self, name: str, value: str, *, by: str | None = None) -> SecretInfo:
-        from remit.connectors.credentials import SecretInfo
-
-        self._as_token(by)
-        answer = self._send("PUT", f"/secrets/{_part(name)}", json={"value": value})
-        return SecretInfo(answer["name"], _when(answer["set_at"]), answer["set_by"])
-
-    def delete_secret(self, name: str, *, by: str | None = None) -> bool:
-        self._as_token(by)
-        try:
-            self._send("DELETE", f"/secrets/{_part(name)}")
-        except _Missing:
-            return False
-        return True
-
-    # Policies and access.
-
-    def denials(self, *, limit: int = 100) -> list[Denial]:
-        from remit.policy.guard import Denial
-
-        return [
-            Denial(**{**each, "at": _time(each["at"])})
-            for each in self._get("/denials", params=_params(limit=limit))
-        ]
-
-    def create_token(
-        self,
-        principal: str,
-        *,
-        name: str = "",
-        expires_in: timedelta | None = None,
-        by: str | None = None,
-    ) -> tuple[TokenInfo, str]:
-        self._as_token(by)
-        expires = None
-        if expires_in is not None:
-            expires = f"{max(1, round(expires_in.total_seconds() / 60))}m"
-        body = {"for": principal, "name": name, "expires": expires}
-        answer = self._send("POST", "/tokens", json=body)
-        return _token(answer["info"]), str(answer["token"])
-
-    def list_tokens(self, *, by: str | None = None) -> list[TokenInfo]:
-        self._as_token(by)
-        return [_token(each) for each in self._get("/tokens")]
-
-    def revoke_token(self, token_id: str, *, by: str | None = None) -> TokenInfo:
-        self._as_token(by)
-        return _token(self._send("DELETE", f"/tokens/{_part(token_id)}"))
-
-    def login_link(
-        self, principal: str, *, expires_in: timedelta | None = None, by: str | None = None
-    ) -> tuple[LinkInfo, str]:
-        from remit.policy.signin import LinkInfo
-
-        self._as_token(by)
-        expires = None
-        if expires_in is not None:
-            expires = f"{max(1, round(expires_in.total_seconds() / 60))}m"
-        answer = self._send("POST", "/login-links", json={"for": principal, "expires": expires})
-        made = LinkInfo(
-            id=str(answer["id"]),
-            principal=str(answer["principal"]),
-            created_at=datetime.fromisoformat(answer["created_at"]),
-            created_by=str(answer["created_by"]),
-            expires_at=datetime.fromisoformat(answer["expires_at"]),
-        )
-        return made, str(answer["code"])
-
-    def set_password(self, principal: str, password: str, *, by: str | None = None) -> None:
-        self._as_token(by)
-        self._send("PUT", f"/passwords/{_part(principal)}", json={"password": password})
-
-    # Running the app.
-
-    def pause(self, *, by: str | None = None) -> list[str]:
-        self._as_token(by)
-        return list(self._send("POST", "/pause")["queues"])
-
-    def resume(self, *, by: str | None = None) -> tuple[list[str], list[str]]:
-        self._as_token(by)
-        answer = self._send("POST", "/resume")
-        return list(answer["queues"]), list(answer["carried_on"])
-
-    def reconcile(self, *, dry_run: bool = False, by: str | None = None) -> Report:
-        from remit.budgets.model import Drift
-        from remit.ops.concluding import Action, Report
-
-        self._as_token(by)
-        answer = self._send("POST", "/reconcile", json={"dry_run": dry_run})
-        return Report(
-            dry_run=answer["dry_run"],
-            actions=[Action(**each) for each in answer["actions"]],
-            errors=list(answer["errors"]),
-            drift=[
-                Drift(
-                    scope=each["scope"],
-                    period=each["period"],
-                    spent_usd=Decimal(each["spent_usd"]),
-                    ledger_usd=Decimal(each["ledger_usd"]),
-                )
-                for each in answer["drift"]
-            ],
-        )
-
-    def deadlines(self, limit: int = 20) -> list[Deadline]:
-        from remit.ops.deadlines import Deadline
-
-        return [
-            Deadline(**{**each, "at": _when(each["at"])})
-            for each in self._get("/deadlines", params=_params(limit=limit))
-        ]
-
-    def workers(self) -> list[WorkerRow]:
-        from remit.ops.registry import WorkerRow
-
-        times = ("started_at", "heartbeat_at", "stopped_at", "taken_over_at")
-        return [
-            WorkerRow(app=self.app_name, **_dated(each, times, leave=("state",)))
-            for each in self._get("/workers")
-        ]
-
-    # The wire.
 
     def fake_state(self, vendor: str) -> dict[str, Any]:
         """What the vendor's fake holds, as a demo instance (`remit demo`) serves it."""
@@ -492,6 +159,415 @@ class RemoteClient:
         if answer.is_success:
             return answer.json()
         raise _error(answer, path)
+
+
+class RemoteRuns:
+    """`runs` through the HTTP API."""
+
+    def __init__(self, remote: RemoteClient) -> None:
+        self._remote = remote
+
+    def start_row(
+        self,
+        workflow: str,
+        input: Mapping[str, Any] | BaseModel,
+        *,
+        by: str | None = None,
+        record: tuple[str, str] | None = None,
+    ) -> Run:
+        self._remote._as_token(by)
+        payload = input if isinstance(input, Mapping) else input.model_dump(mode="json")
+        body: dict[str, Any] = {"workflow": workflow, "input": dict(payload)}
+        if record is not None:
+            body["record"] = {"type": record[0], "id": record[1]}
+        return _run(self._remote._send("POST", "/runs", json=body))
+
+    def get(self, run_id: str) -> Run:
+        return _run(self._remote._get(f"/runs/{_part(run_id)}"))
+
+    def list(
+        self, *, status: str | None = None, workflow: str | None = None, limit: int = 50
+    ) -> builtins.list[Run]:
+        params = _params(status=status, workflow=workflow, limit=limit)
+        return [_run(each) for each in self._remote._get("/runs", params=params)]
+
+    def steps(self, run_id: str) -> builtins.list[Step]:
+        from remit.ops.runs import Step
+
+        return [
+            Step(
+                attempt=each["attempt"],
+                function_id=each["function_id"],
+                name=each["name"],
+                started_ms=_epoch_ms(each["started_at"]),
+                finished_ms=_epoch_ms(each["finished_at"]),
+                output=each["output"],
+                error=each["error"],
+                copied=each["copied"],
+            )
+            for each in self._remote._get(f"/runs/{_part(run_id)}/steps")
+        ]
+
+    def cancel(self, run_id: str, *, by: str | None = None) -> Run:
+        self._remote._as_token(by)
+        return _run(self._remote._send("POST", f"/runs/{_part(run_id)}/cancel"))
+
+    def retry(
+        self,
+        run_id: str,
+        *,
+        from_step: int | None = None,
+        key: str | None = None,
+        by: str | None = None,
+    ) -> Retried:
+        from remit.ops.retries import Retried
+
+        self._remote._as_token(by)
+        answer = self._remote._send(
+            "POST", f"/runs/{_part(run_id)}/retry", json={"from_step": from_step}, key=key
+        )
+        return Retried(**answer)
+
+
+class RemoteApprovals:
+    """`approvals` through the HTTP API."""
+
+    def __init__(self, remote: RemoteClient) -> None:
+        self._remote = remote
+
+    def list(
+        self, *, status: str | None = None, run_id: str | None = None, limit: int = 100
+    ) -> builtins.list[Approval[Any]]:
+        params = _params(status=status, run=run_id, limit=limit)
+        return [_approval(each) for each in self._remote._get("/approvals", params=params)]
+
+    def get(self, approval_id: str) -> Approval[Any]:
+        return _approval(self._remote._get(f"/approvals/{_part(approval_id)}"))
+
+    def decide(
+        self,
+        ids: Iterable[str] | str,
+        decision: str,
+        *,
+        key: str,
+        edits: Mapping[str, Mapping[str, Any]] | None = None,
+        reason: str | None = None,
+        by: str | None = None,
+        via: str = "api",
+    ) -> DecideResult:
+        from remit.people.approvals import Decided, DecideResult
+
+        self._remote._as_token(by)
+        body = {
+            "ids": [ids] if isinstance(ids, str) else list(ids),
+            "decision": decision,
+            "edits": None if edits is None else {k: dict(v) for k, v in edits.items()},
+            "reason": reason,
+        }
+        answer = self._remote._send("POST", "/approvals/decisions", json=body, key=key)
+        decided = [
+            Decided(
+                approval_id=each["id"],
+                run_id=each["run_id"],
+                key=each["key"],
+                status=each["status"],
+                resumed_workflow_id=each["resumed_workflow_id"],
+            )
+            for each in answer["approvals"]
+        ]
+        return DecideResult(
+            replayed=answer["replayed"], batch_id=answer["batch_id"], decided=decided
+        )
+
+
+class RemoteTasks:
+    """`tasks` through the HTTP API."""
+
+    def __init__(self, remote: RemoteClient) -> None:
+        self._remote = remote
+
+    def list(
+        self, *, status: str | None = None, run_id: str | None = None, limit: int = 100
+    ) -> builtins.list[Task]:
+        params = _params(status=status, run=run_id, limit=limit)
+        return [_task(each) for each in self._remote._get("/tasks", params=params)]
+
+    def get(self, task_id: str) -> Task:
+        return _task(self._remote._get(f"/tasks/{_part(task_id)}"))
+
+    def resolve(
+        self,
+        task_id: str,
+        *,
+        done: bool,
+        output: Mapping[str, Any] | None = None,
+        key: str | None = None,
+        by: str | None = None,
+    ) -> Resolved:
+        from remit.people.tasks import Resolved
+
+        self._remote._as_token(by)
+        body = {"done": done, "output": None if output is None else dict(output)}
+        answer = self._remote._send(
+            "POST", f"/tasks/{_part(task_id)}/resolution", json=body, key=key
+        )
+        task = answer["task"]
+        return Resolved(
+            task_id=task["id"],
+            run_id=task["run_id"],
+            status=task["status"],
+            then=answer["then"],
+            resumed_workflow_id=answer["resumed_workflow_id"],
+            replayed=answer["replayed"],
+        )
+
+
+class RemoteRecords:
+    """`records` through the HTTP API."""
+
+    def __init__(self, remote: RemoteClient) -> None:
+        self._remote = remote
+
+    def activity(
+        self, record_type: str, record_id: str, *, limit: int = 100, after: int | None = None
+    ) -> list[Activity]:
+        from remit.people.activity import Activity
+
+        path = f"/records/{_part(record_type)}/{_part(record_id)}/activity"
+        return [
+            Activity(app=self._remote.app_name, **{**each, "at": _time(each["at"])})
+            for each in self._remote._get(path, params=_params(limit=limit, after=after))
+        ]
+
+
+class RemoteCalls:
+    """`calls` through the HTTP API."""
+
+    def __init__(self, remote: RemoteClient) -> None:
+        self._remote = remote
+
+    def call(
+        self, op_id: str, input: Mapping[str, Any], *, key: str | None = None, by: str | None = None
+    ) -> CallResult:
+        from remit.execution.direct import CallResult
+
+        self._remote._as_token(by)
+        answer = self._remote._send(
+            "POST", "/calls", json={"op": op_id, "input": dict(input)}, key=key
+        )
+        return CallResult(**answer)
+
+    def ledger(self, run_id: str | None = None, *, limit: int = 200) -> list[LedgerRow]:
+        from remit.core.ledger import EarlierTry, LedgerRow
+
+        rows = self._remote._get("/ledger", params=_params(run=run_id, limit=limit))
+        return [
+            LedgerRow(
+                id=each["id"],
+                run_id=each["run_id"],
+                attempt=each["attempt"],
+                step_id=each["step_id"],
+                op_id=each["op_id"],
+                effect=each["effect"],
+                idempotent=each["idempotent"],
+                idempotency_key=each["idempotency_key"],
+                input_hash="",
+                status=each["status"],
+                tries=each["tries"],
+                actor=each["actor"],
+                started_at=_when(each["started_at"]),
+                finished_at=_time(each["finished_at"]),
+                output=each["output"],
+                error=each["error"],
+                error_info=None,
+                cost=None if each["cost_usd"] is None else Decimal(each["cost_usd"]),
+                earlier=tuple(
+                    EarlierTry(**{**tried, "at": _when(tried["at"])})
+                    for tried in each.get("earlier", [])
+                ),
+            )
+            for each in rows
+        ]
+
+
+class RemoteBudgets:
+    """`budgets` through the HTTP API."""
+
+    def __init__(self, remote: RemoteClient) -> None:
+        self._remote = remote
+
+    def periods(self, *, limit: int = 50) -> list[tuple[PeriodState, Decimal]]:
+        return [
+            (_period(each), Decimal(each["drift_usd"]))
+            for each in self._remote._get("/budgets", params=_params(limit=limit))
+        ]
+
+    def set(
+        self,
+        scope: str,
+        limit: Decimal | int | str,
+        *,
+        period: str | None = None,
+        by: str | None = None,
+    ) -> PeriodState:
+        self._remote._as_token(by)
+        body = {"limit": str(limit), "period": period}
+        return _period(self._remote._send("PUT", f"/budgets/{_part(scope)}/limit", json=body))
+
+
+class RemoteSecrets:
+    """`secrets` through the HTTP API."""
+
+    def __init__(self, remote: RemoteClient) -> None:
+        self._remote = remote
+
+    def list(self) -> builtins.list[SecretInfo]:
+        from remit.connectors.credentials import SecretInfo
+
+        return [
+            SecretInfo(each["name"], _when(each["set_at"]), each["set_by"])
+            for each in self._remote._get("/secrets")
+        ]
+
+    def set(self, name: str, value: str, *, by: str | None = None) -> SecretInfo:
+        from remit.connectors.credentials import SecretInfo
+
+        self._remote._as_token(by)
+        answer = self._remote._send("PUT", f"/secrets/{_part(name)}", json={"value": value})
+        return SecretInfo(answer["name"], _when(answer["set_at"]), answer["set_by"])
+
+    def delete(self, name: str, *, by: str | None = None) -> bool:
+        self._remote._as_token(by)
+        try:
+            self._remote._send("DELETE", f"/secrets/{_part(name)}")
+        except _Missing:
+            return False
+        return True
+
+
+class RemoteTokens:
+    """`tokens` through the HTTP API."""
+
+    def __init__(self, remote: RemoteClient) -> None:
+        self._remote = remote
+
+    def create(
+        self,
+        principal: str,
+        *,
+        name: str = "",
+        expires_in: timedelta | None = None,
+        by: str | None = None,
+    ) -> tuple[TokenInfo, str]:
+        self._remote._as_token(by)
+        expires = None
+        if expires_in is not None:
+            expires = f"{max(1, round(expires_in.total_seconds() / 60))}m"
+        body = {"for": principal, "name": name, "expires": expires}
+        answer = self._remote._send("POST", "/tokens", json=body)
+        return _token(answer["info"]), str(answer["token"])
+
+    def list(self, *, by: str | None = None) -> builtins.list[TokenInfo]:
+        self._remote._as_token(by)
+        return [_token(each) for each in self._remote._get("/tokens")]
+
+    def revoke(self, token_id: str, *, by: str | None = None) -> TokenInfo:
+        self._remote._as_token(by)
+        return _token(self._remote._send("DELETE", f"/tokens/{_part(token_id)}"))
+
+
+class RemoteSessions:
+    """`sessions` through the HTTP API."""
+
+    def __init__(self, remote: RemoteClient) -> None:
+        self._remote = remote
+
+    def link(
+        self, principal: str, *, expires_in: timedelta | None = None, by: str | None = None
+    ) -> tuple[LinkInfo, str]:
+        from remit.policy.signin import LinkInfo
+
+        self._remote._as_token(by)
+        expires = None
+        if expires_in is not None:
+            expires = f"{max(1, round(expires_in.total_seconds() / 60))}m"
+        answer = self._remote._send(
+            "POST", "/login-links", json={"for": principal, "expires": expires}
+        )
+        made = LinkInfo(
+            id=str(answer["id"]),
+            principal=str(answer["principal"]),
+            created_at=datetime.fromisoformat(answer["created_at"]),
+            created_by=str(answer["created_by"]),
+            expires_at=datetime.fromisoformat(answer["expires_at"]),
+        )
+        return made, str(answer["code"])
+
+    def set_password(self, principal: str, password: str, *, by: str | None = None) -> None:
+        self._remote._as_token(by)
+        self._remote._send("PUT", f"/passwords/{_part(principal)}", json={"password": password})
+
+
+class RemoteOps:
+    """`ops` through the HTTP API."""
+
+    def __init__(self, remote: RemoteClient) -> None:
+        self._remote = remote
+
+    def pause(self, *, by: str | None = None) -> list[str]:
+        self._remote._as_token(by)
+        return list(self._remote._send("POST", "/pause")["queues"])
+
+    def resume(self, *, by: str | None = None) -> tuple[list[str], list[str]]:
+        self._remote._as_token(by)
+        answer = self._remote._send("POST", "/resume")
+        return list(answer["queues"]), list(answer["carried_on"])
+
+    def reconcile(self, *, dry_run: bool = False, by: str | None = None) -> Report:
+        from remit.budgets.model import Drift
+        from remit.ops.concluding import Action, Report
+
+        self._remote._as_token(by)
+        answer = self._remote._send("POST", "/reconcile", json={"dry_run": dry_run})
+        return Report(
+            dry_run=answer["dry_run"],
+            actions=[Action(**each) for each in answer["actions"]],
+            errors=list(answer["errors"]),
+            drift=[
+                Drift(
+                    scope=each["scope"],
+                    period=each["period"],
+                    spent_usd=Decimal(each["spent_usd"]),
+                    ledger_usd=Decimal(each["ledger_usd"]),
+                )
+                for each in answer["drift"]
+            ],
+        )
+
+    def deadlines(self, limit: int = 20) -> list[Deadline]:
+        from remit.ops.deadlines import Deadline
+
+        return [
+            Deadline(**{**each, "at": _when(each["at"])})
+            for each in self._remote._get("/deadlines", params=_params(limit=limit))
+        ]
+
+    def workers(self) -> list[WorkerRow]:
+        from remit.ops.registry import WorkerRow
+
+        times = ("started_at", "heartbeat_at", "stopped_at", "taken_over_at")
+        return [
+            WorkerRow(app=self._remote.app_name, **_dated(each, times, leave=("state",)))
+            for each in self._remote._get("/workers")
+        ]
+
+    def denials(self, *, limit: int = 100) -> list[Denial]:
+        from remit.policy.guard import Denial
+
+        return [
+            Denial(**{**each, "at": _time(each["at"])})
+            for each in self._remote._get("/denials", params=_params(limit=limit))
+        ]
 
 
 class _Missing(RemitError):

@@ -1,13 +1,14 @@
-"""What the command line asks of a client: the verbs a `remit.Client` answers on the app's
-database, and a `remit.remote.RemoteClient` answers the same through the HTTP API (`REMIT_URL`
-and `REMIT_TOKEN`), as the token's principal.
+"""What the command line asks of a client: the rooms and verbs a `remit.Client` answers on the
+app's database, and a `remit.remote.RemoteClient` answers the same through the HTTP API
+(`REMIT_URL` and `REMIT_TOKEN`), as the token's principal.
 
 The command line is written against this protocol only, so every command that reads or acts
-on an app works either way; the type checker holds both clients to it.
+on an app works either way; the type checker holds both clients to it, room by room.
 """
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from decimal import Decimal
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from remit.budgets.model import PeriodState
-    from remit.client import IdKind, Step
+    from remit.client import IdKind
     from remit.connectors.credentials import SecretInfo
     from remit.core.ledger import LedgerRow
     from remit.core.runs import Run
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from remit.ops.deadlines import Deadline
     from remit.ops.registry import WorkerRow
     from remit.ops.retries import Retried
+    from remit.ops.runs import Step
     from remit.people.activity import Activity
     from remit.people.approvals import Approval, DecideResult
     from remit.people.tasks import Resolved, Task
@@ -35,26 +37,17 @@ if TYPE_CHECKING:
     from remit.policy.tokens import TokenInfo
 
 
-class Surface(Protocol):
-    """The verbs of a client, local or remote. `by` is who acts: on a local client any
-    principal the policies then check (default: the client's own); through the HTTP API only
-    the token's principal, so a remote client refuses any other."""
+class RunsSurface(Protocol):
+    """`client.runs`."""
 
-    settings: Settings
-
-    @property
-    def app_name(self) -> str: ...
-
-    # Runs.
     def start_row(
         self, workflow: str, input: Mapping[str, Any] | BaseModel, *, by: str | None = None
     ) -> Run: ...
-    def get_run(self, run_id: str) -> Run: ...
-    def runs(
+    def get(self, run_id: str) -> Run: ...
+    def list(
         self, *, status: str | None = None, workflow: str | None = None, limit: int = 50
-    ) -> list[Run]: ...
-    def find_id(self, kind: IdKind, given: str) -> str: ...
-    def steps(self, run_id: str) -> list[Step]: ...
+    ) -> builtins.list[Run]: ...
+    def steps(self, run_id: str) -> builtins.list[Step]: ...
     def cancel(self, run_id: str, *, by: str | None = None) -> Run: ...
     def retry(
         self,
@@ -65,11 +58,14 @@ class Surface(Protocol):
         by: str | None = None,
     ) -> Retried: ...
 
-    # People.
-    def list_approvals(
+
+class ApprovalsSurface(Protocol):
+    """`client.approvals`."""
+
+    def list(
         self, *, status: str | None = None, run_id: str | None = None, limit: int = 100
-    ) -> list[Approval[Any]]: ...
-    def get_approval(self, approval_id: str) -> Approval[Any]: ...
+    ) -> builtins.list[Approval[Any]]: ...
+    def get(self, approval_id: str) -> Approval[Any]: ...
     def decide(
         self,
         ids: Iterable[str] | str,
@@ -81,13 +77,15 @@ class Surface(Protocol):
         by: str | None = None,
         via: str = "api",
     ) -> DecideResult: ...
-    def list_tasks(
+
+
+class TasksSurface(Protocol):
+    """`client.tasks`."""
+
+    def list(
         self, *, status: str | None = None, run_id: str | None = None, limit: int = 100
-    ) -> list[Task]: ...
-    def get_task(self, task_id: str) -> Task: ...
-    def activity(
-        self, record_type: str, record_id: str, *, limit: int = 100, after: int | None = None
-    ) -> list[Activity]: ...
+    ) -> builtins.list[Task]: ...
+    def get(self, task_id: str) -> Task: ...
     def resolve(
         self,
         task_id: str,
@@ -98,13 +96,29 @@ class Surface(Protocol):
         by: str | None = None,
     ) -> Resolved: ...
 
-    # Ops, data and money.
+
+class RecordsSurface(Protocol):
+    """`client.records`."""
+
+    def activity(
+        self, record_type: str, record_id: str, *, limit: int = 100, after: int | None = None
+    ) -> list[Activity]: ...
+
+
+class CallsSurface(Protocol):
+    """`client.calls`."""
+
     def call(
         self, op_id: str, input: Mapping[str, Any], *, key: str | None = None, by: str | None = None
     ) -> CallResult: ...
     def ledger(self, run_id: str | None = None, *, limit: int = 200) -> list[LedgerRow]: ...
-    def budget_periods(self, *, limit: int = 50) -> list[tuple[PeriodState, Decimal]]: ...
-    def set_budget(
+
+
+class BudgetsSurface(Protocol):
+    """`client.budgets`."""
+
+    def periods(self, *, limit: int = 50) -> list[tuple[PeriodState, Decimal]]: ...
+    def set(
         self,
         scope: str,
         limit: Decimal | int | str,
@@ -112,13 +126,20 @@ class Surface(Protocol):
         period: str | None = None,
         by: str | None = None,
     ) -> PeriodState: ...
-    def list_secrets(self) -> list[SecretInfo]: ...
-    def set_secret(self, name: str, value: str, *, by: str | None = None) -> SecretInfo: ...
-    def delete_secret(self, name: str, *, by: str | None = None) -> bool: ...
 
-    # Policies and access.
-    def denials(self, *, limit: int = 100) -> list[Denial]: ...
-    def create_token(
+
+class SecretsSurface(Protocol):
+    """`client.secrets`."""
+
+    def list(self) -> builtins.list[SecretInfo]: ...
+    def set(self, name: str, value: str, *, by: str | None = None) -> SecretInfo: ...
+    def delete(self, name: str, *, by: str | None = None) -> bool: ...
+
+
+class TokensSurface(Protocol):
+    """`client.tokens`."""
+
+    def create(
         self,
         principal: str,
         *,
@@ -126,16 +147,58 @@ class Surface(Protocol):
         expires_in: timedelta | None = None,
         by: str | None = None,
     ) -> tuple[TokenInfo, str]: ...
-    def list_tokens(self, *, by: str | None = None) -> list[TokenInfo]: ...
-    def revoke_token(self, token_id: str, *, by: str | None = None) -> TokenInfo: ...
-    def login_link(
+    def list(self, *, by: str | None = None) -> builtins.list[TokenInfo]: ...
+    def revoke(self, token_id: str, *, by: str | None = None) -> TokenInfo: ...
+
+
+class SessionsSurface(Protocol):
+    """`client.sessions`."""
+
+    def link(
         self, principal: str, *, expires_in: timedelta | None = None, by: str | None = None
     ) -> tuple[LinkInfo, str]: ...
     def set_password(self, principal: str, password: str, *, by: str | None = None) -> None: ...
 
-    # Running the app.
+
+class OpsSurface(Protocol):
+    """`client.ops`."""
+
     def pause(self, *, by: str | None = None) -> list[str]: ...
     def resume(self, *, by: str | None = None) -> tuple[list[str], list[str]]: ...
     def reconcile(self, *, dry_run: bool = False, by: str | None = None) -> Report: ...
     def deadlines(self, limit: int = 20) -> list[Deadline]: ...
     def workers(self) -> list[WorkerRow]: ...
+    def denials(self, *, limit: int = 100) -> list[Denial]: ...
+
+
+class Surface(Protocol):
+    """A client, local or remote: its rooms. `by` is who acts: on a local client any principal
+    the policies then check (default: the client's own); through the HTTP API only the token's
+    principal, so a remote client refuses any other."""
+
+    settings: Settings
+
+    @property
+    def app_name(self) -> str: ...
+    def find_id(self, kind: IdKind, given: str) -> str: ...
+
+    @property
+    def runs(self) -> RunsSurface: ...
+    @property
+    def approvals(self) -> ApprovalsSurface: ...
+    @property
+    def tasks(self) -> TasksSurface: ...
+    @property
+    def records(self) -> RecordsSurface: ...
+    @property
+    def calls(self) -> CallsSurface: ...
+    @property
+    def budgets(self) -> BudgetsSurface: ...
+    @property
+    def secrets(self) -> SecretsSurface: ...
+    @property
+    def tokens(self) -> TokensSurface: ...
+    @property
+    def sessions(self) -> SessionsSurface: ...
+    @property
+    def ops(self) -> OpsSurface: ...

@@ -21,7 +21,7 @@ from dbos import StepInfo
 from pydantic import BaseModel
 
 from remit.app import App
-from remit.budgets.store import Budgets
+from remit.budgets.rooms import BudgetsRoom
 from remit.client import Client
 from remit.connectors.base import AppliedEffect, Fake, Implementation
 from remit.core.clock import Clock, ManualClock
@@ -32,8 +32,10 @@ from remit.execution.direct import CallResult
 from remit.ops.deadlines import Deadline
 from remit.ops.deploy import DeployCheck, DeployReport
 from remit.ops.retries import Retried
-from remit.people.approvals import Approval, Approvals, DecideResult
-from remit.people.tasks import Resolved, Task, Tasks
+from remit.ops.runs import RunsRoom
+from remit.people.approvals import Approval, DecideResult
+from remit.people.rooms import ApprovalsRoom, TasksRoom
+from remit.people.tasks import Resolved, Task
 from remit.serve.worker import Worker
 
 F = TypeVar("F", bound=Fake)
@@ -83,7 +85,7 @@ class Harness:
         self.worker = Worker(
             app, settings, implementations=implementations, clock=clock, environ=environ or {}
         )
-        self.runs = self.worker.runtime.runs
+        self.run_store = self.worker.runtime.runs
         self.ledger_store = self.worker.runtime.ledger
         self.actor = actor
         self._settings = settings
@@ -125,14 +127,14 @@ class Harness:
     ) -> Run:
         """Start a run (as `remit start` does) as `by` (default: the harness's actor), under
         the app's policies, and return its row. `record` names the business record it concerns
-        (see `Client.start`)."""
-        return self.client.start_row(workflow, input, by=by, record=record)
+        (see `client.runs.start`)."""
+        return self.client.runs.start_row(workflow, input, by=by, record=record)
 
     def wait(self, run_id: str, *, timeout: float = 30.0, until: tuple[str, ...] = ()) -> Run:
         """Wait for the run to finish (or reach a status in `until`) and return its row."""
         deadline = time.monotonic() + timeout
         while True:
-            run = self.runs.get(run_id)
+            run = self.run_store.get(run_id)
             if run.finished or run.status in until:
                 return run
             if time.monotonic() > deadline:
@@ -167,7 +169,7 @@ class Harness:
     def wait_moved(self, run_id: str, attempt: int, *, timeout: float = 30.0) -> Run:
         """Wait for the run to move past `attempt` (a decision or a wake resumed it)."""
         deadline = time.monotonic() + timeout
-        while (run := self.runs.get(run_id)).attempt <= attempt:
+        while (run := self.run_store.get(run_id)).attempt <= attempt:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"run {run_id} is still on attempt {attempt} after {timeout}s")
             time.sleep(0.02)
@@ -203,8 +205,13 @@ class Harness:
         return implementation
 
     @property
-    def approvals(self) -> Approvals:
-        """The app's approvals: `list`, `get`, `audit` and `decide`."""
+    def runs(self) -> RunsRoom:
+        """The client's runs: `get`, `list`, `steps`, `cancel`, `retry`, ..."""
+        return self.client.runs
+
+    @property
+    def approvals(self) -> ApprovalsRoom:
+        """The client's approvals: `list`, `get`, `decide` and `audit`."""
         return self.client.approvals
 
     def decide(
@@ -229,7 +236,7 @@ class Harness:
             and not all(isinstance(v, Mapping) for v in edits.values())
         ):
             edits = {ids: edits}  # one approval's fields, not a map of approval ids to fields
-        return self.client.decide(
+        return self.client.approvals.decide(
             ids,
             decision,
             key=decision_key or f"test:{uuid.uuid4().hex}",
@@ -243,28 +250,28 @@ class Harness:
         self, op_id: str, input: Mapping[str, Any], *, by: str | None = None, key: str | None = None
     ) -> CallResult:
         """A direct call (as `remit call` makes it) on this worker's fakes, as the policies allow."""
-        return self.client.call(op_id, input, by=by, key=key)
+        return self.client.calls.call(op_id, input, by=by, key=key)
 
     def gate(self, run_id: str, *, timeout: float = 30.0) -> Approval:
         """Wait for the run to wait at a gate, and return that gate's pending approval."""
         self.wait(run_id, timeout=timeout, until=("waiting",))
         pending = self.approvals.list(run_id=run_id, status="pending")
         if not pending:
-            run = self.runs.get(run_id)
+            run = self.run_store.get(run_id)
             raise AssertionError(f"run {run_id} is {run.status} with no pending approval")
         return pending[0]
 
     @property
-    def tasks(self) -> Tasks:
-        """The app's tasks (writes whose outcome a person confirms): `list`, `get`, `audit`
-        and `resolve`."""
+    def tasks(self) -> TasksRoom:
+        """The client's tasks (writes whose outcome a person confirms): `list`, `get`,
+        `resolve` and `audit`."""
         return self.client.tasks
 
     def task(self, run_id: str, *, timeout: float = 30.0) -> Task:
         """Wait for the run to wait at a task (its attempt ended in DBOS), and return that
         open task."""
         self.wait(run_id, timeout=timeout, until=("waiting",))
-        run = self.runs.get(run_id)
+        run = self.run_store.get(run_id)
         if run.status == "waiting":
             self._settle(run)
         open_tasks = self.tasks.list(run_id=run_id, status="open")
@@ -285,7 +292,7 @@ class Harness:
         key: str | None = None,
     ) -> Resolved:
         """`Tasks.resolve` as the test's actor."""
-        return self.client.resolve(task_id, done=done, output=output, by=by, key=key)
+        return self.client.tasks.resolve(task_id, done=done, output=output, by=by, key=key)
 
     def retry(
         self,
@@ -296,7 +303,7 @@ class Harness:
         key: str | None = None,
     ) -> Retried:
         """Retry a failed or cancelled run (as `remit retry` does), as the test's actor."""
-        return self.client.retry(run_id, from_step=from_step, key=key, by=by)
+        return self.client.runs.retry(run_id, from_step=from_step, key=key, by=by)
 
     def deploy_check(
         self, app: App | None = None, *, run_ids: Iterable[str] | None = None
@@ -313,16 +320,16 @@ class Harness:
         return check.run(run_ids)
 
     @property
-    def budgets(self) -> Budgets:
-        """The app's budgets: `periods`, `drift`, `reservation(key)` and `raise_limit`."""
+    def budgets(self) -> BudgetsRoom:
+        """The client's budgets: `periods` (each with its drift) and `set`."""
         return self.client.budgets
 
     def deadlines(self, limit: int = 20) -> list[Deadline]:
         """What is due without anyone asking, earliest first (see `remit deadlines`)."""
-        return self.client.deadlines(limit)
+        return self.client.ops.deadlines(limit)
 
     def ledger(self, run_id: str) -> list[LedgerRow]:
-        return self.client.ledger(run_id)
+        return self.client.calls.ledger(run_id)
 
     def steps(self, run_id: str, attempt: int = 1) -> list[StepInfo]:
         """The DBOS steps of one attempt, in order."""

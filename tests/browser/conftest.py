@@ -114,22 +114,22 @@ class Console:
 
     def link(self, principal: str) -> str:
         """A one-time sign-in link for `principal`, made as `remit login-link` makes it."""
-        _, code = self.client.login_link(principal)
+        _, code = self.client.sessions.link(principal)
         return f"{self.url}/console/sign-in?code={code}"
 
     def start_run(self, workflow: str, given: dict[str, Any]) -> str:
-        return self.client.start(workflow, given, by="user:ann").run_id
+        return self.client.runs.start(workflow, given, by="user:ann").run_id
 
     def wait_for(self, run_id: str, *statuses: str, timeout: float = 60) -> Run:
         """The run once its status is one of `statuses`."""
         deadline = time.monotonic() + timeout
-        run = self.client.get_run(run_id)
+        run = self.client.runs.get(run_id)
         while run.status not in statuses:
             assert time.monotonic() < deadline, (
                 f"run {run_id} is {run.status}, never {' or '.join(statuses)}:\n{self.log()[-4000:]}"
             )
             time.sleep(0.05)
-            run = self.client.get_run(run_id)
+            run = self.client.runs.get(run_id)
         return run
 
     def stop(self) -> None:

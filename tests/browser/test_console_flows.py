@@ -25,7 +25,7 @@ def _payment(console: Console, amount: str = "120.50", account: str = "acme") ->
     """A payment run waiting at its gate: (run id, approval id)."""
     run_id = console.start_run("payment", {"account": account, "amount": amount})
     console.wait_for(run_id, "waiting")
-    (approval,) = console.client.list_approvals(run_id=run_id, status="pending")
+    (approval,) = console.client.approvals.list(run_id=run_id, status="pending")
     return run_id, approval.id
 
 
@@ -84,7 +84,7 @@ def test_an_edit_out_of_bounds_is_refused_in_place_and_a_good_one_finishes_the_r
     gate.locator('[name="draft.amount"]').fill("900")
     gate.get_by_role("button", name="Approve", exact=True).click()
     expect(gate.locator('[name="draft.amount"]:invalid')).to_have_count(1)
-    assert console.client.get_approval(approval_id).status == "pending"
+    assert console.client.approvals.get(approval_id).status == "pending"
 
     # Posted without the browser's check, the model refuses it, and says why beside the field.
     gate.evaluate("form => { form.noValidate = true }")
@@ -93,8 +93,8 @@ def test_an_edit_out_of_bounds_is_refused_in_place_and_a_good_one_finishes_the_r
     assert refused.value.status == 422
     gate = page.locator(f"form.gate#gate-{approval_id}")
     expect(gate.locator(".error")).to_contain_text("Input should be less than or equal to 500")
-    assert console.client.get_approval(approval_id).status == "pending"
-    assert console.client.get_run(run_id).status == "waiting"
+    assert console.client.approvals.get(approval_id).status == "pending"
+    assert console.client.runs.get(run_id).status == "waiting"
 
     gate.locator('[name="draft.amount"]').fill("450")
     gate.locator('[name="draft.speed"]').select_option("express")
@@ -105,16 +105,16 @@ def test_an_edit_out_of_bounds_is_refused_in_place_and_a_good_one_finishes_the_r
     expect(page.locator("#flash")).to_be_visible()
     expect(page.locator(f"#gate-{approval_id}")).to_have_count(0)
 
-    decided = console.client.get_approval(approval_id)
+    decided = console.client.approvals.get(approval_id)
     assert decided.status == "approved"
     assert decided.decided_by == "user:ann"
     assert decided.decided_via is not None
     assert str(decided.edited_draft.amount) == "450"
     _status_becomes(page, console, run_id, "done")
-    output = console.client.get_run(run_id).output
+    output = console.client.runs.get(run_id).output
     assert output is not None
     assert output["outcome"] == "paid"
-    (sent,) = [r for r in console.client.ledger(run_id) if r.op_id == "bank.payments.send"]
+    (sent,) = [r for r in console.client.calls.ledger(run_id) if r.op_id == "bank.payments.send"]
     assert sent.status == "ok"
     assert sent.output["amount"] == "450"
     assert sent.output["note"] == "express: Invoice for Acme"
@@ -143,12 +143,12 @@ def test_two_gates_are_approved_in_one_batch(page: Page, console: Console) -> No
     expect(page.locator(f"#gate-{second}")).to_have_count(0)
     expect(page.locator(f"#gate-{other}")).to_be_visible()
 
-    assert console.client.get_approval(first).status == "approved"
-    assert console.client.get_approval(second).status == "approved"
-    assert console.client.get_approval(other).status == "pending"
+    assert console.client.approvals.get(first).status == "approved"
+    assert console.client.approvals.get(second).status == "approved"
+    assert console.client.approvals.get(other).status == "pending"
     assert console.wait_for(first_run, "done").output["outcome"] == "paid"  # type: ignore[index]
     assert console.wait_for(second_run, "done").output["outcome"] == "paid"  # type: ignore[index]
-    assert console.client.get_run(other_run).status == "waiting"
+    assert console.client.runs.get(other_run).status == "waiting"
 
 
 def test_a_task_answered_it_happened_carries_its_run_on(
@@ -156,7 +156,7 @@ def test_a_task_answered_it_happened_carries_its_run_on(
 ) -> None:
     run_id = console.start_run("letter", {"to": "Wile E. Coyote", "text": "Your order shipped."})
     console.wait_for(run_id, "waiting")
-    (task,) = console.client.list_tasks(run_id=run_id, status="open")
+    (task,) = console.client.tasks.list(run_id=run_id, status="open")
     sign_in(page, console)
     page.goto(f"{console.url}/console/ledger?run={run_id}")
     expect(page.locator("table#ledger tr.uncertain")).to_contain_text("bank.letters.post")
@@ -173,10 +173,10 @@ def test_a_task_answered_it_happened_carries_its_run_on(
     expect(page.locator("#flash")).to_be_visible()
     expect(page.locator(f"#task-{task.id}")).to_have_count(0)
 
-    answered = console.client.get_task(task.id)
+    answered = console.client.tasks.get(task.id)
     assert answered.status == "done"
     _status_becomes(page, console, run_id, "done")
-    assert console.client.get_run(run_id).output == {"letter_id": "ltr_77", "pages": 2}
+    assert console.client.runs.get(run_id).output == {"letter_id": "ltr_77", "pages": 2}
 
 
 def _press(page: Page, button: str) -> Response:
@@ -197,16 +197,16 @@ def test_a_run_is_cancelled_and_retried(page: Page, console: Console) -> None:
     assert _press(page, "Cancel run").status == 303
     expect(page.locator("#flash")).to_be_visible()
     _status_becomes(page, console, run_id, "cancelled")
-    assert console.client.get_approval(approval_id).status == "cancelled"
+    assert console.client.approvals.get(approval_id).status == "cancelled"
     expect(page.get_by_role("button", name="Cancel run")).to_have_count(0)
 
     assert _press(page, "Retry run").status == 303
     expect(page.locator("#flash")).to_be_visible()
     # The retry carries on from the gate, which waits again for a decision.
     _status_becomes(page, console, run_id, "waiting")
-    pending = console.client.list_approvals(run_id=run_id, status="pending")
+    pending = console.client.approvals.list(run_id=run_id, status="pending")
     assert [a.id for a in pending] == [approval_id]
-    assert console.client.get_run(run_id).attempt == 2
+    assert console.client.runs.get(run_id).attempt == 2
 
 
 def test_a_failed_run_is_retried_to_the_end(page: Page, console: Console) -> None:
@@ -221,7 +221,7 @@ def test_a_failed_run_is_retried_to_the_end(page: Page, console: Console) -> Non
     assert _press(page, "Retry run").status == 303
     expect(page.locator("#flash")).to_be_visible()
     _status_becomes(page, console, run_id, "done")
-    assert console.client.get_run(run_id).output == {"account": account, "lines": 12}
+    assert console.client.runs.get(run_id).output == {"account": account, "lines": 12}
     # The retry is a new attempt: the account's read before the failed step was copied.
     expect(page.locator("svg#timeline rect.step.copied")).to_have_count(1)
 
@@ -243,9 +243,9 @@ def test_a_refused_decision_shows_the_policy_reason_and_leaves_the_gate(
     expect(refusal).to_contain_text("user:bob may not decide")
     expect(refusal).to_contain_text("forbidden by policies/payments.cedar:8")
 
-    assert console.client.get_approval(approval_id).status == "pending"
-    assert console.client.get_run(run_id).status == "waiting"
-    denied = [d for d in console.client.denials() if d.principal == "user:bob"]
+    assert console.client.approvals.get(approval_id).status == "pending"
+    assert console.client.runs.get(run_id).status == "waiting"
+    denied = [d for d in console.client.ops.denials() if d.principal == "user:bob"]
     assert any(d.action == "decide" for d in denied)
 
 
@@ -260,8 +260,8 @@ def test_a_form_posted_without_its_csrf_token_is_refused(page: Page, console: Co
         refused = page.request.post(decide, form=form, max_redirects=0)
         assert refused.status == 403
         assert "no valid CSRF token" in refused.text()
-    assert console.client.get_approval(approval_id).status == "pending"
-    assert console.client.get_run(run_id).status == "waiting"
+    assert console.client.approvals.get(approval_id).status == "pending"
+    assert console.client.runs.get(run_id).status == "waiting"
     page.goto(f"{console.url}/console/inbox")
     expect(page.locator(f"form.gate#gate-{approval_id}")).to_be_visible()
 
@@ -313,7 +313,7 @@ def test_the_ledger_budgets_operations_and_resources_pages(
     try:
         expect(page.locator("#flash")).to_be_visible()
         expect(page.get_by_role("button", name="Resume")).to_be_visible()
-        assert console.client.app_state.paused()
+        assert console.client.services.app_state.paused()
     finally:
         if page.get_by_role("button", name="Resume").count():
             _press(page, "Resume")
@@ -324,8 +324,8 @@ def test_the_ledger_budgets_operations_and_resources_pages(
 def _resumed(console: Console) -> None:
     """Make sure the app is not left paused for the tests after this one."""
     deadline = time.monotonic() + 10
-    while console.client.app_state.paused():
+    while console.client.services.app_state.paused():
         if time.monotonic() > deadline:
-            console.client.resume(by="user:ann")
+            console.client.ops.resume(by="user:ann")
             return
         time.sleep(0.05)

@@ -91,7 +91,7 @@ def desk_http(desk: Harness) -> Iterator[TestClient]:
 
 def bearer(harness: Harness, principal: str) -> dict[str, str]:
     """The `Authorization` header of a new API token for `principal`."""
-    _, token = harness.client.tokens.create(principal, by="user:sam")
+    _, token = harness.client.services.tokens.create(principal, by="user:sam")
     return {"Authorization": f"Bearer {token}"}
 
 

@@ -68,7 +68,7 @@ def shop(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 # schemathesis's strategies use the `random` module, which hypothesis warns about.
 @pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
 def test_every_answer_is_one_the_spec_describes(shop: Harness) -> None:
-    _, made = shop.client.tokens.create("user:ann", by="user:admin")
+    _, made = shop.client.services.tokens.create("user:ann", by="user:admin")
     api = create_api(shop.client, allowed_hosts=["testserver"])
     # The token as the spec's bearer scheme: schemathesis sends it with every request, knows
     # it for what it is, and sends some without it to see them refused.

@@ -167,7 +167,7 @@ READ_ONLY = [
 
 def test_read_only_commands_launch_nothing(database_url: str) -> None:
     with Client.connect(ACME, database_url, by="user:ann") as client:
-        run = client.start("ar.chase-invoice", {"invoice_id": "inv_1001"})
+        run = client.runs.start("ar.chase-invoice", {"invoice_id": "inv_1001"})
     seen = probe(
         *[["--app", str(ACME), *command] for command in READ_ONLY],
         engines=True,
@@ -219,7 +219,7 @@ def test_runs_on_sqlite_loads_only_what_it_reads_with(
 ) -> None:
     url = f"sqlite:///{tmp_path / 'remit.sqlite'}"
     with Client.connect(app, url, by="user:ann") as client:
-        run = client.start(workflow, given)
+        run = client.runs.start(workflow, given)
     seen = probe(["--app", str(app), "runs"], database_url=url)
     assert seen.codes == [0]
     assert run.run_id in seen.outputs[0]

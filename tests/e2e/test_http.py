@@ -49,7 +49,7 @@ def client(harness: Harness) -> Iterator[TestClient]:
 
 def bearer(harness: Harness, principal: str) -> dict[str, str]:
     """The `Authorization` header of a new API token for `principal`."""
-    _, token = harness.client.tokens.create(principal, by="user:admin")
+    _, token = harness.client.services.tokens.create(principal, by="user:admin")
     return {"Authorization": f"Bearer {token}"}
 
 

@@ -50,7 +50,7 @@ def _routes(routes: list[Any]) -> Iterator[APIRoute]:
 
 
 def token(desk: Harness, principal: str, **options: object) -> dict[str, str]:
-    _, made = desk.client.tokens.create(principal, by="user:sam", **options)  # type: ignore[arg-type]
+    _, made = desk.client.services.tokens.create(principal, by="user:sam", **options)  # type: ignore[arg-type]
     return {"Authorization": f"Bearer {made}"}
 
 
@@ -67,7 +67,7 @@ def test_every_route_but_health_needs_a_working_token(
     assert ("GET", "/health") in routes
     assert ("GET", "/openapi.json") in routes
     revoked = token(desk, "user:ann")
-    desk.client.tokens.revoke(desk.client.tokens.list()[0].id, by="user:sam")
+    desk.client.services.tokens.revoke(desk.client.services.tokens.list()[0].id, by="user:sam")
     expired = token(desk, "user:ann", expires_in=timedelta(hours=1))
     clock.advance(hours=2)
     for headers, why in [

@@ -33,7 +33,7 @@ def harness(
 
 
 def bearer(harness: Harness, principal: str = "user:ann") -> dict[str, str]:
-    _, token = harness.client.tokens.create(principal, by="user:sam")
+    _, token = harness.client.services.tokens.create(principal, by="user:sam")
     return {"Authorization": f"Bearer {token}"}
 
 

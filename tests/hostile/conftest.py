@@ -47,7 +47,7 @@ def desk(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[De
         with Harness(load_app(ACME), database_url=database, actor="user:ann") as harness:
             started = harness.start("ar.write-off", {"invoice_id": "inv_1003"})
             gate = harness.gate(started.run_id)
-            _, token = harness.client.tokens.create("user:ann", by="user:sam")
+            _, token = harness.client.services.tokens.create("user:ann", by="user:sam")
             api = create_api(harness.client, allowed_hosts=["testserver"])
             with TestClient(api, headers={"Authorization": f"Bearer {token}"}) as http:
                 yield Desk(

@@ -55,7 +55,7 @@ class Desk:
     def ready(self) -> None:
         """Make sure the approval the probes name is pending: a probe wrongly let through may
         have decided it, and the next must still meet a pending gate."""
-        if self.harness.client.get_approval(self.approval).status != "pending":
+        if self.harness.client.approvals.get(self.approval).status != "pending":
             self.harness.wait(self.run, timeout=60)  # its run carries on, writing rows
             started = self.harness.start("ar.write-off", {"invoice_id": "inv_1003"})
             self.approval = self.harness.gate(started.run_id).id

@@ -717,7 +717,7 @@ def client(call: Callable[[Client, str], Any], error: str, says: str) -> ClientP
 CLIENT = [
     pytest.param(
         client(
-            lambda c, _: c.start_row(
+            lambda c, _: c.runs.start_row(
                 "ar.write-off", {"invoice_id": "inv_1003", "reason": _nest(150)}
             ),
             "InputInvalid",
@@ -727,7 +727,9 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, _: c.call("data.ar.contacts.put", {"email": "a@b.example", "note": 10**5000}),
+            lambda c, _: c.calls.call(
+                "data.ar.contacts.put", {"email": "a@b.example", "note": 10**5000}
+            ),
             "InputInvalid",
             HUGE,
         ),
@@ -735,7 +737,7 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, _: c.start_row("ar.write-off", {"invoice_id": 3}),
+            lambda c, _: c.runs.start_row("ar.write-off", {"invoice_id": 3}),
             "InputInvalid",
             "invoice_id",
         ),
@@ -743,7 +745,7 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, _: c.start_row(
+            lambda c, _: c.runs.start_row(
                 "ar.write-off", {"invoice_id": "inv_1003", "reason": "r" * (3 * MiB)}
             ),
             "TooLarge",
@@ -753,7 +755,7 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, _: c.call(
+            lambda c, _: c.calls.call(
                 "data.ar.contacts.put", {"email": "big@example.com", "note": "n" * (3 * MiB)}
             ),
             "TooLarge",
@@ -763,7 +765,7 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, a: c.decide(
+            lambda c, a: c.approvals.decide(
                 [a],
                 "approved",
                 key="probe-1",
@@ -776,7 +778,7 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, a: c.decide([a], "rejected", key="probe-2", reason="y" * 5000),
+            lambda c, a: c.approvals.decide([a], "rejected", key="probe-2", reason="y" * 5000),
             "TooLarge",
             "REMIT_MAX_REASON_CHARS",
         ),
@@ -784,7 +786,7 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, _: c.start_row(
+            lambda c, _: c.runs.start_row(
                 "ar.write-off", {"invoice_id": "inv_1003", "reason": f"a{NUL}"}
             ),
             "InputInvalid",
@@ -794,7 +796,7 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, _: c.start_row(
+            lambda c, _: c.runs.start_row(
                 "ar.write-off", {"invoice_id": "inv_1003", "reason": "\ud800"}
             ),
             "InputInvalid",
@@ -804,7 +806,7 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, _: c.call("data.ar.contacts.put", {"email": f"a{NUL}@b.example"}),
+            lambda c, _: c.calls.call("data.ar.contacts.put", {"email": f"a{NUL}@b.example"}),
             "InputInvalid",
             "NUL character",
         ),
@@ -812,7 +814,7 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, a: c.decide([a], "rejected", key="probe-3", reason=f"no{NUL}"),
+            lambda c, a: c.approvals.decide([a], "rejected", key="probe-3", reason=f"no{NUL}"),
             "InputInvalid",
             "NUL character",
         ),
@@ -820,7 +822,7 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, a: c.decide(
+            lambda c, a: c.approvals.decide(
                 [a], "approved", key="probe-4", edits={a: {"amount": 100, "memo": f"{NUL}"}}
             ),
             "InputInvalid",
@@ -830,7 +832,7 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, _: c.start_row(
+            lambda c, _: c.runs.start_row(
                 "ar.write-off", {"invoice_id": "inv_1003"}, by=f"user:ann{ESC}[2J"
             ),
             "RemitError",
@@ -840,7 +842,9 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, _: c.call("data.ar.contacts.put", {"email": "k@b.example"}, key=f"key{ESC}1"),
+            lambda c, _: c.calls.call(
+                "data.ar.contacts.put", {"email": "k@b.example"}, key=f"key{ESC}1"
+            ),
             "RemitError",
             "key",
         ),
@@ -848,7 +852,7 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, _: c.start_row("ar.write-off", {"invoice_id": f"inv{ESC}[2J"}),
+            lambda c, _: c.runs.start_row("ar.write-off", {"invoice_id": f"inv{ESC}[2J"}),
             "RemitError",
             "control characters",
         ),
@@ -856,65 +860,73 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, _: c.call("data.ar.contacts.put", {"email": f"x{ESC}[31m@b.example"}),
+            lambda c, _: c.calls.call("data.ar.contacts.put", {"email": f"x{ESC}[31m@b.example"}),
             "InputInvalid",
             "holds control characters",
         ),
         id="control-in-record-key",
     ),
     pytest.param(
-        client(lambda c, _: c.get_run("run_nope"), "RunNotFound", "run_nope"), id="unknown-run"
+        client(lambda c, _: c.runs.get("run_nope"), "RunNotFound", "run_nope"), id="unknown-run"
     ),
     pytest.param(
         client(
-            lambda c, _: c.decide(["apr_nope"], "rejected", key="probe-5"), "RemitError", "apr_nope"
+            lambda c, _: c.approvals.decide(["apr_nope"], "rejected", key="probe-5"),
+            "RemitError",
+            "apr_nope",
         ),
         id="unknown-approval",
     ),
     pytest.param(
         client(
-            lambda c, _: c.resolve("tsk_nope", done=False, key="probe-6"), "RemitError", "tsk_nope"
+            lambda c, _: c.tasks.resolve("tsk_nope", done=False, key="probe-6"),
+            "RemitError",
+            "tsk_nope",
         ),
         id="unknown-task",
     ),
     pytest.param(
         client(
-            lambda c, _: c.start_row("write-everything", {}), "UnknownWorkflow", "write-everything"
+            lambda c, _: c.runs.start_row("write-everything", {}),
+            "UnknownWorkflow",
+            "write-everything",
         ),
         id="unknown-workflow",
     ),
     pytest.param(
         client(
-            lambda c, _: c.start_row("ar.write-off", {"invoice_id": "inv_1003"}, by=""),
+            lambda c, _: c.runs.start_row("ar.write-off", {"invoice_id": "inv_1003"}, by=""),
             "RemitError",
             "principal",
         ),
         id="empty-principal",
     ),
-    pytest.param(client(lambda c, _: c.runs(limit=0), "RemitError", "limit"), id="limit-0-runs"),
     pytest.param(
-        client(lambda c, _: c.runs(limit=-1), "RemitError", "limit"), id="limit-negative-runs"
+        client(lambda c, _: c.runs.list(limit=0), "RemitError", "limit"), id="limit-0-runs"
     ),
     pytest.param(
-        client(lambda c, _: c.ledger(limit=0), "RemitError", "limit"), id="limit-0-ledger"
+        client(lambda c, _: c.runs.list(limit=-1), "RemitError", "limit"), id="limit-negative-runs"
     ),
     pytest.param(
-        client(lambda c, _: c.list_approvals(limit=-1), "RemitError", "limit"),
+        client(lambda c, _: c.calls.ledger(limit=0), "RemitError", "limit"), id="limit-0-ledger"
+    ),
+    pytest.param(
+        client(lambda c, _: c.approvals.list(limit=-1), "RemitError", "limit"),
         id="limit-negative-approvals",
     ),
     pytest.param(
-        client(lambda c, _: c.list_tasks(limit=0), "RemitError", "limit"), id="limit-0-tasks"
+        client(lambda c, _: c.tasks.list(limit=0), "RemitError", "limit"), id="limit-0-tasks"
     ),
     pytest.param(
-        client(lambda c, _: c.denials(limit=0), "RemitError", "limit"), id="limit-0-denials"
+        client(lambda c, _: c.ops.denials(limit=0), "RemitError", "limit"), id="limit-0-denials"
     ),
     pytest.param(
-        client(lambda c, _: c.deadlines(limit=-5), "RemitError", "limit"),
+        client(lambda c, _: c.ops.deadlines(limit=-5), "RemitError", "limit"),
         id="limit-negative-deadlines",
     ),
     pytest.param(
         client(
-            lambda c, _: c.start_row("ar.write-off", {"invoice_id": "inv_1003", "amount": 1}),
+            lambda c, _: c.runs.start_row("ar.write-off", {"invoice_id": "inv_1003", "amount": 1}),
             "InputInvalid",
             "amount",
         ),
@@ -922,7 +934,7 @@ CLIENT = [
     ),
     pytest.param(
         client(
-            lambda c, _: c.activity("invoice", "inv_1003", after=2**70),
+            lambda c, _: c.records.activity("invoice", "inv_1003", after=2**70),
             "RemitError",
             "after",
         ),

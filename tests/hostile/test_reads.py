@@ -73,7 +73,7 @@ class Shop:
 
     def get(self, path: str, who: str, params: Mapping[str, Any] | None = None) -> Any:
         if who not in self.tokens:
-            self.tokens[who] = self.harness.client.tokens.create(who, by=CAROL)[1]
+            self.tokens[who] = self.harness.client.services.tokens.create(who, by=CAROL)[1]
         return self.http.get(
             path, params=params, headers={"Authorization": f"Bearer {self.tokens[who]}"}
         )
@@ -90,7 +90,7 @@ class Shop:
     def denials(self, who: str) -> list[tuple[str, str]]:
         return sorted(
             (d.action, d.resource)
-            for d in self.harness.client.guard.denials(limit=1000)
+            for d in self.harness.client.services.guard.denials(limit=1000)
             if d.principal == who
         )
 
@@ -116,7 +116,7 @@ def desk(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sh
             DriverError("mail relay timeout", retryable=True, status=504)
         ]
         harness.call(send_email.id, {"to": "a@example.com", "text": "hi"}, by=CAROL)
-        [direct_task] = [t for t in harness.client.tasks.list() if t.id != task.id]
+        [direct_task] = [t for t in harness.client.services.tasks.list() if t.id != task.id]
         tokens: dict[str, str] = {}
         api = create_api(harness.client, allowed_hosts=["testserver"])
         with TestClient(api) as http:
@@ -176,8 +176,8 @@ def test_whoever_may_read_everything_reads_it_all(desk: Shop) -> None:
 def test_a_list_asks_the_policies_once_per_workflow_not_once_per_run(desk: Shop) -> None:
     for _ in range(30):  # purchases: done at once, and read by no one but carol
         desk.harness.start("purchase", {"sku": "sku-1"}, by=CAROL)
-    counting = _Counting(desk.harness.client.guard.policy)
-    desk.harness.client.guard.policy = counting  # type: ignore[assignment]
+    counting = _Counting(desk.harness.client.services.guard.policy)
+    desk.harness.client.services.guard.policy = counting  # type: ignore[assignment]
     listed = desk.get("/runs", CAROL, {"limit": 100}).json()
     assert len(listed) >= 32
     workflows = len({*desk.harness.app.workflows, "call"})  # with the built-in `call`
@@ -265,7 +265,7 @@ def test_a_refused_post_in_the_console_shows_nothing_its_poster_may_not_read(
     desk: Shop,
 ) -> None:
     csrf = sign_in(desk.http, desk.harness, EVE)
-    task = desk.harness.client.tasks.get(desk.task)
+    task = desk.harness.client.services.tasks.get(desk.task)
     answered = desk.http.post(
         f"/console/tasks/{desk.task}", data={"csrf": csrf, "done": "perhaps", "key": "k1"}
     )
@@ -278,5 +278,5 @@ def test_a_refused_post_in_the_console_shows_nothing_its_poster_may_not_read(
     )
     assert decided.status_code == 403
     assert "read_approvals" in decided.text
-    assert desk.harness.client.get_approval(desk.approval).status == "pending"
-    assert desk.harness.client.tasks.get(desk.task).status == "open"
+    assert desk.harness.client.approvals.get(desk.approval).status == "pending"
+    assert desk.harness.client.services.tasks.get(desk.task).status == "open"

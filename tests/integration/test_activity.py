@@ -62,7 +62,7 @@ def test_a_write_off_proposed_approved_with_edits_and_done_is_on_its_invoice(
         )
         assert harness.wait(run.run_id).status == "done"
 
-        rows = harness.client.activity("invoice", "inv_1003")
+        rows = harness.client.records.activity("invoice", "inv_1003")
 
     assert _kinds(rows) == [
         ("run.started", "user:ann"),
@@ -105,7 +105,7 @@ def test_a_write_whose_outcome_is_unknown_and_its_answer_are_on_the_invoice(
         harness.resolve(task.id, done=True, output=sent)
         assert harness.wait(run.run_id).status == "done"
 
-        rows = harness.client.activity("invoice", "inv_1003")
+        rows = harness.client.records.activity("invoice", "inv_1003")
 
     assert _kinds(rows) == [
         ("run.started", "user:ann"),
@@ -129,13 +129,13 @@ def test_a_record_nothing_happened_about_has_no_activity(database_url: str) -> N
     desk = load_app(ACME)
     with Harness(desk, database_url=database_url, actor="user:ann") as harness:
         harness.run("ar.chase-invoice", {"invoice_id": "inv_1001"})
-        assert harness.client.activity("invoice", "inv_9999") == []
-        assert harness.client.activity("customer", "inv_1001") == []
+        assert harness.client.records.activity("invoice", "inv_9999") == []
+        assert harness.client.records.activity("customer", "inv_1001") == []
         # The chase is on its own invoice, started and done, and paged on by row id.
-        first, second = harness.client.activity("invoice", "inv_1001")
+        first, second = harness.client.records.activity("invoice", "inv_1001")
         assert (first.kind, second.kind) == ("run.started", "run.done")
-        assert harness.client.activity("invoice", "inv_1001", limit=1) == [first]
-        assert harness.client.activity("invoice", "inv_1001", after=first.id) == [second]
+        assert harness.client.records.activity("invoice", "inv_1001", limit=1) == [first]
+        assert harness.client.records.activity("invoice", "inv_1001", after=first.id) == [second]
 
 
 # A small app: a workflow that names no record, one whose gates name their own, and an async
@@ -210,23 +210,25 @@ def test_a_run_that_names_no_record_writes_no_activity(database_url: str) -> Non
         assert harness.wait(run.run_id).status == "done"
         cancelled = harness.start("plain", {"order_id": "o-2"})
         harness.gate(cancelled.run_id)
-        harness.client.cancel(cancelled.run_id)
+        harness.client.runs.cancel(cancelled.run_id)
 
         assert _count(harness) == 0
-        assert harness.client.activity("order", "o-1") == []
+        assert harness.client.records.activity("order", "o-1") == []
 
 
 def test_a_run_started_with_a_record_passes_it_to_its_gates(database_url: str) -> None:
     with Harness(_orders(), database_url=database_url) as harness:
-        run = harness.client.start_row("plain", {"order_id": "o-1"}, record=("order", "o-1"))
+        run = harness.client.runs.start_row("plain", {"order_id": "o-1"}, record=("order", "o-1"))
         gate = harness.gate(run.run_id)
         harness.decide(gate.id, "rejected", by="user:olga", reason="no stock")
         assert harness.wait(run.run_id).status == "done"
-        cancelled = harness.client.start_row("plain", {"order_id": "o-1"}, record=("order", "o-1"))
+        cancelled = harness.client.runs.start_row(
+            "plain", {"order_id": "o-1"}, record=("order", "o-1")
+        )
         harness.gate(cancelled.run_id)
-        harness.client.cancel(cancelled.run_id, by="user:olga")
+        harness.client.runs.cancel(cancelled.run_id, by="user:olga")
 
-        rows = harness.client.activity("order", "o-1")
+        rows = harness.client.records.activity("order", "o-1")
 
     assert [(row.kind, row.actor, row.run_id) for row in rows] == [
         ("run.started", "user:test", run.run_id),
@@ -254,15 +256,15 @@ def test_a_gate_that_names_its_own_record_is_on_that_record_only(database_url: s
         harness.decide(other_gate.id, "rejected", by="user:olga")
         assert harness.wait(other.run_id).status == "done"
 
-        assert _kinds(harness.client.activity("order", "o-5")) == [
+        assert _kinds(harness.client.records.activity("order", "o-5")) == [
             ("approval.opened", "user:test"),
             ("approval.approved", "user:olga"),
         ]
-        assert _kinds(harness.client.activity("order", "o-6")) == [
+        assert _kinds(harness.client.records.activity("order", "o-6")) == [
             ("run.started", "user:test"),
             ("run.done", "remit:run"),
         ]
-        customer = harness.client.activity("customer", "c-7")
+        customer = harness.client.records.activity("customer", "c-7")
         assert _kinds(customer) == [
             ("approval.opened", "user:test"),
             ("approval.rejected", "user:olga"),
@@ -283,10 +285,10 @@ def test_archiving_a_record_cancels_its_pending_gates_as_the_policies_allow(
         # dave is no one at the desk, and a clerk may not cancel a write-off over 500.00.
         for who in ("user:dave", "user:ann"):
             with pytest.raises(DecisionRefused) as refused:
-                client.archive_record("invoice", "inv_1003", by=who, reason="closed")
+                client.records.archive("invoice", "inv_1003", by=who, reason="closed")
             assert refused.value.by_policy
             assert {approval_id for approval_id, _ in refused.value.reasons} == set(gates)
-        assert {client.approvals.get(g).status for g in gates} == {"pending"}
+        assert {client.services.approvals.get(g).status for g in gates} == {"pending"}
         assert _count(harness) == before
         with client.db.engine.connect() as conn:
             refusals = conn.execute(
@@ -298,7 +300,7 @@ def test_archiving_a_record_cancels_its_pending_gates_as_the_policies_allow(
         }
         assert {row.context["decision"] for row in refusals} == {"cancelled"}
 
-        archived = client.archive_record(
+        archived = client.records.archive(
             "invoice", "inv_1003", by="user:carol", reason="customer dissolved"
         )
 
@@ -306,14 +308,14 @@ def test_archiving_a_record_cancels_its_pending_gates_as_the_policies_allow(
         assert sorted(d.approval_id for d in archived.cancelled) == gates
         assert {d.status for d in archived.cancelled} == {"cancelled"}
         for gate_id in gates:
-            approval = client.approvals.get(gate_id)
+            approval = client.services.approvals.get(gate_id)
             assert (approval.status, approval.decided_by, approval.decided_via) == (
                 "cancelled",
                 "user:carol",
                 "archive",
             )
             assert approval.reason == "customer dissolved"
-            (audited,) = client.approvals.audit(gate_id)
+            (audited,) = client.services.approvals.audit(gate_id)
             assert (audited["action"], audited["actor"]) == ("approval.cancelled", "user:carol")
             assert audited["meta"]["via"] == "archive"
         # Each run resumes, sees its gate cancelled, and ends as its code says.
@@ -322,7 +324,7 @@ def test_archiving_a_record_cancels_its_pending_gates_as_the_policies_allow(
             assert done.status == "done"
             assert done.output["outcome"] == "not written off (cancelled)"
 
-        rows = client.activity("invoice", "inv_1003")
+        rows = client.records.activity("invoice", "inv_1003")
         assert [row.kind for row in rows].count("record.archived") == 1
         (row,) = [row for row in rows if row.kind == "record.archived"]
         assert row.actor == "user:carol"
@@ -336,7 +338,7 @@ def test_archiving_a_record_cancels_its_pending_gates_as_the_policies_allow(
 
         # A second archive finds nothing pending, and does nothing.
         count = _count(harness)
-        again = client.archive_record("invoice", "inv_1003", by="user:carol")
+        again = client.records.archive("invoice", "inv_1003", by="user:carol")
         assert again.cancelled == ()
         assert not again.replayed
         assert _count(harness) == count
@@ -365,19 +367,19 @@ def test_a_record_no_one_could_name_is_refused_saying_what_to_change(
         ]
         for record, problem in bad:
             with pytest.raises(InputInvalid) as refused:
-                client.start_row("plain", {"order_id": "o-1"}, record=record)  # type: ignore[arg-type]
+                client.runs.start_row("plain", {"order_id": "o-1"}, record=record)  # type: ignore[arg-type]
             assert problem in str(refused.value), str(refused.value)
             assert "('invoice', 'inv_1003')" in str(refused.value)
         with pytest.raises(InputInvalid, match="its id is empty"):
-            client.activity("order", "")
+            client.records.activity("order", "")
         with pytest.raises(InputInvalid, match="its type holds control characters"):
-            client.archive_record("ord\ner", "o-1", by="user:olga")
+            client.records.archive("ord\ner", "o-1", by="user:olga")
         # What the workflow derives is checked as well, naming the workflow.
         with pytest.raises(InputInvalid, match=r"workflow `derives-badly`.*its id is empty"):
-            client.start_row("derives-badly", {"order_id": "o-1"})
+            client.runs.start_row("derives-badly", {"order_id": "o-1"})
         with pytest.raises(InputInvalid, match=r"workflow `derives-with-error`.*AttributeError"):
-            client.start_row("derives-with-error", {"order_id": "o-1"})
-        assert client.runs() == []
+            client.runs.start_row("derives-with-error", {"order_id": "o-1"})
+        assert client.runs.list() == []
         assert _count(harness) == 0
 
         # A gate naming a record no one could name fails its run, saying why.

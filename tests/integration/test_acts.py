@@ -40,7 +40,7 @@ def _rows(client: Client, table: sa.Table) -> list[dict[str, Any]]:
 
 
 def _started(client: Client) -> str:
-    return client.start("ar.chase-invoice", {"invoice_id": "inv_1001"}).run_id
+    return client.runs.start("ar.chase-invoice", {"invoice_id": "inv_1001"}).run_id
 
 
 # Each act: what it does as `by`, the principal the desk allows it to, the Cedar action and
@@ -49,17 +49,17 @@ Act = Callable[[Client, str], object]
 ACTS: list[tuple[str, Act, str, str, str, str]] = [
     (
         "cancel",
-        lambda c, by: c.cancel(_started(c), by=by),
+        lambda c, by: c.runs.cancel(_started(c), by=by),
         "user:carol",
         "Workflow",
         "ar.chase-invoice",
         "run.cancelled",
     ),
-    ("pause", lambda c, by: c.pause(by=by), "user:carol", "App", "acme", "app.paused"),
-    ("resume", lambda c, by: c.resume(by=by), "user:carol", "App", "acme", "app.resumed"),
+    ("pause", lambda c, by: c.ops.pause(by=by), "user:carol", "App", "acme", "app.paused"),
+    ("resume", lambda c, by: c.ops.resume(by=by), "user:carol", "App", "acme", "app.resumed"),
     (
         "set_secret",
-        lambda c, by: c.set_secret("MAIL_SERVER_TOKEN", "s3cret", by=by),
+        lambda c, by: c.secrets.set("MAIL_SERVER_TOKEN", "s3cret", by=by),
         "user:sam",
         "Secret",
         "MAIL_SERVER_TOKEN",
@@ -67,7 +67,7 @@ ACTS: list[tuple[str, Act, str, str, str, str]] = [
     ),
     (
         "set_budget",
-        lambda c, by: c.set_budget("app", 1_000_000, by=by),
+        lambda c, by: c.budgets.set("app", 1_000_000, by=by),
         "user:carol",
         "Budget",
         "app",
@@ -100,37 +100,37 @@ def test_an_act_is_refused_with_a_denial_and_allowed_with_one_audit_row(
 def test_a_refused_act_changes_nothing(client: Client) -> None:
     run_id = _started(client)
     with pytest.raises(PolicyDenied):
-        client.cancel(run_id, by=DAVE)
+        client.runs.cancel(run_id, by=DAVE)
     with pytest.raises(PolicyDenied):
-        client.pause(by=DAVE)
+        client.ops.pause(by=DAVE)
     with pytest.raises(PolicyDenied):
-        client.set_secret("MAIL_SERVER_TOKEN", "forged", by=DAVE)
+        client.secrets.set("MAIL_SERVER_TOKEN", "forged", by=DAVE)
     with pytest.raises(PolicyDenied):
-        client.set_budget("app", 1_000_000, by=DAVE)
+        client.budgets.set("app", 1_000_000, by=DAVE)
     assert [row["status"] for row in _rows(client, runs)] == ["queued"]
-    assert not client.app_state.paused()
+    assert not client.services.app_state.paused()
     assert _rows(client, secrets) == []
-    (period,) = client.budgets.periods()
+    (period,) = client.services.budgets.periods()
     assert period.limit_usd == Decimal("5.00")
 
 
 def test_clerks_may_not_do_what_controllers_and_admins_do(client: Client) -> None:
     with pytest.raises(PolicyDenied, match='user:ann may not set_budget Budget::"app"'):
-        client.set_budget("app", 50, by="user:ann")
+        client.budgets.set("app", 50, by="user:ann")
     with pytest.raises(PolicyDenied, match='user:carol may not set_secret Secret::"MAIL_FROM"'):
-        client.set_secret("MAIL_FROM", "desk@example.com", by="user:carol")
+        client.secrets.set("MAIL_FROM", "desk@example.com", by="user:carol")
     with pytest.raises(PolicyDenied, match='user:sam may not pause App::"acme"'):
-        client.pause(by="user:sam")
+        client.ops.pause(by="user:sam")
 
 
 def test_deleting_a_secret_and_a_reconciler_pass_are_checked_and_audited(client: Client) -> None:
-    client.set_secret("MAIL_FROM", "desk@example.com", by="user:sam")
+    client.secrets.set("MAIL_FROM", "desk@example.com", by="user:sam")
     with pytest.raises(PolicyDenied, match='may not delete_secret Secret::"MAIL_FROM"'):
-        client.delete_secret("MAIL_FROM", by="user:carol")
-    assert client.delete_secret("MAIL_FROM", by="user:sam") is True
+        client.secrets.delete("MAIL_FROM", by="user:carol")
+    assert client.secrets.delete("MAIL_FROM", by="user:sam") is True
     with pytest.raises(PolicyDenied, match='user:ann may not reconcile App::"acme"'):
-        client.reconcile(by="user:ann")
-    client.reconcile(by="user:carol")
+        client.ops.reconcile(by="user:ann")
+    client.ops.reconcile(by="user:carol")
     assert [(row["action"], row["target"], row["actor"]) for row in _rows(client, audit)] == [
         ("secret.set", "secret:MAIL_FROM", "user:sam"),
         ("secret.deleted", "secret:MAIL_FROM", "user:sam"),
@@ -140,14 +140,14 @@ def test_deleting_a_secret_and_a_reconciler_pass_are_checked_and_audited(client:
 
 
 def test_a_secret_is_never_in_its_audit_row(client: Client) -> None:
-    client.set_secret("MAIL_SERVER_TOKEN", "tok_live_0123456789", by="user:sam")
+    client.secrets.set("MAIL_SERVER_TOKEN", "tok_live_0123456789", by="user:sam")
     (row,) = _rows(client, audit)
     assert "tok_live_0123456789" not in repr(row)
 
 
 def test_a_start_and_a_direct_call_are_audited_as_every_act_is(client: Client) -> None:
     run_id = _started(client)
-    client.call("payments.invoices.get", {"invoice_id": "inv_1001"}, by="user:ann")
+    client.calls.call("payments.invoices.get", {"invoice_id": "inv_1001"}, by="user:ann")
     with client.db.engine.connect() as conn:
         rows = conn.execute(sa.select(audit.c.action, audit.c.actor, audit.c.target)).all()
     assert [(action, actor) for action, actor, _ in rows] == [
@@ -156,6 +156,6 @@ def test_a_start_and_a_direct_call_are_audited_as_every_act_is(client: Client) -
     ]
     assert rows[0].target == run_id
     with pytest.raises(PolicyDenied):
-        client.call("payments.invoices.get", {"invoice_id": "inv_1001"}, by=DAVE)
+        client.calls.call("payments.invoices.get", {"invoice_id": "inv_1001"}, by=DAVE)
     with client.db.engine.connect() as conn:
         assert len(conn.execute(sa.select(audit)).all()) == 2

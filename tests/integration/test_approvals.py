@@ -208,7 +208,7 @@ def test_an_assigned_gate_is_decided_by_its_assignee_or_an_admin(database_url: s
         with pytest.raises(DecisionRefused, match="is assigned to user:alice; user:bob is not"):
             h.decide(gate.id, "approved", by="user:bob")
         h.decide(gate.id, "approved", by="user:alice")
-        h.approvals.decide(
+        h.client.services.approvals.decide(
             [other.id], "approved", by="user:root", via="test", decision_key="a", admin=True
         )
         assert h.wait(first.run_id).status == "done"
@@ -221,11 +221,11 @@ def test_a_gate_past_its_expiry_is_expired_by_the_sweep(database_url: str) -> No
         run = h.start("refund", {"sku": "sku-1", "expires_in": 3600})
         gate = h.gate(run.run_id)
         assert gate.expires_at == gate.created_at + timedelta(hours=1)
-        assert h.approvals.expire_due() == []  # not yet
+        assert h.client.services.approvals.expire_due() == []  # not yet
 
         clock.advance(hours=1, seconds=1)
-        (expired,) = h.approvals.expire_due()
-        assert h.approvals.expire_due() == []  # once
+        (expired,) = h.client.services.approvals.expire_due()
+        assert h.client.services.approvals.expire_due() == []  # once
 
         assert (expired.approval_id, expired.status) == (gate.id, "expired")
         done = h.wait(run.run_id)
@@ -241,7 +241,7 @@ def test_cancelling_a_waiting_run_cancels_its_gate(database_url: str) -> None:
     with Harness(make_app(), database_url=database_url) as h:
         run = h.start("refund", {"sku": "sku-1"})
         gate = h.gate(run.run_id)
-        h.client.cancel(run.run_id, by="user:dave")
+        h.client.runs.cancel(run.run_id, by="user:dave")
         cancelled = h.approvals.get(gate.id)
         assert (cancelled.status, cancelled.decided_by, cancelled.decided_via) == (
             "cancelled",
@@ -407,7 +407,7 @@ def test_a_cancelled_run_opens_no_gate(database_url: str) -> None:
     with Harness(make_app(), database_url=database_url) as h:
         run = h.start("refund", {"sku": "sku-1"})
         h.gate(run.run_id)
-        h.client.cancel(run.run_id)
+        h.client.runs.cancel(run.run_id)
         attempt = RunInfo(run.run_id, 1, f"{run.run_id}:1", "user:test")
         with pytest.raises(RunMovedOn, match="is cancelled"):
             h.worker.runtime.gates.open(

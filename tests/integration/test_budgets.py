@@ -223,16 +223,16 @@ def test_an_llm_call_records_its_cost_in_the_ledger_and_the_counters(database_ur
         [row] = harness.ledger(run.run_id)
         assert (row.op_id, row.status, row.cost) == ("llm.chat.complete", "ok", Decimal("0.2"))
         assert row.output["cost_usd"] == "0.200000"
-        [period] = harness.budgets.periods()
+        [period] = harness.client.services.budgets.periods()
         assert (period.spent_usd, period.reserved_usd) == (Decimal("0.2"), Decimal(0))
-        reserved = harness.budgets.reservation(row.idempotency_key)
+        reserved = harness.client.services.budgets.reservation(row.idempotency_key)
         assert reserved is not None
         assert (reserved.status, reserved.reserved_usd, reserved.cost_usd) == (
             "settled",
             Decimal("0.3"),  # max_tokens=3 dimes
             Decimal("0.2"),
         )
-        assert [d.drift_usd for d in harness.budgets.drift()] == [0]
+        assert [d.drift_usd for d in harness.client.services.budgets.drift()] == [0]
         assert len(fake.requests) == 1
 
 
@@ -251,7 +251,7 @@ def test_a_call_past_the_budget_is_refused_before_it_is_made(database_url: str) 
         assert (row.status, row.tries, row.cost) == ("failed", 0, None)
         assert row.error_info is not None
         assert row.error_info["kind"] == "budget"
-        [period] = h.budgets.periods()
+        [period] = h.client.services.budgets.periods()
         assert (period.spent_usd, period.reserved_usd) == (Decimal("0.1"), Decimal(0))
 
 
@@ -267,7 +267,7 @@ def test_an_unpriced_model_is_refused_before_the_call(database_url: str) -> None
         assert run.status == "failed"
         assert "no price for the model `gpt-9`" in (run.error or "")
         assert fake.requests == []
-        assert harness.budgets.reservation(f"{run.run_id}:1") is None
+        assert harness.client.services.budgets.reservation(f"{run.run_id}:1") is None
 
 
 def test_a_refused_run_waits_for_more_budget_and_carries_on(database_url: str) -> None:
@@ -278,7 +278,7 @@ def test_a_refused_run_waits_for_more_budget_and_carries_on(database_url: str) -
         gate = h.gate(started.run_id)
         assert gate.draft_json == {
             "scope": "app",
-            "period": h.budgets.periods()[0].period,
+            "period": h.client.services.budgets.periods()[0].period,
             "limit": "1.300000",
         }
         assert "$0.10 spent" in gate.title
@@ -288,7 +288,7 @@ def test_a_refused_run_waits_for_more_budget_and_carries_on(database_url: str) -
 
         assert run.status == "done", run.error
         assert run.output == {"outcome": "b", "cost": "0.100000"}
-        [period] = h.budgets.periods()
+        [period] = h.client.services.budgets.periods()
         assert (period.limit_usd, period.limit_set_by) == (Decimal("1.3"), "user:carol")
         assert (period.spent_usd, period.reserved_usd) == (Decimal("0.2"), Decimal(0))
         statuses = [
@@ -299,7 +299,11 @@ def test_a_refused_run_waits_for_more_budget_and_carries_on(database_url: str) -
 
 
 def reconciler(harness: Harness, clock: ManualClock | None = None) -> Reconciler:
-    runs = harness.runs if clock is None else type(harness.runs)(harness.worker.db, clock=clock)
+    runs = (
+        harness.run_store
+        if clock is None
+        else type(harness.run_store)(harness.worker.db, clock=clock)
+    )
     return Reconciler(
         runs,
         harness.worker.client,
@@ -333,7 +337,7 @@ def test_an_llm_call_cut_off_by_its_attempts_end_is_abandoned(database_url: str)
         [row] = h.ledger(run.run_id)
         assert (row.op_id, row.status, row.effect) == ("llm.chat.complete", "started", "read")
 
-        h.client.cancel(run.run_id)
+        h.client.runs.cancel(run.run_id)
         report = reconciler(h).run_pass()
 
         abandoned = [a for a in report.actions if a.kind == "abandoned"]
@@ -345,7 +349,7 @@ def test_an_llm_call_cut_off_by_its_attempts_end_is_abandoned(database_url: str)
         again = reconciler(h).run_pass()
         assert [a for a in again.actions if a.kind == "abandoned"] == []
         # Its reservation went back to the budget.
-        reserved = h.budgets.reservation(row.idempotency_key)
+        reserved = h.client.services.budgets.reservation(row.idempotency_key)
         assert reserved is not None
         assert reserved.status == "released"
         fake.go.set()
@@ -356,7 +360,7 @@ def test_the_reconciler_releases_orphans_and_reports_drift_without_correcting_it
 ) -> None:
     with Harness(desk("5"), database_url=database_url) as harness:
         done = harness.run("ask", {"question": "a"})
-        store = harness.budgets
+        store = harness.client.services.budgets
         # The window: a call of the finished run reserved, and its process died before settling.
         orphan = store.reserve(
             op_id="llm.chat.complete",
@@ -442,7 +446,7 @@ def test_an_async_workflow_asks_and_raises_its_budget(database_url: str) -> None
         assert run.status == "done", run.error
         assert run.output == {"content": "Yes.", "cost": "0.100000", "limit": "9.000000"}
         assert [m.role for m in fake.requests[0].messages] == ["system", "user"]
-        [period] = harness.budgets.periods()
+        [period] = harness.client.services.budgets.periods()
         assert (period.limit_usd, period.limit_set_by, period.spent_usd) == (
             Decimal(9),
             "user:test",
@@ -466,14 +470,16 @@ def test_a_direct_call_is_billed_to_the_apps_budget_only(database_url: str) -> N
         )
         assert called.status == "ok", called.error
         assert called.output["cost_usd"] == "0.100000"
-        assert harness.budgets.reservation("direct:hello").periods == (("app", this_month()),)  # type: ignore[union-attr]
+        assert harness.client.services.budgets.reservation("direct:hello").periods == (
+            ("app", this_month()),
+        )  # type: ignore[union-attr]
         again = harness.call(
             "llm.chat.complete",
             {"model": "dime", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
             key="hello",
         )
         assert again.replayed
-        assert [(p.scope, p.spent_usd) for p in harness.budgets.periods()] == [
+        assert [(p.scope, p.spent_usd) for p in harness.client.services.budgets.periods()] == [
             ("app", Decimal("0.1")),
             ("workflow:ask", Decimal(0)),
         ]

@@ -522,7 +522,7 @@ def test_a_cancelled_run_retried_waits_at_its_gate_again(database_url: str) -> N
     with Harness(_app(payout_v1), database_url=database_url) as h:
         run_id = h.start("payout", GATE).run_id
         approval = h.gate(run_id)
-        h.client.cancel(run_id, by="user:ops")
+        h.client.runs.cancel(run_id, by="user:ops")
         assert h.approvals.get(approval.id).status == "cancelled"
         retried = h.retry(run_id)
         assert retried.from_step == 2
@@ -692,7 +692,7 @@ def test_retrying_a_cancelled_run_whose_resume_was_still_in_the_outbox(database_
         gate = h.gate(run_id)
         # The decider dies between its commit and the fork: attempt 2 is only in the outbox.
         decide_in_a_process_that_dies(database_url, gate.id, "dies-1")
-        h.client.cancel(run_id, by="user:ops")
+        h.client.runs.cancel(run_id, by="user:ops")
         retried = h.retry(run_id)
         assert (retried.from_step, retried.attempt) == (2, 3)  # from the gate, not step 1
         run = h.wait(run_id)

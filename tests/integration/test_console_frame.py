@@ -54,7 +54,7 @@ def test_a_page_without_a_session_goes_to_the_sign_in_page(http: TestClient) -> 
 def test_a_link_signs_in_once_with_a_cookie_scripts_cannot_read(
     http: TestClient, harness: Harness
 ) -> None:
-    _, code = harness.client.signins.link("user:ann", by="user:carol")
+    _, code = harness.client.services.signins.link("user:ann", by="user:carol")
     shown = http.get(f"/console/sign-in?code={code}")
     # Opening the link spends nothing: its button's post does.
     assert 'type="submit" class="primary">Sign in</button>' in shown.text
@@ -82,7 +82,7 @@ def test_behind_tls_the_cookie_is_secure(harness: Harness) -> None:
     api = create_api(harness.client, allowed_hosts=["testserver"], secure_cookies=True)
     # A Secure cookie goes back only over https, as a browser sends it.
     with TestClient(api, base_url="https://testserver") as http:
-        _, code = harness.client.signins.link("user:ann", by="user:carol")
+        _, code = harness.client.services.signins.link("user:ann", by="user:carol")
         shown = http.get(f"/console/sign-in?code={code}")
         done = http.post(
             "/console/sign-in",
@@ -122,7 +122,7 @@ def test_a_page_that_fails_is_a_page_and_the_api_beside_it_answers_json(
 
 
 def test_a_sign_in_goes_back_only_to_the_console(http: TestClient, harness: Harness) -> None:
-    _, code = harness.client.signins.link("user:ann", by="user:carol")
+    _, code = harness.client.services.signins.link("user:ann", by="user:carol")
     shown = http.get(f"/console/sign-in?code={code}&next=//evil.example/x")
     assert "evil.example" not in shown.text
     done = http.post(
@@ -136,7 +136,7 @@ def test_a_sign_in_goes_back_only_to_the_console(http: TestClient, harness: Harn
 def test_a_sign_in_form_without_its_csrf_value_is_refused(
     http: TestClient, harness: Harness
 ) -> None:
-    _, code = harness.client.signins.link("user:ann", by="user:carol")
+    _, code = harness.client.services.signins.link("user:ann", by="user:carol")
     http.get(f"/console/sign-in?code={code}")
     refused = http.post("/console/sign-in", data={"code": code, "csrf": "made-up"})
     assert refused.status_code == 403
@@ -147,7 +147,9 @@ def test_a_sign_in_form_without_its_csrf_value_is_refused(
 
 
 def test_a_password_signs_in_and_a_wrong_one_does_not(http: TestClient, harness: Harness) -> None:
-    harness.client.signins.set_password("user:ann", "correct horse battery", by="user:carol")
+    harness.client.services.signins.set_password(
+        "user:ann", "correct horse battery", by="user:carol"
+    )
     shown = http.get("/console/sign-in")
     wrong = http.post(
         "/console/sign-in/password",
@@ -170,9 +172,9 @@ def test_a_password_signs_in_and_a_wrong_one_does_not(http: TestClient, harness:
 
 def test_a_password_does_not_match_a_longer_one_that_begins_with_it(harness: Harness) -> None:
     longest = "p" * LONGEST_PASSWORD
-    harness.client.signins.set_password("user:ann", longest, by="user:carol")
-    assert harness.client.signins.check_password("user:ann", longest)
-    assert not harness.client.signins.check_password("user:ann", longest + "x")
+    harness.client.services.signins.set_password("user:ann", longest, by="user:carol")
+    assert harness.client.services.signins.check_password("user:ann", longest)
+    assert not harness.client.services.signins.check_password("user:ann", longest + "x")
 
 
 def test_signing_out_ends_the_session_for_a_copied_cookie_too(
@@ -215,8 +217,10 @@ def test_the_runs_page_filters_and_pages_by_key(
     http: TestClient, harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for n in range(3):
-        harness.client.start("refund", {"account": f"acme-{n}", "amount": 10 + n}, by="user:ann")
-    carol = harness.client.start("refund", {"account": "globex", "amount": 5}, by="user:carol")
+        harness.client.runs.start(
+            "refund", {"account": f"acme-{n}", "amount": 10 + n}, by="user:ann"
+        )
+    carol = harness.client.runs.start("refund", {"account": "globex", "amount": 5}, by="user:carol")
     sign_in(http, harness)
 
     every = http.get("/console/runs").text

@@ -294,7 +294,7 @@ def test_a_decision_the_policies_refuse_shows_their_reason_and_changes_nothing(
     assert refusal is not None, form
     assert "user:ann may not decide" in refusal.group(1)
     assert harness.approvals.get(approval_id).status == "pending"
-    assert [d.principal for d in harness.client.denials()] == [ANN]
+    assert [d.principal for d in harness.client.ops.denials()] == [ANN]
     # Rejecting is allowed, and needs no valid draft.
     rejected = post_gate(http, approval_id, decision="rejected", **{"draft.amount": "x"})
     assert rejected.status_code == 303

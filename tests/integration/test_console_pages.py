@@ -18,7 +18,7 @@ from markupsafe import escape
 from rich.console import Console
 
 from remit import App, Budget, DriverError
-from remit.cli.main import _ledger_table
+from remit.cli.runs import _ledger_table
 from remit.core.schema import budget_periods
 from remit.policy.cedar import PolicyDenied
 from remit.serve.api import create_api
@@ -103,7 +103,7 @@ def test_a_failed_run_is_retried_by_its_button_and_its_fork_shows_copied_steps(
     assert ledger.count('<tr class="ok">') == 3
     assert ledger.count('<tr class="earlier not_done">') == 1
     assert "no stock" in ledger.split('<tr class="earlier not_done">')[1].split("</tr>")[0]
-    [order] = [r for r in harness.client.ledger(run.run_id) if r.op_id == create_order.id]
+    [order] = [r for r in harness.client.calls.ledger(run.run_id) if r.op_id == create_order.id]
     assert [(t.attempt, t.status) for t in order.earlier] == [(1, "not_done")]
     assert (order.attempt, order.status) == (2, "ok")
     assert "run.retry</code> by user:carol" in page
@@ -115,7 +115,7 @@ def test_a_failed_run_is_retried_by_its_button_and_its_fork_shows_copied_steps(
     # A retry of attempt 2, which is done, is refused.
     refused = http.post(f"/console/runs/{run.run_id}/retry", data={"csrf": csrf})
     assert refused.status_code == 409
-    assert harness.client.get_run(run.run_id).attempt == 2
+    assert harness.client.runs.get(run.run_id).attempt == 2
 
 
 def test_a_waiting_run_is_polled_and_cancelled_by_its_button(
@@ -141,7 +141,7 @@ def test_a_waiting_run_is_polled_and_cancelled_by_its_button(
         f"/console/runs/{run.run_id}/cancel", data={"csrf": csrf}, follow_redirects=False
     )
     assert done.status_code == 303
-    assert harness.client.get_run(run.run_id).status == "cancelled"
+    assert harness.client.runs.get(run.run_id).status == "cancelled"
     page = http.get(f"/console/runs/{run.run_id}").text
     assert f"Run {run.run_id} is cancelled." in page
     assert "Retry run</button>" in page
@@ -196,7 +196,7 @@ def test_a_calls_refused_tries_are_kept_and_shown_everywhere(
     run = harness.run("purchase", {"sku": "sku-1"})
     assert run.status == "done", run.error
 
-    [row] = [r for r in harness.client.ledger(run.run_id) if r.op_id == create_order.id]
+    [row] = [r for r in harness.client.calls.ledger(run.run_id) if r.op_id == create_order.id]
     assert (row.status, row.tries) == ("ok", 3)
     assert [(t.try_number, t.status, t.attempt, t.actor) for t in row.earlier] == [
         (1, "failed", 1, "user:carol"),
@@ -205,7 +205,7 @@ def test_a_calls_refused_tries_are_kept_and_shown_everywhere(
     assert all("the shop is busy" in (t.error or "") for t in row.earlier)
 
     # The API, the command line's table, the ledger page and the run page.
-    _, token = harness.client.tokens.create("user:carol", by="user:carol")
+    _, token = harness.client.services.tokens.create("user:carol", by="user:carol")
     listed = http.get(
         "/ledger", params={"run": run.run_id}, headers={"Authorization": f"Bearer {token}"}
     ).json()
@@ -215,7 +215,7 @@ def test_a_calls_refused_tries_are_kept_and_shown_everywhere(
         (2, "failed"),
     ]
     shown = Console(width=300, record=True)
-    shown.print(_ledger_table(harness.client.ledger(run.run_id), with_run=False))
+    shown.print(_ledger_table(harness.client.calls.ledger(run.run_id), with_run=False))
     table = shown.export_text()
     assert table.count("earlier, at") == 2
     assert table.count("the shop is busy") == 2
@@ -227,7 +227,7 @@ def test_a_calls_refused_tries_are_kept_and_shown_everywhere(
 
 
 def test_each_budget_is_a_chart_with_its_drift(http: TestClient, harness: Harness) -> None:
-    harness.client.set_budget("app", 80, by="user:carol")
+    harness.client.budgets.set("app", 80, by="user:carol")
     with harness.client.db.begin() as conn:
         conn.execute(sa.update(budget_periods).values(spent_usd=Decimal("2.5")))
     sign_in(http, harness, "user:carol")
@@ -249,7 +249,7 @@ def test_pause_and_resume_through_the_buttons(http: TestClient, harness: Harness
 
     paused = http.post("/console/pause", data={"csrf": csrf}, follow_redirects=False)
     assert (paused.status_code, paused.headers["location"]) == (303, "/console/operations")
-    assert harness.client.app_state.paused()
+    assert harness.client.services.app_state.paused()
     page = http.get("/console/operations").text
     assert "The app is paused:" in page
     assert '<strong id="pause-state">paused</strong>' in page
@@ -259,7 +259,7 @@ def test_pause_and_resume_through_the_buttons(http: TestClient, harness: Harness
 
     resumed = http.post("/console/resume", data={"csrf": csrf}, follow_redirects=False)
     assert resumed.status_code == 303
-    assert not harness.client.app_state.paused()
+    assert not harness.client.services.app_state.paused()
     assert '<strong id="pause-state">running</strong>' in http.get("/console/operations").text
 
 
@@ -269,21 +269,21 @@ def test_a_refused_principal_sees_the_policys_reason_and_nothing_changes(
     run = harness.start("refund", {"sku": "sku-1"})
     harness.wait(run.run_id, until=("waiting",))
     with pytest.raises(PolicyDenied) as pausing:
-        harness.client.pause(by="user:ann")
+        harness.client.ops.pause(by="user:ann")
     with pytest.raises(PolicyDenied) as cancelling:
-        harness.client.cancel(run.run_id, by="user:ann")
+        harness.client.runs.cancel(run.run_id, by="user:ann")
     csrf = sign_in(http, harness, "user:ann")
 
     refused = http.post("/console/pause", data={"csrf": csrf})
     assert refused.status_code == 403
     assert "Refused by the policies" in refused.text
     assert escape(str(pausing.value)) in refused.text.split('class="refusal"')[1]
-    assert not harness.client.app_state.paused()
+    assert not harness.client.services.app_state.paused()
 
     refused = http.post(f"/console/runs/{run.run_id}/cancel", data={"csrf": csrf})
     assert refused.status_code == 403
     assert escape(str(cancelling.value)) in refused.text
-    assert harness.client.get_run(run.run_id).status == "waiting"
+    assert harness.client.runs.get(run.run_id).status == "waiting"
 
     # Nor may ann read the operations (nor any run): the page says so, and is refused too.
     refused = http.get("/console/operations")

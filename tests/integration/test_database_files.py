@@ -52,7 +52,7 @@ def build_database(path: Path, *, runs: int) -> None:
     everything checkpointed into the file itself."""
     with Client.connect(make_app(), f"sqlite:///{path}") as client:
         for n in range(runs):
-            client.start("purchase", {"sku": f"sku-{n:05d}", "quantity": 1})
+            client.runs.start("purchase", {"sku": f"sku-{n:05d}", "quantity": 1})
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
@@ -166,9 +166,9 @@ def test_a_healthy_database_opens_after_its_check_and_keeps_its_runs(
     path = tmp_path / "remit.sqlite"
     shutil.copyfile(built, path)
     with Client.connect(make_app(), f"sqlite:///{path}") as client:
-        assert len(client.runs(limit=500)) == 150
-        client.start("purchase", {"sku": "sku-new", "quantity": 1})
-        assert len(client.runs(limit=500)) == 151
+        assert len(client.runs.list(limit=500)) == 150
+        client.runs.start("purchase", {"sku": "sku-new", "quantity": 1})
+        assert len(client.runs.list(limit=500)) == 151
 
 
 def test_quick_check_runs_once_per_database_not_per_connection(tmp_path: Path) -> None:
@@ -281,7 +281,7 @@ def test_the_default_database_of_an_app_is_made_in_its_remit_folder(
 ) -> None:
     """SQLite only: with no REMIT_DATABASE_URL the app's `.remit` folder is made, private."""
     with Client.connect(make_app(), environ={}) as client:
-        assert client.runs() == []
+        assert client.runs.list() == []
     folder = Path(".remit").resolve()
     assert folder.is_dir()  # the working directory is the app's folder here
     assert mode(folder) == 0o700

@@ -83,7 +83,7 @@ def test_racing_deciders_decide_each_gate_once_and_resume_each_run_once(
             for call in calls:
                 outcome: DecideResult | DecisionRefused
                 try:
-                    outcome = h.approvals.decide(
+                    outcome = h.client.services.approvals.decide(
                         call.ids,
                         "approved",
                         by=call.by,

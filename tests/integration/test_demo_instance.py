@@ -48,15 +48,15 @@ def test_the_seed_hook_calls_on_the_fakes_the_runs_use(demo: Demo) -> None:
     books = demo.fakes["books"]
     assert books.state()["accounts"] == [{"account": "acme", "balance": 100}]
     # A direct call as ann reads what the seed wrote: the API's calls share the worker's fake.
-    read = demo.client.call("books.accounts.get", {"account": "acme"}, by="user:ann")
+    read = demo.client.calls.call("books.accounts.get", {"account": "acme"}, by="user:ann")
     assert read.output == {"account": "acme", "balance": 100}
-    run = demo.client.start_row("refund", {"account": "acme", "amount": 40}, by="user:ann")
+    run = demo.client.runs.start_row("refund", {"account": "acme", "amount": 40}, by="user:ann")
     deadline = time.monotonic() + 30
-    while not (pending := demo.client.list_approvals(status="pending")):
-        assert time.monotonic() < deadline, demo.client.get_run(run.run_id)
+    while not (pending := demo.client.approvals.list(status="pending")):
+        assert time.monotonic() < deadline, demo.client.runs.get(run.run_id)
         time.sleep(0.05)
-    demo.client.decide([pending[0].id], "approved", by="user:carol", key="k1")
-    while (done := demo.client.get_run(run.run_id)).status != "done":
+    demo.client.approvals.decide([pending[0].id], "approved", by="user:carol", key="k1")
+    while (done := demo.client.runs.get(run.run_id)).status != "done":
         assert time.monotonic() < deadline, done
         time.sleep(0.05)
     assert books.state() == {
@@ -69,7 +69,7 @@ def test_the_demo_mints_a_token_for_each_principal_and_keeps_them_private(demo: 
     demo.start()
 
     assert sorted(demo.tokens) == ["user:ann", "user:carol"]
-    assert demo.client.authenticate(demo.tokens["user:ann"]) == "user:ann"
+    assert demo.client.tokens.authenticate(demo.tokens["user:ann"]) == "user:ann"
     path = demo.publish("http://127.0.0.1:1")
     assert path == demo.folder / "instance.json"
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
@@ -101,7 +101,7 @@ def test_a_demo_starts_on_a_fresh_database(demo: Demo, folder: Path) -> None:
     try:
         again.start()
         assert again.fakes["books"].state()["accounts"] == []
-        assert again.client.runs() == []
+        assert again.client.runs.list() == []
     finally:
         again.close()
 
@@ -131,7 +131,7 @@ def test_a_second_demo_of_the_app_is_refused_while_one_runs(demo: Demo, folder: 
     second.close()
     # The first demo's folder is untouched: its database still answers.
     assert demo.fakes["books"].state()["accounts"] == [{"account": "acme", "balance": 100}]
-    assert demo.client.runs() == []
+    assert demo.client.runs.list() == []
     assert read_instance(folder)["url"] == "http://127.0.0.1:4711"
 
 
@@ -170,8 +170,8 @@ def test_fakes_route_needs_a_token_and_names_the_fakes_it_has(harness: Harness) 
     api = create_api(
         harness.client, allowed_hosts=["testserver"], fakes={"books": harness.fake("books")}
     )
-    harness.client.call("books.accounts.open", {"account": "acme", "balance": 7})
-    _, token = harness.client.tokens.create("user:ann", by="user:carol")
+    harness.client.calls.call("books.accounts.open", {"account": "acme", "balance": 7})
+    _, token = harness.client.services.tokens.create("user:ann", by="user:carol")
     with TestClient(api) as http:
         refused = http.get("/fakes/books")
         assert refused.status_code == 401
@@ -190,7 +190,7 @@ def test_fakes_route_needs_a_token_and_names_the_fakes_it_has(harness: Harness) 
 
 
 def test_an_api_not_on_fakes_has_no_fakes_route(harness: Harness) -> None:
-    _, token = harness.client.tokens.create("user:ann", by="user:carol")
+    _, token = harness.client.services.tokens.create("user:ann", by="user:carol")
     with TestClient(create_api(harness.client, allowed_hosts=["testserver"])) as http:
         answer = http.get("/fakes/books", headers={"Authorization": f"Bearer {token}"})
     assert answer.status_code == 404

@@ -153,7 +153,7 @@ def test_an_attempt_lost_with_its_outbox_row_is_checked_from_the_attempt_before(
                 .where(approvals_table.c.id == gate.id)
                 .values(status="approved", decided_by="user:test", decided_via="test")
             )
-            h.runs.bump(conn, run_id)
+            h.run_store.bump(conn, run_id)
         same = h.deploy_check()
         unguarded = h.deploy_check(_app(payout_inserted))
     ((check,), (failing,)) = (same.checked, unguarded.checked)

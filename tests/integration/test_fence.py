@@ -84,7 +84,7 @@ def test_an_attempt_superseded_mid_run_cannot_conclude(database_url: str) -> Non
         run = harness.start("purchase", {"sku": "sku-1"})
         assert shop.entered.wait(10)
         with harness.worker.db.begin() as conn:
-            harness.runs.bump(conn, run.run_id)
+            harness.run_store.bump(conn, run.run_id)
         shop.gate.set()
         harness.worker.client.retrieve_workflow(f"{run.run_id}:1").get_result()
 
@@ -177,7 +177,7 @@ def test_cancel_a_running_run_stops_it_at_its_next_step(database_url: str) -> No
         shop.gate = threading.Event()
         run = harness.start("purchase", {"sku": "sku-1"})
         assert shop.entered.wait(10)
-        assert harness.client.cancel(run.run_id).status == "cancelled"
+        assert harness.client.runs.cancel(run.run_id).status == "cancelled"
         shop.gate.set()
         status = harness.worker.client.retrieve_workflow(run.workflow_id)
         with pytest.raises(Exception, match="cancel"):

@@ -29,7 +29,7 @@ def test_a_harness_governed_by_a_test_folder_of_policies(database_url: str, tmp_
         assert harness.run("purchase", {"sku": "sku-1"}, by="user:ann").status == "done"
         with pytest.raises(PolicyDenied, match="user:bob"):
             harness.start("purchase", {"sku": "sku-2"}, by="user:bob")
-        assert [row.principal for row in harness.client.guard.denials()] == ["user:bob"]
+        assert [row.principal for row in harness.client.services.guard.denials()] == ["user:bob"]
 
     # The app the test holds is not governed, and gained no built-in workflow.
     assert not app.policy.enabled

@@ -311,11 +311,11 @@ def test_a_resume_from_elsewhere_counts_queued_runs_at_once(database_url: str) -
         # check looks, however soon the worker dequeues it after the resume.
         shop = h.fake("shop", FakeShop)
         shop.gate = threading.Event()
-        h.client.pause(by="user:ops")
+        h.client.ops.pause(by="user:ops")
         run = h.start("purchase", {"sku": "sku-1"})
         other = h.client  # another process's client would write the same rows
         rule, state = rule_of(h, Registrations())
-        other.resume(by="user:ops")
+        other.ops.resume(by="user:ops")
         try:
             assert rule.check() is None
             row = state.get()

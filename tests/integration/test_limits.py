@@ -163,11 +163,11 @@ def test_a_write_answering_a_number_json_cannot_hold_waits_for_a_person(
     )
     assert fake(harness).sent == 1  # the vendor acted once, and is not asked again
     fake(harness).cost = 0.25
-    harness.client.resolve(task.id, done=True, output={"message_id": "msg_1"}, key="k1")
+    harness.client.tasks.resolve(task.id, done=True, output={"message_id": "msg_1"}, key="k1")
     finished = harness.wait(run.run_id, until=("done",))
     assert (finished.status, finished.output, fake(harness).sent) == ("done", "msg_1", 1)
     with pytest.raises(InputInvalid, match=r"at `cost`, holds a number that is not finite"):
-        harness.client.resolve(
+        harness.client.tasks.resolve(
             task.id, done=True, output={"message_id": "m", "cost": cost}, key="k2"
         )
 
@@ -192,9 +192,9 @@ def test_a_direct_call_past_its_cap_or_with_a_nul_writes_nothing(harness: Harnes
     with pytest.raises(
         TooLarge, match=r"the input to `box.echo.say` is 2,097,1.. bytes, over the 2 MiB"
     ):
-        harness.client.call("box.echo.say", {"text": OVER_2_MIB})
+        harness.client.calls.call("box.echo.say", {"text": OVER_2_MIB})
     with pytest.raises(InputInvalid, match=r"the input to `box.echo.say`, at `text`, holds a NUL"):
-        harness.client.call("box.echo.say", {"text": "a\x00b"})
+        harness.client.calls.call("box.echo.say", {"text": "a\x00b"})
     assert counts(harness) == before
     assert fake(harness).calls == []
 
@@ -202,12 +202,12 @@ def test_a_direct_call_past_its_cap_or_with_a_nul_writes_nothing(harness: Harnes
 def test_a_collection_record_with_a_nul_is_refused(harness: Harness) -> None:
     before = counts(harness)
     with pytest.raises(InputInvalid) as refused:
-        harness.client.data("people", "put", {"id": "p1", "email": "nul\x00@x"})
+        harness.client.calls.data("people", "put", {"id": "p1", "email": "nul\x00@x"})
     assert str(refused.value).startswith(
         "the input to `data.people.put`, at `email`, holds a NUL character (\\u0000)"
     )
     with pytest.raises(InputInvalid, match=r"at `id`, holds a NUL"):
-        harness.client.data("people", "get", {"id": "p\x00"})
+        harness.client.calls.data("people", "get", {"id": "p\x00"})
     assert counts(harness) == before
 
 
@@ -223,7 +223,7 @@ def test_edits_past_the_draft_cap_are_refused_and_nothing_is_decided(harness: Ha
     approval_id = pending(harness)
     before = counts(harness)
     with pytest.raises(TooLarge) as refused:
-        harness.client.decide(
+        harness.client.approvals.decide(
             approval_id, "approved", key="k1", edits={approval_id: {"note": "x" * 300_000}}
         )
     assert str(refused.value).startswith(
@@ -247,7 +247,7 @@ def test_a_nul_in_an_edit_or_a_reason_is_refused(
     approval_id = pending(harness)
     before = counts(harness)
     with pytest.raises(InputInvalid, match=said):
-        harness.client.decide(
+        harness.client.approvals.decide(
             approval_id,
             "approved",
             key="k1",
@@ -261,7 +261,7 @@ def test_a_nul_in_an_edit_or_a_reason_is_refused(
 def test_a_reason_past_its_cap_is_refused(harness: Harness) -> None:
     approval_id = pending(harness)
     with pytest.raises(TooLarge) as refused:
-        harness.client.decide(approval_id, "rejected", key="k1", reason="r" * 4001)
+        harness.client.approvals.decide(approval_id, "rejected", key="k1", reason="r" * 4001)
     assert str(refused.value) == (
         "the decision's reason is 4,001 characters, over the 4,000 character limit "
         "(REMIT_MAX_REASON_CHARS): shorten it, or raise the limit"
@@ -274,18 +274,18 @@ def test_an_approval_id_holding_a_nul_is_not_found_nor_a_database_error(harness:
     from remit import ApprovalNotFound, RunNotFound, TaskNotFound
 
     with pytest.raises(ApprovalNotFound):
-        harness.client.get_approval("apr_\x00")
+        harness.client.approvals.get("apr_\x00")
     with pytest.raises(RunNotFound):
-        harness.client.get_run(harness.client.find_id("run", "run_\x00"))
+        harness.client.runs.get(harness.client.find_id("run", "run_\x00"))
     with pytest.raises(TaskNotFound):
-        harness.client.get_task("tsk_\x00")
+        harness.client.tasks.get("tsk_\x00")
     with pytest.raises(InputInvalid, match="an approval id holds a NUL character"):
-        harness.client.decide("apr_\x00", "approved", key="k1")
+        harness.client.approvals.decide("apr_\x00", "approved", key="k1")
 
 
 def test_a_validation_error_quotes_an_excerpt_of_what_was_sent(harness: Harness) -> None:
     with pytest.raises(InputInvalid) as refused:
-        harness.client.call("box.echo.say", {"text": ["y" * 100_000]})
+        harness.client.calls.call("box.echo.say", {"text": ["y" * 100_000]})
     message = str(refused.value)
     assert len(message) < 500
     [error] = refused.value.errors
@@ -301,11 +301,13 @@ def test_a_task_answer_with_a_nul_or_past_its_cap_is_refused(harness: Harness) -
     task = harness.task(run.run_id)
     before = counts(harness)
     with pytest.raises(InputInvalid, match=r"the answer to task .*, at `message_id`, holds a NUL"):
-        harness.client.resolve(task.id, done=True, output={"message_id": "m\x00"}, key="a1")
+        harness.client.tasks.resolve(task.id, done=True, output={"message_id": "m\x00"}, key="a1")
     with pytest.raises(
         TooLarge, match=r"the answer to task .* is 2,097,1.. bytes, over the 2 MiB limit"
     ):
-        harness.client.resolve(task.id, done=True, output={"message_id": OVER_2_MIB}, key="a1")
+        harness.client.tasks.resolve(
+            task.id, done=True, output={"message_id": OVER_2_MIB}, key="a1"
+        )
     assert harness.tasks.get(task.id).status == "open"
     assert counts(harness) == before
 
@@ -317,14 +319,14 @@ def test_a_task_answer_with_a_nul_or_past_its_cap_is_refused(harness: Harness) -
 def test_a_list_limit_below_one_is_refused(harness: Harness, limit: int) -> None:
     client = harness.client
     for verb in (
-        lambda: client.runs(limit=limit),
-        lambda: client.list_approvals(limit=limit),
-        lambda: client.list_tasks(limit=limit),
-        lambda: client.ledger(limit=limit),
-        lambda: client.denials(limit=limit),
-        lambda: client.deadlines(limit=limit),
-        lambda: client.budget_periods(limit=limit),
-        lambda: client.activity("invoice", "inv_1", limit=limit),
+        lambda: client.runs.list(limit=limit),
+        lambda: client.approvals.list(limit=limit),
+        lambda: client.tasks.list(limit=limit),
+        lambda: client.calls.ledger(limit=limit),
+        lambda: client.ops.denials(limit=limit),
+        lambda: client.ops.deadlines(limit=limit),
+        lambda: client.budgets.periods(limit=limit),
+        lambda: client.records.activity("invoice", "inv_1", limit=limit),
     ):
         with pytest.raises(InputInvalid, match=r"limit must be a whole number of 1 or more"):
             verb()
@@ -338,11 +340,11 @@ def test_a_step_output_under_the_cap_is_kept(harness: Harness) -> None:
 def test_a_nul_in_a_list_filter_is_refused_naming_it(harness: Harness) -> None:
     client = harness.client
     for verb, argument in (
-        (lambda: client.runs(workflow="s\x00"), "workflow"),
-        (lambda: client.list_approvals(run_id="r\x00"), "run_id"),
-        (lambda: client.list_tasks(run_id="r\x00"), "run_id"),
-        (lambda: client.ledger("r\x00"), "run_id"),
-        (lambda: client.activity("invoice", "i\x00"), "record_id"),
+        (lambda: client.runs.list(workflow="s\x00"), "workflow"),
+        (lambda: client.approvals.list(run_id="r\x00"), "run_id"),
+        (lambda: client.tasks.list(run_id="r\x00"), "run_id"),
+        (lambda: client.calls.ledger("r\x00"), "run_id"),
+        (lambda: client.records.activity("invoice", "i\x00"), "record_id"),
     ):
         with pytest.raises(InputInvalid, match=f"at `{argument}`, holds a NUL character"):
             verb()
@@ -354,9 +356,9 @@ def test_a_nul_in_a_principal_or_a_key_is_refused_before_the_database(harness: H
     approval_id = pending(harness)
     before = counts(harness)
     with pytest.raises(RemitError, match="a principal is 1 to 200 characters with no control"):
-        harness.client.start("say", {"text": "hi"}, by="user:a\x00b")
+        harness.client.runs.start("say", {"text": "hi"}, by="user:a\x00b")
     with pytest.raises(RemitError, match="must be 1 to 200 printable characters"):
-        harness.client.decide(approval_id, "approved", key="k\x00")
+        harness.client.approvals.decide(approval_id, "approved", key="k\x00")
     with pytest.raises(RemitError, match="must be 1 to 100 printable characters"):
-        harness.client.call("box.echo.say", {"text": "hi"}, key="k\x00")
+        harness.client.calls.call("box.echo.say", {"text": "hi"}, key="k\x00")
     assert counts(harness) == before

@@ -29,7 +29,7 @@ def _until(what: str, check: Callable[[], bool], timeout: float = 10.0) -> None:
 
 def _reconciler(h: Harness) -> Reconciler:
     return Reconciler(
-        h.runs,
+        h.run_store,
         h.worker.client,
         version=h.worker.runtime.version,
         live_versions=h.worker.live_versions,

@@ -356,7 +356,7 @@ def test_a_direct_write_cut_off_becomes_uncertain_with_one_task(
                 .values(status="started", finished_at=None)
             )
         reconciler = Reconciler(
-            h.runs,
+            h.run_store,
             h.worker.client,
             version=h.app.version,
             live_versions=h.worker.live_versions,

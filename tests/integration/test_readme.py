@@ -75,13 +75,15 @@ def test_the_client_example_resolves_a_task(
         Client.connect(desk, by="user:ann") as client,
     ):
         invoice = {"invoice_id": "inv_1003", "reason": "customer in administration"}
-        run = client.start("ar.write-off", invoice)
+        run = client.runs.start("ar.write-off", invoice)
         approval = worker.gate(run.run_id)
-        client.decide(approval.id, "approved", key="ok", by="user:carol")
+        client.approvals.decide(approval.id, "approved", key="ok", by="user:carol")
         worker.task(run.run_id)
         exec(compile(_snippet("Public API", 1), "README.md", "exec"), {})
-        assert client.get_run(run.run_id).status == "done"
-        (sent,) = [row for row in client.ledger(run.run_id) if row.op_id == "mail.messages.send"]
+        assert client.runs.get(run.run_id).status == "done"
+        (sent,) = [
+            row for row in client.calls.ledger(run.run_id) if row.op_id == "mail.messages.send"
+        ]
         assert (sent.status, sent.tries) == ("ok", 1)
         assert sent.output == {"message_id": "msg_8812", "to": "ap@northwind.example"}
     assert len(mail.outbox) == 1  # sent once, and never again after the timeout
@@ -92,23 +94,23 @@ def test_the_client_example_resolves_a_task(
 
 def test_a_client_verb_inside_a_workflow_is_refused(database_url: str) -> None:
     with Client.connect(make_app(), database_url, by="user:ops") as client:
-        handle = client.start("client-inside", {"sku": "sku-1"})
+        handle = client.runs.start("client-inside", {"sku": "sku-1"})
         with Harness(client.app, database_url=database_url):
             run = handle.wait(timeout=30)
         assert run.status == "failed"
         assert "Client.connect was called inside a workflow" in (run.error or "")
         assert "ctx" in (run.error or "")
-        assert [r.run_id for r in client.runs()] == [handle.run_id]  # it started nothing
+        assert [r.run_id for r in client.runs.list()] == [handle.run_id]  # it started nothing
 
 
 def test_a_client_starts_and_reads_typed_output(database_url: str) -> None:
     with Client.connect(make_app(), database_url, by="user:ops") as client:
-        handle = client.start(purchase, Purchase(sku="sku-1"))
+        handle = client.runs.start(purchase, Purchase(sku="sku-1"))
         with Harness(client.app, database_url=database_url):
             receipt = handle.output(timeout=30)
         assert isinstance(receipt, Receipt)
         assert (receipt.total, handle.get().started_by) == (1200, "user:ops")
-        assert [row.op_id for row in client.ledger(handle.run_id)] == [
+        assert [row.op_id for row in client.calls.ledger(handle.run_id)] == [
             "shop.items.get",
             "shop.orders.create",
             "shop.emails.send",

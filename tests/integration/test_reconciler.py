@@ -39,7 +39,7 @@ def test_a_lost_conclusion_is_written_from_dbos(database_url: str) -> None:
         lose_conclusion(harness, done.run_id)
         lose_conclusion(harness, failed.run_id)
 
-        actions = conclude_ended(harness.runs, harness.worker.client)
+        actions = conclude_ended(harness.run_store, harness.worker.client)
 
         assert sorted((a.run_id, a.status) for a in actions) == sorted(
             [(done.run_id, "done"), (failed.run_id, "failed")]
@@ -48,7 +48,7 @@ def test_a_lost_conclusion_is_written_from_dbos(database_url: str) -> None:
         assert "no item sku-404" in (harness.runs.get(failed.run_id).error or "")
         assert harness.runs.get(failed.run_id).finished_at is not None
         # A second pass finds nothing to do.
-        assert conclude_ended(harness.runs, harness.worker.client) == []
+        assert conclude_ended(harness.run_store, harness.worker.client) == []
 
 
 def unserved(harness: Harness) -> Workflow:
@@ -58,13 +58,13 @@ def unserved(harness: Harness) -> Workflow:
 
 def test_an_attempt_cancelled_in_dbos_alone_cancels_its_run(database_url: str) -> None:
     with Harness(make_app(), database_url=database_url) as harness:
-        run = harness.runs.start(
+        run = harness.run_store.start(
             harness.worker.client, unserved(harness), {"sku": "sku-2"}, started_by="t"
         )
         harness.worker.client.cancel_workflow(run.workflow_id)
         assert harness.runs.get(run.run_id).status == "queued"
 
-        actions = conclude_ended(harness.runs, harness.worker.client)
+        actions = conclude_ended(harness.run_store, harness.worker.client)
 
         assert [(a.run_id, a.status) for a in actions] == [(run.run_id, "cancelled")]
         assert harness.runs.get(run.run_id).status == "cancelled"
@@ -73,10 +73,10 @@ def test_an_attempt_cancelled_in_dbos_alone_cancels_its_run(database_url: str) -
 
 def test_runs_whose_attempt_is_still_going_are_left_alone(database_url: str) -> None:
     with Harness(make_app(), database_url=database_url) as harness:
-        run = harness.runs.start(
+        run = harness.run_store.start(
             harness.worker.client, unserved(harness), {"sku": "sku-1"}, started_by="t"
         )
-        assert conclude_ended(harness.runs, harness.worker.client) == []
+        assert conclude_ended(harness.run_store, harness.worker.client) == []
         assert harness.runs.get(run.run_id).status == "queued"
 
 
@@ -92,7 +92,7 @@ def test_the_worker_runs_a_pass_when_it_starts(database_url: str) -> None:
 
 def reconciler(harness: Harness) -> Reconciler:
     return Reconciler(
-        harness.runs,
+        harness.run_store,
         harness.worker.client,
         version=harness.app.version,
         live_versions=harness.worker.live_versions,
@@ -167,7 +167,7 @@ def test_a_resume_lost_with_its_outbox_row_is_enqueued(database_url: str) -> Non
                 .where(approvals_table.c.id == gate.id)
                 .values(status="approved", decided_by="user:test", decided_via="test")
             )
-            harness.runs.bump(conn, run.run_id)
+            harness.run_store.bump(conn, run.run_id)
 
         report = reconciler(harness).run_pass()
 
@@ -187,7 +187,7 @@ def test_a_pass_leaves_gates_past_due_to_the_sweep(database_url: str) -> None:
         # Expiry is the sweep's, in one place: a pass reports nothing for the gate past due.
         assert [a.kind for a in reconciler(h).run_pass().actions] == []
         assert h.approvals.get(gate.id).status == "pending"
-        (expired,) = h.approvals.expire_due()
+        (expired,) = h.client.services.approvals.expire_due()
         assert expired.approval_id == gate.id
         assert h.wait(run.run_id).output == {"status": "expired", "by": "remit:expiry"}
 

@@ -78,7 +78,7 @@ def _conclude_all(harness: Harness, finished: list[Run]) -> tuple[list[Any], dic
         lose_conclusion(harness, run.run_id)
     with harness.worker.db.begin() as conn:
         conn.execute(activity_table.delete().where(activity_table.c.kind != "run.started"))
-    actions = conclude_ended(harness.runs, harness.worker.client)
+    actions = conclude_ended(harness.run_store, harness.worker.client)
     rows = {run.run_id: _row(harness, run.run_id) for run in finished}
     return sorted((a.run_id, a.status, a.kind, a.reason) for a in actions), {
         "rows": {
@@ -116,7 +116,7 @@ def test_runs_concluded_together_are_written_as_each_on_its_own_would_be(
         # The run that concerns a record ends on it again, once; the others have no record.
         assert wrote_together["ended"] == [("run.done", recorded.run_id)]
         # Nothing left to conclude.
-        assert conclude_ended(harness.runs, harness.worker.client) == []
+        assert conclude_ended(harness.run_store, harness.worker.client) == []
 
 
 def test_a_run_that_moved_on_meanwhile_is_left_as_it_is(
@@ -126,7 +126,7 @@ def test_a_run_that_moved_on_meanwhile_is_left_as_it_is(
         lost, concluded, moved = (harness.run("purchase", {"sku": "sku-1"}) for _ in range(3))
         for run in (lost, concluded, moved):
             lose_conclusion(harness, run.run_id)
-        in_flight = harness.runs.in_flight()
+        in_flight = harness.run_store.in_flight()
         assert {run_id for run_id, _ in in_flight} == {lost.run_id, concluded.run_id, moved.run_id}
 
         def read_then_moved_on() -> list[tuple[str, str]]:
@@ -145,9 +145,9 @@ def test_a_run_that_moved_on_meanwhile_is_left_as_it_is(
                 )
             return in_flight
 
-        monkeypatch.setattr(harness.runs, "in_flight", read_then_moved_on)
+        monkeypatch.setattr(harness.run_store, "in_flight", read_then_moved_on)
 
-        actions = conclude_ended(harness.runs, harness.worker.client)
+        actions = conclude_ended(harness.run_store, harness.worker.client)
 
         assert [(a.run_id, a.status) for a in actions] == [(lost.run_id, "done")]
         assert harness.runs.get(lost.run_id).output == lost.output
@@ -169,7 +169,7 @@ def test_runs_are_concluded_each_on_its_own_when_the_statement_for_them_all_fail
         for run in (done, failed):
             lose_conclusion(harness, run.run_id)
 
-        actions = conclude_ended(harness.runs, harness.worker.client)
+        actions = conclude_ended(harness.run_store, harness.worker.client)
 
         assert sorted((a.run_id, a.status) for a in actions) == sorted(
             [(done.run_id, "done"), (failed.run_id, "failed")]

@@ -19,7 +19,7 @@ def test_a_handle_cancels_its_run_and_the_gate_it_waits_at(
     database_url: str, shop: FakeShop
 ) -> None:
     with Harness(make_app(), database_url=database_url, implementations={"shop": shop}) as h:
-        handle = h.client.start("refund", {"sku": "sku-1", "quantity": 2})
+        handle = h.client.runs.start("refund", {"sku": "sku-1", "quantity": 2})
         assert handle.wait(timeout=30, until=["waiting"]).status == "waiting"
 
         cancelled = handle.cancel(by="user:ops")
@@ -36,7 +36,7 @@ def test_a_handle_retries_its_failed_run_which_then_finishes(
 ) -> None:
     with Harness(make_app(), database_url=database_url, implementations={"shop": shop}) as h:
         shop.failures[create_order.id].append(DriverError("no stock", retryable=False, status=409))
-        handle = h.client.start("purchase", {"sku": "sku-1", "quantity": 1})
+        handle = h.client.runs.start("purchase", {"sku": "sku-1", "quantity": 1})
         failed = handle.wait(timeout=30)
         assert (failed.status, failed.attempt) == ("failed", 1), failed.error
 

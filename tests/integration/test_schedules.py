@@ -58,7 +58,7 @@ def instants(runs: list[Run]) -> list[datetime]:
 
 
 def scheduler(h: Harness, clock: ManualClock) -> Scheduler:
-    return Scheduler(h.app, h.runs, h.worker.client, clock=clock, interval=QUIET)
+    return Scheduler(h.app, h.run_store, h.worker.client, clock=clock, interval=QUIET)
 
 
 def test_each_instant_fires_once_however_often_the_worker_sweeps(database_url: str) -> None:

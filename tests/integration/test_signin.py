@@ -378,31 +378,31 @@ def test_a_password_set_twice_at_once_keeps_one_of_the_two(db: Database, signins
 def test_the_clients_verbs_sign_in_and_out_and_the_policies_guard_links(
     desk: Client, clock: ManualClock
 ) -> None:
-    info, code = desk.login_link("user:ann")
+    info, code = desk.sessions.link("user:ann")
     assert (info.principal, info.created_by) == ("user:ann", "user:sam")
-    principal, token = desk.sign_in_with_link(code)
+    principal, token = desk.sessions.sign_in_with_link(code)
     assert principal == "user:ann"
-    assert desk.session_principal(token) == "user:ann"
+    assert desk.sessions.principal(token) == "user:ann"
     with pytest.raises(Unauthenticated, match="was used already"):
-        desk.sign_in_with_link(code)
-    desk.sign_out(token)
+        desk.sessions.sign_in_with_link(code)
+    desk.sessions.sign_out(token)
     with pytest.raises(Unauthenticated, match="signed out"):
-        desk.session_principal(token)
+        desk.sessions.principal(token)
 
-    hour, _ = desk.login_link("user:carol", expires_in=timedelta(hours=1))
+    hour, _ = desk.sessions.link("user:carol", expires_in=timedelta(hours=1))
     assert hour.expires_at == clock.now() + timedelta(hours=1)
 
-    desk.set_password("user:ann", PASSWORD)
-    assert desk.sign_in_with_password("user:ann", PASSWORD)[0] == "user:ann"
+    desk.sessions.set_password("user:ann", PASSWORD)
+    assert desk.sessions.sign_in_with_password("user:ann", PASSWORD)[0] == "user:ann"
     for principal, password in [("user:ann", "wrong password!"), ("user:nobody", PASSWORD)]:
         with pytest.raises(Unauthenticated) as refused:
-            desk.sign_in_with_password(principal, password)
+            desk.sessions.sign_in_with_password(principal, password)
         assert str(refused.value).startswith("that principal and password do not match")
 
     with pytest.raises(PolicyDenied, match='user:ann may not manage_tokens App::"acme"'):
-        desk.login_link("user:ann", by="user:ann")
+        desk.sessions.link("user:ann", by="user:ann")
     with pytest.raises(PolicyDenied, match="user:carol may not manage_tokens"):
-        desk.set_password("user:carol", PASSWORD, by="user:carol")
+        desk.sessions.set_password("user:carol", PASSWORD, by="user:carol")
     with desk.db.engine.connect() as conn:
         refused_rows = conn.execute(sa.select(denials.c.principal, denials.c.context)).all()
         links = conn.execute(sa.select(sa.func.count()).select_from(login_links)).scalar()

@@ -127,7 +127,7 @@ def test_cancelling_a_sleeping_run_drops_its_deadline(database_url: str) -> None
     with Harness(make_app(), database_url=database_url, clock=clock, sweep_interval=0.02) as h:
         run = h.start("nap", {})
         h.wait(run.run_id, until=("sleeping",))
-        h.client.cancel(run.run_id)
+        h.client.runs.cancel(run.run_id)
         assert h.deadlines() == []
         clock.advance(days=31)
         time.sleep(0.2)

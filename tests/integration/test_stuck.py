@@ -215,7 +215,7 @@ def fake(harness: Harness) -> FakeDesk:
 
 def reconciler(harness: Harness) -> Reconciler:
     return Reconciler(
-        harness.runs,
+        harness.run_store,
         harness.worker.client,
         version=harness.app.version,
         live_versions=harness.worker.live_versions,

@@ -83,7 +83,9 @@ class Instance:
         return made
 
     def connect(self) -> None:
-        self.remit.call("wakeup.instances.create", {"url": "http://instance.test"}, by="user:ops")
+        self.remit.calls.call(
+            "wakeup.instances.create", {"url": "http://instance.test"}, by="user:ops"
+        )
 
     def wait(self, what: Callable[[], bool], timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -127,11 +129,11 @@ def test_a_stopped_worker_registers_its_deadline_and_a_wake_backfills_from_the_s
     # The service is late: three instants pass while the worker is stopped.
     instance.clock.advance(hours=3)
     assert instance.supervisor.wake() == "stopped"
-    instance.wait(lambda: len(instance.remit.runs(workflow="hourly")) == 3)
-    fired = sorted(run.input["scheduled_at"] for run in instance.remit.runs(workflow="hourly"))
+    instance.wait(lambda: len(instance.remit.runs.list(workflow="hourly")) == 3)
+    fired = sorted(run.input["scheduled_at"] for run in instance.remit.runs.list(workflow="hourly"))
     assert fired == [f"2026-12-01T{hour}:00:00Z" for hour in ("10", "11", "12")]
-    for run in instance.remit.runs(workflow="hourly"):
-        instance.wait(lambda run_id=run.run_id: instance.remit.get_run(run_id).status == "done")
+    for run in instance.remit.runs.list(workflow="hourly"):
+        instance.wait(lambda run_id=run.run_id: instance.remit.runs.get(run_id).status == "done")
     instance.wait(instance.stopped)
     instance.woken_ahead_of(datetime(2026, 12, 1, 13, 0, tzinfo=UTC))
     assert len(instance.started) == 2
@@ -149,7 +151,7 @@ def test_a_wake_while_it_runs_changes_nothing_and_a_stale_one_starts_a_worker_th
     assert instance.supervisor.wake() == "stopped"  # no deadline has come: nothing to do
     instance.wait(lambda: len(instance.started) == 2)
     instance.wait(instance.stopped)
-    assert instance.remit.runs() == []
+    assert instance.remit.runs.list() == []
     # It registered the same deadline again, as a registration of its own.
     assert len(instance.wakeup.registrations) == registered + 1
     assert instance.supervisor.state.get().at == deadline  # type: ignore[union-attr]
@@ -158,11 +160,11 @@ def test_a_wake_while_it_runs_changes_nothing_and_a_stale_one_starts_a_worker_th
 
 def test_a_sleep_that_ends_while_stopped_carries_on_once_woken(instance: Instance) -> None:
     instance.supervisor.start()
-    run = instance.remit.start("nap", {"seconds": 600}, by="user:ops")
-    instance.wait(lambda: instance.remit.get_run(run.run_id).status == "sleeping")
+    run = instance.remit.runs.start("nap", {"seconds": 600}, by="user:ops")
+    instance.wait(lambda: instance.remit.runs.get(run.run_id).status == "sleeping")
     instance.wait(instance.stopped)
-    instance.woken_ahead_of(instance.remit.get_run(run.run_id).created_at + timedelta(seconds=600))
+    instance.woken_ahead_of(instance.remit.runs.get(run.run_id).created_at + timedelta(seconds=600))
     instance.clock.advance(seconds=600)
     instance.supervisor.wake()
-    instance.wait(lambda: instance.remit.get_run(run.run_id).status == "done")
-    assert instance.remit.get_run(run.run_id).output == "awake"
+    instance.wait(lambda: instance.remit.runs.get(run.run_id).status == "done")
+    assert instance.remit.runs.get(run.run_id).output == "awake"

@@ -163,7 +163,7 @@ def calls_of(harness: Harness, op_id: str) -> list[str]:
 
 def reconciler(harness: Harness) -> Reconciler:
     return Reconciler(
-        harness.runs,
+        harness.run_store,
         harness.worker.client,
         version=harness.app.version,
         live_versions=harness.worker.live_versions,
@@ -238,7 +238,7 @@ def test_a_task_shows_what_its_call_was_sent_with_secrets_redacted(
 
         assert task.input == {"to": "[redacted:POST_PIN]@example.com", "text": "your invoice"}
         assert harness.tasks.list()[0].input == task.input
-        _, token = harness.client.tokens.create("user:ann", by="user:sam")
+        _, token = harness.client.services.tokens.create("user:ann", by="user:sam")
         api = create_api(harness.client, allowed_hosts=["testserver"])
         with TestClient(api, headers={"Authorization": f"Bearer {token}"}) as http:
             assert http.get(f"/tasks/{task.id}").json()["input"] == task.input
@@ -590,7 +590,7 @@ def test_the_policies_refuse_an_answer_among_every_reason_and_each_refusal_is_re
         assert row is not None
         assert row.status == "uncertain"
         # Each refusal is recorded once, as a refused decision is: with what was answered.
-        recorded = harness.client.guard.denials()
+        recorded = harness.client.services.guard.denials()
         assert [(d.principal, d.action, d.resource, d.reason) for d in recorded] == [
             ("user:ann", "resolve", post_letter.id, "no policy permits it")
         ] * 2
@@ -607,7 +607,7 @@ def test_the_policies_refuse_an_answer_among_every_reason_and_each_refusal_is_re
         )
         assert resolved.resumed_workflow_id == f"{run.run_id}:2"
         assert harness.wait(run.run_id).status == "done"
-        assert len(harness.client.guard.denials()) == 2
+        assert len(harness.client.services.guard.denials()) == 2
 
 
 def test_answers_given_at_once_resolve_the_task_once_and_resume_the_run_once(

@@ -338,7 +338,7 @@ def test_a_tap_the_policies_refuse_leaves_the_gate_pending_with_the_reason(desk:
     assert outcome["outcome"] == f"refused: {reason}"
     assert desk.h.approvals.get(approval_id).status == "pending"
     assert desk.h.approvals.audit(approval_id) == []
-    [denial] = desk.h.client.guard.denials()
+    [denial] = desk.h.client.services.guard.denials()
     assert (denial.principal, denial.action, denial.resource) == ("user:ann", "decide", "refund")
     assert denial.context["approval"] == approval_id
     [answer] = desk.telegram.calls_of("answerCallbackQuery")

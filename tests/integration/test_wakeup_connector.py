@@ -1,7 +1,7 @@
 """The `wakeup` connector against a real wakeup service (`remit wakeup serve` in a subprocess):
 an instance registers, reads its wake, arms it and is deleted; the service's refusals come back
 as errors that say what to change; a reply that is not the service's is never taken for one.
-The fake gives the same answers for the same calls. `Client.register_wake` makes its call as
+The fake gives the same answers for the same calls. `client.ops.register_wake` makes its call as
 `remit:wakeup`, with a ledger row and an audit row."""
 
 from __future__ import annotations
@@ -285,12 +285,12 @@ def test_register_wake_is_called_as_remit_with_a_ledger_row_and_an_audit_row(
     app_client: tuple[Client, FakeWakeup],
 ) -> None:
     client, fake = app_client
-    made = client.call(create_instance.id, {"url": INSTANCE_URL})
+    made = client.calls.call(create_instance.id, {"url": INSTANCE_URL})
     assert made.status == "ok", made.error
 
-    first = client.register_wake(AT)
-    other = client.register_wake(AT + timedelta(hours=1))
-    again = client.register_wake(AT)  # after another, the same time arms it again
+    first = client.ops.register_wake(AT)
+    other = client.ops.register_wake(AT + timedelta(hours=1))
+    again = client.ops.register_wake(AT)  # after another, the same time arms it again
     assert [r.status for r in (first, other, again)] == ["ok", "ok", "ok"]
     assert again.output == {"at": "2030-01-31T09:00:00Z"}
     assert not again.replayed
@@ -300,7 +300,7 @@ def test_register_wake_is_called_as_remit_with_a_ledger_row_and_an_audit_row(
         (made.output["id"], AT),
     ]
 
-    rows = [row for row in client.ledger() if row.op_id == register_wake.id]
+    rows = [row for row in client.calls.ledger() if row.op_id == register_wake.id]
     assert [(row.actor, row.status) for row in rows] == [("remit:wakeup", "ok")] * 3
     assert len({row.idempotency_key for row in rows}) == 3
     with client.db.engine.connect() as conn:
@@ -316,9 +316,11 @@ def test_register_wake_is_called_as_remit_with_a_ledger_row_and_an_audit_row(
 def test_only_remit_calls_as_remit(app_client: tuple[Client, FakeWakeup]) -> None:
     client, fake = app_client
     with pytest.raises(RemitError, match="remit's own"):
-        client.direct.call_as_remit(register_wake.id, {"at": AT.isoformat()}, actor="user:ann")
+        client.services.direct.call_as_remit(
+            register_wake.id, {"at": AT.isoformat()}, actor="user:ann"
+        )
     with pytest.raises(RemitError, match="principals are remit's own"):
-        client.call(register_wake.id, {"at": AT.isoformat()}, by="remit:wakeup")
+        client.calls.call(register_wake.id, {"at": AT.isoformat()}, by="remit:wakeup")
     with pytest.raises(RemitError, match="timezone"):
-        client.register_wake(datetime(2030, 1, 31, 9, 0))
+        client.ops.register_wake(datetime(2030, 1, 31, 9, 0))
     assert fake.registrations == []

@@ -219,12 +219,12 @@ def app_client(database_url: str, tmp_path: Path) -> Iterator[Client]:
 def test_its_reads_are_called_through_remit_and_its_changes_only_by_apply(
     app_client: Client,
 ) -> None:
-    plan = app_client.call(PLAN.id, {"desired": {"host": HOST}})
+    plan = app_client.calls.call(PLAN.id, {"desired": {"host": HOST}})
     assert plan.status == "ok", plan.error
     assert plan.output["action"] == "create"
-    rows = [r for r in app_client.ledger() if r.idempotency_key == plan.idempotency_key]
+    rows = [r for r in app_client.calls.ledger() if r.idempotency_key == plan.idempotency_key]
     assert [(row.op_id, row.status, row.actor) for row in rows] == [(PLAN.id, "ok", "user:ann")]
     for op in (CREATE, UPDATE):
         with pytest.raises(RemitError, match="only the built-in `apply` does"):
-            app_client.call(op.id, {"id": "ins_0001", "desired": {"host": HOST}})
-    assert [r.op_id for r in app_client.ledger()] == [PLAN.id]
+            app_client.calls.call(op.id, {"id": "ins_0001", "desired": {"host": HOST}})
+    assert [r.op_id for r in app_client.calls.ledger()] == [PLAN.id]

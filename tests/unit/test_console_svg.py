@@ -7,8 +7,8 @@ from decimal import Decimal
 from typing import Any
 
 from remit.budgets.model import PeriodState
-from remit.client import Step
 from remit.console.svg import budget_chart, duration, ticks, timeline
+from remit.ops.runs import Step
 
 NS = {"s": "http://www.w3.org/2000/svg"}
 T0 = 1_700_000_000_000

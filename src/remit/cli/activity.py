@@ -41,7 +41,7 @@ def activity(
 ) -> None:
     """What happened about a record, oldest first: runs, gates and tasks that concern it."""
     with client_of(app_dir) as remit:
-        found = remit.activity(record_type, record_id, limit=limit, after=after)
+        found = remit.records.activity(record_type, record_id, limit=limit, after=after)
     if not found:
         out.print(f"no activity for {record_type} {record_id}")
         return

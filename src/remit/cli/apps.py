@@ -24,7 +24,7 @@ def apps(
     (Action::"call" on Op::"remit.apps.list"), here and through --url alike.
     """
     with client_of(app_dir) as remit:
-        listed = remit.call("remit.apps.list", {}, by=as_).output
+        listed = remit.calls.call("remit.apps.list", {}, by=as_).output
     if as_json:
         out.print_json(json.dumps(listed))
         return

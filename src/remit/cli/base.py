@@ -381,7 +381,7 @@ def local_client(
     folder, settings = _settings(app_dir)
     with Client(folder, settings, pool_size=pool_size) as client:
         if not serving:
-            client.on_write = client.wake_if_stopped
+            client.on_write = client.ops.wake_if_stopped
             client.on_not_woken = NOT_WOKEN.append
         yield client
 
@@ -522,6 +522,30 @@ def _plain_ascii(text: str) -> bool:
 def styled(text: str, style: str | None) -> Text:
     """`text` in `style` (a colour, say), as a table cell or a printed line shows it."""
     return Text(printable(text), style=style or "")
+
+
+_STATUS_COLOURS = {
+    "done": "green",
+    "approved": "green",
+    "rejected": "red",
+    "expired": "yellow",
+    "waiting": "cyan",
+    "pending": "cyan",
+    "open": "cyan",
+    "not_done": "yellow",
+    "ok": "green",
+    "live": "green",
+    "failed": "red",
+    "dead": "red",
+    "uncertain": "magenta",
+    "cancelled": "yellow",
+}
+
+
+def status_text(status: str) -> Text:
+    """A status (a run's, a gate's, a call's, a worker's) in its colour."""
+    colour = _STATUS_COLOURS.get(status)
+    return styled(status, colour)
 
 
 def whole_ids(table: "Table", *columns: int) -> "Table":

@@ -32,7 +32,7 @@ def show(
 
     with client_of(app_dir) as remit:
         app_name = remit.app_name
-        periods = remit.budget_periods(limit=limit)
+        periods = remit.budgets.periods(limit=limit)
     if not periods:
         out.print(
             f"app {app_name} declares no budgets: add Budget(...) to App(budgets=[...]) to "
@@ -86,7 +86,7 @@ def set_limit(
     from remit.budgets.model import usd
 
     with client_of(app_dir) as remit:
-        state = remit.set_budget(scope, limit, period=period, by=as_)
+        state = remit.budgets.set(scope, limit, period=period, by=as_)
     out.print(
         f"budget {state.scope} {state.period}: limit {usd(state.limit_usd)}, set by {state.limit_set_by} "
         f"({usd(state.spent_usd)} spent, {usd(state.reserved_usd)} reserved)"

@@ -64,7 +64,7 @@ def set_secret(
     value = _read_value(name)
     with client_of(app_dir) as remit:
         app_name = remit.app_name
-        remit.set_secret(name, value, by=as_)
+        remit.secrets.set(name, value, by=as_)
     note = (
         " (the environment variable of that name overrides it here)" if os.environ.get(name) else ""
     )
@@ -76,7 +76,7 @@ def list_secrets(app_dir: AppDir = None) -> None:
     """List the app's secrets: names, when and by whom each was set. Never values."""
     with client_of(app_dir) as remit:
         app_name = remit.app_name
-        stored = remit.list_secrets()
+        stored = remit.secrets.list()
     if not stored:
         out.print(f"no secrets stored for {app_name}")
         return
@@ -100,7 +100,7 @@ def delete_secret(
     check_name(name)
     with client_of(app_dir) as remit:
         app_name = remit.app_name
-        deleted = remit.delete_secret(name, by=as_)
+        deleted = remit.secrets.delete(name, by=as_)
     if not deleted:
         raise RemitError(
             f"no secret named {name} is stored for {app_name}: `remit secrets list` shows them"

@@ -35,7 +35,7 @@ def check(
     """
     with local_client(app_dir, command="deploy check") as remit:
         run = None if run is None else [remit.find_id("run", r) for r in run]
-        report = remit.deploy_check(run)
+        report = remit.ops.deploy_check(run)
     for failing in report.failing:
         out.print(
             f"[red]would fail[/] {failing.run_id} ({failing.workflow}, {failing.status}, resumes "
@@ -72,7 +72,7 @@ def retry(
     """Retry a failed or cancelled run: its next attempt, on the code workers run now."""
     with client_of(app_dir) as remit:
         run_id = remit.find_id("run", run_id)
-        done = remit.retry(run_id, from_step=from_step, key=key, by=as_)
+        done = remit.runs.retry(run_id, from_step=from_step, key=key, by=as_)
     if done.replayed:
         err.print(f"key {key!r} was used before: this is that retry's result")
     out.print(

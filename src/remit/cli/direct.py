@@ -68,7 +68,7 @@ def call_op(
             f"--input must be a JSON object of the op's fields, not {near(json.dumps(payload))}"
         )
     with client_of(app_dir) as remit:
-        result = remit.call(op, payload, by=as_, key=key)
+        result = remit.calls.call(op, payload, by=as_, key=key)
         fake_here = _on_a_fake_of_its_own(remit, op)
     print_call(result)
     if fake_here is not None and result.status == "ok":
@@ -143,7 +143,7 @@ def data(
             payload = record
         else:
             payload = {"limit": limit, "after": after}
-        result = remit.call(f"data.{collection}.{verb}", payload, by=as_, key=call_key)
+        result = remit.calls.call(f"data.{collection}.{verb}", payload, by=as_, key=call_key)
     print_call(result)
 
 
@@ -229,7 +229,7 @@ def denials(
 ) -> None:
     """List the actions the app's policies refused, newest first."""
     with client_of(app_dir) as remit:
-        rows = remit.denials(limit=limit)
+        rows = remit.ops.denials(limit=limit)
     table = PlainTable(show_edge=False, pad_edge=False)
     for column in ("at", "who", "action", "resource", "why"):
         table.add_column(column)

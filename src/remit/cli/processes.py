@@ -276,14 +276,16 @@ def _take_telegram_taps(api: "FastAPI", remit: "Client", telegram_api: str) -> N
     from remit.people.telegram import WEBHOOK_SECRET, TelegramBot, stored_token
     from remit.serve.telegram import WEBHOOK_PATH, add_telegram_routes
 
-    secret = Credentials(remit.secrets, os.environ).get(WEBHOOK_SECRET)
+    secret = Credentials(remit.services.secrets, os.environ).get(WEBHOOK_SECRET)
     if not secret:
         err.print(
             f"[yellow]Telegram taps are not taken:[/] no {WEBHOOK_SECRET} is stored; run `remit "
             f"telegram set-webhook https://<host>{WEBHOOK_PATH}`"
         )
         return
-    bot = TelegramBot(stored_token(remit.secrets, environ=os.environ), api_base=telegram_api)
+    bot = TelegramBot(
+        stored_token(remit.services.secrets, environ=os.environ), api_base=telegram_api
+    )
     add_telegram_routes(api, remit, secret_token=secret, bot=bot)
 
 

@@ -168,7 +168,7 @@ def _progress() -> Callable[["Worker", "Run"], None]:
     shown: set[str] = set()
 
     def progress(running: "Worker", run: "Run") -> None:
-        for row in running.remit.ledger(run.run_id):
+        for row in running.remit.calls.ledger(run.run_id):
             verb = row.op_id.rsplit(".", 1)[1]
             if row.status != "ok" or verb not in ("create", "update", "delete"):
                 continue

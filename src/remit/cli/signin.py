@@ -52,7 +52,7 @@ def login_link(
             "address as its person opens it, e.g. https://desk.example.com"
         )
     with client_of(app_dir) as remit:
-        info, code = remit.login_link(for_, expires_in=expires_in, by=as_)
+        info, code = remit.sessions.link(for_, expires_in=expires_in, by=as_)
         settings = remit.settings
         # A server listening on every address is reached on this machine at 127.0.0.1.
         host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "::", "") else settings.http_host
@@ -72,5 +72,5 @@ def set_password(for_: For, as_: ActAs = None, app_dir: AppDir = None) -> None:
     else:
         password = sys.stdin.readline().rstrip("\r\n")
     with client_of(app_dir) as remit:
-        remit.set_password(for_, password, by=as_)
+        remit.sessions.set_password(for_, password, by=as_)
     err.print(f"{for_} may now sign in to the console with that password")

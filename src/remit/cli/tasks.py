@@ -28,7 +28,7 @@ from remit.cli.base import (
     near,
     out,
     run_id_of,
-    styled,
+    status_text,
     whole_ids,
 )
 from remit.core.text import printable
@@ -42,8 +42,6 @@ task_cli = command_group(
 )
 cli.add_typer(task_cli, name="task")
 
-_COLOURS = {"open": "cyan", "done": "green", "not_done": "yellow"}
-
 
 @cli.command("tasks")
 def list_tasks(
@@ -56,8 +54,8 @@ def list_tasks(
     with client_of(app_dir) as remit:
         if run is not None:
             run = run_id_of(remit, run)
-            remit.get_run(run)  # an unknown run is an error, not an empty list
-        found = remit.list_tasks(status="open" if open_only else None, run_id=run, limit=limit)
+            remit.runs.get(run)  # an unknown run is an error, not an empty list
+        found = remit.tasks.list(status="open" if open_only else None, run_id=run, limit=limit)
     if not found:
         out.print("no open tasks" if open_only else "no tasks")
         return
@@ -68,7 +66,7 @@ def list_tasks(
             each.run_id,
             each.op_id,
             each.idempotency_key,
-            _status(each.status),
+            status_text(each.status),
             each.title,
             moment(each.created_at),
         )
@@ -82,10 +80,10 @@ def show(
 ) -> None:
     """Show a task: the call it asks about, what that call was sent, and how it was answered."""
     with client_of(app_dir) as remit:
-        task = remit.get_task(remit.find_id("task", task_id))
+        task = remit.tasks.get(remit.find_id("task", task_id))
     out.print(Text(f"{task.id}  {task.title}"))
     lines = [
-        ("status", _status(task.status)),
+        ("status", status_text(task.status)),
         ("op", Text(task.op_id)),
         ("key", Text(task.idempotency_key)),
         ("run", Text(f"{task.run_id}, step {task.step_id} (attempt {task.workflow_id})")),
@@ -157,15 +155,15 @@ def resolve(
         payload = parsed
     with client_of(app_dir) as remit:
         task_id = remit.find_id("task", task_id)
-        result = remit.resolve(task_id, done=done, output=payload, key=key, by=as_)
-        task = remit.get_task(task_id)
+        result = remit.tasks.resolve(task_id, done=done, output=payload, key=key, by=as_)
+        task = remit.tasks.get(task_id)
         run_status = _status_of(remit, result.run_id)
     _print_resolved(result, task, run_status)
 
 
 def _print_resolved(result: "Resolved", task: "Task", run_status: str | None) -> None:
     again = " (replayed: this key had already resolved it)" if result.replayed else ""
-    out.print(f"{task.id} {_status(result.status).markup} by {task.resolved_by}{again}")
+    out.print(f"{task.id} {status_text(result.status).markup} by {task.resolved_by}{again}")
     then = {
         "continue": "the run carries on as if the call had returned this output",
         "retry": f"`{task.op_id}` is called again with the same key ({task.idempotency_key})",
@@ -197,7 +195,7 @@ def _status_of(remit: "Surface", run_id: str) -> str | None:
     from remit.core.errors import RunNotFound
 
     try:
-        status: str = remit.get_run(run_id).status
+        status: str = remit.runs.get(run_id).status
     except RunNotFound:
         return None
     return status
@@ -205,7 +203,7 @@ def _status_of(remit: "Surface", run_id: str) -> str | None:
 
 def show_open(remit: "Surface", run_id: str) -> None:
     """Under `remit show`: the run's open tasks and how to answer each."""
-    for task in remit.list_tasks(run_id=run_id, status="open"):
+    for task in remit.tasks.list(run_id=run_id, status="open"):
         out.print(_waits_at(task))
 
 
@@ -216,8 +214,3 @@ def _waits_at(task: "Task") -> str:
         f"(`{task.op_id}`, key {escape(printable(task.idempotency_key))}). Answer it with "
         f"`remit task resolve {task.id} --done --output JSON` or `--not-done`"
     )
-
-
-def _status(status: str) -> Text:
-    colour = _COLOURS.get(status)
-    return styled(status, colour)

@@ -49,11 +49,11 @@ def set_webhook(
                 "REMIT_TELEGRAM_API is not set: set it to https://api.telegram.org (Telegram's "
                 "Bot API) for workers and `remit serve` to use Telegram"
             )
-        secret = remit.secrets.get(WEBHOOK_SECRET)
+        secret = remit.services.secrets.get(WEBHOOK_SECRET)
         if secret is None:
             secret = secrets.token_urlsafe(32)
-            remit.set_secret(WEBHOOK_SECRET, secret, by=as_)
-        bot = TelegramBot(stored_token(remit.secrets), api_base=api)
+            remit.secrets.set(WEBHOOK_SECRET, secret, by=as_)
+        bot = TelegramBot(stored_token(remit.services.secrets), api_base=api)
         try:
             bot.set_webhook(url, secret_token=secret)
         finally:

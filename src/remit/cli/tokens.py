@@ -51,7 +51,7 @@ def create(
 
     expires_in = None if expires is None else parse_duration(expires)
     with client_of(app_dir) as remit:
-        info, token = remit.create_token(for_, name=name, expires_in=expires_in, by=as_)
+        info, token = remit.tokens.create(for_, name=name, expires_in=expires_in, by=as_)
     until = "never expires" if info.expires_at is None else f"expires {moment(info.expires_at)}"
     err.print(
         f"token {info.id} acts as {info.principal} and {until}. It is shown this once; only its "
@@ -64,7 +64,7 @@ def create(
 def list_tokens(as_: ActAs = None, app_dir: AppDir = None) -> None:
     """List the app's tokens, newest first: who each acts as, and whether it still works."""
     with client_of(app_dir) as remit:
-        found = remit.list_tokens(by=as_)
+        found = remit.tokens.list(by=as_)
     if not found:
         out.print("no tokens: make one with `remit tokens create --for user:<name>`")
         return
@@ -93,5 +93,5 @@ def revoke(
 ) -> None:
     """Revoke a token: it authenticates nothing from now on."""
     with client_of(app_dir) as remit:
-        info = remit.revoke_token(token_id, by=as_)
+        info = remit.tokens.revoke(token_id, by=as_)
     out.print(f"token {info.id} ({info.principal}) revoked by {info.revoked_by}")

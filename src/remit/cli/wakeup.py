@@ -26,7 +26,7 @@ def status(app_dir: AppDir = None) -> None:
         row = WakeupState(remit.db, remit.app.name).get()
         timeouts = Timeouts.of(remit.app, settings.op_timeout).workflows
         due = next_deadline(remit.db, timeouts=timeouts, app=remit.app.name)
-        stored = {info.name for info in remit.secrets.list()}
+        stored = {info.name for info in remit.services.secrets.list()}
         lines = [
             ("service", settings.wakeup_url or "- (set REMIT_WAKEUP_URL)"),
             (

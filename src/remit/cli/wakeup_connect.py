@@ -53,11 +53,11 @@ def connect(
                 f"{ACCOUNT_TOKEN} is not set: set it to your account's token at {service} "
                 "(`remit wakeup accounts create LABEL` there prints one), then run this again"
             )
-        stored = {info.name for info in remit.list_secrets()}
+        stored = {info.name for info in remit.secrets.list()}
         made = INSTANCE_TOKEN_SECRET not in stored and not os.environ.get(INSTANCE_TOKEN_SECRET)
         if made:
-            remit.set_secret(INSTANCE_TOKEN_SECRET, mint_instance_token(), by=as_)
-        result = remit.call(create_instance.id, {"url": url}, by=as_)
+            remit.secrets.set(INSTANCE_TOKEN_SECRET, mint_instance_token(), by=as_)
+        result = remit.calls.call(create_instance.id, {"url": url}, by=as_)
     if result.status == "held":
         out.print(
             f"{result.op} held for approval: run {result.run_id} waits; once it is approved, "

@@ -13,7 +13,7 @@ call with a ledger row like any other. Its four ops:
 - `wakeup.instances.delete` `{id}` → `{id, deleted}`: forget an instance of the account.
 - `wakeup.instances.register` `{at}` → `{at}`: wake this instance at `at`, replacing the wake
   registered before. Sent with the instance token alone; remit makes it as `remit:wakeup`
-  (`Client.register_wake`) before a worker stops.
+  (`client.ops.register_wake`) before a worker stops.
 
 The driver (`WakeupDriver`) talks to `REMIT_WAKEUP_URL` over HTTP with the tokens as
 `Authorization: Bearer …`; it follows no redirect, which would carry a token elsewhere. Both

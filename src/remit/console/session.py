@@ -84,7 +84,7 @@ class Sessions:
         if not token:
             raise SignInNeeded(target)
         try:
-            principal = self.client.session_principal(token)
+            principal = self.client.sessions.principal(token)
         except Unauthenticated as error:
             raise SignInNeeded(target, str(error)) from error
         return Viewer(principal=principal, csrf=csrf_of(token))

@@ -21,7 +21,7 @@ from remit.execution.journal import SHORT_SLEEP
 
 if TYPE_CHECKING:
     from remit.budgets.model import PeriodState
-    from remit.client import Step
+    from remit.ops.runs import Step
 
 # How DBOS names a sleep: `DBOS.sleep` holds its thread (up to REMIT_SUSPEND_AFTER); remit's
 # own step `sleep` suspends the run until its timer is due.

@@ -237,7 +237,7 @@ class RunStore:
             # Its queue is the app's (`queue_id`): without the app, no worker would serve it.
             raise RemitError(
                 f"a run of `{workflow.name}` is started on its app's queue, and this store knows "
-                "no app: start it through the app's client (`Client.start`) or a "
+                "no app: start it through the app's client (`client.runs.start`) or a "
                 "RunStore(app=...)"
             )
         app = self.app

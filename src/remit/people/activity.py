@@ -5,7 +5,7 @@ each start and end of such a run, each opening and decision of such a gate, each
 answer of such a task, and each archiving of the record is one activity row, written in the
 transaction that did it (`core/activity.py` writes them). `timeline` reads a record's rows,
 oldest first, as `Activity` values; `remit activity TYPE ID` prints them, and
-`Client.activity` returns them.
+`client.records.activity` returns them.
 """
 
 from __future__ import annotations

@@ -269,7 +269,7 @@ def stored_token(
 ) -> Callable[[], str]:
     """The bot token as a callable, read as a driver reads a credential: `environ` (when it
     sets `name`) over the app's stored secret, kept for a few seconds. Build a notifier or bot
-    from a client with `stored_token(client.secrets)`. The callable raises `RemitError` saying
+    from a client with `stored_token(client.services.secrets)`. The callable raises `RemitError` saying
     how to store the token when there is none."""
     credentials = Credentials(store, environ or {})
 
@@ -289,7 +289,7 @@ class TelegramBot:
     """The Bot API calls remit makes: `sendMessage`, `answerCallbackQuery`, `editMessageText`
     and `setWebhook`, POSTed as JSON to `{api_base}/bot{token}/{method}`.
 
-    `token` is the token or a callable returning it (`stored_token(client.secrets)`), read on
+    `token` is the token or a callable returning it (`stored_token(client.services.secrets)`), read on
     each call. `api_base` and `transport` are what a test points at a fake
     (`remit.serve.fake_telegram`). Each call returns Telegram's `result`, or raises
     `TelegramError`: on a non-2xx answer, an answer with `"ok": false`, or no answer at all.
@@ -475,7 +475,7 @@ class TelegramNotifier:
 
     `policy` is the app's `Policy`, or a callable returning it (an app governed by policies
     only once it is built: `lambda: app.policy`). `token` is the bot token or a callable
-    returning it (`stored_token(client.secrets)`).
+    returning it (`stored_token(client.services.secrets)`).
 
     `send` raises when any recipient was not reached, so the outbox tries again; a recipient
     this process already reached with the notice is not sent it again. A gate with no one to

@@ -396,7 +396,7 @@ def spent(world: World, step: Step, m: dict[str, str]) -> None:
         "this week": period_key("week", now),
         "today": period_key("day", now),
     }.get(m["period"]) or m["period"].removeprefix("in ")
-    states = {(s.scope, s.period): s for s in world.harness.budgets.periods(limit=1000)}
+    states = {(s.scope, s.period): s for s, _ in world.harness.budgets.periods(limit=1000)}
     state = states.get((scope, period))
     found = state.spent_usd if state is not None else Decimal(0)
     ok = found <= amount if m.get("most") else found == amount

@@ -147,7 +147,9 @@ class Demo:
         if seed is not None:
             seed(self.call)
         self.tokens = {
-            principal: client.tokens.create(principal, by=self.settings.actor, name="demo")[1]
+            principal: client.services.tokens.create(
+                principal, by=self.settings.actor, name="demo"
+            )[1]
             for principal in demo_principals(self.app, self.settings.actor)
         }
 
@@ -157,7 +159,7 @@ class Demo:
         would leave the demo showing something other than it promises."""
         who = by or self.settings.actor
         try:
-            result = self.client.call(op_id, input, by=who)
+            result = self.client.calls.call(op_id, input, by=who)
         except RemitError as refused:
             raise RemitError(
                 f"seeding the demo: `{op_id}` as {who} was refused: {refused}"
@@ -172,7 +174,7 @@ class Demo:
         demo's day (`DEMO_LINK_LIFE`): opening one signs its person in."""
         return {
             principal: f"{url}/console/sign-in?code="
-            + self.client.signins.link(
+            + self.client.services.signins.link(
                 principal, by=self.settings.actor, expires_in=DEMO_LINK_LIFE
             )[1]
             for principal in self.tokens

@@ -19,9 +19,9 @@ from pydantic import (
 )
 
 from remit.budgets.model import PeriodState
-from remit.client import Step
 from remit.core.runs import Run, RunStatus
 from remit.ops.registry import WorkerState
+from remit.ops.runs import Step
 from remit.people.approvals import Approval, ApprovalStatus
 from remit.people.tasks import Task, TaskStatus
 from remit.policy.tokens import TokenInfo

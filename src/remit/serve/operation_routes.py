@@ -50,12 +50,12 @@ def control_routes(routes: APIRouter, client: Client) -> None:
     def pause(who: Who) -> Paused:
         """Pause the app, as the policies allow: its queues take no new work, and each run
         parks before its next step."""
-        return Paused(paused=True, queues=client.pause(by=who))
+        return Paused(paused=True, queues=client.ops.pause(by=who))
 
     @routes.post("/resume", responses=error_responses(400, 401, 403, 413, 422, 503))
     def resume(who: Who) -> Resumed:
         """Resume the app, as the policies allow: its queues again, its parked runs on."""
-        queues, carried_on = client.resume(by=who)
+        queues, carried_on = client.ops.resume(by=who)
         return Resumed(paused=False, queues=queues, carried_on=carried_on)
 
     @routes.post("/reconcile", responses=error_responses(400, 401, 403, 413, 422, 503))
@@ -64,7 +64,7 @@ def control_routes(routes: APIRouter, client: Client) -> None:
     ) -> ReconcileReport:
         """Run one reconciler pass now, as the policies allow (a dry run says what it would do
         and does none)."""
-        report = client.reconcile(dry_run=body is not None and body.dry_run, by=who)
+        report = client.ops.reconcile(dry_run=body is not None and body.dry_run, by=who)
         return ReconcileReport(
             dry_run=report.dry_run,
             actions=[
@@ -104,21 +104,21 @@ def secret_routes(routes: APIRouter, client: Client) -> None:
         Reader(client, who).require_operations()
         return [
             SecretView(name=each.name, set_at=each.set_at, set_by=each.set_by)
-            for each in client.secrets.list()[:limit]
+            for each in client.services.secrets.list()[:limit]
         ]
 
     @routes.put("/secrets/{name}", responses=error_responses(400, 401, 403, 413, 422, 503))
     def set_secret(name: SecretName, body: SecretRequest, who: Who) -> SecretView:
         """Store a secret (replacing its value), as the policies allow (`set_secret`)."""
         check_name(name)
-        info = client.set_secret(name, body.value, by=who)
+        info = client.secrets.set(name, body.value, by=who)
         return SecretView(name=info.name, set_at=info.set_at, set_by=info.set_by)
 
     @routes.delete("/secrets/{name}", responses=error_responses(400, 401, 403, 404, 422, 503))
     def delete_secret(name: SecretName, who: Who) -> SecretDeleted:
         """Delete a secret, as the policies allow (`delete_secret`)."""
         check_name(name)
-        if not client.delete_secret(name, by=who):
+        if not client.secrets.delete(name, by=who):
             message = f"no secret `{name}`: GET /secrets lists the secrets"
             raise Problem(404, message, [ErrorReason(approval_id=None, reason=message)])
         return SecretDeleted(name=name, deleted=True)
@@ -137,7 +137,7 @@ def call_routes(routes: APIRouter, client: Client) -> None:
             shown = ", ".join(known[:30]) + (", …" if len(known) > 30 else "")
             message = f"app `{client.app.name}` has no op `{body.op}` (it has: {shown or 'none'})"
             raise Problem(404, message, [ErrorReason(approval_id=None, reason=message)])
-        result = client.call(body.op, body.input, key=idempotency_key, by=who)
+        result = client.calls.call(body.op, body.input, key=idempotency_key, by=who)
         return CallView(
             status=result.status,
             op=result.op,
@@ -157,7 +157,7 @@ def token_routes(routes: APIRouter, client: Client) -> None:
     def list_tokens(who: Who, limit: NewestFirst = 100) -> list[TokenView]:
         """The app's API tokens, newest first, as the policies allow (`manage_tokens`)."""
         now = client.clock.now()
-        return [TokenView.of(each, now) for each in client.list_tokens(by=who)[:limit]]
+        return [TokenView.of(each, now) for each in client.tokens.list(by=who)[:limit]]
 
     @routes.post(
         "/tokens", status_code=201, responses=error_responses(400, 401, 403, 413, 422, 503)
@@ -166,7 +166,7 @@ def token_routes(routes: APIRouter, client: Client) -> None:
         """Make an API token that acts as `for`, as the policies allow (`manage_tokens`). The
         token is in this answer only: it is kept nowhere."""
         expires_in = None if body.expires is None else duration(body.expires)
-        info, token = client.create_token(body.for_, name=body.name, expires_in=expires_in, by=who)
+        info, token = client.tokens.create(body.for_, name=body.name, expires_in=expires_in, by=who)
         return TokenMade(token=token, info=TokenView.of(info, client.clock.now()))
 
     @routes.delete("/tokens/{token_id}", responses=error_responses(400, 401, 403, 404, 422, 503))
@@ -180,11 +180,11 @@ def token_routes(routes: APIRouter, client: Client) -> None:
         """Revoke an API token, as the policies allow (`manage_tokens`): it authenticates
         nothing from now on. Revoking one already revoked changes nothing."""
         try:
-            client.tokens.get(token_id)
+            client.services.tokens.get(token_id)
         except RemitError:
             message = f"no token `{token_id}`: GET /tokens lists the tokens"
             raise Problem(404, message, [ErrorReason(approval_id=None, reason=message)])
-        return TokenView.of(client.revoke_token(token_id, by=who), client.clock.now())
+        return TokenView.of(client.tokens.revoke(token_id, by=who), client.clock.now())
 
 
 def duration(text: str) -> timedelta:

@@ -32,7 +32,7 @@ def principal(
             "create --for user:<name>`)"
         )
     client: Client = request.app.state.remit
-    return client.authenticate(credentials.credentials.strip())
+    return client.tokens.authenticate(credentials.credentials.strip())
 
 
 # Who acts in a route: the principal of the request's API token.

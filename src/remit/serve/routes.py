@@ -113,7 +113,7 @@ def _run_routes(routes: APIRouter, client: Client) -> None:
         """Start a run of a workflow, as the policies allow (`start` on the workflow); a worker
         serving its queue runs it. A workflow the app does not have is 404."""
         record = None if body.record is None else (body.record.type, body.record.id)
-        return RunView.of(client.start_row(body.workflow, body.input, by=who, record=record))
+        return RunView.of(client.runs.start_row(body.workflow, body.input, by=who, record=record))
 
     @routes.get("/runs/{run_id}", responses=error_responses(400, 401, 403, 404, 422, 503))
     def get_run(run_id: RunId, who: Who) -> RunView:
@@ -126,7 +126,7 @@ def _run_routes(routes: APIRouter, client: Client) -> None:
         """A run's steps, attempt by attempt, as DBOS checkpointed them (`remit show`), as the
         policies allow (`read_runs` on its workflow)."""
         found = _readable_run(client, who, run_id)
-        return [StepView.of(step) for step in client.steps(found.run_id)]
+        return [StepView.of(step) for step in client.runs.steps(found.run_id)]
 
     @routes.post(
         "/runs/{run_id}/cancel", responses=error_responses(400, 401, 403, 404, 413, 422, 503)
@@ -134,7 +134,7 @@ def _run_routes(routes: APIRouter, client: Client) -> None:
     def cancel_run(run_id: RunId, who: Who) -> RunView:
         """Cancel a run that has not finished, as the policies allow (`cancel` on its
         workflow); a finished one is left as it is."""
-        return RunView.of(client.cancel(_run(client, run_id).run_id, by=who))
+        return RunView.of(client.runs.cancel(_run(client, run_id).run_id, by=who))
 
     @routes.post(
         "/runs/{run_id}/retry", responses=error_responses(400, 401, 403, 404, 409, 413, 422, 503)
@@ -149,7 +149,7 @@ def _run_routes(routes: APIRouter, client: Client) -> None:
         on its workflow): from `from_step`, or after its last finished step. With an
         Idempotency-Key, the same request again returns the first retry and starts nothing."""
         found = _run(client, run_id)
-        retried = client.retry(
+        retried = client.runs.retry(
             found.run_id,
             from_step=None if body is None else body.from_step,
             key=idempotency_key,
@@ -166,7 +166,7 @@ def _run_routes(routes: APIRouter, client: Client) -> None:
 
 def _approval_routes(routes: APIRouter, client: Client) -> None:
     """Approvals: list, show, decide one, decide several."""
-    approvals = client.approvals
+    approvals = client.services.approvals
 
     @routes.get("/approvals", responses=error_responses(401, 422, 503))
     def list_approvals(
@@ -214,7 +214,7 @@ def _approval_routes(routes: APIRouter, client: Client) -> None:
         check_decision([approval_id], None if edits is None else {approval_id: edits}, body.reason)
         if edits is not None:
             _check_edits(approvals, {approval_id: (approval, edits)})
-        result = client.decide(
+        result = client.approvals.decide(
             [approval_id],
             body.decision,
             key=idempotency_key,
@@ -244,7 +244,7 @@ def _approval_routes(routes: APIRouter, client: Client) -> None:
             with contextlib.suppress(ApprovalNotFound):
                 found[approval_id] = (approvals.get(approval_id), edit)
         _check_edits(approvals, found)
-        result = client.decide(
+        result = client.approvals.decide(
             body.ids,
             body.decision,
             key=idempotency_key,
@@ -263,7 +263,7 @@ def _approval_routes(routes: APIRouter, client: Client) -> None:
 
 def _task_routes(routes: APIRouter, client: Client) -> None:
     """Tasks: list, show, answer."""
-    tasks = client.tasks
+    tasks = client.services.tasks
 
     @routes.get("/tasks", responses=error_responses(400, 401, 422, 503))
     def list_tasks(
@@ -304,7 +304,7 @@ def _task_routes(routes: APIRouter, client: Client) -> None:
         """Say whether a task's call happened, and carry its run on, as the policies allow
         (`resolve` on the op). Refused (by the policies too), it is 409 with every reason."""
         task = _task(client, task_id)
-        resolved = client.resolve(
+        resolved = client.tasks.resolve(
             task.id,
             done=body.done,
             output=body.output,
@@ -369,7 +369,7 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
         drift (`read_operations`)."""
         Reader(client, who).require_operations()
         return [
-            BudgetPeriod.of(state, drift) for state, drift in client.budget_periods(limit=limit)
+            BudgetPeriod.of(state, drift) for state, drift in client.budgets.periods(limit=limit)
         ]
 
     @routes.put(
@@ -397,8 +397,8 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
                 f"{', '.join(scopes) or 'none'}): GET /budgets lists the budgets"
             )
             raise Problem(404, message, [ErrorReason(approval_id=None, reason=message)])
-        state = client.set_budget(scope, str(body.limit), period=body.period, by=who)
-        drift = sum((d.drift_usd for d in client.budgets.drift([state])), Decimal(0))
+        state = client.budgets.set(scope, str(body.limit), period=body.period, by=who)
+        drift = sum((d.drift_usd for d in client.services.budgets.drift([state])), Decimal(0))
         return BudgetPeriod.of(state, drift)
 
     @routes.get("/deadlines", responses=error_responses(401, 403, 422, 503))
@@ -410,7 +410,7 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
         Reader(client, who).require_operations()
         return [
             DeadlineView(at=each.at, kind=each.kind, run_id=each.run_id, target=each.target)
-            for each in client.deadlines(limit=limit)
+            for each in client.ops.deadlines(limit=limit)
         ]
 
     @routes.get("/workers", responses=error_responses(401, 403, 422, 503))
@@ -433,7 +433,7 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
                 taken_over_by=row.taken_over_by,
                 taken_over_at=row.taken_over_at,
             )
-            for row in client.workers()[:limit]
+            for row in client.ops.workers()[:limit]
         ]
 
     @routes.get("/denials", responses=error_responses(401, 403, 422, 503))
@@ -450,7 +450,7 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
                 context=each.context,
                 reason=each.reason,
             )
-            for each in client.guard.denials(limit=limit)
+            for each in client.services.guard.denials(limit=limit)
         ]
 
     @routes.get("/audit", responses=error_responses(401, 403, 422, 503))
@@ -502,7 +502,7 @@ def _activity_routes(routes: APIRouter, client: Client) -> None:
         record_type: RecordPart, record_id: RecordPart, body: ArchiveRequest, who: Who
     ) -> ArchivedView:
         """Archive a record: cancel its pending gates, as one decision the policies check."""
-        done = client.archive_record(record_type, record_id, by=who, reason=body.reason)
+        done = client.records.archive(record_type, record_id, by=who, reason=body.reason)
         return ArchivedView(
             record_type=done.record_type,
             record_id=done.record_id,
@@ -516,7 +516,7 @@ def _find(client: Client, approval_id: str, reader: Reader | None = None) -> App
     `reader` may read, if given); 404 for none, 400 for a prefix several begin with."""
     find = client.find_id if reader is None else reader.find_id
     try:
-        return client.get_approval(find("approval", approval_id))
+        return client.approvals.get(find("approval", approval_id))
     except ApprovalNotFound:
         message = f"no approval `{approval_id}`: GET /approvals lists the approvals"
         raise Problem(404, message, [ErrorReason(approval_id=approval_id, reason=message)])
@@ -533,7 +533,7 @@ def _run(client: Client, given: str, reader: Reader | None = None) -> Run:
     may read, if given); 404 for none, 400 for a prefix several begin with."""
     find = client.find_id if reader is None else reader.find_id
     try:
-        return client.get_run(find("run", given))
+        return client.runs.get(find("run", given))
     except RunNotFound:
         message = f"no run `{given}`: GET /runs lists the runs"
         raise Problem(404, message, [ErrorReason(approval_id=None, reason=message)])
@@ -544,7 +544,7 @@ def _task(client: Client, given: str, reader: Reader | None = None) -> Task:
     may read, if given); 404 for none."""
     find = client.find_id if reader is None else reader.find_id
     try:
-        return client.get_task(find("task", given))
+        return client.tasks.get(find("task", given))
     except TaskNotFound:
         message = f"no task `{given}`: GET /tasks lists the tasks"
         raise Problem(404, message, [ErrorReason(approval_id=None, reason=message)])

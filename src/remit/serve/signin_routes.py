@@ -86,7 +86,7 @@ def signin_routes(routes: APIRouter, client: Client) -> None:
         """Make a one-time link that signs `for` in to the web console, as the policies allow
         (`manage_tokens`). The code is in this answer only."""
         expires_in = None if body.expires is None else _link_life(body.expires)
-        info, code = client.login_link(body.for_, expires_in=expires_in, by=who)
+        info, code = client.sessions.link(body.for_, expires_in=expires_in, by=who)
         return LoginLinkMade(code=code, **info.__dict__)
 
     @routes.put("/passwords/{principal}", responses=error_responses(400, 401, 403, 413, 422, 503))
@@ -103,7 +103,7 @@ def signin_routes(routes: APIRouter, client: Client) -> None:
         who: Who,
     ) -> PasswordSet:
         """Set a console password, as the policies allow (`manage_tokens`)."""
-        client.set_password(principal, body.password, by=who)
+        client.sessions.set_password(principal, body.password, by=who)
         return PasswordSet(principal=principal)
 
 

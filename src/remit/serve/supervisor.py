@@ -222,7 +222,7 @@ class Supervisor:
         worker = self.worker
         if worker is None:
             raise RemitError("no worker runs to register the wake")
-        result = worker.remit.register_wake(at - timedelta(seconds=self.lead()))
+        result = worker.remit.ops.register_wake(at - timedelta(seconds=self.lead()))
         if result.status != "ok":
             raise RemitError(result.error or f"the wakeup's register call came to {result.status}")
 

@@ -1,14 +1,14 @@
 """The Telegram webhook: a tap on a gate's Approve or Reject button decides it.
 
     api = create_api(client)
-    bot = TelegramBot(stored_token(client.secrets))
+    bot = TelegramBot(stored_token(client.services.secrets))
     add_telegram_routes(api, client, secret_token=secret, bot=bot)
     bot.set_webhook("https://desk.example/telegram/webhook", secret_token=secret)
 
 `POST /telegram/webhook` takes Telegram's updates. A request without the secret token given to
 `setWebhook` (header `X-Telegram-Bot-Api-Secret-Token`) is refused with 401. A button tap
 (`callback_query`) is decided as the principal the `[telegram]` table of `principals.toml` maps
-the tapper's Telegram id to, through `Client.decide(..., via="telegram")`, so the policies,
+the tapper's Telegram id to, through `client.approvals.decide(..., via="telegram")`, so the policies,
 the assignee rule and the audit apply as on every other surface. Someone the table does not
 name decides nothing.
 
@@ -190,7 +190,7 @@ class _Desk:
             self._answer(query_id, STRANGER, alert=True)
             return "refused: the tapper is not known to this desk"
         try:
-            result = self.client.decide(
+            result = self.client.approvals.decide(
                 [callback.approval_id],
                 callback.decision,
                 key=f"telegram:{data}",
@@ -273,12 +273,12 @@ class _Desk:
     ) -> tuple[str, bool]:
         """The message's new text, and whether its buttons stay."""
         try:
-            approval = self.client.approvals.get(callback.approval_id)
+            approval = self.client.services.approvals.get(callback.approval_id)
         except ApprovalNotFound:
             original = str(message.get("text", ""))
             return f"{original}\n\nNot decided: {refused}", False
         try:
-            workflow = self.client.get_run(approval.run_id).workflow
+            workflow = self.client.runs.get(approval.run_id).workflow
         except RunNotFound:
             workflow = "?"
         notice = ApprovalNotice(

@@ -164,7 +164,7 @@ class Worker:
             from remit.people.telegram import TelegramNotifier, stored_token
 
             app = self.app
-            token = stored_token(self.remit.secrets, environ=environ)
+            token = stored_token(self.remit.services.secrets, environ=environ)
             chosen.append(
                 TelegramNotifier(lambda: app.policy, token, api_base=self.settings.telegram_api)
             )
@@ -180,32 +180,32 @@ class Worker:
             raise RemitError(
                 f"worker {self.executor_id or '-'} has stopped: its DBOS client is closed"
             )
-        return self.remit.dbos
+        return self.remit.services.dbos
 
     @property
     def approvals(self) -> Approvals:
         """List, show and decide the app's approvals (the same `decide()` as every surface)."""
-        return self.remit.approvals
+        return self.remit.services.approvals
 
     @property
     def tasks(self) -> Tasks:
         """List, show and resolve the app's tasks: writes whose outcome a person confirms."""
-        return self.remit.tasks
+        return self.remit.services.tasks
 
     @property
     def retries(self) -> Retries:
         """Retry the app's failed and cancelled runs on the code this worker runs."""
-        return self.remit.retries
+        return self.remit.services.retries
 
     @property
     def guard(self) -> Guard:
         """The app's policies, enforced, with the record of what they refuse."""
-        return self.remit.guard
+        return self.remit.services.guard
 
     @property
     def app_state(self) -> AppState:
         """The app's pause flag: pause, resume, and what follows from them."""
-        return self.remit.app_state
+        return self.remit.services.app_state
 
     def start(self, *, before_launch: Callable[[], None] | None = None) -> None:
         """Prepare the database, register the app's workflows and queues, and launch DBOS.

@@ -28,7 +28,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
     ) -> Response:
         Reader(client, viewer.principal).require_operations()
         by_scope: dict[str, list[tuple[PeriodState, Decimal]]] = {}
-        for state, drift in client.budget_periods(limit=PERIODS):
+        for state, drift in client.budgets.periods(limit=PERIODS):
             by_scope.setdefault(state.scope, []).append((state, drift))
         budgets = [
             {"scope": scope, "periods": periods, "chart": budget_chart(periods)}

@@ -1,7 +1,7 @@
 """The inbox: the pending gates the signed-in person may decide, oldest first, each with its
 draft as a form generated from its approval type's model, a reason, and Approve / Reject.
 
-A decision goes through `client.decide` as the viewer, via `console`, with the draft's edits
+A decision goes through `client.approvals.decide` as the viewer, via `console`, with the draft's edits
 when the form changed it. Each form carries a decision key made when the page was rendered,
 so a form sent twice (a double click, a resent post) decides once. A draft that does not parse
 is shown again with each field's message (422) and decides nothing; a decision the policies
@@ -100,7 +100,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         batch_refusal: list[str] | None = None,
         batch_key: str | None = None,
     ) -> Response:
-        items = client.decidable(by=viewer.principal)
+        items = client.approvals.decidable(by=viewer.principal)
         gates = [gate_form(item) for item in items]
         if replaced is not None:
             at = next(
@@ -133,7 +133,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         request: Request, viewer: Annotated[Viewer, Depends(page.sessions.viewer)]
     ) -> Response:
         shown = [i for i in (request.query_params.get("shown") or "").split(",") if i]
-        waiting = client.decidable(by=viewer.principal)
+        waiting = client.approvals.decidable(by=viewer.principal)
         ids = [item.approval.id for item in waiting]
         return page.fragment(
             "parts/inbox_live.html",
@@ -163,7 +163,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
             return show(request, viewer, status=422, batch_refusal=problems, batch_key=key)
         reason = text_of(form, "reason").strip() or None
         try:
-            result = client.decide(
+            result = client.approvals.decide(
                 ids, decision, key=key, reason=reason, by=viewer.principal, via="console"
             )
         except DecisionRefused as refused:
@@ -191,7 +191,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
     ) -> Response:
         form = form_dict(form_data)
         # A refused decision shows the gate again: only to whoever may decide it or read it.
-        decidable = client.decidable(by=viewer.principal, approval_id=approval_id)
+        decidable = client.approvals.decidable(by=viewer.principal, approval_id=approval_id)
         approval = (
             decidable[0].approval
             if decidable
@@ -200,7 +200,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         decision = text_of(form, "decision")
         key = text_of(form, "key") or new_key()
         reason = text_of(form, "reason")
-        item = Decidable(approval, client.get_run(approval.run_id), None, ("approved", "rejected"))
+        item = Decidable(approval, client.runs.get(approval.run_id), None, ("approved", "rejected"))
         # This gate alone, not the whole inbox: its own policy checks, once.
         item = next(iter(decidable), item)
         model = draft_model(item)
@@ -223,7 +223,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
             if value != approval.draft_json:
                 edits = {approval_id: value}
         try:
-            result = client.decide(
+            result = client.approvals.decide(
                 approval_id,
                 decision,
                 key=key,

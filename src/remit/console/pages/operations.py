@@ -30,22 +30,22 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         dead_after = timedelta(seconds=client.settings.dead_after)
         workers = [
             (row, worker_state(row, now=now, dead_after=dead_after))
-            for row in client.workers()[:SHOWN]
+            for row in client.ops.workers()[:SHOWN]
         ]
         return page.render(
             request,
             "operations.html",
             viewer,
             workers=workers,
-            paused=client.app_state.paused(),
-            deadlines=client.deadlines(limit=SHOWN),
-            denials=client.denials(limit=SHOWN),
-            audit=list(reversed(client.audit(f"app:{client.app.name}", limit=SHOWN))),
+            paused=client.services.app_state.paused(),
+            deadlines=client.ops.deadlines(limit=SHOWN),
+            denials=client.ops.denials(limit=SHOWN),
+            audit=list(reversed(client.ops.audit(f"app:{client.app.name}", limit=SHOWN))),
         )
 
     @router.post("/console/pause")
     def pause(viewer: Annotated[Viewer, Depends(page.sessions.acting)]) -> Response:
-        stopped = client.pause(by=viewer.principal)
+        stopped = client.ops.pause(by=viewer.principal)
         said = (
             f"The app is paused: {len(stopped)} queues stopped; runs park before their next step."
         )
@@ -53,6 +53,6 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
 
     @router.post("/console/resume")
     def resume(viewer: Annotated[Viewer, Depends(page.sessions.acting)]) -> Response:
-        _, carried_on = client.resume(by=viewer.principal)
+        _, carried_on = client.ops.resume(by=viewer.principal)
         said = f"The app is resumed: {len(carried_on)} parked runs carry on."
         return page.redirect("/console/operations", flash=said)

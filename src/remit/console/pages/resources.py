@@ -25,7 +25,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         reader = Reader(client, viewer.principal)
         reader.require_operations()  # the vendor ids of what the app runs on
         resources = client.app.resources
-        bindings = client.resource_bindings()
+        bindings = client.resources.bindings()
         rows: list[dict[str, Any]] = []
         if resources is not None:
             declared = resources.declared

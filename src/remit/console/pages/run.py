@@ -33,17 +33,17 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
     ) -> Response:
         reader = Reader(client, viewer.principal)
         run = reader.run(run_id)
-        record = client.run_record(run_id)
+        record = client.runs.record(run_id)
         return page.render(
             request,
             "run.html",
             viewer,
-            attempts=client.attempts(run_id),
+            attempts=client.runs.attempts(run_id),
             approvals=reader.approvals(run_id=run_id),
-            tasks=client.list_tasks(run_id=run_id),
+            tasks=client.tasks.list(run_id=run_id),
             record=record,
             activity=[] if record is None else reader.activity(*record),
-            audit=client.audit(run_id),
+            audit=client.ops.audit(run_id),
             **_live(client, run),
         )
 
@@ -54,7 +54,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
 
     @router.post("/console/runs/{run_id}/cancel")
     def cancel(run_id: str, viewer: Annotated[Viewer, Depends(page.sessions.acting)]) -> Response:
-        run = client.cancel(run_id, by=viewer.principal)
+        run = client.runs.cancel(run_id, by=viewer.principal)
         return page.redirect(f"/console/runs/{run_id}", flash=f"Run {run_id} is {run.status}.")
 
     @router.post("/console/runs/{run_id}/retry")
@@ -69,10 +69,10 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         attempt = (
             given
             if isinstance(given, str) and given.isascii() and given.isdigit()
-            else client.get_run(run_id).attempt
+            else client.runs.get(run_id).attempt
         )
         key = f"console:{run_id}:{attempt}"
-        retried = client.retry(run_id, by=viewer.principal, key=key)
+        retried = client.runs.retry(run_id, by=viewer.principal, key=key)
         said = (
             f"Run {run_id} was already retried as attempt {retried.attempt}."
             if retried.replayed
@@ -87,8 +87,8 @@ def _live(client: Client, run: Run) -> dict[str, Any]:
     which buttons apply."""
     return {
         "run": run,
-        "timeline": timeline(client.steps(run.run_id), now_ms=int(time.time() * 1000)),
-        "ledger": client.ledger(run.run_id),
+        "timeline": timeline(client.runs.steps(run.run_id), now_ms=int(time.time() * 1000)),
+        "ledger": client.calls.ledger(run.run_id),
         "can_cancel": not run.finished,
         "can_retry": run.status in RETRYABLE,
     }

@@ -58,7 +58,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
     ) -> Response:
         await sessions.check_signin_csrf(request)
         try:  # its database work in a thread: the event loop serves every other request
-            _, token = await run_in_threadpool(client.sign_in_with_link, code.strip())
+            _, token = await run_in_threadpool(client.sessions.sign_in_with_link, code.strip())
         except Unauthenticated as error:
             return sign_in_page(request, status=401, error=str(error))
         response = page.redirect(_local(next_url))
@@ -76,7 +76,9 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         address = request.client.host if request.client else ""
         try:  # argon2 and the database in a thread: the event loop serves every other request
             _, token = await to_thread.run_sync(
-                lambda: client.sign_in_with_password(principal.strip(), password, address=address),
+                lambda: client.sessions.sign_in_with_password(
+                    principal.strip(), password, address=address
+                ),
                 limiter=_PASSWORD_CHECKS,
             )
         except Unauthenticated as error:
@@ -89,7 +91,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
     def sign_out(request: Request, viewer: Annotated[Viewer, Depends(sessions.acting)]) -> Response:
         token = request.cookies.get(SESSION_COOKIE)
         if token:
-            client.sign_out(token)
+            client.sessions.sign_out(token)
         response = page.redirect("/console/sign-in", flash=f"{viewer.principal} signed out.")
         sessions.forget(response)
         return response

@@ -2,7 +2,7 @@
 whether it happened ("It happened", with what it returned, in a form generated from the op's
 output model) or not ("It did not happen").
 
-An answer goes through `client.resolve` as the viewer, with a key made when the page was
+An answer goes through `client.tasks.resolve` as the viewer, with a key made when the page was
 rendered, so a form sent twice answers once. An output that does not parse is shown again
 with each field's message (422) and answers nothing; an answer the policies refuse is shown
 again with their reason (403)."""
@@ -66,7 +66,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
     def ledger_row(task: Task) -> LedgerRow | None:
-        rows = client.ledger(task.run_id, limit=1000)
+        rows = client.calls.ledger(task.run_id, limit=1000)
         return next((r for r in rows if r.idempotency_key == task.idempotency_key), None)
 
     def task_form(
@@ -77,7 +77,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         if shown is None:
             shown = [] if model is None else fields_of(model, None, {}, OUTPUT)
         declared = client.app.ops.get(task.op_id)
-        run = client.runs_store.find(task.run_id)  # None: a direct call's task, of no run
+        run = client.services.runs.find(task.run_id)  # None: a direct call's task, of no run
         return TaskForm(
             task,
             ledger_row(task),
@@ -153,7 +153,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
                 except json.JSONDecodeError as bad:
                     return again(422, {"": f"Invalid JSON: {bad.msg}"}, [])
         try:
-            resolved = client.resolve(
+            resolved = client.tasks.resolve(
                 task_id, done=done == "yes", output=output, key=key, by=viewer.principal
             )
         except TaskRefused as refused:

@@ -1,0 +1,354 @@
+"""`client.runs`: starting runs, reading them and their steps, and ending or retrying them from
+outside; `RunHandle`, the verbs for one run.
+
+    handle = client.runs.start("ar.chase-invoice", {"invoice_id": "inv_1001"})
+    print(handle.wait(timeout=60).status)
+
+A run is served by whichever worker serves its queue; `RunHandle.wait` watches its row.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import time
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from remit.core import limits
+from remit.core.acting import Acting, no_nul, not_in_a_workflow
+from remit.core.errors import RemitError
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+    from dbos import DBOSClient
+    from pydantic import BaseModel
+
+    from remit.app import App
+    from remit.core.runs import Run, RunStore
+    from remit.declare.workflows import Workflow
+    from remit.ops.retries import Retried, Retries
+    from remit.policy.guard import Guard
+
+
+class RunServices(Protocol):
+    """The client's services this room uses."""
+
+    @property
+    def runs(self) -> RunStore: ...
+    @property
+    def guard(self) -> Guard: ...
+    @property
+    def dbos(self) -> DBOSClient: ...
+    @property
+    def retries(self) -> Retries: ...
+
+
+class RunsClient(Acting, Protocol):
+    """The client as the runs room sees it."""
+
+    @property
+    def app(self) -> App: ...
+    @property
+    def services(self) -> RunServices: ...
+
+
+@dataclass(frozen=True)
+class Step:
+    """One checkpointed step of a run's attempt: its name, when it ran (epoch milliseconds),
+    its output or error, and whether the attempt's fork copied it from the attempt before (it
+    did not run again)."""
+
+    attempt: int
+    function_id: int
+    name: str
+    started_ms: int | None
+    finished_ms: int | None
+    output: Any
+    error: str | None
+    copied: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def summary(self, width: int) -> tuple[str | None, str | None]:
+        """What the step came to as a person reads it, cut to `width` characters: its output
+        (an approval step's gate as `apr_… approved by user:ann via http`), or its error's
+        message."""
+        output, error = self.output, self.error
+        if error is not None:
+            return None, _cut(error, width)
+        if isinstance(output, dict) and isinstance(output.get("error"), dict):
+            return None, _cut(output["error"].get("message", output["error"]), width)
+        if isinstance(output, dict) and "error" in output:
+            return None, _cut(output["error"], width)
+        if self.name.startswith("approval:") and isinstance(output, dict):
+            text = f"{output.get('id')} {output.get('status')}"
+            if output.get("decided_by"):
+                text += f" by {output['decided_by']} via {output.get('decided_via')}"
+            if output.get("edited_draft") is not None:
+                text += " (edited)"
+            return text, None
+        if isinstance(output, dict) and "ok" in output:
+            return _cut(output["ok"], width), None
+        return (None if output is None else _cut(output, width)), None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a run as DBOS holds it: its workflow id, its status there (None: never
+    given to DBOS), the version of the code that ran it and when it was made."""
+
+    attempt: int
+    workflow_id: str
+    status: str | None
+    version: str | None
+    created_at: datetime | None
+
+
+def _cut(value: Any, width: int) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+class RunHandle:
+    """A run started (or looked up) through a client: its id, and the verbs for that one run
+    (wait for it, read its output, cancel it, retry it)."""
+
+    def __init__(self, runs: RunsRoom, run_id: str, workflow: Workflow) -> None:
+        self._runs = runs
+        self.run_id = run_id
+        self.workflow = workflow
+
+    def get(self) -> Run:
+        """The run's row as it stands now."""
+        return self._runs.get(self.run_id)
+
+    def wait(self, timeout: float = 60.0, *, until: Iterable[str] = ()) -> Run:
+        """Wait until the run finishes (or reaches a status in `until`, e.g. `waiting`) and
+        return its row. Raises `TimeoutError` naming its status after `timeout` seconds."""
+        stops = set(until)
+        deadline = time.monotonic() + timeout
+        while True:
+            run = self.get()
+            if run.finished or run.status in stops:
+                return run
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"run {self.run_id} is still {run.status} after {timeout:g}s: is a worker "
+                    f"serving queue `{self.workflow.queue}`? (`remit worker`)"
+                )
+            time.sleep(0.05)
+
+    def output(self, timeout: float = 60.0) -> Any:
+        """Wait for the run to finish and return its output, parsed as the workflow's return
+        annotation says (a pydantic model, say) when it has one. A run that did not finish
+        `done` raises `RemitError` with its status and error."""
+        run = self.wait(timeout)
+        if run.status != "done":
+            raise RemitError(f"run {self.run_id} is {run.status}: {run.error or 'no output'}")
+        returns = _return_type(self.workflow)
+        if returns is None:
+            return run.output
+        from pydantic import TypeAdapter
+
+        return TypeAdapter(returns).validate_python(run.output)
+
+    def cancel(self, *, by: str | None = None) -> Run:
+        """Cancel the run, as `client.runs.cancel` does: as the policies allow, and a finished
+        run is left as it is."""
+        return self._runs.cancel(self.run_id, by=by)
+
+    def retry(
+        self, *, from_step: int | None = None, key: str | None = None, by: str | None = None
+    ) -> Retried:
+        """Retry the run, failed or cancelled, on the current code, as `client.runs.retry`
+        does; `wait` then waits for the retried run."""
+        return self._runs.retry(self.run_id, from_step=from_step, key=key, by=by)
+
+
+class RunsRoom:
+    """`client.runs`: an app's runs."""
+
+    def __init__(self, client: RunsClient) -> None:
+        self._client = client
+
+    def start(
+        self,
+        workflow: str | Workflow,
+        input: Mapping[str, Any] | BaseModel,
+        *,
+        by: str | None = None,
+        record: tuple[str, str] | None = None,
+    ) -> RunHandle:
+        """Start a run of `workflow` (a name or the workflow itself) with `input` (its model or
+        a dict), under the policies; a worker serving its queue runs it. `record` names the
+        business record the run concerns, e.g. `("invoice", "inv_1003")` (default: the one its
+        workflow derives from the input, if it does): see `client.records.activity`."""
+        run = self.start_row(workflow, input, by=by, record=record)
+        return RunHandle(self, run.run_id, self._client.app.workflow(run.workflow))
+
+    def start_row(
+        self,
+        workflow: str | Workflow,
+        input: Mapping[str, Any] | BaseModel,
+        *,
+        by: str | None = None,
+        record: tuple[str, str] | None = None,
+    ) -> Run:
+        """`start`, returning the run's row as it was written."""
+        not_in_a_workflow("runs.start")
+        from remit.core.activity import check_record
+
+        named = None if record is None else check_record(record, where="start(record=...)")
+        wf = self._client.app.workflow(workflow if isinstance(workflow, str) else workflow.name)
+        runs = self._client.services.runs.naming(named, app=self._client.app_name)
+        started = self._client.services.guard.start(
+            runs, self._client.services.dbos, wf, input, by=self._client.who(by)
+        )
+        self._client.written()
+        return started
+
+    def get(self, run_id: str) -> Run:
+        """A run's row; `RunNotFound` if there is none."""
+        return self._client.services.runs.get(run_id)
+
+    def handle(self, run_id: str) -> RunHandle:
+        """A handle on an existing run, to wait for it."""
+        run = self.get(run_id)
+        return RunHandle(self, run_id, self._client.app.workflow(run.workflow))
+
+    def list(
+        self,
+        *,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 50,
+        app: str | None = None,
+        started_by: str | None = None,
+        record: tuple[str, str] | None = None,
+        before: tuple[datetime, str] | None = None,
+        only: sa.ColumnElement[bool] | None = None,
+    ) -> builtins.list[Run]:
+        """Runs, newest first: of a status, a workflow, an app of the repo (`""`: the root's),
+        a starter, a record; `before` the (created at, run id) of the previous page's last;
+        `only` a further condition (what a principal may read, `remit.reads`)."""
+        limits.check_limit(limit, where="runs.list")
+        no_nul("runs.list", status=status, workflow=workflow, app=app, started_by=started_by)
+        return self._client.services.runs.list(
+            status=status,
+            workflow=workflow,
+            limit=limit,
+            app=app,
+            started_by=started_by,
+            record=record,
+            before=before,
+            only=only,
+        )
+
+    def steps(self, run_id: str) -> builtins.list[Step]:
+        """Each attempt's steps as DBOS checkpointed them, attempt by attempt."""
+        from remit.core.runs import attempt_workflow_id
+
+        run = self.get(run_id)
+        found: list[Step] = []
+        earlier: dict[int, Step] = {}
+        for attempt in range(1, run.attempt + 1):
+            for step in self._client.services.dbos.list_workflow_steps(
+                attempt_workflow_id(run_id, attempt)
+            ):
+                error, started = step["error"], step["started_at_epoch_ms"]
+                before = earlier.get(step["function_id"])
+                read = Step(
+                    attempt=attempt,
+                    function_id=step["function_id"],
+                    name=step["function_name"],
+                    started_ms=started,
+                    finished_ms=step["completed_at_epoch_ms"],
+                    output=step["output"],
+                    error=None if error is None else str(error),
+                    # A fork copies a step as it was: the same start and the same output.
+                    copied=before is not None
+                    and (before.started_ms, before.output) == (started, step["output"]),
+                )
+                earlier[read.function_id] = read
+                found.append(read)
+        return found
+
+    def attempts(self, run_id: str) -> builtins.list[Attempt]:
+        """Each attempt of a run, first to last, as DBOS holds it: its workflow id, its status
+        there and the version of the code that ran it."""
+        from remit.core.runs import attempt_workflow_id
+
+        run = self.get(run_id)
+        ids = [attempt_workflow_id(run_id, n) for n in range(1, run.attempt + 1)]
+        held = {
+            w.workflow_id: w
+            for w in self._client.services.dbos.list_workflows(workflow_ids=ids, load_input=False)
+        }
+        found: list[Attempt] = []
+        for number, workflow_id in enumerate(ids, start=1):
+            status = held.get(workflow_id)
+            created = None if status is None or status.created_at is None else status.created_at
+            found.append(
+                Attempt(
+                    attempt=number,
+                    workflow_id=workflow_id,
+                    status=None if status is None else status.status,
+                    version=None if status is None else status.app_version,
+                    created_at=None
+                    if created is None
+                    else datetime.fromtimestamp(created / 1000, UTC),
+                )
+            )
+        return found
+
+    def record(self, run_id: str) -> tuple[str, str] | None:
+        """The business record a run concerns (type, id), named when it started, or None."""
+        from remit.core.activity import record_of_run
+
+        with self._client.db.engine.connect() as conn:
+            ref = record_of_run(conn, run_id)
+        return None if ref is None else (ref.record_type, ref.record_id)
+
+    def cancel(self, run_id: str, *, by: str | None = None) -> Run:
+        """Cancel a run that has not finished, as the policies allow (`cancel` on its
+        workflow); a finished one is left as it is."""
+        not_in_a_workflow("runs.cancel")
+        from remit.people.ending import cancel_run
+
+        who = self._client.person(by)
+        run = self.get(run_id)
+        self._client.services.guard.require(
+            who, "cancel", run.workflow, {"input": run.input, "status": run.status}
+        )
+        return cancel_run(self._client.services.runs, self._client.services.dbos, run_id, by=who)
+
+    def retry(
+        self,
+        run_id: str,
+        *,
+        from_step: int | None = None,
+        key: str | None = None,
+        by: str | None = None,
+    ) -> Retried:
+        """Retry a failed or cancelled run on the current code (see `Retries.retry`)."""
+        not_in_a_workflow("runs.retry")
+        retried = self._client.services.retries.retry(
+            run_id, by=self._client.who(by), from_step=from_step, key=key
+        )
+        self._client.written()
+        return retried
+
+
+def _return_type(workflow: Workflow) -> Any:
+    """The workflow function's return annotation, if it names a type to parse output as."""
+    try:
+        hints = typing.get_type_hints(workflow.fn)
+    except Exception:
+        return None
+    returns = hints.get("return")
+    return None if returns in (None, type(None), Any) else returns
