@@ -40,38 +40,38 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal
 
-from remit.budgets.rooms import BudgetsRoom
-from remit.connectors.rooms import SecretsRoom
 from remit.core import limits
 from remit.core.acting import not_in_a_workflow
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.principals import check_actor
 from remit.core.settings import Settings, app_folder
-from remit.execution.rooms import CallsRoom
-from remit.ops.rooms import OpsRoom
-from remit.ops.runs import RunsRoom
-from remit.people.rooms import ApprovalsRoom, RecordsRoom, TasksRoom
-from remit.policy.rooms import SessionsRoom, TokensRoom
-from remit.resources.rooms import ResourcesRoom
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
     from dbos import DBOSClient
 
     from remit.app import App
+    from remit.budgets.rooms import BudgetsRoom
     from remit.budgets.store import Budgets
     from remit.connectors.base import Implementation
     from remit.connectors.credentials import Secrets
+    from remit.connectors.rooms import SecretsRoom
     from remit.core.runs import RunStore
     from remit.execution.direct import DirectCalls
+    from remit.execution.rooms import CallsRoom
     from remit.ops.pause import AppState
     from remit.ops.retries import Retries
+    from remit.ops.rooms import OpsRoom
+    from remit.ops.runs import RunsRoom
     from remit.people.approvals import Approvals
+    from remit.people.rooms import ApprovalsRoom, RecordsRoom, TasksRoom
     from remit.people.tasks import Tasks
     from remit.policy.guard import Guard
+    from remit.policy.rooms import SessionsRoom, TokensRoom
     from remit.policy.signin import SignIns
     from remit.policy.tokens import Tokens
+    from remit.resources.rooms import ResourcesRoom
 
 
 IdKind = Literal["run", "approval", "task"]
@@ -119,19 +119,8 @@ class Client:
         self.db = Database(settings.database_url, pool_size=pool_size)
         if prepare:
             self.db.prepare()
-        # The stores and services, and the rooms that act through them.
+        # The stores and services the rooms act through (the rooms are built on first use).
         self.services = Services(self)
-        self.runs = RunsRoom(self)
-        self.approvals = ApprovalsRoom(self)
-        self.tasks = TasksRoom(self)
-        self.records = RecordsRoom(self)
-        self.calls = CallsRoom(self)
-        self.budgets = BudgetsRoom(self)
-        self.secrets = SecretsRoom(self)
-        self.tokens = TokensRoom(self)
-        self.sessions = SessionsRoom(self)
-        self.resources = ResourcesRoom(self)
-        self.ops = OpsRoom(self)
         # Called after each write that gives a worker something to do: a start, a retry, a
         # decision, a task's answer, a held direct call, a resume of the app, an archive, a
         # reconciler pass that acted. By default, with a wakeup service configured, it wakes
@@ -139,7 +128,7 @@ class Client:
         # --stop-when-idle` points it at its own worker instead; a command always looks, to
         # say when it cannot wake it).
         self.on_write: Callable[[], object] | None = (
-            self.ops.wake_if_stopped if settings.wakeup_url is not None else None
+            (lambda: self.ops.wake_if_stopped()) if settings.wakeup_url is not None else None
         )
         # Told, when a write finds the worker stopped and cannot wake it: by default a warning
         # in the log (the write is done); the command line makes it an error.
@@ -201,6 +190,85 @@ class Client:
         from remit.app import load_app
 
         return load_app(self._folder)
+
+    # The rooms, each built on first use (a command imports only the room it uses).
+
+    @cached_property
+    def runs(self) -> RunsRoom:
+        """An app's runs: start, get, list, handle, steps, attempts, record, cancel, retry."""
+        from remit.ops.runs import RunsRoom
+
+        return RunsRoom(self)
+
+    @cached_property
+    def approvals(self) -> ApprovalsRoom:
+        """The gates runs wait at: list, get, decidable, decide, audit."""
+        from remit.people.rooms import ApprovalsRoom
+
+        return ApprovalsRoom(self)
+
+    @cached_property
+    def tasks(self) -> TasksRoom:
+        """Writes whose outcome a person confirms: list, get, resolve, audit."""
+        from remit.people.rooms import TasksRoom
+
+        return TasksRoom(self)
+
+    @cached_property
+    def records(self) -> RecordsRoom:
+        """The business's records: activity, archive."""
+        from remit.people.rooms import RecordsRoom
+
+        return RecordsRoom(self)
+
+    @cached_property
+    def calls(self) -> CallsRoom:
+        """Ops called directly, data collections, and the ledger: call, data, ledger."""
+        from remit.execution.rooms import CallsRoom
+
+        return CallsRoom(self)
+
+    @cached_property
+    def budgets(self) -> BudgetsRoom:
+        """Budget periods: periods, set."""
+        from remit.budgets.rooms import BudgetsRoom
+
+        return BudgetsRoom(self)
+
+    @cached_property
+    def secrets(self) -> SecretsRoom:
+        """Stored credentials: list, set, delete."""
+        from remit.connectors.rooms import SecretsRoom
+
+        return SecretsRoom(self)
+
+    @cached_property
+    def tokens(self) -> TokensRoom:
+        """API tokens: create, list, revoke, authenticate."""
+        from remit.policy.rooms import TokensRoom
+
+        return TokensRoom(self)
+
+    @cached_property
+    def sessions(self) -> SessionsRoom:
+        """The web console's sign-ins: link, set_password, sign-in, principal, sign_out."""
+        from remit.policy.rooms import SessionsRoom
+
+        return SessionsRoom(self)
+
+    @cached_property
+    def resources(self) -> ResourcesRoom:
+        """What declared resources are bound to: bindings."""
+        from remit.resources.rooms import ResourcesRoom
+
+        return ResourcesRoom(self)
+
+    @cached_property
+    def ops(self) -> OpsRoom:
+        """The app as a whole: pause, resume, reconcile, deploy_check, deadlines, workers, denials, audit."""
+        from remit.ops.rooms import OpsRoom
+
+        return OpsRoom(self)
 
     # What the command line reads; a `RemoteClient` answers the same through the HTTP API.
 

@@ -381,7 +381,7 @@ def local_client(
     folder, settings = _settings(app_dir)
     with Client(folder, settings, pool_size=pool_size) as client:
         if not serving:
-            client.on_write = client.ops.wake_if_stopped
+            client.on_write = lambda: client.ops.wake_if_stopped()
             client.on_not_woken = NOT_WOKEN.append
         yield client
 
