@@ -61,12 +61,13 @@ def worker(
         return
     running = Worker(app, settings)
     running.start()
-    err.print(
-        f"worker [bold]{running.executor_id}[/] serving [bold]{app.name}[/] "
-        f"(version {running.runtime.version}, {len(app.workflows)} workflows, "
-        f"queues: {', '.join(sorted(app.queues))})"
+    running.serve(
+        ready=lambda: err.print(
+            f"worker [bold]{running.executor_id}[/] serving [bold]{app.name}[/] "
+            f"(version {running.runtime.version}, {len(app.workflows)} workflows, "
+            f"queues: {', '.join(sorted(app.queues))})"
+        )
     )
-    running.serve()
     err.print(f"worker {running.executor_id} stopped")
     _exit_now(0)
 
@@ -241,10 +242,6 @@ def _exit_when_idle(app: "App", settings: "Settings") -> None:
         tell=lambda line: err.print(line),
     )
     worker = supervisor.start()
-    err.print(
-        f"worker [bold]{worker.executor_id}[/] serving [bold]{app.name}[/] until idle "
-        f"(version {worker.runtime.version})"
-    )
     stopping = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -253,6 +250,11 @@ def _exit_when_idle(app: "App", settings: "Settings") -> None:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
+    # Said once the signals are handled, so that a SIGTERM sent on reading it drains the worker.
+    err.print(
+        f"worker [bold]{worker.executor_id}[/] serving [bold]{app.name}[/] until idle "
+        f"(version {worker.runtime.version})"
+    )
     idle.wait()
     if stopping.is_set():
         supervisor.close()

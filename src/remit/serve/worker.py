@@ -433,8 +433,10 @@ class Worker:
             self.registry.stopped(self.executor_id)
         return len(left)
 
-    def serve(self) -> None:
-        """Serve until SIGTERM or SIGINT, then drain (see `stop`).
+    def serve(self, *, ready: Callable[[], object] | None = None) -> None:
+        """Serve until SIGTERM or SIGINT, then drain (see `stop`). `ready` is called once the
+        signals are handled: a worker that says it serves before then dies of a SIGTERM sent
+        the moment it says so, without draining.
 
         A second signal while draining is logged and ignored: the drain has its bound. Should
         the drain overrun that bound by `DRAIN_MARGIN` seconds (a database that stopped
@@ -460,6 +462,8 @@ class Worker:
             sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
         }
         try:
+            if ready is not None:
+                ready()
             self._stop.wait()
         finally:
             draining.set()
