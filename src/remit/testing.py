@@ -28,11 +28,13 @@ from remit.core.clock import Clock, ManualClock
 from remit.core.ledger import LedgerRow
 from remit.core.runs import Run, attempt_workflow_id
 from remit.core.settings import Settings
+from remit.declare.schedules import scheduled_run_id
 from remit.execution.direct import CallResult
 from remit.ops.deadlines import Deadline
 from remit.ops.deploy import DeployCheck, DeployReport
 from remit.ops.retries import Retried
 from remit.ops.runs import RunsRoom
+from remit.ops.scheduler import Fired, Scheduler
 from remit.people.approvals import Approval, DecideResult
 from remit.people.rooms import ApprovalsRoom, TasksRoom
 from remit.people.tasks import Resolved, Task
@@ -91,6 +93,7 @@ class Harness:
         self._settings = settings
         self._environ = environ or {}
         self._client: Client | None = None
+        self._scheduler: Scheduler | None = None
 
     def __enter__(self) -> Harness:
         self.worker.start()
@@ -194,6 +197,34 @@ class Harness:
         """Wait until DBOS no longer runs the run's attempt: its row reaches `done`,
         `failed` or `waiting` a moment before its attempt's workflow ends."""
         self._attempt_past(run.run_id, run.attempt, ("PENDING", "ENQUEUED"), timeout)
+
+    def fire_schedules(self) -> list[Fired]:
+        """Start the runs the app's schedules have made due at the clock's now, as the
+        worker's sweep does, without waiting for the sweep, and return the run of each
+        schedule's latest instant that is still on time (at most 5 minutes ago), whoever
+        started it: an instant starts one run, here or in the sweep (`started` says which).
+        With a `ManualClock`, move the clock to an instant, then call this."""
+        if self._scheduler is None:
+            self._scheduler = Scheduler(
+                self.app,
+                self.run_store,
+                self.worker.client,
+                clock=self.worker.runtime.clock,
+                interval=self._settings.sweep_interval,
+            )
+        scheduler = self._scheduler
+        mine = {(f.workflow, f.at): f for f in scheduler.fire_due()}
+        now = scheduler.clock.now()
+        found: list[Fired] = []
+        for name, wf in sorted(scheduler.scheduled.items()):
+            assert wf.trigger is not None
+            for at in wf.trigger.between(now - scheduler.on_time, now, limit=1):
+                run_id = scheduled_run_id(self.app.name, name, at)
+                if (name, at) in mine:
+                    found.append(mine[name, at])
+                elif self.run_store.find(run_id) is not None:
+                    found.append(Fired(name, at, run_id, started=False))
+        return found
 
     def fake(self, vendor: str, kind: type[F] = Fake) -> F:  # type: ignore[assignment]
         """The implementation serving `vendor`, checked to be a `kind`."""

@@ -5,6 +5,7 @@ connector givens seed an instance (`seed`)."""
 from __future__ import annotations
 
 import textwrap
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 
 from remit import load_app
 from remit.scenarios import Scenario, ScenarioFailed, read, run_scenario, seed
-from remit.testing import Harness
+from remit.testing import Harness, ManualClock
 
 SCEN_APP = Path(__file__).resolve().parent.parent / "apps" / "scen_app"
 FEATURES = sorted((SCEN_APP / "scenarios").glob("*.feature"))
@@ -297,3 +298,83 @@ And $follow is sleeping
 """,
     )
     run_scenario(APP, scenario, database_url=database_url, app_name="desk")
+
+
+def test_a_givens_cells_are_read_as_the_ops_input_model_says(
+    tmp_path: Path, database_url: str
+) -> None:
+    scenario = scenario_of(
+        tmp_path,
+        """\
+Given an invoice with:
+  | field      | value           |
+  | invoice_id | 0042            |
+  | amount     | 1200            |
+  | due        | 2026-10-01      |
+  | email      | ap@0042.example |
+When ann starts chase as $chase with:
+  | invoice_id | 0042 |
+Then $chase is done
+And the invoice 0042 has 1 reminders
+And $invoice.invoice_id is 0042
+""",
+    )
+    # The last line is no step: the scenario fails there, after the others passed.
+    with pytest.raises(ScenarioFailed) as failed:
+        run_scenario(APP, scenario, database_url=database_url)
+    report = failed.value.report
+    assert "      ok  And the invoice 0042 has 1 reminders" in report, report
+    assert "no step reads `$invoice.invoice_id is 0042`" in report
+
+
+def test_schedule_steps_name_what_is_wrong(tmp_path: Path, database_url: str) -> None:
+    report = failure(tmp_path, database_url, "When the schedule chase fires\n")
+    assert "`chase` runs on no schedule (the app's scheduled workflows: weekly-summary)" in report
+    report = failure(
+        tmp_path,
+        database_url,
+        "When 7 days pass\nThen the schedule weekly-summary has fired 2 runs\n",
+    )
+    assert "the schedule of `weekly-summary` has fired 1 runs, not 2" in report
+    assert "+ 2026-11-30 06:00 UTC | done" in report
+
+
+def test_passing_time_fires_each_instant_once_and_logs_no_error(
+    tmp_path: Path, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    scenario = scenario_of(
+        tmp_path,
+        """\
+When 1 day passes
+And 6 days pass
+And the schedule weekly-summary fires as $second
+Then $second is done
+And the runs of the schedule weekly-summary are:
+  | at                   |
+  | 2026-11-30 06:00 UTC |
+  | 2026-12-07 06:00 UTC |
+""",
+    )
+    with caplog.at_level("ERROR"):
+        run_scenario(APP, scenario, database_url=database_url)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+    with Harness(APP, database_url=database_url, actor="user:ann") as harness:
+        summaries = harness.runs.list(workflow="weekly-summary", limit=100)
+    assert sorted(run.input["scheduled_at"] for run in summaries) == [
+        "2026-11-30T06:00:00Z",
+        "2026-12-07T06:00:00Z",
+    ]
+
+
+def test_a_harness_on_a_manual_clock_fires_a_schedule_at_its_instant(database_url: str) -> None:
+    clock = ManualClock(datetime(2026, 11, 29, 9, tzinfo=UTC))
+    with Harness(APP, database_url=database_url, clock=clock, actor="user:ann") as harness:
+        assert harness.fire_schedules() == []
+        clock.advance(hours=21)  # Monday 06:00, the schedule's instant
+        (fired,) = harness.fire_schedules()
+        assert (fired.workflow, fired.at) == ("weekly-summary", clock.now())
+        assert harness.wait(fired.run_id).output == {"week_of": "2026-11-30"}
+        # However often it is asked, and whatever the worker's sweep did, one run.
+        again = harness.fire_schedules()
+        assert [(f.run_id, f.started) for f in again] == [(fired.run_id, False)]
+        assert len(harness.runs.list(workflow="weekly-summary")) == 1

@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
+from datetime import date
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from remit import AppError, Connector, Given, load_app, steps
 from remit.scenarios import feature_files, read, seed
 from remit.scenarios.generic import same
 from remit.scenarios.pytest_plugin import app_folder_of
-from remit.scenarios.values import Names, UnknownReference, cell, fields_table
+from remit.scenarios.values import Names, UnknownReference, cell, fields_table, typed_cell
 
 SCEN_APP = Path(__file__).resolve().parent.parent / "apps" / "scen_app"
 APP = load_app(SCEN_APP)
@@ -201,3 +204,40 @@ def test_a_given_returns_what_to_call() -> None:
         None,
     )
     assert Given(op="books.invoices.get").op_id == "books.invoices.get"
+
+
+class Refund(BaseModel):
+    subscription_id: str
+    amount: Decimal
+    months: int
+    on: date | None = None
+    tags: list[str] = []
+
+
+def test_a_table_filling_a_model_reads_each_cell_as_its_field_says() -> None:
+    table = (
+        ("subscription_id", "0042"),
+        ("amount", "120.00"),
+        ("months", "3"),
+        ("on", "null"),
+        ("tags", '["vip"]'),
+        ("extra", "12"),
+    )
+    found = fields_table(table, Names(), what="the refund", model=Refund)
+    assert found == {
+        "subscription_id": "0042",
+        "amount": "120.00",
+        "months": 3,
+        "on": None,
+        "tags": ["vip"],
+        "extra": 12,  # no field of the model: read as JSON
+    }
+    assert Refund.model_validate(found).amount == Decimal("120.00")
+    # Without the model, a cell is JSON: the amount is the number 120.0, the id 42.
+    assert fields_table(table, Names(), what="the refund")["amount"] == 120.0
+
+
+def test_a_cell_its_field_cannot_take_is_left_for_the_model_to_refuse() -> None:
+    assert typed_cell("lots", Decimal) is None
+    assert typed_cell("2026-02-30", date) is None
+    assert typed_cell("2026-02-03", date) == ("2026-02-03",)

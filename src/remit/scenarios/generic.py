@@ -17,10 +17,12 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from pydantic import BaseModel
+
 from remit.budgets.model import APP_SCOPE, period_key
 from remit.core.errors import AppError
 from remit.scenarios.features import Step
-from remit.scenarios.values import doc_json, fields_table, rows_table
+from remit.scenarios.values import cell_texts, doc_json, fields_table, rows_table
 from remit.scenarios.world import Mismatch, World, acting, principal
 
 WHO = r"(?P<who>[\w.@:-]+)"
@@ -122,11 +124,19 @@ def one_field(message: str, field: str, expected: str, actual: str) -> Mismatch:
     return Mismatch(message, expected=[f"{field} | {expected}"], actual=[f"{field} | {actual}"])
 
 
-def compare_fields(what: str, expected: Mapping[str, Any], actual: Any) -> None:
-    """Fail unless `actual` (a mapping) has each expected field with its value."""
+def compare_fields(
+    what: str, expected: Mapping[str, Any], actual: Any, texts: Mapping[str, str] | None = None
+) -> None:
+    """Fail unless `actual` (a mapping) has each expected field with its value, or with a
+    value written as its cell in `texts` is (`120.00` is the amount `"120.00"`)."""
     if not isinstance(actual, Mapping):
         raise Mismatch(f"{what} is {show(actual)}, not a record with fields")
-    wrong = [f for f, v in expected.items() if f not in actual or not same(v, actual[f])]
+    texts = texts or {}
+    wrong = [
+        f
+        for f, v in expected.items()
+        if f not in actual or not (same(v, actual[f]) or texts.get(f) == show(actual[f]))
+    ]
     if wrong:
         raise Mismatch(
             f"{what} differs in {', '.join(f'`{f}`' for f in wrong)}",
@@ -160,14 +170,16 @@ def time_passes(world: World, step: Step, m: dict[str, str]) -> None:
 def starts(world: World, step: Step, m: dict[str, str]) -> None:
     name = m.get("name", "run")
     what = f"the input of {m['workflow']}"
+    workflow = world.workflow(m["workflow"])
     given = (
         doc_json(step.doc, world.names, what=what)
         if step.doc is not None
-        else fields_table(step.table, world.names, what=what)
+        else fields_table(
+            step.table, world.names, what=what, model=world.app.workflows[workflow].input
+        )
     )
     if not isinstance(given, Mapping):
         raise AppError(f"{what}: the docstring must be a JSON object")
-    workflow = world.workflow(m["workflow"])
     with acting():
         run = world.harness.start(workflow, given, by=principal(m["who"]))
     world.name_run(name, run.run_id)
@@ -210,7 +222,8 @@ def output_is(world: World, step: Step, m: dict[str, str]) -> None:
                 actual=json.dumps(actual, indent=2, sort_keys=True, default=str).splitlines(),
             )
         return
-    compare_fields(what, fields_table(step.table, world.names, what=what), actual)
+    expected = fields_table(step.table, world.names, what=what)
+    compare_fields(what, expected, actual, cell_texts(step.table))
 
 
 @generic(rf"the ledger of {RUN} is:?", "the ledger of $chase is:")
@@ -235,6 +248,82 @@ def ledger_is(world: World, step: Step, m: dict[str, str]) -> None:
             expected=[header, *wanted],
             actual=[header, *found],
         )
+
+
+# Schedules.
+
+SCHEDULE = r"the schedule \"?(?P<workflow>[\w.:-]+)\"?"
+
+
+@generic(
+    rf"{SCHEDULE} fires(?: as \$(?P<name>[\w-]+))?",
+    "the schedule nightly-summary fires as $summary",
+)
+def schedule_fires(world: World, step: Step, m: dict[str, str]) -> None:
+    """Let time pass up to the schedule's next instant, which fires it (and whatever else
+    falls due on the way)."""
+    workflow = world.scheduled_workflow(m["workflow"])
+    assert workflow.trigger is not None
+    now = world.clock.now()
+    at = workflow.trigger.next_after(now)
+    world.pass_time((at - now).total_seconds())
+    fired = [f for f in world.schedule_runs(workflow.name) if f.at == at]
+    if not fired:
+        raise Mismatch(
+            f"the schedule of `{workflow.name}` reached {at:%Y-%m-%d %H:%M} UTC and started no "
+            "run: its input model refused the instant (the log says why)"
+        )
+    if m.get("name"):
+        world.name_run(m["name"], fired[0].run_id)
+
+
+@generic(
+    rf"{SCHEDULE} has fired (?P<count>no|\d+) runs?",
+    "the schedule nightly-summary has fired 2 runs",
+)
+def schedule_fired(world: World, step: Step, m: dict[str, str]) -> None:
+    workflow = world.scheduled_workflow(m["workflow"])
+    fired = world.schedule_runs(workflow.name)
+    count = 0 if m["count"] == "no" else int(m["count"])
+    if len(fired) != count:
+        raise Mismatch(
+            f"the schedule of `{workflow.name}` has fired {len(fired)} runs, not {count}",
+            expected=[f"{count} runs"],
+            actual=[_fired_line(world, f.at, f.run_id) for f in fired] or ["no runs"],
+        )
+
+
+@generic(rf"the runs of {SCHEDULE} are:?", "the runs of the schedule nightly-summary are:")
+def schedule_runs(world: World, step: Step, m: dict[str, str]) -> None:
+    workflow = world.scheduled_workflow(m["workflow"])
+    what = f"the runs of the schedule of `{workflow.name}`"
+    needs_table(step, what)
+    expected = rows_table(step.table)
+    columns = list(expected[0])
+    unknown = [c for c in columns if c not in ("at", "status")]
+    if "at" not in columns or unknown:
+        raise AppError(
+            f"{what}: the table's columns are `at` (the instant, 2026-11-30 06:00 UTC) and, "
+            f"if you like, `status`; it has {', '.join(columns)}"
+        )
+    wanted = [
+        _fired_line(world, parse_moment(row["at"]), None, row.get("status")) for row in expected
+    ]
+    found = [
+        _fired_line(world, f.at, f.run_id, "" if "status" in columns else None)
+        for f in world.schedule_runs(workflow.name)
+    ]
+    if wanted != found:
+        raise Mismatch(f"{what} differ", expected=wanted, actual=found)
+
+
+def _fired_line(world: World, at: datetime, run_id: str | None, status: str | None = "") -> str:
+    """One scheduled run as a line of a difference: its instant, and its status when asked
+    (`""`: read it from the run; None: leave it out)."""
+    line = f"{at.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+    if status == "" and run_id is not None:
+        status = world.run_view(run_id)["status"]
+    return line if status is None else f"{line} | {status}"
 
 
 # Gates.
@@ -279,7 +368,10 @@ def _decide(
 
 @generic(rf"{WHO} approves {RUN}(?: with)?:?", "carol approves $writeoff")
 def approves(world: World, step: Step, m: dict[str, str]) -> None:
-    edits = fields_table(step.table, world.names, what=f"the edits to ${m['run']}'s draft")
+    gate = _pending_gate(world, m["run"])
+    edits = fields_table(
+        step.table, world.names, what=f"the edits to ${m['run']}'s draft", model=_draft(world, gate)
+    )
     _decide(world, m["run"], "approved", m["who"], edits=edits)
 
 
@@ -333,7 +425,14 @@ def gate_draft(world: World, step: Step, m: dict[str, str]) -> None:
     what = f"the draft of ${m['run']}'s gate"
     needs_table(step, what)
     draft = gate.edited_draft_json if gate.edited_draft_json is not None else gate.draft_json
-    compare_fields(what, fields_table(step.table, world.names, what=what), draft)
+    expected = fields_table(step.table, world.names, what=what, model=_draft(world, gate))
+    compare_fields(what, expected, draft, cell_texts(step.table))
+
+
+def _draft(world: World, gate: Any) -> type[BaseModel] | None:
+    """The model of a gate's draft, where the app declares its approval type."""
+    declared = world.app.approval_types.get(gate.type)
+    return declared.draft if declared is not None else None
 
 
 # Tasks.

@@ -17,6 +17,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from pydantic import BaseModel
+
 from remit.app import App
 from remit.connectors.base import Fake
 from remit.core.clock import ManualClock
@@ -26,7 +28,7 @@ from remit.scenarios import features
 from remit.scenarios.features import Scenario, Step
 from remit.scenarios.generic import GENERIC, it_is, parse_moment, refused
 from remit.scenarios.report import failure_report
-from remit.scenarios.values import Names
+from remit.scenarios.values import REF, Names, cell, typed_cell
 from remit.scenarios.world import Mismatch, Refusal, Refused, World
 from remit.testing import Harness
 
@@ -111,15 +113,23 @@ def given(
     step: Step,
     names: Names,
     call: Call,
+    app: App | None = None,
 ) -> None:
-    """Do a connector's given: call the op it returns and keep the output under its name."""
+    """Do a connector's given: call the op it returns and keep the output under its name.
+
+    A field of the op's input that the given passed on from a table's cell of the same name
+    is read as the op's input model says (`120.00` for a `Decimal` is the amount 120.00)."""
     made = definition.fn(**_arguments(definition, values, step, names))
     if not isinstance(made, Given):
         raise AppError(
             f"the {definition.vendor} given {definition.pattern!r} ({definition.where}) returned "
             f"{made!r}: return `Given(op=..., input=..., actor=..., name=...)`"
         )
-    output = call(made.op_id, names.resolve(made.input_json()), made.actor)
+    input = names.resolve(made.input_json())
+    op = app.ops.get(made.op_id) if app is not None else None
+    if op is not None and step.table is not None:
+        input = _typed_from_cells(input, op.input, _cells_by_name(step.table))
+    output = call(made.op_id, input, made.actor)
     keep = name or made.name
     if keep:
         names.keep(keep, output)
@@ -142,6 +152,39 @@ def _arguments(
             )
         arguments[parameter] = value()
     return arguments
+
+
+def _cells_by_name(table: tuple[tuple[str, ...], ...]) -> dict[str, list[str]]:
+    """A table's cells by the field they may fill: as the rows of a `field | value` table, and
+    as the one row under a header."""
+    texts: dict[str, list[str]] = {}
+    header, *rows = table
+    if len(rows) == 1:
+        for field, text in zip(header, rows[0], strict=False):
+            texts.setdefault(field, []).append(text)
+    if all(len(row) == 2 for row in table):
+        for field, text in table:
+            texts.setdefault(field, []).append(text)
+    return texts
+
+
+def _typed_from_cells(
+    input: dict[str, Any], model: type[BaseModel], texts: Mapping[str, list[str]]
+) -> dict[str, Any]:
+    """`input` with each field passed on as it is from a cell read as `model` says."""
+    typed = dict(input)
+    for field, value in input.items():
+        declared = model.model_fields.get(field)
+        if declared is None:
+            continue
+        for text in texts.get(field, []):
+            if REF.fullmatch(text) or value != cell(text) or isinstance(value, bool):
+                continue  # not this cell passed on as it is
+            found = typed_cell(text, declared.annotation)
+            if found is not None:
+                typed[field] = found[0]
+            break
+    return typed
 
 
 def _table(step: Step, names: Names) -> list[dict[str, Any]]:
@@ -234,7 +277,7 @@ def _do(world: World, steps: Steps, step: Step, call: Call) -> None:
         raise steps.unknown(step)
     definition, values, name = connector
     if definition.kind == "given":
-        given(definition, values, name, step, world.names, call)
+        given(definition, values, name, step, world.names, call, world.app)
         return
     fake: Fake = world.harness.fake(definition.vendor)
     arguments = _arguments(definition, values, step, world.names)
@@ -293,5 +336,5 @@ def seed(app: App, files: Iterable[Path | str], caller: Calls | Call) -> dict[st
                         "connector of the app declares it as a given"
                     )
                 definition, values, name = connector
-                given(definition, values, name, step, names, call)
+                given(definition, values, name, step, names, call, app)
     return names.values()

@@ -1,7 +1,9 @@
 """The values a scenario writes: table cells, docstrings, and `$name.field` references.
 
 A cell is read as JSON when it parses (`12`, `true`, `null`, `"12"`, `{"a": 1}`), else as the
-text it is. `$name` is what an earlier step kept under that name (a given's output, a run);
+text it is. Where the step knows the model its table fills (a workflow's input, an approval's
+draft), each cell of a field the model declares is read as that field's type says instead:
+`120.00` for a `Decimal` is the amount 120.00, `0042` for a `str` is the text "0042". `$name` is what an earlier step kept under that name (a given's output, a run);
 `$name.field.field` a field of it. A cell or argument that is a reference alone takes the
 value as it is (a number stays a number); a reference inside other text is written into it.
 """
@@ -12,6 +14,8 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from remit.core.errors import AppError
 
@@ -92,11 +96,35 @@ class Names:
             return {key: self.resolve(item) for key, item in value.items()}
         return value
 
-    def resolve_cell(self, text: str) -> Any:
-        """A table cell: a reference alone is its value, else the cell read as JSON."""
+    def resolve_cell(self, text: str, annotation: Any = None) -> Any:
+        """A table cell: a reference alone is its value, else the cell read as JSON, or as
+        the type `annotation` when given (see `typed_cell`)."""
         if REF.fullmatch(text):
             return self.resolve(text)
+        if annotation is not None:
+            typed = typed_cell(self.resolve(text), annotation)
+            if typed is not None:
+                return typed[0]
         return self.resolve(cell(text))
+
+
+def typed_cell(text: str, annotation: Any) -> tuple[Any] | None:
+    """A cell read as the type `annotation` says, in its JSON form (a `Decimal` of `120.00` is
+    `"120.00"`): as a JSON value of that type, else as text of it (a number as text first, so
+    its digits stay as written). None when it is neither, so the model, given the cell as
+    JSON, says what is wrong with it."""
+    adapter: TypeAdapter[Any] = TypeAdapter(annotation)
+    reads = [adapter.validate_json, adapter.validate_python]
+    as_json = cell(text)
+    if isinstance(as_json, int | float) and not isinstance(as_json, bool):
+        reads.reverse()  # a number's digits as written: `120.00` stays 120.00 for a Decimal
+    for read in reads:
+        try:
+            value = read(text)
+        except (ValidationError, ValueError):
+            continue
+        return (adapter.dump_python(value, mode="json"),)
+    return None
 
 
 def _text(value: Any) -> str:
@@ -104,10 +132,14 @@ def _text(value: Any) -> str:
 
 
 def fields_table(
-    table: Sequence[Sequence[str]] | None, names: Names, *, what: str
+    table: Sequence[Sequence[str]] | None,
+    names: Names,
+    *,
+    what: str,
+    model: type[BaseModel] | None = None,
 ) -> dict[str, Any]:
     """A two-column table of `field | value` rows (a header row `field | value` is optional)
-    as a dict, its values read as cells."""
+    as a dict, its values read as cells: as `model`'s fields' types say, when it is given."""
     if not table:
         return {}
     rows = list(table)
@@ -119,8 +151,20 @@ def fields_table(
             raise AppError(
                 f"{what}: each row of the table is `| field | value |`; one has {len(row)} cells"
             )
-        found[row[0]] = names.resolve_cell(row[1])
+        declared = model.model_fields.get(row[0]) if model is not None else None
+        found[row[0]] = names.resolve_cell(
+            row[1], declared.annotation if declared is not None else None
+        )
     return found
+
+
+def cell_texts(table: Sequence[Sequence[str]] | None) -> dict[str, str]:
+    """A `field | value` table's cells as written: what a then also accepts, where the value
+    found is written the same (`120.00` matches the amount `"120.00"`)."""
+    rows = [list(row) for row in table or () if len(row) == 2]
+    if rows and [c.strip().lower() for c in rows[0]] == ["field", "value"]:
+        rows = rows[1:]
+    return {row[0]: row[1] for row in rows}
 
 
 def rows_table(table: Sequence[Sequence[str]] | None) -> list[dict[str, str]]:

@@ -6,11 +6,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from remit.app import App
 from remit.core.clock import ManualClock
 from remit.core.errors import AppError, RemitError
+from remit.declare.workflows import Workflow
+from remit.ops.scheduler import Fired
 from remit.scenarios.features import Step
 from remit.scenarios.values import Names
 from remit.testing import Harness
@@ -19,6 +22,9 @@ from remit.testing import Harness
 SETTLE_TIMEOUT = 30.0
 # Statuses a run rests in until someone (or the clock) moves it.
 RESTING = ("waiting", "sleeping", "paused")
+# The most schedule instants one step may pass: each starts a run, and the scenario waits for
+# every one of them to settle.
+MOST_INSTANTS = 1000
 
 
 class Mismatch(AssertionError):
@@ -75,6 +81,7 @@ class World:
         self.app_name = app_name
         self.names = Names()
         self.runs: dict[str, str] = {}  # name -> run id, in the order they started
+        self.scheduled: list[Fired] = []  # oldest first
         self.refused: Refusal | None = None
 
     # Runs the scenario named.
@@ -128,16 +135,67 @@ class World:
         with its attempt over."""
         for run_id, attempt in (moved or {}).items():
             self.harness.wait_moved(run_id, attempt, timeout=SETTLE_TIMEOUT)
-        for run_id in self.runs.values() if run_ids is None else run_ids:
+        every = [*self.runs.values(), *(fired.run_id for fired in self.scheduled)]
+        for run_id in every if run_ids is None else run_ids:
             run = self.harness.wait(run_id, timeout=SETTLE_TIMEOUT, until=RESTING)
             if not run.finished:
                 self.harness.wait_attempt_ended(run_id, run.attempt, timeout=SETTLE_TIMEOUT)
 
+    def scheduled_workflow(self, name: str) -> Workflow:
+        """The workflow `name` names, which must run on a schedule."""
+        workflow = self.app.workflows[self.workflow(name)]
+        if workflow.trigger is None:
+            scheduled = ", ".join(
+                sorted(wf.name for wf in self.app.workflows.values() if wf.trigger is not None)
+            )
+            raise AppError(
+                f"`{workflow.name}` runs on no schedule (the app's scheduled workflows: "
+                f"{scheduled or 'none'}): give it `trigger=schedule(...)`, or name another"
+            )
+        return workflow
+
+    def schedule_runs(self, workflow: str) -> list[Fired]:
+        return [fired for fired in self.scheduled if fired.workflow == workflow]
+
     def pass_time(self, seconds: float) -> None:
+        """Move the clock on by `seconds`. Every schedule instant on the way fires once, in
+        order, the clock standing at it; every run that falls due (a sleep ending, a gate
+        expiring) carries on, and each step waits for the runs to settle again."""
+        now = self.clock.now()
+        until = now + timedelta(seconds=seconds)
+        instants: dict[datetime, list[str]] = {}
+        for wf in self.app.workflows.values():
+            if wf.trigger is None:
+                continue
+            found = wf.trigger.between(now, until, limit=MOST_INSTANTS + 1)
+            if len(found) > MOST_INSTANTS:
+                raise AppError(
+                    f"more than {MOST_INSTANTS} instants of the schedule of `{wf.name}` "
+                    f"({wf.trigger.cron}) fall in the {_span(seconds)} that pass, and a "
+                    "scenario fires each of them: let less time pass in one step"
+                )
+            for at in found:
+                instants.setdefault(at, []).append(wf.name)
+        for at in sorted(instants):
+            self._advance((at - self.clock.now()).total_seconds())
+            self._fire(at, instants[at])
+        self._advance((until - self.clock.now()).total_seconds())
+
+    def _fire(self, at: datetime, workflows: list[str]) -> None:
+        """The clock stands at `at`: start the runs of the schedules due there (the worker's
+        sweep may start them first: each instant starts one run whoever starts it) and wait
+        for them to settle."""
+        fired = [f for f in self.harness.fire_schedules() if f.at == at]
+        # A workflow missing here had its instant refused by its input model (logged).
+        for each in sorted(fired, key=lambda f: workflows.index(f.workflow)):
+            self.scheduled.append(each)
+        self.settle([each.run_id for each in fired])
+
+    def _advance(self, seconds: float) -> None:
         """Move the clock on, and wait for every run that fell due (a sleep ending, a gate
         expiring) to carry on and settle again."""
         until = self.clock.now().timestamp() + seconds
-        mine = set(self.runs.values())
+        mine = {*self.runs.values(), *(fired.run_id for fired in self.scheduled)}
         due = [
             deadline
             for deadline in self.harness.deadlines(limit=1000)
@@ -169,3 +227,8 @@ class World:
         if refused is None:
             raise Mismatch("expected the step before to be refused, and it was not")
         return refused
+
+
+def _span(seconds: float) -> str:
+    days = seconds / 86400
+    return f"{days:g} days" if days >= 1 else f"{seconds:g} seconds"

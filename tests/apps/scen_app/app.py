@@ -5,12 +5,12 @@ may be lost (a person's task). Its scenarios are in `scenarios/`; who may do wha
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from pydantic import BaseModel
 
-from remit import App, ApprovalType, Budget, Context, chat_complete, llm, workflow
+from remit import App, ApprovalType, Budget, Context, chat_complete, llm, schedule, workflow
 
 from .books import books, get_invoice, post_letter, remind, write_off
 
@@ -84,9 +84,30 @@ def post(ctx: Context, input: LetterIn) -> dict[str, str]:
     return {"letter_id": letter.letter_id}
 
 
+class CreditIn(BaseModel):
+    invoice_id: str
+    amount: Decimal
+    note: str = ""
+
+
+@workflow(name="credit", input=CreditIn)
+def credit(ctx: Context, input: CreditIn) -> dict[str, object]:
+    return {"invoice_id": input.invoice_id, "amount": str(input.amount), "note": input.note}
+
+
+class SummaryIn(BaseModel):
+    scheduled_at: datetime | None = None
+
+
+@workflow(name="weekly-summary", input=SummaryIn, trigger=schedule("0 6 * * MON"))
+def weekly_summary(ctx: Context, input: SummaryIn) -> dict[str, object]:
+    at = input.scheduled_at
+    return {"week_of": at.date().isoformat() if at else None}
+
+
 app = App(
     name="scen",
-    workflows=[chase, write_off_invoice, follow_up, post],
+    workflows=[chase, write_off_invoice, follow_up, post, credit, weekly_summary],
     connectors=[books, llm],
     approvals=[ApprovalType("write-off", draft=WriteOffDraft)],
     budgets=[Budget(Decimal("1.00"))],

@@ -169,6 +169,18 @@ def an_invoice(invoice_id: str, amount: int, due: str) -> Given:
     )
 
 
+@books_steps.given("an invoice with:")
+def an_invoice_with(table: list[dict[str, Any]]) -> Given:
+    """An invoice from a `field | value` table, each cell passed on as it is: the op's input
+    model says what a cell means (`0042` is an id, not the number 42)."""
+    return Given(
+        op=create_invoice,
+        input={row["field"]: row["value"] for row in table},
+        actor="user:sam",
+        name="invoice",
+    )
+
+
 @books_steps.then("the invoice {invoice_id} has {n:d} reminders")
 def has_reminders(fake: FakeBooks, invoice_id: str, n: int) -> None:
     found = fake.invoices[invoice_id].reminders
