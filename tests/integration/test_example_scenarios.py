@@ -50,3 +50,25 @@ def test_a_month_of_dunning_waits_for_no_real_time(database_url: str) -> None:
         # fast the month goes (about half a second) is a benchmark, `scenario_month_ms_*` in
         # bench/scenarios.py, with its goal; this bound only leaves room for a loaded machine.
         assert result.took < 30.0, f"{scenario.title} took {result.took:.2f}s"
+
+
+def test_the_drift_check_fires_when_a_step_says_so_not_as_time_passes(
+    tmp_path: Path, database_url: str
+) -> None:
+    path = tmp_path / "drift.feature"
+    path.write_text(
+        """\
+Feature: Drift
+  Scenario: The morning's drift check
+    Given it is 2026-12-01 09:00 UTC
+    When 3 days pass
+    Then the schedule drift has fired no runs
+    When the schedule drift fires as $drift
+    Then $drift is done
+    And the runs of the schedule drift are:
+      | at                   | status |
+      | 2026-12-05 04:00 UTC | done   |
+"""
+    )
+    (scenario,) = read(path)
+    run_scenario(APP, scenario, database_url=database_url)

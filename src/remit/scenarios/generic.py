@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from remit.budgets.model import APP_SCOPE, period_key
 from remit.core.errors import AppError
+from remit.resources.workflows import DRIFT
 from remit.scenarios.features import Step
 from remit.scenarios.values import cell_texts, doc_json, fields_table, rows_table
 from remit.scenarios.world import Mismatch, World, acting, principal
@@ -266,7 +267,7 @@ def schedule_fires(world: World, step: Step, m: dict[str, str]) -> None:
     assert workflow.trigger is not None
     now = world.clock.now()
     at = workflow.trigger.next_after(now)
-    world.pass_time((at - now).total_seconds())
+    world.pass_time((at - now).total_seconds(), drift=workflow.name == DRIFT)
     fired = [f for f in world.schedule_runs(workflow.name) if f.at == at]
     if not fired:
         raise Mismatch(

@@ -14,6 +14,7 @@ from remit.core.clock import ManualClock
 from remit.core.errors import AppError, RemitError
 from remit.declare.workflows import Workflow
 from remit.ops.scheduler import Fired
+from remit.resources.workflows import DRIFT
 from remit.scenarios.features import Step
 from remit.scenarios.values import Names
 from remit.testing import Harness
@@ -157,15 +158,18 @@ class World:
     def schedule_runs(self, workflow: str) -> list[Fired]:
         return [fired for fired in self.scheduled if fired.workflow == workflow]
 
-    def pass_time(self, seconds: float) -> None:
+    def pass_time(self, seconds: float, *, drift: bool = False) -> None:
         """Move the clock on by `seconds`. Every schedule instant on the way fires once, in
         order, the clock standing at it; every run that falls due (a sleep ending, a gate
-        expiring) carries on, and each step waits for the runs to settle again."""
+        expiring) carries on, and each step waits for the runs to settle again.
+
+        The resources' drift check (`drift_schedule`) is remit's, not the app's behaviour: it
+        fires as time passes only when `drift` (`the schedule drift fires`)."""
         now = self.clock.now()
         until = now + timedelta(seconds=seconds)
-        instants: dict[datetime, list[str]] = {}
+        instants: set[datetime] = set()
         for wf in self.app.workflows.values():
-            if wf.trigger is None:
+            if wf.trigger is None or (wf.name == DRIFT and not drift):
                 continue
             found = wf.trigger.between(now, until, limit=MOST_INSTANTS + 1)
             if len(found) > MOST_INSTANTS:
@@ -174,20 +178,19 @@ class World:
                     f"({wf.trigger.cron}) fall in the {_span(seconds)} that pass, and a "
                     "scenario fires each of them: let less time pass in one step"
                 )
-            for at in found:
-                instants.setdefault(at, []).append(wf.name)
+            instants.update(found)
         for at in sorted(instants):
             self._advance((at - self.clock.now()).total_seconds())
-            self._fire(at, instants[at])
+            self._fire(at)
         self._advance((until - self.clock.now()).total_seconds())
 
-    def _fire(self, at: datetime, workflows: list[str]) -> None:
+    def _fire(self, at: datetime) -> None:
         """The clock stands at `at`: start the runs of the schedules due there (the worker's
         sweep may start them first: each instant starts one run whoever starts it) and wait
         for them to settle."""
         fired = [f for f in self.harness.fire_schedules() if f.at == at]
         # A workflow missing here had its instant refused by its input model (logged).
-        for each in sorted(fired, key=lambda f: workflows.index(f.workflow)):
+        for each in sorted(fired, key=lambda f: f.workflow):
             self.scheduled.append(each)
         self.settle([each.run_id for each in fired])
 
