@@ -343,13 +343,16 @@ class RunStore:
         app: str | None = None,
         started_by: str | None = None,
         record: Record | None = None,
+        since: datetime | None = None,
+        id_prefix: str | None = None,
         before: tuple[datetime, str] | None = None,
         only: sa.ColumnElement[bool] | None = None,
     ) -> list[Run]:
         """Runs, newest first (ties by id). `app` is an app of the repo (`ar`: the workflows
-        `ar.*`; `""`: the root's); `record` the record they concern; `before` the (created at,
-        run id) of the last run of the page before, for the next page; `only` a further
-        condition (what a principal may read, `remit.reads`)."""
+        `ar.*`; `""`: the root's); `record` the record they concern; `since` the earliest
+        start; `id_prefix` how their ids begin; `before` the (created at, run id) of the last
+        run of the page before, for the next page; `only` a further condition (what a
+        principal may read, `remit.reads`)."""
         query = sa.select(runs).order_by(runs.c.created_at.desc(), runs.c.run_id).limit(limit)
         if only is not None:
             query = query.where(only)
@@ -364,6 +367,10 @@ class RunStore:
             query = query.where(runs.c.started_by == started_by)
         if record is not None:
             query = query.where(runs.c.run_id.in_(runs_of_record(self.app, record)))
+        if since is not None:
+            query = query.where(runs.c.created_at >= since)
+        if id_prefix:
+            query = query.where(runs.c.run_id.startswith(id_prefix, autoescape=True))
         if before is not None:
             at, run_id = before
             query = query.where(

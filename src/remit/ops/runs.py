@@ -230,14 +230,24 @@ class RunsRoom:
         app: str | None = None,
         started_by: str | None = None,
         record: tuple[str, str] | None = None,
+        since: datetime | None = None,
+        id_prefix: str | None = None,
         before: tuple[datetime, str] | None = None,
         only: sa.ColumnElement[bool] | None = None,
     ) -> builtins.list[Run]:
         """Runs, newest first: of a status, a workflow, an app of the repo (`""`: the root's),
-        a starter, a record; `before` the (created at, run id) of the previous page's last;
-        `only` a further condition (what a principal may read, `remit.reads`)."""
+        a starter, a record, started at `since` or later, whose ids begin with `id_prefix`;
+        `before` the (created at, run id) of the previous page's last; `only` a further
+        condition (what a principal may read, `remit.reads`)."""
         limits.check_limit(limit, where="runs.list")
-        no_nul("runs.list", status=status, workflow=workflow, app=app, started_by=started_by)
+        no_nul(
+            "runs.list",
+            status=status,
+            workflow=workflow,
+            app=app,
+            started_by=started_by,
+            id_prefix=id_prefix,
+        )
         return self._client.services.runs.list(
             status=status,
             workflow=workflow,
@@ -245,6 +255,8 @@ class RunsRoom:
             app=app,
             started_by=started_by,
             record=record,
+            since=since,
+            id_prefix=id_prefix,
             before=before,
             only=only,
         )
