@@ -18,7 +18,8 @@ The client is a small root with a room for each thing it acts on, each built onc
 - `client.tokens`: create, list, revoke, authenticate;
 - `client.sessions`: the web console's sign-in links, passwords and sessions;
 - `client.resources`: what the declared resources are bound to;
-- `client.ops`: pause, resume, reconcile, deploy check, deadlines, workers, denials, audit.
+- `client.ops`: pause, resume, reconcile, deploy check, deadlines, workers, denials, audit;
+- `client.schedules`: the scheduled workflows (list, get), pause and resume one.
 
 Each room lives in its feature's package (`remit.ops.runs`, `remit.people.rooms`, ...). Its
 verbs are the ones the command line has, with the same rules: the policies, the audit, the keys
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
     from remit.ops.retries import Retries
     from remit.ops.rooms import OpsRoom
     from remit.ops.runs import RunsRoom
+    from remit.ops.schedules import SchedulesRoom
     from remit.people.approvals import Approvals
     from remit.people.rooms import ApprovalsRoom, RecordsRoom, TasksRoom
     from remit.people.tasks import Tasks
@@ -269,6 +271,13 @@ class Client:
         from remit.ops.rooms import OpsRoom
 
         return OpsRoom(self)
+
+    @cached_property
+    def schedules(self) -> SchedulesRoom:
+        """The app's scheduled workflows: list, get, pause, resume."""
+        from remit.ops.schedules import SchedulesRoom
+
+        return SchedulesRoom(self)
 
     # What the command line reads; a `RemoteClient` answers the same through the HTTP API.
 

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from remit.ops.registry import WorkerRow
     from remit.ops.retries import Retried
     from remit.ops.runs import Step
+    from remit.ops.schedules import ScheduleState
     from remit.people.activity import Activity
     from remit.people.approvals import Approval, DecideResult
     from remit.people.tasks import Resolved, Task
@@ -96,6 +97,7 @@ class RemoteClient:
         self.tokens = RemoteTokens(self)
         self.sessions = RemoteSessions(self)
         self.ops = RemoteOps(self)
+        self.schedules = RemoteSchedules(self)
 
     def close(self) -> None:
         self._http.close()
@@ -186,9 +188,23 @@ class RemoteRuns:
         return _run(self._remote._get(f"/runs/{_part(run_id)}"))
 
     def list(
-        self, *, status: str | None = None, workflow: str | None = None, limit: int = 50
+        self,
+        *,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 50,
+        started_by: str | None = None,
+        record: tuple[str, str] | None = None,
+        since: datetime | None = None,
     ) -> builtins.list[Run]:
-        params = _params(status=status, workflow=workflow, limit=limit)
+        params = _params(
+            status=status,
+            workflow=workflow,
+            limit=limit,
+            started_by=started_by,
+            record=None if record is None else ":".join(record),
+            since=None if since is None else since.isoformat(),
+        )
         return [_run(each) for each in self._remote._get("/runs", params=params)]
 
     def steps(self, run_id: str) -> builtins.list[Step]:
@@ -570,6 +586,24 @@ class RemoteOps:
         ]
 
 
+class RemoteSchedules:
+    """`schedules` through the HTTP API."""
+
+    def __init__(self, remote: RemoteClient) -> None:
+        self._remote = remote
+
+    def list(self) -> builtins.list[ScheduleState]:
+        return [_schedule(each) for each in self._remote._get("/schedules")]
+
+    def pause(self, workflow: str, *, by: str | None = None) -> ScheduleState:
+        self._remote._as_token(by)
+        return _schedule(self._remote._send("POST", f"/schedules/{_part(workflow)}/pause"))
+
+    def resume(self, workflow: str, *, by: str | None = None) -> ScheduleState:
+        self._remote._as_token(by)
+        return _schedule(self._remote._send("POST", f"/schedules/{_part(workflow)}/resume"))
+
+
 class _Missing(RemitError):
     """An answer 404 about something that is not a run, an approval or a task."""
 
@@ -667,6 +701,7 @@ def _approval(data: Mapping[str, Any]) -> Approval[Any]:
         resumed_workflow_id=data["resumed_workflow_id"],
         draft_json=dict(data["draft"]),
         edited_draft_json=None if edited is None else dict(edited),
+        editable=None if data.get("editable") is None else tuple(data["editable"]),
     )
 
 
@@ -691,6 +726,12 @@ def _task(data: Mapping[str, Any]) -> Task:
         resumed_workflow_id=data["resumed_workflow_id"],
         input=data.get("input"),
     )
+
+
+def _schedule(data: Mapping[str, Any]) -> ScheduleState:
+    from remit.ops.schedules import ScheduleState
+
+    return ScheduleState(**_dated(data, ("next_at", "last_fired_at", "paused_at")))
 
 
 def _period(data: Mapping[str, Any]) -> PeriodState:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from remit.ops.registry import WorkerRow
     from remit.ops.retries import Retried
     from remit.ops.runs import Step
+    from remit.ops.schedules import ScheduleState
     from remit.people.activity import Activity
     from remit.people.approvals import Approval, DecideResult
     from remit.people.tasks import Resolved, Task
@@ -45,7 +46,14 @@ class RunsSurface(Protocol):
     ) -> Run: ...
     def get(self, run_id: str) -> Run: ...
     def list(
-        self, *, status: str | None = None, workflow: str | None = None, limit: int = 50
+        self,
+        *,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 50,
+        started_by: str | None = None,
+        record: tuple[str, str] | None = None,
+        since: datetime | None = None,
     ) -> builtins.list[Run]: ...
     def steps(self, run_id: str) -> builtins.list[Step]: ...
     def cancel(self, run_id: str, *, by: str | None = None) -> Run: ...
@@ -171,6 +179,14 @@ class OpsSurface(Protocol):
     def denials(self, *, limit: int = 100) -> list[Denial]: ...
 
 
+class SchedulesSurface(Protocol):
+    """`client.schedules`."""
+
+    def list(self) -> builtins.list[ScheduleState]: ...
+    def pause(self, workflow: str, *, by: str | None = None) -> ScheduleState: ...
+    def resume(self, workflow: str, *, by: str | None = None) -> ScheduleState: ...
+
+
 class Surface(Protocol):
     """A client, local or remote: its rooms. `by` is who acts: on a local client any principal
     the policies then check (default: the client's own); through the HTTP API only the token's
@@ -202,3 +218,5 @@ class Surface(Protocol):
     def sessions(self) -> SessionsSurface: ...
     @property
     def ops(self) -> OpsSurface: ...
+    @property
+    def schedules(self) -> SchedulesSurface: ...

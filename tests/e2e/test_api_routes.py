@@ -48,6 +48,9 @@ ROUTES = {
     "/runs/{run_id}/cancel": ["post"],
     "/runs/{run_id}/retry": ["post"],
     "/runs/{run_id}/steps": ["get"],
+    "/schedules": ["get"],
+    "/schedules/{workflow}/pause": ["post"],
+    "/schedules/{workflow}/resume": ["post"],
     "/secrets": ["get"],
     "/secrets/{name}": ["delete", "put"],
     "/tasks": ["get"],
@@ -223,7 +226,7 @@ def test_runs_are_started_listed_shown_with_their_steps_and_found_by_prefix(
         http.get("/runs?stauts=done&limit=1&limit=2"),
         422,
         error="query parameter `stauts` is not one GET /runs takes: send only status, workflow, "
-        "limit",
+        "record, started_by, since, limit",
     )
     assert reasons[1] == "query parameter `limit` is given 2 times: give it once"
     # Nor is text no database field can hold.
@@ -233,6 +236,45 @@ def test_runs_are_started_listed_shown_with_their_steps_and_found_by_prefix(
         error="`workflow` holds a NUL character (\\u0000), which no text the database keeps",
     )
     refused(http.get("/runs/run_%00"), 422, error="path `run_id` holds a NUL character (%00)")
+
+
+def test_runs_are_listed_by_record_starter_and_start_time(shop: Harness, http: TestClient) -> None:
+    about = {"type": "invoice", "id": "inv_1003"}
+    first = ok(http.post("/runs", json={"workflow": "nap", "input": {}, "record": about}), 201)
+    other = ok(
+        http.post("/runs", json={"workflow": "nap", "input": {}}, headers=bearer(shop, "user:bo")),
+        201,
+    )
+
+    def listed(**params: str) -> list[str]:
+        return [run["run_id"] for run in ok(http.get("/runs", params=params))]
+
+    assert listed(record="invoice:inv_1003") == [first["run_id"]]
+    assert listed(record="invoice:inv_9999") == []
+    assert listed(started_by="user:bo") == [other["run_id"]]
+    assert listed(since="1h") == [other["run_id"], first["run_id"]]
+    assert listed(since=first["created_at"], started_by="user:ann") == [first["run_id"]]
+    assert listed(since="2999-01-01") == []
+    assert listed(since="2999-01-01T00:00+14:00") == []
+
+    refused(
+        http.get("/runs", params={"record": "inv_1003"}),
+        422,
+        error="record 'inv_1003' is not TYPE:ID: name the record as its type and id, e.g. "
+        "invoice:inv_1003",
+    )
+    refused(
+        http.get("/runs", params={"since": "yesterday"}),
+        422,
+        error="since 'yesterday' is not a time: give an ISO date or time (2026-12-01, "
+        "2026-12-01T09:30, 2026-12-01T09:30+02:00; UTC unless it names a zone) or how long ago "
+        "(30m, 2h, 3d, 1w)",
+    )
+    refused(
+        http.get("/runs", params={"since": "999999w"}),
+        422,
+        error="since '999999w' is outside the years 1 to 9999",
+    )
 
 
 def test_a_run_is_cancelled_and_retried_once_per_key(shop: Harness, http: TestClient) -> None:
@@ -600,3 +642,35 @@ def test_the_policies_refuse_dave_every_act_and_record_each(
     assert ok(desk_http.put("/secrets/MAIL_FROM", json={"value": "x"}, headers=sam))["set_by"] == (
         "user:sam"
     )
+
+
+def test_schedules_are_listed_paused_and_resumed(database_url: str) -> None:
+    from tests.integration.test_schedules import scheduled_app
+
+    with Harness(scheduled_app(), database_url=database_url) as clockwork:
+        api = create_api(clockwork.client, allowed_hosts=["testserver"])
+        with TestClient(api, headers=bearer(clockwork, "user:carol")) as http:
+            [listed] = ok(http.get("/schedules"))
+            assert (listed["workflow"], listed["cron"], listed["paused"]) == (
+                "daily",
+                "0 9 * * *",
+                False,
+            )
+            paused = ok(http.post("/schedules/daily/pause"))
+            assert (paused["paused"], paused["paused_by"], paused["next_at"]) == (
+                True,
+                "user:carol",
+                None,
+            )
+            assert ok(http.get("/schedules")) == [paused]
+            assert ok(http.get("/deadlines")) == []
+            resumed = ok(http.post("/schedules/daily/resume"))
+            assert (resumed["paused"], resumed["next_at"]) == (False, listed["next_at"])
+            audit = ok(http.get("/audit", params={"target": "schedule:daily"}))
+            assert [row["action"] for row in audit] == ["schedule.paused", "schedule.resumed"]
+            refused(
+                http.post("/schedules/weekly/pause"),
+                404,
+                error="`weekly` is no workflow of app `clockwork` (its scheduled workflows: daily)",
+            )
+            refused(http.post("/schedules/daily/pause", json={}), 422, error="takes no body")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import remit
 from remit.core.runs import RunStore
 from remit.core.schema import runs as runs_table
 from tests.e2e.cli_support import ACME, CRASH_APP, Cli
+from tests.forked import run_remit
 
 
 def test_start_list_serve_show_and_ledger(cli: Cli) -> None:
@@ -227,3 +229,21 @@ def test_an_expected_failure_is_one_line_with_its_traceback_at_debug(cli: Cli) -
 def test_version(cli: Cli) -> None:
     done = cli("--version")
     assert done.stdout.strip() == f"remit {remit.__version__}"
+
+
+def test_a_database_that_does_not_answer_is_one_readable_line() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMIT_")}
+    env["REMIT_DATABASE_URL"] = "postgresql://nobody:s3cret@127.0.0.1:1/remit"
+    done = run_remit(["--app", str(ACME), "runs"], env=env)
+    assert (done.returncode, done.stdout) == (1, "")
+    [line] = done.stderr.splitlines()
+    assert line.startswith(
+        "error: cannot reach the database at postgresql://nobody@127.0.0.1:1/remit (connection "
+        "failed: "
+    )
+    assert line.endswith(
+        "accepting TCP/IP connections?): check REMIT_DATABASE_URL, and that the server is up "
+        "and takes connections there"
+    )
+    for shown_not in ("\\n", "\\t", "s3cret", "***", "+psycopg"):  # lines joined, no secret
+        assert shown_not not in line

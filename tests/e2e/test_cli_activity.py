@@ -57,3 +57,24 @@ def test_activity_lists_what_happened_about_an_invoice_oldest_first(cli: Cli) ->
     refused = cli("activity", "invoice", "", check=False)
     assert refused.returncode == 1
     assert "its id is empty" in refused.stderr
+
+
+def test_activity_shows_each_retry_between_the_failures(cli: Cli) -> None:
+    failed = cli("run", "ar.chase-invoice", "--input", '{"invoice_id": "inv_404"}', check=False)
+    assert failed.returncode == 1
+    run_id = failed.stderr.split()[1]
+    retried = cli("retry", run_id, "--as", "user:carol").stdout
+    assert "attempt 2" in retried, retried
+    cli.worker()
+    cli.wait_for(run_id, "failed")  # the invoice is still missing: it fails again
+
+    printed = cli("activity", "invoice", "inv_404").stdout
+    lines = [line.split() for line in printed.splitlines()[1:] if line.split()[0].isdigit()]
+    assert [(line[3], line[4]) for line in lines] == [
+        ("run.started", "user:ann"),
+        ("run.failed", "remit:run"),
+        ("run.retried", "user:carol"),
+        ("run.failed", "remit:run"),
+    ]
+    whole = " ".join(printed.split())
+    assert "ar.chase-invoice failed, retried from step 1 on attempt 2" in whole

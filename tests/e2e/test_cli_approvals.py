@@ -4,10 +4,13 @@ waits at its gate while a worker serves, and `remit approve`/`reject` carry it o
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from remit.core.runs import RunStore
 from remit.people.approvals import Approvals
 from tests.e2e.cli_support import Cli
+
+CONSOLE_APP = Path(__file__).parent.parent / "apps" / "console_app"
 
 
 def _audit(cli: Cli, approval_id: str) -> list[dict[str, object]]:
@@ -149,3 +152,27 @@ def test_a_batch_decides_every_approval_or_none_listing_every_refusal(cli: Cli) 
     edit_two = cli("approve", first, second, "--edit", '{"amount": 1}', check=False)
     assert edit_two.returncode == 1
     assert "--edit changes one draft, and 2 approvals were named" in edit_two.stderr
+
+
+def test_an_edit_to_a_field_the_type_keeps_exits_1_and_decides_nothing(cli: Cli) -> None:
+    # The console app's refund lets an approver change the amount alone.
+    cli.worker(CONSOLE_APP)
+    given = {"subscription_id": "sub_7", "amount": "299.00", "reason": "double charge"}
+    run_id = cli("start", "refund", "--input", json.dumps(given), app=CONSOLE_APP).stdout.strip()
+    approval = cli.pending_approvals(run_id)[0]
+
+    edit = '{"subscription_id": "sub_8", "amount": "250.00"}'
+    refused = cli("approve", approval, "--edit", edit, app=CONSOLE_APP, check=False)
+    assert refused.returncode == 1
+    assert (
+        f"{approval} has an edit changing subscription_id, which approval type `refund` keeps "
+        "as the run proposed it: a decider may change only amount"
+    ) in " ".join(refused.stderr.split())
+    assert cli("approvals", "--pending", "--quiet", app=CONSOLE_APP).stdout.split() == [approval]
+    assert _audit(cli, approval) == []
+
+    done = cli("approve", approval, "--edit", '{"amount": "250.00"}', app=CONSOLE_APP)
+    assert f"{approval} approved by user:ann" in done.stdout
+    assert '"amount": "250.00"' in done.stdout
+    cli.wait_for(run_id, "done")
+    assert RunStore(cli.db).get(run_id).output == {"refunded": "250.00", "outcome": "refunded"}

@@ -171,6 +171,19 @@ def test_the_demo_plays_the_session_the_repo_comes_with(tmp_path: Path) -> None:
     assert "│ ord_1    │ ord_1@customers.example │ 1200   │ 1200     │" in played.stdout
 
 
+def test_its_admins_may_connect_the_repo_to_a_wakeup_service(tmp_path: Path) -> None:
+    repo = made(tmp_path)
+    for action, resource in [
+        ("set_secret", "REMIT_WAKEUP_TOKEN"),
+        ("call", "wakeup.instances.create"),
+    ]:
+        allowed = remit("policies", "explain", action, resource, "--as", "user:sam", cwd=repo)
+        assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+        assert allowed.stdout.startswith("allowed: permitted by policies/acme_ops.cedar:")
+        clerk = remit("policies", "explain", action, resource, "--as", "user:ann", cwd=repo)
+        assert clerk.returncode == 1
+
+
 def test_the_code_it_writes_is_lint_and_type_clean(tmp_path: Path) -> None:
     repo = made(tmp_path)
     assert remit("init", "billing", cwd=repo).returncode == 0

@@ -88,6 +88,7 @@ def test_policies_are_shown_explained_and_a_broken_file_reported(cli: Cli, tmp_p
         "resume",
         "reconcile",
         "manage_tokens",
+        "manage_schedules",
         "set_secret",
         "delete_secret",
         "set_budget",
@@ -110,6 +111,26 @@ def test_policies_are_shown_explained_and_a_broken_file_reported(cli: Cli, tmp_p
     )
     assert start.returncode == 1
     assert "the policies are broken and refuse everything: policies/zz.cedar:3" in start.stderr
+
+
+def test_explain_takes_a_resource_bare_or_as_cedar_writes_it(cli: Cli) -> None:
+    context = ("--context", '{"decision": "rejected"}', "--as", "user:ann")
+    bare = cli("policies", "explain", "decide", "write-off", *context)
+    entity = cli("policies", "explain", "decide", 'ApprovalType::"write-off"', *context)
+    assert bare.stdout == entity.stdout
+    assert entity.stdout.startswith("allowed: permitted by policies/acme.cedar:")
+
+    other = cli("policies", "explain", "decide", 'Workflow::"write-off"', *context, check=False)
+    assert (other.returncode, other.stdout) == (1, "")
+    assert other.stderr.strip() == (
+        "error: `decide` acts on ApprovalType entities, not on a Workflow: give "
+        'ApprovalType::"write-off", or the bare name write-off'
+    )
+    unread = cli("policies", "explain", "start", 'Workflow::"ar\\q"', check=False)
+    assert unread.returncode == 1
+    assert 'is not a Cedar entity: write it as Workflow::"<name>", or give the bare name' in (
+        unread.stderr
+    )
 
 
 def test_collection_records_from_the_command_line(cli: Cli) -> None:

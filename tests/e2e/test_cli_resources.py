@@ -150,6 +150,10 @@ def test_apply_creates_binds_and_then_nothing_is_pending(cli: Cli, tmp_path: Pat
         assert bindings[name].id in rows[name]
         assert "not read" in rows[name]
         assert "up to date" not in rows[name]
+    as_json = json.loads(cli("resources", "--offline", "--json", app=folder).stdout)
+    assert {each["name"]: (each["type"], each["bound_to"], each["state"]) for each in as_json} == {
+        name: (bindings[name].type, bindings[name].id, "not read") for name in ("data", "www")
+    }
 
 
 def test_drift_opens_a_finding_once_and_plan_shows_the_change(cli: Cli, tmp_path: Path) -> None:

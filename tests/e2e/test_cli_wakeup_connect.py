@@ -47,13 +47,17 @@ def instance_app(tmp_path: Path) -> Path:
     return folder
 
 
+def _live(cli: Cli, service: WakeupService) -> None:
+    """The live driver: the instance talks to the real service, under an account of it."""
+    del cli.env["REMIT_FAKES"]
+    cli.env["REMIT_WAKEUP_URL"] = service.url
+    cli.env["REMIT_WAKEUP_ACCOUNT_TOKEN"] = service.account()
+
+
 def test_connect_stores_the_token_and_registers_the_instance_once(
     cli: Cli, wakeup_service: WakeupService, instance_app: Path
 ) -> None:
-    # The live driver: the instance talks to the real service.
-    del cli.env["REMIT_FAKES"]
-    cli.env["REMIT_WAKEUP_URL"] = wakeup_service.url
-    cli.env["REMIT_WAKEUP_ACCOUNT_TOKEN"] = wakeup_service.account()
+    _live(cli, wakeup_service)
 
     first = cli("wakeup", "connect", INSTANCE_URL, app=instance_app)
     assert "made this instance's token, stored as the secret REMIT_WAKEUP_TOKEN" in first.stdout
@@ -103,3 +107,40 @@ def test_connect_without_the_account_token_is_one_line(cli: Cli, instance_app: P
     assert refused.returncode == 1
     assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert refused.stderr.startswith("error: REMIT_WAKEUP_ACCOUNT_TOKEN is not set")
+
+
+def test_a_refusal_names_the_permit_to_add_and_that_permit_lets_it_connect(
+    cli: Cli, wakeup_service: WakeupService, instance_app: Path
+) -> None:
+    _live(cli, wakeup_service)  # under policies that permit nothing yet
+    policies = instance_app / "policies"
+    policies.mkdir()
+    (policies / "instance.cedar").write_text("// Who may do what.\n")
+
+    told = []
+    for _ in range(2):
+        refused = cli("wakeup", "connect", INSTANCE_URL, app=instance_app, check=False)
+        assert refused.returncode == 1
+        [error] = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+        permit = error.rsplit(": ", 1)[1]
+        told.append((error, permit))
+        with (policies / "instance.cedar").open("a") as file:
+            file.write(permit + "\n")
+    (secret, secret_permit), (call, call_permit) = told
+    assert secret.startswith(
+        'error: user:ann may not set_secret Secret::"REMIT_WAKEUP_TOKEN": no policy permits it. '
+        "Connecting this instance needs it: add this permit to a .cedar file in the app's "
+        "policies/ folder (or name a group user:ann is in): "
+    )
+    assert secret_permit == (
+        'permit (principal == User::"ann", action == Action::"set_secret", '
+        'resource == Secret::"REMIT_WAKEUP_TOKEN");'
+    )
+    assert 'user:ann may not call Op::"wakeup.instances.create"' in call
+    assert call_permit == (
+        'permit (principal == User::"ann", action == Action::"call", '
+        'resource == Op::"wakeup.instances.create");'
+    )
+
+    connected = cli("wakeup", "connect", INSTANCE_URL, app=instance_app)
+    assert REGISTERED.search(connected.stdout) is not None, connected.stdout

@@ -3,6 +3,7 @@ a service killed mid-call, and two services sharing one database."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -142,6 +143,16 @@ def test_accounts_create_prints_one_token_and_list_never_shows_it(
     assert listed.returncode == 0, listed.stderr
     assert "acme" in listed.stdout
     assert lines[0] not in listed.stdout + listed.stderr
+    as_json = remit(
+        "wakeup",
+        "accounts",
+        "list",
+        "--json",
+        env={"REMIT_WAKEUP_DATABASE_URL": empty_database_url},
+    )
+    [account] = json.loads(as_json.stdout)
+    assert set(account) == {"id", "label", "created_at"}
+    assert account["label"] == "acme"
 
 
 def test_the_default_database_is_a_private_file_in_dot_remit(tmp_path: Path) -> None:
@@ -166,6 +177,11 @@ def test_the_default_database_is_a_private_file_in_dot_remit(tmp_path: Path) -> 
         ("mysql://x@localhost/db", "postgresql:// or sqlite://"),
         ("sqlite:////no/such/folder/wakeup.sqlite", "does not exist"),
         ("not a url", "cannot be parsed"),
+        (
+            "postgresql://nobody:s3cret@127.0.0.1:1/wakeup",
+            "cannot open the wakeup service's database at postgresql://nobody@127.0.0.1:1/wakeup "
+            "(connection failed: ",
+        ),
     ],
 )
 def test_a_bad_database_url_is_one_line_and_exit_1(url: str, says: str) -> None:

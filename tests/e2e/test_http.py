@@ -19,13 +19,14 @@ import httpx2
 import pytest
 from fastapi.testclient import TestClient
 
+from remit import App, ApprovalType
 from remit.client import Client
 from remit.core.settings import Settings
 from remit.people.approvals import Approval
 from remit.serve.api import create_api
 from remit.testing import Harness
 from tests.e2e.test_api_routes import ROUTES
-from tests.support import make_app
+from tests.support import RefundDraft, make_app, refund, shop
 
 ROOT = Path(__file__).parent.parent.parent
 # Nothing listens on port 1.
@@ -228,6 +229,39 @@ def test_a_malformed_decision_is_422_naming_the_field_and_decides_nothing(
     assert harness.approvals.get(gate.id).status == "pending"
     assert harness.approvals.audit(gate.id) == []
     assert harness.runs.get(gate.run_id).status == "waiting"
+
+
+def test_an_edit_to_a_field_the_type_keeps_is_422_and_the_view_says_what_may_change(
+    database_url: str,
+) -> None:
+    kept = ApprovalType("refund", draft=RefundDraft, editable=["quantity"])
+    app = App(name="shop", workflows=[refund], connectors=[shop], approvals=[kept])
+    with Harness(app, database_url=database_url) as harness:
+        api = create_api(harness.client, allowed_hosts=["testserver"])
+        with TestClient(api, headers=bearer(harness, "user:ann")) as client:
+            gate = waiting_refund(harness)
+            shown = client.get(f"/approvals/{gate.id}").json()
+            assert shown["editable"] == ["quantity"]
+            listed = client.get("/approvals", params={"status": "pending"}).json()
+            assert [a["editable"] for a in listed] == [["quantity"]]
+
+            body = {"decision": "approved", "edits": {"sku": "sku-9", "quantity": 1}}
+            refused = decide(client, gate.id, body, key="ann-kept")
+            assert refused.status_code == 422, refused.text
+            reason = (
+                "edits.sku: changing sku, which approval type `refund` keeps as the run "
+                "proposed it: a decider may change only quantity"
+            )
+            assert [r["reason"] for r in refused.json()["reasons"]] == [reason]
+            assert reason in refused.json()["error"]
+            assert harness.approvals.get(gate.id).status == "pending"
+            assert harness.approvals.audit(gate.id) == []
+
+            done = decide(client, gate.id, {**body, "edits": {"quantity": 1}}, key="ann-ok")
+            assert done.status_code == 200, done.text
+            approval = done.json()["approval"]
+            assert approval["edited_draft"] == {"sku": "sku-1", "quantity": 1, "note": ""}
+            assert approval["editable"] == ["quantity"]
 
 
 @pytest.mark.parametrize(

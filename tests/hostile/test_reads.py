@@ -54,6 +54,7 @@ ONE = {
     "/denials": "read_operations",
     "/audit": "read_operations",
     "/secrets": "read_operations",
+    "/schedules": "read_operations",
     "/tokens": "manage_tokens",
 }
 # Not a read of the app's data: its state for probes, its spec, or a wake-up.

@@ -208,7 +208,7 @@ def test_a_held_call_waits_for_a_controller_and_is_made_exactly_once(
         # A clerk may not approve it (only a controller decides a held call).
         with pytest.raises(DecisionRefused) as refused:
             h.decide(gate.id, "approved", by=ANN)
-        assert "forbidden by policies/acme.cedar:112" in refused.value.reasons[0][1]
+        assert "forbidden by policies/acme.cedar:113" in refused.value.reasons[0][1]
         assert payments.effects_of("payments.credit_notes.create") == []
 
         h.decide(gate.id, "approved", by=CAROL)

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, field_validator
 
 from remit import App, Context, Deadline, next_deadline, schedule, workflow
+from remit.core.errors import UnknownWorkflow
 from remit.core.runs import Run
 from remit.core.schema import schedules
 from remit.declare.schedules import Backfill, scheduled_run_id
@@ -231,3 +232,79 @@ def test_an_instant_its_input_refuses_is_skipped_and_the_next_fires(database_url
         assert [each.at for each in fired] == [utc(2026, 1, 3, 9), utc(2026, 1, 5, 9)]
         assert instants(wait_for_runs(h, 2)) == [utc(2026, 1, 3, 9), utc(2026, 1, 5, 9)]
         assert [d.at for d in h.deadlines()] == [utc(2026, 1, 6, 9)]
+
+
+@pytest.mark.parametrize(
+    ("backfill", "fired_on_resume"),
+    [
+        ("none", []),
+        ("latest", [utc(2026, 1, 8, 9)]),
+        ("all", [utc(2026, 1, 6, 9), utc(2026, 1, 7, 9), utc(2026, 1, 8, 9)]),
+    ],
+)
+def test_a_paused_schedule_fires_nothing_and_its_backfill_decides_on_resuming(
+    database_url: str, backfill: Backfill, fired_on_resume: list[datetime]
+) -> None:
+    clock = ManualClock(utc(2026, 1, 5, 8))
+    app = scheduled_app(backfill=backfill)
+    with Harness(app, database_url=database_url, clock=clock, sweep_interval=QUIET) as h:
+        sweeper = scheduler(h, clock)
+        assert sweeper.fire_due() == []  # seen: it starts from 08:00
+        clock.advance(hours=1)
+        assert [each.at for each in sweeper.fire_due()] == [utc(2026, 1, 5, 9)]
+
+        paused = h.client.schedules.pause("daily", by="user:carol")
+        assert (paused.paused, paused.paused_by, paused.next_at) == (True, "user:carol", None)
+        assert paused.last_fired_at == utc(2026, 1, 5, 9)
+        assert h.deadlines() == []  # no deadline: nothing wakes a stopped worker for it
+        clock.advance(days=3, hours=3)  # 12:00 on the 8th: three instants while paused
+        assert sweeper.fire_due() == []
+        again = h.client.schedules.pause("daily", by="user:dana")  # changes nothing
+        assert (again.paused_at, again.paused_by) == (paused.paused_at, "user:carol")
+
+        resumed = h.client.schedules.resume("daily", by="user:carol")
+        assert (resumed.paused, resumed.paused_at, resumed.paused_by) == (False, None, None)
+        assert resumed.next_at == utc(2026, 1, 6, 9)  # where it stopped: due at once
+        assert [each.at for each in sweeper.fire_due()] == fired_on_resume
+        assert h.deadlines() == [Deadline(utc(2026, 1, 9, 9), "schedule", "", "daily")]
+        assert instants(wait_for_runs(h, 1 + len(fired_on_resume))) == [
+            utc(2026, 1, 5, 9),
+            *fired_on_resume,
+        ]
+        audit = h.client.ops.audit("schedule:daily")
+        assert [(row["action"], row["actor"]) for row in audit] == [
+            ("schedule.paused", "user:carol"),
+            ("schedule.resumed", "user:carol"),
+        ]
+
+
+def test_a_schedule_paused_before_any_sweep_begins_when_resumed(database_url: str) -> None:
+    clock = ManualClock(utc(2026, 1, 5, 8))
+    app = scheduled_app(backfill="all")
+    with Harness(app, database_url=database_url, clock=clock, sweep_interval=QUIET) as h:
+        with h.worker.db.begin() as conn:
+            conn.execute(schedules.delete())  # as if no worker had swept yet
+        [state] = h.client.schedules.list()
+        assert (state.workflow, state.next_at, state.last_fired_at) == (
+            "daily",
+            utc(2026, 1, 5, 9),
+            None,
+        )
+        h.client.schedules.pause("daily", by="user:carol")
+        clock.advance(days=2)
+        sweeper = scheduler(h, clock)
+        assert sweeper.fire_due() == []
+        h.client.schedules.resume("daily", by="user:carol")
+        assert sweeper.fire_due() == []  # nothing before its first sweep was missed
+        assert h.deadlines() == [Deadline(utc(2026, 1, 7, 9), "schedule", "", "daily")]
+
+
+def test_only_a_scheduled_workflow_is_paused(database_url: str) -> None:
+    with Harness(scheduled_app(), database_url=database_url, sweep_interval=QUIET) as h:
+        with pytest.raises(UnknownWorkflow) as unknown:
+            h.client.schedules.pause("weekly", by="user:carol")
+        assert str(unknown.value) == (
+            "`weekly` is no workflow of app `clockwork` (its scheduled workflows: daily): "
+            "`remit schedules` lists them"
+        )
+        assert h.client.ops.audit("schedule:weekly") == []

@@ -117,3 +117,44 @@ def test_a_listing_of_runs_is_laid_out_without_rich_measuring_each_cell() -> Non
     assert list(console.render(whole_ids(table, 0))) == list(
         Table.__rich_console__(table, console, console.options)
     )
+
+
+def test_a_runs_ledger_keeps_its_keys_whole_on_a_narrow_terminal() -> None:
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    from remit.cli.runs import _ledger_table
+    from remit.core.ledger import LedgerRow
+
+    now = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
+    rows = [
+        LedgerRow(
+            id=step,
+            run_id=RUN,
+            attempt=1,
+            step_id=step,
+            op_id=op,
+            effect="write",
+            idempotent=True,
+            idempotency_key=f"{RUN}:{step}",
+            input_hash="",
+            status="ok",
+            tries=1,
+            actor="user:ann",
+            started_at=now,
+            finished_at=now,
+            output=None,
+            error=None,
+            error_info=None,
+            cost=Decimal("0.000034"),
+        )
+        for step, op in [(4, "mail.messages.send"), (5, "payments.invoices.record_reminder")]
+    ]
+    console = Console(width=80, file=io.StringIO())
+    for with_run in (False, True):
+        with console.capture() as captured:
+            console.print(_ledger_table(rows, with_run=with_run))
+        shown = captured.get()
+        assert f"{RUN}:4" in shown
+        assert f"{RUN}:5" in shown
+        assert "…" not in shown  # what does not fit wraps, nothing is cut

@@ -1,8 +1,9 @@
 """`remit activity TYPE ID`: everything that happened about one of the business's records.
 
 Runs, gates and tasks that name a record (`("invoice", "inv_1003")`) write what happened to
-it: runs started and ended, gates opened and decided, writes whose outcome became unknown and
-their tasks answered, the record archived. This prints a record's rows, oldest first.
+it: runs started, retried and ended, gates opened and decided, writes whose outcome became
+unknown and their tasks answered, the record archived. This prints a record's rows, oldest
+first.
 """
 
 # No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
@@ -11,7 +12,18 @@ from typing import Annotated
 
 import typer
 
-from remit.cli.base import AppDir, PlainTable, cli, client_of, moment, out, styled, whole_ids
+from remit.cli.base import (
+    AppDir,
+    AsJson,
+    PlainTable,
+    cli,
+    client_of,
+    moment,
+    out,
+    print_json,
+    styled,
+    whole_ids,
+)
 
 _COLOURS = {
     "approved": "green",
@@ -23,6 +35,7 @@ _COLOURS = {
     "not_done": "yellow",
     "opened": "cyan",
     "started": "cyan",
+    "retried": "cyan",
     "archived": "magenta",
 }
 
@@ -37,11 +50,17 @@ def activity(
         int | None,
         typer.Option("--after", min=0, max=2**31 - 1, help="Only the rows after this row number."),
     ] = None,
+    as_json: AsJson = False,
     app_dir: AppDir = None,
 ) -> None:
     """What happened about a record, oldest first: runs, gates and tasks that concern it."""
     with client_of(app_dir) as remit:
         found = remit.records.activity(record_type, record_id, limit=limit, after=after)
+    if as_json:
+        from remit.serve.models import ActivityView
+
+        print_json([ActivityView.model_validate(each.as_json()) for each in found])
+        return
     if not found:
         out.print(f"no activity for {record_type} {record_id}")
         return

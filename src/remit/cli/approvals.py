@@ -12,13 +12,16 @@ import typer
 from remit.cli.base import (
     ActAs,
     AppDir,
+    AsJson,
     PlainTable,
     cli,
     client_of,
+    ids_or_rows,
     json_input,
     moment,
     near,
     out,
+    print_json,
     run_id_of,
     status_text,
     whole_ids,
@@ -36,13 +39,20 @@ def approvals(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only their ids.")] = False,
     run: Annotated[str | None, typer.Option("--run", help="Only this run's approvals.")] = None,
     limit: Annotated[int, typer.Option(min=1, help="How many, newest first.")] = 100,
+    as_json: AsJson = False,
     app_dir: AppDir = None,
 ) -> None:
     """List approvals, newest first."""
+    ids_or_rows(quiet, as_json)
     with client_of(app_dir) as remit:
         if run is not None:
             run = run_id_of(remit, run)
         found = remit.approvals.list(status="pending" if pending else None, run_id=run, limit=limit)
+    if as_json:
+        from remit.serve.models import ApprovalView
+
+        print_json([ApprovalView.of(each) for each in found])
+        return
     if quiet:
         for each in found:
             out.print(each.id)

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import json
-from typing import Annotated
-
-import typer
-
-from remit.cli.base import ActAs, AppDir, PlainTable, cli, client_of, out
+from remit.cli.base import ActAs, AppDir, AsJson, PlainTable, cli, client_of, out, print_json
 
 ROOT_ROW = "(root)"
 
 
 @cli.command()
 def apps(
-    as_json: Annotated[bool, typer.Option("--json", help="Print the listing as JSON.")] = False,
+    as_json: AsJson = False,
     as_: ActAs = None,
     app_dir: AppDir = None,
 ) -> None:
@@ -26,7 +21,10 @@ def apps(
     with client_of(app_dir) as remit:
         listed = remit.calls.call("remit.apps.list", {}, by=as_).output
     if as_json:
-        out.print_json(json.dumps(listed))
+        from remit.connectors.apps import AppEntry
+
+        # An entry each, as `remit.apps.list` answers them; the root's first, named "".
+        print_json([AppEntry(name="", workflows=listed["workflows"]), *listed["apps"]])
         return
     table = PlainTable("app", "workflows", "collections")
     table.add_row(ROOT_ROW, " ".join(listed["workflows"]), "")

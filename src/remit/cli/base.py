@@ -92,6 +92,7 @@ class _RemitGroup(HelpGroup):
             "resume",
             "reconcile",
             "deadlines",
+            "schedules",
             "deploy",
             "test",
             "telegram",
@@ -261,6 +262,22 @@ ActAs = Annotated[
         callback=_someone,
     ),
 ]
+
+
+# `--json` on every listing: a JSON array of objects, one a row, each with the fields the HTTP
+# API answers with for it (`print_json`); `[]` when there are none.
+AsJson = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="Print them as a JSON array of objects, with the HTTP API's fields."
+    ),
+]
+
+
+def ids_or_rows(quiet: bool, as_json: bool) -> None:
+    """Refuse `--quiet` with `--json`: a listing prints its ids or its rows, not both."""
+    if quiet and as_json:
+        raise typer.BadParameter("give --quiet (only the ids) or --json (every field), not both")
 
 
 # `--app` is taken before the command (`remit --app X runs`) or after it (`remit runs --app X`).
@@ -563,6 +580,17 @@ def moment(value: "datetime | None") -> str:
     from datetime import UTC
 
     return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def print_json(value: Any) -> None:
+    """Print `value` as every `--json` prints: indented JSON on stdout, whole however narrow
+    the terminal, with no colour or markup. The HTTP API's views (pydantic models), dataclasses,
+    times (ISO 8601, as stored: UTC) and amounts (decimal strings) are written as the API
+    writes them; text beyond ASCII is escaped, so no character can restyle a terminal."""
+    from pydantic import TypeAdapter
+
+    data = TypeAdapter(Any).dump_python(value, mode="json", by_alias=True)
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
 # How much of a value `remit show` and an error message quote before cutting it short.

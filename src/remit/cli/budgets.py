@@ -8,7 +8,18 @@ from typing import Annotated
 
 import typer
 
-from remit.cli.base import ActAs, AppDir, PlainTable, cli, client_of, command_group, out, styled
+from remit.cli.base import (
+    ActAs,
+    AppDir,
+    AsJson,
+    PlainTable,
+    cli,
+    client_of,
+    command_group,
+    out,
+    print_json,
+    styled,
+)
 
 budgets_cli = command_group(
     "The app's budgets: each period's limit, spend, reservations and drift.",
@@ -21,6 +32,7 @@ cli.add_typer(budgets_cli, name="budgets")
 def show(
     ctx: typer.Context,
     limit: Annotated[int, typer.Option(min=1, help="How many periods, newest first.")] = 50,
+    as_json: AsJson = False,
     app_dir: AppDir = None,
 ) -> None:
     """List each budget period: its limit, spent, reserved by calls in flight, what is left,
@@ -33,6 +45,11 @@ def show(
     with client_of(app_dir) as remit:
         app_name = remit.app_name
         periods = remit.budgets.periods(limit=limit)
+    if as_json:
+        from remit.serve.models import BudgetPeriod
+
+        print_json([BudgetPeriod.of(state, drift) for state, drift in periods])
+        return
     if not periods:
         out.print(
             f"app {app_name} declares no budgets: add Budget(...) to App(budgets=[...]) to "

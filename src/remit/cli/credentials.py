@@ -13,7 +13,18 @@ from typing import Annotated
 
 import typer
 
-from remit.cli.base import ActAs, AppDir, PlainTable, cli, client_of, command_group, moment, out
+from remit.cli.base import (
+    ActAs,
+    AppDir,
+    AsJson,
+    PlainTable,
+    cli,
+    client_of,
+    command_group,
+    moment,
+    out,
+    print_json,
+)
 
 secrets_cli = command_group(
     "Credentials stored encrypted in the app's database, which drivers read as "
@@ -72,11 +83,16 @@ def set_secret(
 
 
 @secrets_cli.command("list")
-def list_secrets(app_dir: AppDir = None) -> None:
+def list_secrets(as_json: AsJson = False, app_dir: AppDir = None) -> None:
     """List the app's secrets: names, when and by whom each was set. Never values."""
     with client_of(app_dir) as remit:
         app_name = remit.app_name
         stored = remit.secrets.list()
+    if as_json:
+        from remit.serve.models import SecretView
+
+        print_json([SecretView.model_validate(each, from_attributes=True) for each in stored])
+        return
     if not stored:
         out.print(f"no secrets stored for {app_name}")
         return

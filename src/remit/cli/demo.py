@@ -30,6 +30,7 @@ from remit.cli.base import (
     here_only,
     load,
     out,
+    print_json,
     remote_of,
 )
 
@@ -271,7 +272,7 @@ def show(
     with RemoteClient(url, token) as remote:
         state = remote.fake_state(vendor)
     if as_json:
-        print(json.dumps(state, indent=2))
+        print_json(state)
         return
     out.print(f"[bold]{vendor}[/] (fake)")
     for name, value in state.items():

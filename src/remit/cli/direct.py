@@ -4,6 +4,7 @@
 # No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
 
 import json
+import re
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -12,6 +13,7 @@ from rich.markup import escape
 from remit.cli.base import (
     ActAs,
     AppDir,
+    AsJson,
     PlainTable,
     cli,
     client_of,
@@ -21,6 +23,7 @@ from remit.cli.base import (
     load,
     near,
     out,
+    print_json,
 )
 
 if TYPE_CHECKING:
@@ -192,7 +195,13 @@ def explain(
             help="An action the policies know: start, call, decide, read_runs, ... (README, Policies)."
         ),
     ],
-    resource: Annotated[str, typer.Argument(help="A workflow, op or approval type's name.")],
+    resource: Annotated[
+        str,
+        typer.Argument(
+            help="A workflow, op or approval type's name (refund), or its Cedar entity "
+            '(ApprovalType::"refund").'
+        ),
+    ],
     context: Annotated[
         str,
         typer.Option(
@@ -213,7 +222,8 @@ def explain(
     values = json_input(context, "--context", app_dir, cap="input_bytes")
     if not isinstance(values, dict):
         raise RemitError("--context must be a JSON object")
-    verdict = app.policy.check(as_ or settings.actor, action, resource, values)
+    named = _resource_named(action, resource)
+    verdict = app.policy.check(as_ or settings.actor, action, named, values)
     held = " (held for an approval)" if verdict.held else ""
     line = f"{'allowed' if verdict.allowed else 'denied'}{held}: {verdict.reason}"
     if not verdict.allowed:
@@ -222,14 +232,48 @@ def explain(
     out.print(escape(line))
 
 
+# Cedar's entity form, `Type::"name"`, its name a JSON string.
+_ENTITY = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)::("(?:[^"\\]|\\.)*")')
+
+
+def _resource_named(action: str, given: str) -> str:
+    """The name of the resource `given` names for `action`: given bare (`refund`), or as
+    Cedar's entity (`ApprovalType::"refund"`) of the type the action acts on."""
+    from remit.core.errors import RemitError
+    from remit.policy.cedar import RESOURCE_TYPES
+
+    found = _ENTITY.fullmatch(given.strip())
+    if found is None:
+        return given
+    kind = RESOURCE_TYPES[action]  # type: ignore[index]
+    try:
+        name = json.loads(found.group(2))
+    except ValueError:
+        raise RemitError(
+            f'{given!r} is not a Cedar entity: write it as {kind}::"<name>", or give the bare name'
+        ) from None
+    if found.group(1) != kind:
+        raise RemitError(
+            f"`{action}` acts on {kind} entities, not on a {found.group(1)}: give "
+            f'{kind}::"{name}", or the bare name {name}'
+        )
+    return str(name)
+
+
 @cli.command()
 def denials(
     limit: Annotated[int, typer.Option(min=1, help="How many, newest first.")] = 50,
+    as_json: AsJson = False,
     app_dir: AppDir = None,
 ) -> None:
     """List the actions the app's policies refused, newest first."""
     with client_of(app_dir) as remit:
         rows = remit.ops.denials(limit=limit)
+    if as_json:
+        from remit.serve.models import DenialView
+
+        print_json([DenialView.model_validate(row, from_attributes=True) for row in rows])
+        return
     table = PlainTable(show_edge=False, pad_edge=False)
     for column in ("at", "who", "action", "resource", "why"):
         table.add_column(column)

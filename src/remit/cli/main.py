@@ -22,6 +22,7 @@ from remit.cli import (  # noqa: F401
     resources,
     runs,
     scenarios,
+    schedules,
     signin,
     telegram,
     tokens,
@@ -59,8 +60,9 @@ def main() -> None:
 
 
 def _fail(message: str) -> NoReturn:
-    # One line, however long: a script greps it, a terminal wraps it.
-    err.print(f"[red]error:[/] {escape(printable(message))}", soft_wrap=True)
+    # One line, however long: a script greps it, a terminal wraps it. No `:name:` in it is an
+    # emoji code (`type:id: ...` stays text).
+    err.print(f"[red]error:[/] {escape(printable(message))}", soft_wrap=True, emoji=False)
     sys.exit(1)
 
 

@@ -10,12 +10,14 @@ import typer
 from remit.cli.base import (
     ActAs,
     AppDir,
+    AsJson,
     PlainTable,
     cli,
     client_of,
     err,
     moment,
     out,
+    print_json,
     status_text,
 )
 from remit.cli.base import exit_now as _exit_now
@@ -97,11 +99,18 @@ def resume(
 @cli.command()
 def deadlines(
     limit: Annotated[int, typer.Option(min=1, help="How many, earliest first.")] = 20,
+    as_json: AsJson = False,
     app_dir: AppDir = None,
 ) -> None:
-    """List what is due without anyone asking: sleeping runs' wake-ups, approvals' expiries."""
+    """List what is due without anyone asking: sleeping runs' wake-ups, approvals' expiries,
+    schedules' next instants."""
     with client_of(app_dir) as remit:
         found = remit.ops.deadlines(limit=limit)
+    if as_json:
+        from remit.serve.models import DeadlineView
+
+        print_json([DeadlineView.model_validate(each, from_attributes=True) for each in found])
+        return
     if not found:
         out.print("no deadlines")
         return
@@ -123,18 +132,23 @@ def _until(left: timedelta) -> str:
 
 
 @cli.command()
-def workers(app_dir: AppDir = None) -> None:
+def workers(as_json: AsJson = False, app_dir: AppDir = None) -> None:
     """List the app's workers: live, dead, stopped, or taken over by another."""
     from remit.ops.registry import state
 
     with client_of(app_dir) as remit:
         settings = remit.settings
         rows = remit.ops.workers()
+    now = datetime.now(UTC)
+    dead_after = timedelta(seconds=settings.dead_after)
+    if as_json:
+        from remit.serve.models import WorkerView
+
+        print_json([WorkerView.of(row, now=now, dead_after=dead_after) for row in rows])
+        return
     if not rows:
         out.print("no workers")
         return
-    now = datetime.now(UTC)
-    dead_after = timedelta(seconds=settings.dead_after)
     table = PlainTable(
         "worker", "state", "host", "pid", "version", "started", "heartbeat", box=None
     )

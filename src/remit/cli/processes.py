@@ -4,6 +4,7 @@ console, and with `--worker` supervises a worker beside it."""
 
 # No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
 
+import logging
 import os
 import signal
 from typing import TYPE_CHECKING, Annotated, Any
@@ -54,6 +55,7 @@ def worker(
     here_only("worker")
 
     app, settings = load(app_dir)
+    _notices_in_the_log()
     if executor_id:
         settings = _replace(settings, executor_id=executor_id)
     if exit_when_idle:
@@ -134,6 +136,8 @@ def serve(
         names = [*LOCAL_NAMES, address, *(allowed_host or [])]
         scheme = "https" if tls else "http"
         supervisor = _supervisor(remit, stop_when_idle=stop_when_idle) if with_worker else None
+        if supervisor is not None:
+            _notices_in_the_log()
         api = create_api(
             remit,
             allowed_hosts=names,
@@ -167,6 +171,14 @@ def serve(
     err.print("serve stopped")
     if supervisor is not None:
         _exit_now(0)
+
+
+def _notices_in_the_log() -> None:
+    """A serving worker's log is where the `log` notifier says that a gate waits, at INFO:
+    unless `REMIT_LOG_LEVEL` sets the level, the worker shows those lines (a command that only
+    sets a run off, `remit start`, does not)."""
+    if "REMIT_LOG_LEVEL" not in os.environ:
+        logging.getLogger("remit.notify").setLevel(logging.INFO)
 
 
 def _supervisor(remit: "Client", *, stop_when_idle: bool) -> "Supervisor":

@@ -9,12 +9,25 @@ the data files, 2 when something differs, 1 on an error.
 
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.text import Text
 
-from remit.cli.base import ActAs, AppDir, PlainTable, cli, err, exit_now, here_only, load, out
+from remit.cli.base import (
+    ActAs,
+    AppDir,
+    AsJson,
+    PlainTable,
+    cli,
+    err,
+    exit_now,
+    here_only,
+    load,
+    out,
+    print_json,
+)
 
 if TYPE_CHECKING:
     from remit.app import App
@@ -87,15 +100,13 @@ def plan(
 
     Reads the data files, remit.lock and the vendors; changes nothing. Exits 0 when nothing
     would change, 2 when something would, 1 on an error."""
-    import json
-
     here_only("plan")
     app, settings = load(app_dir)
     call, store = _session(app, settings, settings.actor)
     the_plan = _resources(app).plan(call, store.read())
     _told_apart(store)
     if as_json:
-        out.print_json(json.dumps(the_plan.as_json()))
+        print_json(the_plan.as_json())
     else:
         out.print(Text(the_plan.render(unchanged=unchanged)))
     _exit(the_plan.exit_code)
@@ -330,11 +341,23 @@ def import_(
     _exit(NO_CHANGES)
 
 
+@dataclass(frozen=True)
+class ResourceRow:
+    """A resource as `remit resources` lists it: `bound_to` is its id at the vendor (None:
+    not made yet), `state` whether it is up to date or what apply would do."""
+
+    name: str
+    type: str
+    bound_to: str | None
+    state: str
+
+
 @cli.command(name="resources")
 def list_resources(
     offline: Annotated[
         bool, typer.Option("--offline", help="Only the files and remit.lock: ask no vendor.")
     ] = False,
+    as_json: AsJson = False,
     app_dir: AppDir = None,
 ) -> None:
     """List the declared resources: each one's type, binding and state (up to date, or what
@@ -351,7 +374,7 @@ def list_resources(
             actions[change.name] = (
                 "up to date" if change.action == "none" else f"{change.action} pending"
             )
-    table = PlainTable("NAME", "TYPE", "BOUND TO", "STATE")
+    listed: list[ResourceRow] = []
     names = [*resources.declared.order, *sorted(set(bindings) - set(resources.declared.by_name))]
     for name in names:
         declared = resources.declared.by_name.get(name)
@@ -360,5 +383,11 @@ def list_resources(
         state = actions.get(name, "not read" if offline else "")
         if declared is None:
             state = f"removed from the files; {state}"
-        table.add_row(name, type_id, bound.id if bound else "(not made)", state)
+        listed.append(ResourceRow(name, type_id, bound.id if bound else None, state))
+    if as_json:
+        print_json(listed)
+        return
+    table = PlainTable("NAME", "TYPE", "BOUND TO", "STATE")
+    for row in listed:
+        table.add_row(row.name, row.type, row.bound_to or "(not made)", row.state)
     out.print(table)

@@ -17,15 +17,18 @@ from remit.cli.base import (
     SHOWN,
     ActAs,
     AppDir,
+    AsJson,
     PlainTable,
     cli,
     client_of,
     err,
     here_only,
+    ids_or_rows,
     json_input,
     load,
     moment,
     out,
+    print_json,
     run_id_of,
     shortened,
     status_text,
@@ -104,22 +107,57 @@ def run(
 def runs(
     status: Annotated[str | None, typer.Option(help="Only runs with this status.")] = None,
     workflow: Annotated[str | None, typer.Option(help="Only runs of this workflow.")] = None,
+    record: Annotated[
+        str | None,
+        typer.Option(
+            "--record", help="Only runs about this record, as TYPE:ID (invoice:inv_1003)."
+        ),
+    ] = None,
+    started_by: Annotated[
+        str | None,
+        typer.Option("--started-by", help="Only runs this principal started (user:ann)."),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            help="Only runs started then or later: an ISO date or time (UTC unless it names a "
+            "zone), or how long ago (30m, 2h, 3d, 1w).",
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, help="How many, newest first.")] = 50,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print only their ids (nothing when none).")
     ] = False,
+    as_json: AsJson = False,
     app_dir: AppDir = None,
 ) -> None:
     """List runs, newest first."""
     from remit.core.errors import RemitError
+    from remit.core.filters import record_filter, since_filter
     from remit.core.runs import STATUSES
 
+    ids_or_rows(quiet, as_json)
     if status is not None and status not in STATUSES:
         raise RemitError(
             f"--status {status!r} is not a run status: use one of {', '.join(STATUSES)}"
         )
+    about = None if record is None else record_filter(record)
+    after = None if since is None else since_filter(since, now=datetime.now(UTC))
     with client_of(app_dir) as remit:
-        found = remit.runs.list(status=status, workflow=workflow, limit=limit)
+        found = remit.runs.list(
+            status=status,
+            workflow=workflow,
+            record=about,
+            started_by=started_by,
+            since=after,
+            limit=limit,
+        )
+    if as_json:
+        from remit.serve.models import RunView
+
+        print_json([RunView.of(each) for each in found])
+        return
     if quiet:
         for each in found:
             out.print(each.run_id)
@@ -147,14 +185,36 @@ def show(
         bool,
         typer.Option("--full", help=f"Show long values whole (else cut at {SHOWN} characters)."),
     ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print it as one JSON object: the run's fields, its `steps` and its `ledger`, "
+            "as the HTTP API gives them.",
+        ),
+    ] = False,
     app_dir: AppDir = None,
 ) -> None:
     """Show a run: status, attempts, each step with its timing and output, and its ledger."""
     with client_of(app_dir) as remit:
         run_id = run_id_of(remit, run_id)
-        _show(
-            remit.runs.get(run_id), remit.runs.steps(run_id), remit.calls.ledger(run_id), full=full
+        run, steps, rows = (
+            remit.runs.get(run_id),
+            remit.runs.steps(run_id),
+            remit.calls.ledger(run_id),
         )
+        if as_json:
+            from remit.serve.models import LedgerEntry, RunView, StepView
+
+            print_json(
+                {
+                    **RunView.of(run).model_dump(mode="json"),
+                    "steps": [StepView.of(step) for step in steps],
+                    "ledger": [LedgerEntry.of(row) for row in rows],
+                }
+            )
+            return
+        _show(run, steps, rows, full=full)
         task_commands.show_open(remit, run_id)
 
 
@@ -181,6 +241,7 @@ def ledger(
     limit: Annotated[
         int, typer.Option(min=1, help="How many, newest first (without --run).")
     ] = 200,
+    as_json: AsJson = False,
     app_dir: AppDir = None,
 ) -> None:
     """List op calls from the ledger."""
@@ -189,6 +250,11 @@ def ledger(
             run = run_id_of(remit, run)
             remit.runs.get(run)  # an unknown run is an error, not an empty ledger
         rows = remit.calls.ledger(run, limit=limit)
+    if as_json:
+        from remit.serve.models import LedgerEntry
+
+        print_json([LedgerEntry.of(row) for row in rows])
+        return
     out.print(_ledger_table(rows, with_run=run is None) if rows else "no calls")
 
 
@@ -270,7 +336,8 @@ def _ledger_table(rows: list["LedgerRow"], *, with_run: bool, full: bool = False
         "actor",
         "error",
     ]:
-        table.add_column(column)
+        # On a narrow terminal a cell wraps onto more lines, never cut short with `…`.
+        table.add_column(column, overflow="fold")
     for row in rows:
         took = "-"
         if row.finished_at is not None:
@@ -306,4 +373,6 @@ def _ledger_table(rows: list["LedgerRow"], *, with_run: bool, full: bool = False
                 shortened(tried.error or "", full=full),
             )
         table.add_row(*cells)
+    # The run and the key whole, however narrow the terminal: a key is read to find its call.
+    whole_ids(table, *((0, 4) if with_run else (3,)))
     return table

@@ -18,6 +18,7 @@ from rich.text import Text
 from remit.cli.base import (
     ActAs,
     AppDir,
+    AsJson,
     PlainTable,
     cli,
     client_of,
@@ -27,6 +28,7 @@ from remit.cli.base import (
     moment,
     near,
     out,
+    print_json,
     run_id_of,
     status_text,
     whole_ids,
@@ -48,6 +50,7 @@ def list_tasks(
     open_only: Annotated[bool, typer.Option("--open", help="Only tasks still open.")] = False,
     run: Annotated[str | None, typer.Option("--run", help="Only this run's tasks.")] = None,
     limit: Annotated[int, typer.Option(min=1, help="How many, newest first.")] = 100,
+    as_json: AsJson = False,
     app_dir: AppDir = None,
 ) -> None:
     """List tasks, newest first: writes whose outcome a person must confirm."""
@@ -56,6 +59,11 @@ def list_tasks(
             run = run_id_of(remit, run)
             remit.runs.get(run)  # an unknown run is an error, not an empty list
         found = remit.tasks.list(status="open" if open_only else None, run_id=run, limit=limit)
+    if as_json:
+        from remit.serve.models import TaskView
+
+        print_json([TaskView.of(each) for each in found])
+        return
     if not found:
         out.print("no open tasks" if open_only else "no tasks")
         return

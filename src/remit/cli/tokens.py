@@ -14,6 +14,7 @@ import typer
 from remit.cli.base import (
     ActAs,
     AppDir,
+    AsJson,
     PlainTable,
     cli,
     client_of,
@@ -21,6 +22,7 @@ from remit.cli.base import (
     err,
     moment,
     out,
+    print_json,
     whole_ids,
 )
 
@@ -61,14 +63,19 @@ def create(
 
 
 @tokens_cli.command("list")
-def list_tokens(as_: ActAs = None, app_dir: AppDir = None) -> None:
+def list_tokens(as_json: AsJson = False, as_: ActAs = None, app_dir: AppDir = None) -> None:
     """List the app's tokens, newest first: who each acts as, and whether it still works."""
     with client_of(app_dir) as remit:
         found = remit.tokens.list(by=as_)
+    now = datetime.now(UTC)
+    if as_json:
+        from remit.serve.models import TokenView
+
+        print_json([TokenView.of(each, now) for each in found])
+        return
     if not found:
         out.print("no tokens: make one with `remit tokens create --for user:<name>`")
         return
-    now = datetime.now(UTC)
     table = PlainTable("token", "acts as", "name", "state", "created", "by", "expires", box=None)
     for each in found:
         table.add_row(

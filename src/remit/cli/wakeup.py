@@ -3,7 +3,13 @@ instance's side of it."""
 
 # No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
 
+from typing import TYPE_CHECKING
+
 from remit.cli.base import AppDir, cli, command_group, local_client, moment, out
+
+if TYPE_CHECKING:
+    from remit.client import Client
+    from remit.ops.idle import WakeupRow
 
 wakeup_cli = command_group(
     "Scale to zero: run the wakeup service, connect an instance to one, see its state.",
@@ -35,7 +41,7 @@ def status(app_dir: AppDir = None) -> None:
                 if INSTANCE_TOKEN_SECRET in stored
                 else "- (run `remit wakeup connect URL`)",
             ),
-            ("worker", "never stopped when idle" if row is None else row.state),
+            ("worker", "never stopped when idle" if row is None else _worker(remit, row)),
         ]
         if row is not None:
             lines += [
@@ -64,3 +70,34 @@ def status(app_dir: AppDir = None) -> None:
         )
         for name, value in lines:
             out.print(f"{name + ':':<16}{value}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _worker(remit: "Client", row: "WakeupRow") -> str:
+    """The worker as the wakeup row says it is, checked against its heartbeat: one that says
+    it runs but whose heartbeat stopped (it exited, or hangs) is gone."""
+    from datetime import UTC, datetime, timedelta
+
+    from remit.core.text import describe_seconds
+    from remit.ops.idle import STOPPED
+    from remit.ops.registry import state
+
+    if row.state == STOPPED:
+        return row.state
+    found = [each for each in remit.ops.workers() if each.executor_id == row.executor_id]
+    if not found:
+        return f"{row.state} (no heartbeat of executor {row.executor_id or '-'} is recorded)"
+    worker, now = found[0], datetime.now(UTC)
+    dead_after = remit.settings.dead_after
+    seen = state(worker, now=now, dead_after=timedelta(seconds=dead_after))
+    ago = describe_seconds(max(0, int((now - worker.heartbeat_at).total_seconds())))
+    heartbeat = f"last heartbeat {ago} ago, at {moment(worker.heartbeat_at)}"
+    if seen == "live":
+        return f"{row.state} ({heartbeat})"
+    if seen == "stopped":
+        return f"gone: it stopped at {moment(worker.stopped_at)} ({heartbeat})"
+    if seen == "taken over":
+        return f"gone: taken over by {worker.taken_over_by} ({heartbeat})"
+    return (
+        f"gone: its {heartbeat}, past REMIT_DEAD_AFTER ({dead_after:g}s): it exited or hangs "
+        "without saying so"
+    )

@@ -8,7 +8,9 @@ again, it finds the same token and the service answers with the same instance.
 
 # No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Annotated
 
 import typer
@@ -55,9 +57,10 @@ def connect(
             )
         stored = {info.name for info in remit.secrets.list()}
         made = INSTANCE_TOKEN_SECRET not in stored and not os.environ.get(INSTANCE_TOKEN_SECRET)
-        if made:
-            remit.secrets.set(INSTANCE_TOKEN_SECRET, mint_instance_token(), by=as_)
-        result = remit.calls.call(create_instance.id, {"url": url}, by=as_)
+        with _permit_told():
+            if made:
+                remit.secrets.set(INSTANCE_TOKEN_SECRET, mint_instance_token(), by=as_)
+            result = remit.calls.call(create_instance.id, {"url": url}, by=as_)
     if result.status == "held":
         out.print(
             f"{result.op} held for approval: run {result.run_id} waits; once it is approved, "
@@ -78,3 +81,27 @@ def connect(
             "its next deadline there"
         )
     )
+
+
+@contextlib.contextmanager
+def _permit_told() -> Iterator[None]:
+    """Say, when no policy permits a step of connecting, the Cedar permit that would: the
+    token's secret (`set_secret`) and the registering call (`call`) are both the policies'."""
+    from remit.core.errors import RemitError
+    from remit.policy.cedar import RESOURCE_TYPES, PolicyDenied, Principal
+
+    try:
+        yield
+    except PolicyDenied as error:
+        if not str(error).endswith("no policy permits it"):
+            raise  # a forbid refused it: no permit would help
+        who = Principal.parse(error.principal)
+        kind = RESOURCE_TYPES[error.action]  # type: ignore[index]
+        permit = (
+            f'permit (principal == {who.kind}::"{who.name}", action == Action::"{error.action}", '
+            f'resource == {kind}::"{error.resource}");'
+        )
+        raise RemitError(
+            f"{error}. Connecting this instance needs it: add this permit to a .cedar file in "
+            f"the app's policies/ folder (or name a group {who.text} is in): {permit}"
+        ) from None

@@ -10,7 +10,18 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from remit.cli.base import BehindProxy, PlainTable, TlsCert, TlsKey, command_group, err, moment, out
+from remit.cli.base import (
+    AsJson,
+    BehindProxy,
+    PlainTable,
+    TlsCert,
+    TlsKey,
+    command_group,
+    err,
+    moment,
+    out,
+    print_json,
+)
 from remit.cli.wakeup import wakeup_cli
 
 if TYPE_CHECKING:
@@ -59,13 +70,16 @@ def create_account(
 
 
 @accounts_cli.command("list")
-def list_accounts(database: DatabaseOption = None) -> None:
+def list_accounts(database: DatabaseOption = None, as_json: AsJson = False) -> None:
     """List the accounts: id, label and when each was made (never a token)."""
     store = _store(database)
     try:
         found = store.accounts()
     finally:
         store.dispose()
+    if as_json:
+        print_json(found)
+        return
     if not found:
         out.print("no accounts: make one with `remit wakeup accounts create LABEL`")
         return

@@ -4,8 +4,8 @@ A run, an approval gate or a task may concern one of the business's records, nam
 `(type, id)`, e.g. `("invoice", "inv_1003")`. A run names its record when it is started (or
 its workflow derives it from the input); a gate names its own or concerns its run's; a task
 concerns its run's. For each such thing one activity row is written in the transaction that
-does it: the run's start and end, the gate's opening and decision, the task's opening and
-answer, the record's archiving. Nothing is written about what concerns no record.
+does it: the run's start, each retry and its end, the gate's opening and decision, the task's
+opening and answer, the record's archiving. Nothing is written about what concerns no record.
 
 The row of a run's start (`run.started`) and of a gate's opening (`approval.opened`) is also
 where the record that run or gate concerns is kept: a later row about the same run or gate
@@ -29,6 +29,7 @@ from remit.core.text import printable, unsafe
 Record = tuple[str, str]
 
 RUN_STARTED = "run.started"
+RUN_RETRIED = "run.retried"
 APPROVAL_OPENED = "approval.opened"
 TASK_OPENED = "task.opened"
 RECORD_ARCHIVED = "record.archived"

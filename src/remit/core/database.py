@@ -97,6 +97,15 @@ class Database:
             )
 
     @property
+    def shown_url(self) -> str:
+        """The database's URL as a message names it: as a user writes it (no driver), and
+        without its password."""
+        url = self.url
+        return sa.URL.create(
+            url.get_backend_name(), url.username, None, url.host, url.port, url.database, url.query
+        ).render_as_string()
+
+    @property
     def dbos_url(self) -> str:
         """The same database as DBOS's system database URL."""
         return self.url.render_as_string(hide_password=False)
@@ -246,8 +255,9 @@ class Database:
                     )
             except sa.exc.OperationalError as error:
                 raise DatabaseError(
-                    f"cannot prepare the database at {self.url.render_as_string()}: "
-                    f"{error.orig or error}"
+                    f"cannot prepare the database at {self.shown_url} ({one_line(error)}): "
+                    "check REMIT_DATABASE_URL, and that the server is up and takes connections "
+                    "there"
                 ) from error
 
     def _prepared(self) -> bool:
@@ -262,8 +272,8 @@ class Database:
             if self.is_sqlite and "no such table" in str(error):
                 return False
             raise DatabaseError(
-                f"cannot reach the database at {self.url.render_as_string()}: "
-                f"{error.orig or error}. Check REMIT_DATABASE_URL and that the server is up"
+                f"cannot reach the database at {self.shown_url} ({one_line(error)}): check "
+                "REMIT_DATABASE_URL, and that the server is up and takes connections there"
             ) from error
         return stored == _stamp()
 
@@ -348,6 +358,13 @@ def _within_outage(
                 delay = min(delay * 2, 2.0)
     finally:
         _outage_deadline.reset(token)
+
+
+def one_line(error: sa.exc.DBAPIError | sa.exc.SQLAlchemyError) -> str:
+    """What the database's driver said, on one line: its lines (psycopg writes a hint on a
+    line of its own, indented) joined with `; `."""
+    said = str(getattr(error, "orig", None) or error)
+    return "; ".join(line.strip() for line in said.splitlines() if line.strip())
 
 
 def count(result: sa.CursorResult[Any]) -> int:

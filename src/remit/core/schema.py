@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "20"
+SCHEMA_VERSION = "21"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -333,6 +333,18 @@ schedules = sa.Table(
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("updated_at", UTCDateTime, nullable=False),
     sa.Index("remit_schedules_next", "next_at"),
+)
+
+# One row per paused schedule (`remit schedules pause`), deleted when it is resumed. A sweep
+# leaves a paused schedule's row in `remit_schedules` as it was, so on resuming, the instants
+# that came meanwhile are missed instants, fired or skipped as the schedule's backfill says.
+schedule_pauses = sa.Table(
+    "remit_schedule_pauses",
+    metadata,
+    sa.Column("app", sa.String(200), primary_key=True),
+    sa.Column("workflow", sa.String(200), primary_key=True),
+    sa.Column("paused_at", UTCDateTime, nullable=False),
+    sa.Column("paused_by", sa.String(200), nullable=False),
 )
 
 # One row per app that has ever been paused: `remit pause` sets `paused`, `remit resume` clears

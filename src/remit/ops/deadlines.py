@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from remit.core.database import Database
 from remit.core.runs import FINISHED, app_runs
 from remit.core.schema import UTCDateTime, approvals, audit, runs, schedules, timers
+from remit.ops.schedules import not_paused
 
 
 @dataclass(frozen=True)
@@ -91,9 +92,10 @@ def upcoming_deadlines(
         .limit(limit)
     )
     # Kept by the workers' sweeps; a past `next_at` is due at once (no worker has swept since).
+    # A paused schedule fires nothing: it is no deadline.
     scheduled = (
         sa.select(schedules.c.next_at, schedules.c.workflow)
-        .where(sa.true() if app is None else schedules.c.app == app)
+        .where(sa.true() if app is None else schedules.c.app == app, not_paused())
         .order_by(schedules.c.next_at, schedules.c.workflow)
         .limit(limit)
     )

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
+from remit.core.activity import RUN_RETRIED, activity_row, record_of_run
 from remit.core.audit import audit_row
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
@@ -217,6 +219,7 @@ class Retries:
                     "key": key,
                 },
             )
+            _retried_activity(conn, run, start, resume, by=by, at=now)
             if key is not None:
                 conn.execute(
                     retries.insert().values(
@@ -246,3 +249,29 @@ class Retries:
         self.resumer.fork_all(pending)
         attempt = int(first.workflow_id.rsplit(":", 1)[1])
         return Retried(run_id, attempt, first.workflow_id, first.from_step, replayed=True)
+
+
+def _retried_activity(
+    conn: sa.Connection, run: Run, start: int, resume: Resume, *, by: str, at: datetime
+) -> None:
+    """The activity row of a retry (`run.retried`), in the retry's transaction, if the run
+    concerns a record: its timeline shows the run carrying on after it failed or was cancelled."""
+    ref = record_of_run(conn, run.run_id)
+    if ref is None:
+        return
+    attempt = resume.workflow_id.rsplit(":", 1)[1]
+    activity_row(
+        conn,
+        ref,
+        at=at,
+        kind=RUN_RETRIED,
+        actor=by,
+        summary=f"{run.workflow} {run.status}, retried from step {start} on attempt {attempt}",
+        run_id=run.run_id,
+        meta={
+            "workflow": run.workflow,
+            "was": run.status,
+            "from_step": start,
+            "workflow_id": resume.workflow_id,
+        },
+    )

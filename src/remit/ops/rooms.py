@@ -143,7 +143,8 @@ class OpsRoom:
 
     def audit(self, target: str, *, limit: int = 100) -> builtins.list[dict[str, Any]]:
         """The latest `limit` audit rows about `target` (a run's, approval's, task's or token's
-        id, `app:<name>`, `secret:<NAME>`), oldest first: who did what to it, when."""
+        id, `app:<name>`, `secret:<NAME>`, `schedule:<workflow>`), oldest first: who did what
+        to it, when."""
         from remit.core.audit import audit_of
 
         limits.check_limit(limit, where="ops.audit")

@@ -10,6 +10,9 @@ starts the runs. Each instant fires at most once, whatever runs at once:
 - the schedule's row records how far its instants have been dealt with (`swept_through`), and
   moves only forward, after the runs it covers are started: a worker that dies in between leaves
   the row behind, and the next sweep finds those runs started already.
+
+A paused schedule (`remit schedules pause`) is passed over, its row left as it was: once it is
+resumed, the instants it missed meanwhile are fired or skipped as its backfill says.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from remit.core.runs import RunStore
 from remit.core.schema import runs, schedules
 from remit.declare.schedules import ON_TIME, Schedule, scheduled_input, scheduled_run_id
 from remit.declare.workflows import Workflow
+from remit.ops.schedules import paused_schedules
 
 if TYPE_CHECKING:
     from dbos import DBOSClient
@@ -91,6 +95,7 @@ class Scheduler:
                     sa.select(schedules).where(schedules.c.app == self.app.name)
                 )
             }
+            paused = paused_schedules(conn, self.app.name) if self.scheduled else set()
         retired = sorted(set(rows) - set(self.scheduled))
         if retired:
             self.db.execute_one(
@@ -101,7 +106,8 @@ class Scheduler:
             log.info("schedules no longer declared, dropped: %s", ", ".join(retired))
         self._swept = True
         fired: list[Fired] = []
-        for name in sorted(self.scheduled):
+        # A paused schedule is left as it was: what it misses is missed (see `ops/schedules.py`).
+        for name in sorted(set(self.scheduled) - paused):
             try:
                 fired += self._sweep(self.scheduled[name], rows.get(name), now)
             except Exception:

@@ -15,6 +15,7 @@ an agent takes is one of these actions, each on its own kind of resource:
     Action::"resume"        on App::"<app>"               context { }
     Action::"reconcile"     on App::"<app>"               context { }
     Action::"manage_tokens" on App::"<app>"               context { verb, subject }
+    Action::"manage_schedules" on Workflow::"<name>"      context { verb }
     Action::"set_secret"    on Secret::"<NAME>"           context { }
     Action::"delete_secret" on Secret::"<NAME>"           context { }
     Action::"set_budget"    on Budget::"<scope>"          context { period, limit }
@@ -68,6 +69,7 @@ Action = Literal[
     "resume",
     "reconcile",
     "manage_tokens",
+    "manage_schedules",
     "set_secret",
     "delete_secret",
     "set_budget",
@@ -87,6 +89,7 @@ RESOURCE_TYPES: dict[Action, str] = {
     "resume": "App",
     "reconcile": "App",
     "manage_tokens": "App",
+    "manage_schedules": "Workflow",
     "set_secret": "Secret",
     "delete_secret": "Secret",
     "set_budget": "Budget",
@@ -542,6 +545,7 @@ def build_schema(
         "resume": _record({}),
         "reconcile": _record({}),
         "manage_tokens": _record({"verb": string, "subject": string}),
+        "manage_schedules": _record({"verb": string}),
         "set_secret": _record({}),
         "delete_secret": _record({}),
         "read_runs": _record({}),

@@ -4,7 +4,7 @@ shape, `ErrorBody`. `serve/api.py` builds the routes on them."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -19,8 +19,10 @@ from pydantic import (
 )
 
 from remit.budgets.model import PeriodState
+from remit.core.ledger import LedgerRow
 from remit.core.runs import Run, RunStatus
-from remit.ops.registry import WorkerState
+from remit.ops.registry import WorkerRow, WorkerState
+from remit.ops.registry import state as worker_state
 from remit.ops.runs import Step
 from remit.people.approvals import Approval, ApprovalStatus
 from remit.people.tasks import Task, TaskStatus
@@ -324,6 +326,10 @@ class ApprovalView(BaseModel):
     edited_draft: dict[str, Any] | None = Field(
         description="The draft as approved, when the decider edited it."
     )
+    editable: list[str] | None = Field(
+        description="The draft's fields a decider may change; an edit changing any other is "
+        "refused. Null when this server does not declare the approval type."
+    )
     assignee: str | None = Field(description="Who must decide it (or an admin); null: anyone.")
     created_at: datetime
     expires_at: datetime | None
@@ -533,6 +539,14 @@ class LedgerEntry(BaseModel):
         "again under its key.",
     )
 
+    @classmethod
+    def of(cls, row: LedgerRow) -> LedgerEntry:
+        """A ledger row as the API shows it: its cost a decimal string, its input hash left out."""
+        fields = {name: getattr(row, name) for name in cls.model_fields if name != "cost_usd"}
+        earlier = [EarlierTryView.model_validate(each.__dict__) for each in row.earlier]
+        cost = None if row.cost is None else usd_text(row.cost)
+        return cls.model_validate({**fields, "cost_usd": cost, "earlier": earlier})
+
 
 class BudgetPeriod(BaseModel):
     """One budget period: its limit, what it spent, what calls in flight reserved, and drift."""
@@ -591,6 +605,12 @@ class WorkerView(BaseModel):
     stopped_at: datetime | None
     taken_over_by: str | None
     taken_over_at: datetime | None
+
+    @classmethod
+    def of(cls, row: WorkerRow, *, now: datetime, dead_after: timedelta) -> WorkerView:
+        """A worker as the API shows it: its state as seen at `now`."""
+        state = worker_state(row, now=now, dead_after=dead_after)
+        return cls.model_validate({**row.__dict__, "state": state})
 
 
 class DenialView(BaseModel):
@@ -756,7 +776,7 @@ def texts_of(value: Any) -> list[str]:
 
 
 def approval_fields(approval: Approval) -> dict[str, Any]:
-    stored = approval.as_json()  # the drafts as JSON
+    stored = {**approval.as_json(), "editable": approval.editable}  # the drafts as JSON
     return {name: stored[name] for name in ApprovalView.model_fields}
 
 

@@ -15,13 +15,14 @@ from pydantic import ValidationError
 
 from remit.client import Client
 from remit.core.audit import audit_of
-from remit.core.errors import ApprovalNotFound, RunNotFound, TaskNotFound
+from remit.core.errors import ApprovalNotFound, RemitError, RunNotFound, TaskNotFound
+from remit.core.filters import record_filter, since_filter
 from remit.core.runs import Run, RunStatus
 from remit.core.text import PROBLEMS, excerpt, listed
-from remit.ops.registry import state as worker_state
 from remit.people.activity import LAST_ROW
 from remit.people.approvals import Approval, Approvals, ApprovalStatus, check_decision
 from remit.people.tasks import Task, TaskStatus
+from remit.policy.refusals import read_only_changes, read_only_refusal
 from remit.reads import Reader
 from remit.serve.errors import ErrorReason, Problem, error_responses
 from remit.serve.models import (
@@ -38,7 +39,6 @@ from remit.serve.models import (
     DecisionsRequest,
     DecisionsResponse,
     DenialView,
-    EarlierTryView,
     LedgerEntry,
     LimitRequest,
     RecordPart,
@@ -53,7 +53,6 @@ from remit.serve.models import (
     TaskView,
     WorkerView,
     approval_fields,
-    usd_text,
 )
 from remit.serve.operation_routes import call_routes, control_routes, secret_routes, token_routes
 from remit.serve.params import (
@@ -67,6 +66,7 @@ from remit.serve.params import (
     limit_query,
 )
 from remit.serve.requests import Who, plain_query, principal
+from remit.serve.schedule_routes import schedule_routes
 
 
 def router(client: Client) -> APIRouter:
@@ -81,6 +81,7 @@ def router(client: Client) -> APIRouter:
     call_routes(routes, client)
     token_routes(routes, client)
     _activity_routes(routes, client)
+    schedule_routes(routes, client)
     return routes
 
 
@@ -99,11 +100,52 @@ def _run_routes(routes: APIRouter, client: Client) -> None:
                 description="Only this workflow's runs.",
             ),
         ] = None,
+        record: Annotated[
+            str | None,
+            Query(
+                max_length=301,
+                json_schema_extra=NUL_FREE,
+                description="Only the runs about this record, as `type:id` (invoice:inv_1003).",
+            ),
+        ] = None,
+        started_by: Annotated[
+            str | None,
+            Query(
+                max_length=200,
+                json_schema_extra=NUL_FREE,
+                description="Only the runs this principal started (user:ann, remit:schedule).",
+            ),
+        ] = None,
+        since: Annotated[
+            str | None,
+            Query(
+                max_length=50,
+                json_schema_extra=NUL_FREE,
+                description="Only the runs started then or later: an ISO date or time (UTC "
+                "unless it names a zone), or how long ago (30m, 2h, 3d, 1w).",
+            ),
+        ] = None,
         limit: NewestFirst = 50,
     ) -> list[RunView]:
         """List runs, newest first: those the policies let the token's principal read
         (`read_runs` on each workflow)."""
-        found = Reader(client, who).runs(status=status, workflow=workflow, limit=limit)
+        try:
+            about = None if record is None else record_filter(record, where="record")
+            after = (
+                None
+                if since is None
+                else since_filter(since, now=client.clock.now(), where="since")
+            )
+        except RemitError as error:
+            raise Problem(422, str(error), [ErrorReason(approval_id=None, reason=str(error))])
+        found = Reader(client, who).runs(
+            status=status,
+            workflow=workflow,
+            record=about,
+            started_by=started_by,
+            since=after,
+            limit=limit,
+        )
         return [RunView.of(run) for run in found]
 
     @routes.post(
@@ -340,28 +382,7 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
         may read the operations."""
         reader = Reader(client, who)
         run_id = None if run is None else _run(client, run, reader).run_id
-        return [
-            LedgerEntry(
-                id=row.id,
-                run_id=row.run_id,
-                attempt=row.attempt,
-                step_id=row.step_id,
-                op_id=row.op_id,
-                effect=row.effect,
-                idempotent=row.idempotent,
-                idempotency_key=row.idempotency_key,
-                status=row.status,
-                tries=row.tries,
-                actor=row.actor,
-                started_at=row.started_at,
-                finished_at=row.finished_at,
-                output=row.output,
-                error=row.error,
-                cost_usd=None if row.cost is None else usd_text(row.cost),
-                earlier=[EarlierTryView.model_validate(each.__dict__) for each in row.earlier],
-            )
-            for row in reader.ledger(run_id, limit=limit)
-        ]
+        return [LedgerEntry.of(row) for row in reader.ledger(run_id, limit=limit)]
 
     @routes.get("/budgets", responses=error_responses(401, 403, 422, 503))
     def budgets(who: Who, limit: NewestFirst = 50) -> list[BudgetPeriod]:
@@ -409,7 +430,7 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
         (`read_operations`)."""
         Reader(client, who).require_operations()
         return [
-            DeadlineView(at=each.at, kind=each.kind, run_id=each.run_id, target=each.target)
+            DeadlineView.model_validate(each, from_attributes=True)
             for each in client.ops.deadlines(limit=limit)
         ]
 
@@ -421,18 +442,7 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
         now = datetime.now(UTC)
         dead_after = timedelta(seconds=client.settings.dead_after)
         return [
-            WorkerView(
-                executor_id=row.executor_id,
-                state=worker_state(row, now=now, dead_after=dead_after),
-                host=row.host,
-                pid=row.pid,
-                version=row.version,
-                started_at=row.started_at,
-                heartbeat_at=row.heartbeat_at,
-                stopped_at=row.stopped_at,
-                taken_over_by=row.taken_over_by,
-                taken_over_at=row.taken_over_at,
-            )
+            WorkerView.of(row, now=now, dead_after=dead_after)
             for row in client.ops.workers()[:limit]
         ]
 
@@ -441,15 +451,7 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
         """What the policies refused, newest first (`read_operations`)."""
         Reader(client, who).require_operations()
         return [
-            DenialView(
-                id=each.id,
-                at=each.at,
-                principal=each.principal,
-                action=each.action,
-                resource=each.resource,
-                context=each.context,
-                reason=each.reason,
-            )
+            DenialView.model_validate(each, from_attributes=True)
             for each in client.services.guard.denials(limit=limit)
         ]
 
@@ -463,7 +465,7 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
                 json_schema_extra=NUL_FREE,
                 max_length=200,
                 description="What the rows are about: an approval's, task's, run's or token's "
-                "id, `app:<name>` or `secret:<NAME>`.",
+                "id, `app:<name>`, `secret:<NAME>` or `schedule:<workflow>`.",
             ),
         ],
         limit: Annotated[int, limit_query("the latest, oldest first")] = 100,
@@ -586,6 +588,10 @@ def _edit_problems(approvals: Approvals, approval: Approval, edits: Mapping[str,
             f"{excerpt(', '.join(model.model_fields), 200)})"
             for field in sorted(set(edits) - known)
         ]
+    reasons += [
+        f"edits.{field}: {read_only_refusal(declared, [field])}"
+        for field in read_only_changes(declared, approval.draft_json, edits)
+    ]
     try:
         model.model_validate({**approval.draft_json, **edits})
     except ValidationError as error:

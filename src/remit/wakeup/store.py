@@ -21,7 +21,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from remit.core.database import Database
+from remit.core.database import Database, one_line
 from remit.core.errors import DatabaseError
 from remit.core.schema import UTCDateTime
 from remit.core.settings import DATA_DIR
@@ -133,9 +133,9 @@ class WakeupStore:
                 metadata.create_all(conn, checkfirst=True)
         except sa.exc.OperationalError as error:
             raise DatabaseError(
-                f"cannot open the wakeup service's database at "
-                f"{self.db.url.render_as_string()}: {error.orig or error}. Check --database "
-                f"(or {DATABASE_SETTING}) and that the server is up"
+                f"cannot open the wakeup service's database at {self.db.shown_url} "
+                f"({one_line(error)}): check --database (or {DATABASE_SETTING}), and that the "
+                "server is up and takes connections there"
             ) from None
 
     def dispose(self) -> None:
