@@ -1,6 +1,8 @@
 """The ledger page: the op calls, newest first (one run's in order), filtered by op, status and
-run. A row whose outcome is unknown (`uncertain`: the call may have happened, and repeating it
-could do it twice) is marked, for a person to answer its task."""
+run, each with who it acted as. A row whose outcome is unknown (`uncertain`: the call may have
+happened, and repeating it could do it twice) is marked, for a person to answer its task. A long
+key, outcome or error is cut to what a row holds, and opens whole (`parts/cut.html`), so the
+table keeps within the window."""
 
 # No `from __future__ import annotations`: FastAPI reads each route's `Annotated[...,
 # Depends(page.sessions...)]` when the route is made, and `page` is local to `add`.

@@ -1,6 +1,7 @@
 """The page of one run: its status, input and output, each attempt with the version that ran it,
-the timeline of its steps, each op call with its ledger row, its approvals, tasks and activity,
-and the buttons that cancel or retry it where that can be done.
+the timeline of its steps and of what it waited for (`console/timeline.py`), each op call with
+its ledger row, its approvals, tasks, activity and audit rows, the failures remit keeps of it and
+where its log lines are, and the buttons that cancel or retry it where that can be done.
 
 While the run has not finished, the part that moves (status, timeline, ledger, buttons) asks
 for itself again every three seconds (`GET /console/runs/{id}/live`, swapped in by htmx); a
@@ -10,6 +11,8 @@ browser without scripts reloads the page."""
 # Depends(page.sessions...)]` when the route is made, and `page` is local to `add`.
 
 import time
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -21,9 +24,14 @@ from remit.console.pages.inbox import posted
 from remit.console.render import Page
 from remit.console.session import Viewer
 from remit.console.svg import timeline
+from remit.console.timeline import Row, rows
+from remit.core.ledger import LedgerRow
 from remit.core.runs import Run
 from remit.ops.retries import RETRYABLE
 from remit.reads import Reader
+
+# How much of a failed step's message the page keeps: all of it, in practice.
+_WHOLE = 10_000
 
 
 def add(router: APIRouter, client: Client, page: Page) -> None:
@@ -34,23 +42,24 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         reader = Reader(client, viewer.principal)
         run = reader.run(run_id)
         record = client.runs.record(run_id)
+        live = _live(client, reader, run)
         return page.render(
             request,
             "run.html",
             viewer,
             attempts=client.runs.attempts(run_id),
-            approvals=reader.approvals(run_id=run_id),
-            tasks=client.tasks.list(run_id=run_id),
             record=record,
             activity=[] if record is None else reader.activity(*record),
             audit=client.ops.audit(run_id),
-            **_live(client, run),
+            kept=_failures(live["steps"], live["ledger"]),
+            **live,
         )
 
     @router.get("/console/runs/{run_id}/live")
     def run_live(run_id: str, viewer: Annotated[Viewer, Depends(page.sessions.viewer)]) -> Response:
-        run = Reader(client, viewer.principal).run(run_id)
-        return page.fragment("parts/run_live.html", viewer=viewer, **_live(client, run))
+        reader = Reader(client, viewer.principal)
+        run = reader.run(run_id)
+        return page.fragment("parts/run_live.html", viewer=viewer, **_live(client, reader, run))
 
     @router.post("/console/runs/{run_id}/cancel")
     def cancel(run_id: str, viewer: Annotated[Viewer, Depends(page.sessions.acting)]) -> Response:
@@ -82,13 +91,63 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         return page.redirect(f"/console/runs/{run_id}", flash=said)
 
 
-def _live(client: Client, run: Run) -> dict[str, Any]:
-    """What the part of the page that moves shows: the status, the timeline, the ledger and
-    which buttons apply."""
+@dataclass(frozen=True)
+class Failure:
+    """A failure remit keeps of a run: when, where (a step, or a try of a call) and what."""
+
+    at: datetime
+    where: str
+    message: str
+
+
+def _failures(steps: list[Row], ledger: list[LedgerRow]) -> list[Failure]:
+    """The failures remit keeps of a run, oldest first: each try of its calls that failed and
+    each outcome left failed or unknown (the ledger), and each other step that failed (DBOS's
+    record). remit keeps no log lines: the run page says where the workers write them."""
+    found: list[Failure] = []
+    calls = {(row.attempt, row.step_id) for row in ledger}
+    for call in ledger:
+        for tried in call.earlier:
+            if tried.error:
+                where = f"{call.op_id}, attempt {tried.attempt}, try {tried.try_number}"
+                found.append(Failure(tried.at, f"{where} ({tried.status})", tried.error))
+        if call.error:
+            where = f"{call.op_id}, attempt {call.attempt} ({call.status})"
+            found.append(Failure(call.finished_at or call.started_at, where, call.error))
+    for row in steps:
+        step = row.step
+        if (
+            "failed" in row.kinds
+            and not step.copied
+            and (step.attempt, step.function_id) not in calls
+        ):
+            _, error = step.summary(_WHOLE)
+            where = f"attempt {step.attempt}, step {row.label}"
+            found.append(Failure(row.started_at, where, error or "failed"))
+    return sorted(found, key=lambda each: each.at)
+
+
+def _live(client: Client, reader: Reader, run: Run) -> dict[str, Any]:
+    """What the part of the page that moves shows: the status, the timeline (each gate's wait
+    up to its decision, a task's up to its answer, read from the approvals and tasks), the
+    ledger and which buttons apply; and the approvals and tasks themselves."""
+    now_ms = int(time.time() * 1000)
+    approvals = reader.approvals(run_id=run.run_id)
+    tasks = client.tasks.list(run_id=run.run_id)
+    steps = rows(
+        client.runs.steps(run.run_id),
+        now_ms=now_ms,
+        finished_ms=None if run.finished_at is None else int(run.finished_at.timestamp() * 1000),
+        approvals=approvals,
+        tasks=tasks,
+    )
     return {
         "run": run,
-        "timeline": timeline(client.runs.steps(run.run_id), now_ms=int(time.time() * 1000)),
+        "steps": steps,
+        "timeline": timeline(steps, now_ms=now_ms),
         "ledger": client.calls.ledger(run.run_id),
+        "approvals": approvals,
+        "tasks": tasks,
         "can_cancel": not run.finished,
         "can_retry": run.status in RETRYABLE,
     }
