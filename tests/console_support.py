@@ -4,10 +4,46 @@ browser does (starlette's TestClient keeps the cookies)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from fastapi.testclient import TestClient
 
+from remit import App
+from remit.serve.api import create_api
 from remit.testing import Harness
+
+
+def policies_in(folder: Path, policies: str, principals: str | None = None) -> Path:
+    """`folder/policies`, holding `policies` (Cedar) and, if given, `principals.toml`."""
+    made = folder / "policies"
+    made.mkdir()
+    (made / "desk.cedar").write_text(policies)
+    if principals is not None:
+        (made / "principals.toml").write_text(principals)
+    return made
+
+
+@contextmanager
+def console_of(harness: Harness) -> Iterator[TestClient]:
+    """The HTTP API and the console over `harness`'s client, as a browser reaches them."""
+    with TestClient(create_api(harness.client, allowed_hosts=["testserver"])) as client:
+        yield client
+
+
+# A harness and the console over it, as a test's fixture hands them out.
+Desk = tuple[Harness, TestClient]
+
+
+@contextmanager
+def console_desk(app: App, database_url: str, policies: Path, *, actor: str) -> Iterator[Desk]:
+    """A harness on `app` under `policies`, acting as `actor`, and the console over it."""
+    with (
+        Harness(app, database_url=database_url, actor=actor, policies=policies) as harness,
+        console_of(harness) as http,
+    ):
+        yield harness, http
 
 
 def form_of(html: str, form_id: str) -> str:

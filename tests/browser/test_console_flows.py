@@ -329,3 +329,133 @@ def _resumed(console: Console) -> None:
             console.client.ops.resume(by="user:ann")
             return
         time.sleep(0.05)
+
+
+def _refund(
+    console: Console, amount: str = "299.00", record: tuple[str, str] | None = None
+) -> tuple[str, str, str]:
+    """A subscription's refund waiting at its gate: (subscription id, run id, approval id)."""
+    subscription = f"sub_{uuid.uuid4().hex[:8]}"
+    given = {"subscription_id": subscription, "amount": amount, "reason": "Charged twice"}
+    run_id = console.client.runs.start("refund", given, by="user:ann", record=record).run_id
+    console.wait_for(run_id, "waiting")
+    (approval,) = console.client.approvals.list(run_id=run_id, status="pending")
+    return subscription, run_id, approval.id
+
+
+def test_a_refund_shows_what_may_change_with_its_bounds_and_approves_the_amount(
+    page: Page, console: Console, shoot: Shots
+) -> None:
+    subscription, run_id, approval_id = _refund(console)
+    sign_in(page, console)
+    page.goto(f"{console.url}/console/inbox")
+    gate = page.locator(f"form.gate#gate-{approval_id}")
+    # The refund type lets the approver change the amount alone: the rest is shown, not edited.
+    expect(gate).to_contain_text("You may change Amount; the rest stays as the run proposed it.")
+    kept = gate.locator("dl.read-only")
+    expect(kept.locator(f"#gate-{approval_id}-draft-subscription_id")).to_have_text(subscription)
+    expect(kept.locator(f"#gate-{approval_id}-draft-reason")).to_have_text("Charged twice")
+    expect(gate.locator('[name="draft.subscription_id"], [name="draft.reason"]')).to_have_count(0)
+    # The amount's bounds are on the input and in words, before anything is sent.
+    amount = gate.locator('[name="draft.amount"]')
+    expect(amount).to_have_value("299.00")
+    expect(amount).to_have_attribute("min", "0.01")
+    expect(amount).to_have_attribute("max", "500")
+    expect(gate.locator(f"#gate-{approval_id}-draft-amount-hint")).to_have_text("0.01 to 500.00")
+    note = gate.get_by_label("Decision note")
+    expect(note).to_be_visible()
+    gate.scroll_into_view_if_needed()
+    shoot(page, "inbox-refund")
+
+    amount.fill("250.00")
+    note.fill("Refund the second charge only")
+    with page.expect_response(_posted) as approved:
+        gate.get_by_role("button", name="Approve", exact=True).click()
+    assert approved.value.status == 303
+    expect(page.locator("#flash")).to_contain_text(
+        f"Approved with edits (amount 299.00 → 250.00): Refund 299.00 on {subscription}"
+    )
+    decided = console.client.approvals.get(approval_id)
+    assert decided.edited_draft_json == {
+        "subscription_id": subscription,
+        "amount": "250.00",
+        "reason": "Charged twice",
+    }
+    assert decided.reason == "Refund the second charge only"
+    done = console.wait_for(run_id, "done")
+    assert done.output == {"refunded": "250.00", "outcome": "refunded"}
+
+
+def test_a_run_is_found_from_the_header_by_id_record_or_starter(
+    page: Page, console: Console, shoot: Shots
+) -> None:
+    subscription = f"sub_{uuid.uuid4().hex[:8]}"
+    _, run_id, _ = _refund(console, record=("subscription", subscription))
+    sign_in(page, console)
+    box = page.locator("header form.search")
+
+    def find(text: str) -> None:
+        box.get_by_role("searchbox").fill(text)
+        box.get_by_role("button", name="Find").click()
+
+    # One run found opens its page, whose box is empty again.
+    find(run_id[:14])
+    expect(page).to_have_url(re.compile(rf"/console/runs/{run_id}$"))
+    expect(page.locator("h1")).to_contain_text(run_id)
+    expect(box.get_by_role("searchbox")).to_have_value("")
+    find(f"subscription {subscription}")
+    expect(box.get_by_role("searchbox")).to_have_value("")
+    expect(page).to_have_url(re.compile(rf"/console/runs/{run_id}$"))
+
+    find("user:ann")
+    expect(page).to_have_url(re.compile(r"/console/search\?q=user%3Aann$"))
+    expect(page.locator("#search-count")).to_contain_text("match user:ann, newest first")
+    expect(page.locator(f'table#runs a[href="/console/runs/{run_id}"]')).to_be_visible()
+    expect(box.get_by_role("searchbox")).to_have_value("user:ann")
+    shoot(page, "search")
+
+    find("invoice:nothing-here")
+    expect(page.locator("#search-none")).to_contain_text(
+        "No run you may read matches invoice:nothing-here."
+    )
+
+
+def test_a_run_is_started_from_its_form_and_a_refused_start_says_why(
+    page: Page, console: Console, shoot: Shots
+) -> None:
+    # Bob, a clerk, may start a refund of up to 100 (policies/refunds.cedar).
+    sign_in(page, console, "user:bob")
+    page.get_by_role("link", name="Start a run").click()
+    expect(page.locator("#workflows")).to_contain_text("refund")
+    page.locator("#workflows").get_by_role("link", name="refund").click()
+    form = page.locator("form#start")
+    expect(form.locator("#start-input-amount-hint")).to_have_text("0.01 to 500.00")
+    subscription = f"sub_{uuid.uuid4().hex[:8]}"
+    form.locator('[name="input.subscription_id"]').fill(subscription)
+    form.locator('[name="input.amount"]').fill("300")
+    form.locator('[name="input.reason"]').fill("Cancelled in the trial")
+    shoot(page, "start")
+
+    with page.expect_response(_posted) as refused:
+        form.get_by_role("button", name="Start run").click()
+    assert refused.value.status == 403
+    form = page.locator("form#start")
+    expect(form.locator(".refusal")).to_contain_text('user:bob may not start Workflow::"refund"')
+    expect(form.locator(".refusal")).to_contain_text("forbidden by policies/refunds.cedar")
+    expect(form.locator('[name="input.subscription_id"]')).to_have_value(subscription)
+    expect(form.locator('[name="input.amount"]')).to_have_value("300")
+
+    form.locator('[name="input.amount"]').fill("80")
+    with page.expect_response(_posted) as posted:
+        form.get_by_role("button", name="Start run").click()
+    assert posted.value.status == 303
+    expect(page).to_have_url(re.compile(r"/console/runs/run_[0-9a-f]+$"))
+    expect(page.locator("#flash")).to_contain_text("Started refund: run ")
+    run_id = page.url.rsplit("/", 1)[1]
+    run = console.wait_for(run_id, "waiting")
+    assert (run.workflow, run.started_by) == ("refund", "user:bob")
+    assert run.input == {
+        "subscription_id": subscription,
+        "amount": "80",
+        "reason": "Cancelled in the trial",
+    }

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from remit import ApprovalNotice, DecisionRefused, KeyReused, WebhookNotifier
+from remit import App, ApprovalNotice, ApprovalType, DecisionRefused, KeyReused, WebhookNotifier
 from remit.core.schema import decisions
 from remit.people.approvals import Approvals, UndeclaredDraft
 from remit.testing import Harness, ManualClock
-from tests.support import FakeShop, RefundDraft, get_item, make_app
+from tests.support import FakeShop, RefundDraft, get_item, make_app, refund, shop
 
 
 def test_a_gate_suspends_the_run_and_a_decision_resumes_it_past_the_gate(
@@ -197,6 +197,40 @@ def test_edits_only_go_with_an_approval_and_must_parse(database_url: str) -> Non
         with pytest.raises(DecisionRefused, match="has an edit but is not in the batch"):
             h.decide(gate.id, "approved", edits={"apr_other": {"quantity": 2}})
         assert h.approvals.get(gate.id).status == "pending"
+
+
+def test_an_edit_to_a_field_the_type_keeps_is_refused_and_changes_nothing(
+    database_url: str,
+) -> None:
+    kept = ApprovalType("refund", draft=RefundDraft, editable=["quantity", "note"])
+    app = App(name="shop", workflows=[refund], connectors=[shop], approvals=[kept])
+    with Harness(app, database_url=database_url) as h:
+        run = h.start("refund", {"sku": "sku-1", "quantity": 3})
+        gate = h.gate(run.run_id)
+        assert gate.editable == ("quantity", "note")
+        with pytest.raises(DecisionRefused) as refused:
+            h.decide(gate.id, "approved", edits={gate.id: {"sku": "sku-2", "quantity": 1}})
+        assert refused.value.reasons == [
+            (
+                gate.id,
+                "has an edit changing sku, which approval type `refund` keeps as the run "
+                "proposed it: a decider may change only quantity, note",
+            )
+        ]
+        assert not refused.value.by_policy
+        assert h.approvals.get(gate.id).status == "pending"
+        assert h.approvals.audit(gate.id) == []
+        assert h.runs.get(run.run_id).status == "waiting"
+
+        # Named with the value it has, a kept field is no change.
+        h.decide(gate.id, "approved", edits={gate.id: {"sku": "sku-1", "quantity": 1}})
+        decided = h.approvals.get(gate.id)
+        assert decided.edited_draft_json == {"sku": "sku-1", "quantity": 1, "note": ""}
+        assert h.wait(run.run_id).output == {
+            "status": "approved",
+            "order_id": "ord_1",
+            "quantity": 1,
+        }
 
 
 def test_an_assigned_gate_is_decided_by_its_assignee_or_an_admin(database_url: str) -> None:

@@ -9,6 +9,7 @@ import html
 import json
 import re
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,9 +31,8 @@ from remit import (
     workflow,
 )
 from remit.connectors.base import AppliedEffect
-from remit.serve.api import create_api
 from remit.testing import Harness
-from tests.console_support import form_of, hidden, sign_in
+from tests.console_support import console_of, form_of, hidden, policies_in, sign_in
 from tests.support import FAST
 
 ANN, CAROL = "user:ann", "user:carol"
@@ -78,6 +78,27 @@ def refund(ctx: Context, input: RefundIn) -> dict[str, Any]:
         expires_in=input.expires_in,
     )
     return {"status": decision.status, "draft": decision.draft.model_dump()}
+
+
+class SubscriptionRefundIn(BaseModel):
+    subscription_id: str = "sub_1"
+    amount: Decimal = Decimal("299.00")
+
+
+class SubscriptionRefundDraft(BaseModel):
+    subscription_id: str
+    amount: Decimal = Field(ge=Decimal("0.01"), le=Decimal("500.00"))
+    reason: str = Field(max_length=80)
+
+
+@workflow(name="subscription-refund", input=SubscriptionRefundIn)
+def subscription_refund(ctx: Context, input: SubscriptionRefundIn) -> dict[str, Any]:
+    proposed = SubscriptionRefundDraft(
+        subscription_id=input.subscription_id, amount=input.amount, reason="double charge"
+    )
+    title = f"Refund {input.amount} on {input.subscription_id}"
+    decision = ctx.approval("refund", type="subscription-refund", title=title, draft=proposed)
+    return {"status": decision.status, "draft": decision.draft.model_dump(mode="json")}
 
 
 class LetterIn(BaseModel):
@@ -128,10 +149,7 @@ def mail(ctx: Context, input: LetterIn) -> dict[str, Any]:
 
 @pytest.fixture
 def harness(database_url: str, tmp_path: Path) -> Iterator[Harness]:
-    policies = tmp_path / "policies"
-    policies.mkdir()
-    (policies / "desk.cedar").write_text(POLICIES)
-    (policies / "principals.toml").write_text(PRINCIPALS)
+    policies = policies_in(tmp_path, POLICIES, PRINCIPALS)
     app = App(
         name="desk",
         workflows=[refund, mail],
@@ -144,7 +162,7 @@ def harness(database_url: str, tmp_path: Path) -> Iterator[Harness]:
 
 @pytest.fixture
 def http(harness: Harness) -> Iterator[TestClient]:
-    with TestClient(create_api(harness.client, allowed_hosts=["testserver"])) as client:
+    with console_of(harness) as client:
         yield client
 
 
@@ -185,24 +203,25 @@ def test_a_gate_is_a_form_generated_from_its_draft_model(
     for attribute in ('value="80"', "required", 'min="1"', 'max="500"', 'step="1"'):
         assert attribute in amount.group(0)
     assert "In whole euros" in form
+    # Its bounds in words, before anything is sent.
+    hint = f'<span class="hint" id="gate-{approval_id}-draft-amount-hint">'
+    assert f"{hint}more than 0, at most 500</span>" in form
     assert re.search(
         r'<input type="text"[^>]*name="draft.memo" value="goodwill"[^>]*maxlength="200"', form
     )
+    assert "at most 200 characters</span>" in form
     assert '<select id="gate-' in form
     assert '<option value="standard" selected>standard</option>' in form
     assert '<option value="express">express</option>' in form
     assert re.search(r'type="checkbox"[^>]*name="draft.notify" value="true" checked', form)
-    assert '<textarea id="reason-' in form
+    assert f'<label for="reason-{approval_id}">Decision note</label>' in form
     assert 'name="reason"' in form
     assert 'name="decision" value="approved">Approve</button>' in form
     assert 'name="decision" value="rejected" formnovalidate>Reject</button>' in form
     assert "expires in 3 h 20 min" in form
     assert re.search(r'<time datetime="\d{4}-\d\d-\d\dT[^"]+"[^>]*>expires in', form)
     assert "refund" in form  # its workflow
-    batch = form_of(page.text, "batch")
-    assert f'name="ids" value="{approval_id}"' in batch
-    assert "Approve selected</button>" in batch
-    assert "Reject selected</button>" in batch
+    assert 'id="batch"' not in page.text  # one gate: no batch form to take the page's top
     assert 'hx-get="/console/inbox/live?shown=' in page.text
     assert 'hx-trigger="every 5s"' in page.text
 
@@ -220,7 +239,8 @@ def test_an_edit_that_does_not_parse_is_shown_again_and_decides_nothing(
         f'<span class="error" id="{error_id}">Input should be less than or equal to 500</span>'
         in form
     )
-    assert f'aria-describedby="{error_id} gate-{approval_id}-draft-amount-help"' in form
+    hint_id, help_id = (f"gate-{approval_id}-draft-amount-{part}" for part in ("hint", "help"))
+    assert f'aria-describedby="{error_id} {hint_id} {help_id}"' in form
     assert 'value="600"' in form  # what was typed is kept
     assert 'value="typed"' in form
     assert harness.approvals.get(approval_id).status == "pending"
@@ -246,7 +266,11 @@ def test_an_edited_draft_is_approved_as_edited(http: TestClient, harness: Harnes
     run = harness.wait(decided.run_id)
     assert run.output["draft"]["amount"] == 60
     shown = http.get("/console/inbox")
-    assert f"Approved with edits: Refund 80 to acc-1 ({approval_id})" in shown.text
+    # What was approved, not the title the run made from the amount before the edit.
+    assert (
+        f"Approved with edits (amount 80 → 60; speed standard → express): Refund 80 to acc-1 "
+        f"({approval_id})" in shown.text
+    )
     assert f"gate-{approval_id}" not in shown.text
 
 
@@ -329,6 +353,8 @@ def test_a_batch_is_decided_all_or_none(http: TestClient, harness: Harness) -> N
     big = gate_of(harness, amount=400)
     sign_in(http, harness, ANN)
     batch = form_of(http.get("/console/inbox").text, "batch")
+    assert all(f'name="ids" value="{i}"' in batch for i in (first, second, big))
+    assert '<label for="batch-reason">Decision note</label>' in batch
     data = {"csrf": hidden(batch, "csrf"), "key": hidden(batch, "key"), "decision": "approved"}
     refused = http.post(
         "/console/inbox/batch", data={**data, "ids": [first, big]}, follow_redirects=False
@@ -387,6 +413,100 @@ def test_the_live_header_counts_and_names_new_gates(http: TestClient, harness: H
     out = http.get(url, headers={"HX-Request": "true"}, follow_redirects=False)
     assert out.status_code == 204
     assert out.headers["HX-Redirect"].startswith("/console/sign-in")
+
+
+@pytest.fixture
+def subscriptions(database_url: str) -> Iterator[Harness]:
+    """A subscription desk without policies, whose refund type lets a decider change only the
+    amount."""
+    app = App(
+        name="subscriptions",
+        workflows=[subscription_refund],
+        approvals=[
+            ApprovalType("subscription-refund", draft=SubscriptionRefundDraft, editable=["amount"])
+        ],
+    )
+    with Harness(app, database_url=database_url, actor=CAROL) as running:
+        yield running
+
+
+@pytest.fixture
+def desk_http(subscriptions: Harness) -> Iterator[TestClient]:
+    with console_of(subscriptions) as client:
+        yield client
+
+
+def subscription_gate(http: TestClient, harness: Harness) -> tuple[str, str]:
+    """A subscription's refund waiting at its gate, and its form in carol's inbox."""
+    approval_id = harness.gate(harness.start("subscription-refund", {}, by=CAROL).run_id).id
+    sign_in(http, harness, CAROL)
+    return approval_id, form_of(http.get("/console/inbox").text, f"gate-{approval_id}")
+
+
+def test_fields_the_type_keeps_are_shown_read_only_and_the_bounds_in_words(
+    desk_http: TestClient, subscriptions: Harness
+) -> None:
+    approval_id, form = subscription_gate(desk_http, subscriptions)
+    assert "You may change Amount; the rest stays as the run proposed it." in form
+    read_only = re.search(r'<dl class="facts read-only">(.*?)</dl>', form, re.S)
+    assert read_only is not None, form
+    shown = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", read_only.group(1))).strip()
+    assert shown == "Subscription id sub_1 Reason double charge"
+    assert 'name="draft.subscription_id"' not in form
+    assert 'name="draft.reason"' not in form
+    amount = re.search(r'<input type="number"[^>]*name="draft.amount"[^>]*>', form)
+    assert amount is not None, form
+    for attribute in ('value="299.00"', 'min="0.01"', 'max="500"', 'step="any"'):
+        assert attribute in amount.group(0)
+    assert (
+        f'<span class="hint" id="gate-{approval_id}-draft-amount-hint">0.01 to 500.00</span>'
+        in (form)
+    )
+    # The draft's own `reason` and the decision's note are told apart.
+    assert "<dt>Reason</dt>" in form
+    assert f'<label for="reason-{approval_id}">Decision note</label>' in form
+    assert ">Reason</label>" not in form
+
+
+def test_an_edit_to_a_kept_field_is_refused_and_an_allowed_one_approved_as_edited(
+    desk_http: TestClient, subscriptions: Harness
+) -> None:
+    http, harness = desk_http, subscriptions
+    approval_id, form = subscription_gate(http, harness)
+    data = {
+        "csrf": hidden(form, "csrf"),
+        "key": hidden(form, "key"),
+        "draft.amount": "250.00",
+        "reason": "partial refund",
+        "decision": "approved",
+    }
+    # A post that changes a field the type keeps (no browser shows an input for it).
+    forged = http.post(
+        f"/console/inbox/{approval_id}", data={**data, "draft.subscription_id": "sub_2"}
+    )
+    assert forged.status_code == 409
+    refusal = form_of(forged.text, f"gate-{approval_id}")
+    assert (
+        "has an edit changing subscription_id, which approval type `subscription-refund` keeps "
+        "as the run proposed it: a decider may change only amount" in html.unescape(refusal)
+    )
+    assert harness.approvals.get(approval_id).status == "pending"
+
+    done = http.post(f"/console/inbox/{approval_id}", data=data, follow_redirects=False)
+    assert done.status_code == 303, done.text
+    decided = harness.approvals.get(approval_id)
+    assert decided.status == "approved"
+    assert decided.edited_draft_json == {
+        "subscription_id": "sub_1",
+        "amount": "250.00",
+        "reason": "double charge",
+    }
+    assert decided.reason == "partial refund"
+    assert harness.wait(decided.run_id).output["draft"]["amount"] == "250.00"
+    assert (
+        f"Approved with edits (amount 299.00 → 250.00): Refund 299.00 on sub_1 ({approval_id})"
+        in http.get("/console/inbox").text
+    )
 
 
 def uncertain_task(harness: Harness) -> tuple[str, str]:

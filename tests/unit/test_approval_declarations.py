@@ -25,6 +25,45 @@ def test_an_approval_type_needs_a_name_and_a_model_class() -> None:
         ApprovalType("write-off", draft=dict)  # type: ignore[arg-type]
 
 
+class RefundDraft(BaseModel):
+    subscription_id: str
+    amount: int
+    reason: str
+
+
+def test_an_approval_type_names_the_fields_a_decider_may_change() -> None:
+    everything = ApprovalType("refund", draft=RefundDraft)
+    assert (everything.editable_fields, everything.read_only) == (
+        ("subscription_id", "amount", "reason"),
+        (),
+    )
+    amount = ApprovalType("refund", draft=RefundDraft, editable=["reason", "amount"])
+    assert (amount.editable_fields, amount.read_only) == (
+        ("amount", "reason"),
+        ("subscription_id",),
+    )
+    assert hash(amount) == hash(
+        ApprovalType("refund", draft=RefundDraft, editable=("reason", "amount"))
+    )
+    assert ApprovalType("refund", draft=RefundDraft, editable=[]).read_only == (
+        "subscription_id",
+        "amount",
+        "reason",
+    )
+    with pytest.raises(
+        AppError,
+        match=r"approval type `refund`: editable names `amout`, `memo`, which RefundDraft does "
+        r"not have \(its fields: subscription_id, amount, reason\)",
+    ):
+        ApprovalType("refund", draft=RefundDraft, editable=["amout", "memo"])
+    with pytest.raises(
+        AppError,
+        match=r"editable must list field names of RefundDraft, e.g. "
+        r"editable=\['subscription_id'\], not 'amount'",
+    ):
+        ApprovalType("refund", draft=RefundDraft, editable="amount")
+
+
 def test_an_app_refuses_a_type_twice_and_what_is_not_a_type() -> None:
     with pytest.raises(AppError, match="declares the approval type `write-off` twice"):
         App(name="a", workflows=[], approvals=[ApprovalType("write-off", Draft)] * 2)

@@ -6,13 +6,13 @@ from __future__ import annotations
 import enum
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
-from remit.console.forms import FormField, fields_of, parse_form, posted_values
+from remit.console.forms import FormField, as_posted, fields_of, parse_form, posted_values
 
 
 class Color(enum.Enum):
@@ -101,6 +101,62 @@ def test_each_field_gets_the_input_its_type_and_constraints_call_for() -> None:
     assert fields["tags"].value == "[]"
     count = fields["count"]
     assert (count.kind, count.required, count.min, count.step) == ("integer", False, "3", "3")
+
+
+def test_each_fields_bounds_are_said_in_words() -> None:
+    hints = {f.field: f.hint for f in fields_of(Draft, None, None, "draft")}
+    assert hints == {
+        "amount": "more than 0, at most 500",
+        "price": "at least 0.5, at most 2 decimal places",
+        "ratio": "less than 1.0",
+        "code": "2 to 8 characters, matching ^[A-Z]+$",
+        "speed": None,
+        "tier": None,
+        "color": None,
+        "urgent": None,
+        "due": None,
+        "at": None,
+        "note": None,
+        "memo": None,
+        "address": None,
+        "tags": None,
+        "count": "at least 3, a multiple of 3",
+    }
+
+    class Refund(BaseModel):
+        amount: Decimal = Field(ge=Decimal("0.01"), le=Decimal("500.00"))
+        reason: str = Field(max_length=200)
+        starts: date = Field(ge=date(2026, 1, 1))
+
+    (amount, reason, starts) = fields_of(Refund)
+    assert (amount.hint, amount.min, amount.max, amount.step) == (
+        "0.01 to 500.00",
+        "0.01",
+        "500",
+        "any",
+    )
+    assert reason.hint == "at most 200 characters"
+    assert (starts.hint, starts.min) == ("at least 2026-01-01", "2026-01-01")
+
+
+def test_read_only_fields_are_shown_as_they_stand_and_posted_back_unchanged() -> None:
+    draft = {**VALID, "draft.color": "blue", "draft.urgent": "true"}
+    value, _ = parse_form(Draft, draft, "draft")
+    assert value is not None
+    fields = fields_of(Draft, value, None, "draft", read_only={"code", "color", "urgent"})
+    kept = [f for f in fields if f.read_only]
+    assert [(f.field, f.shown) for f in kept] == [
+        ("code", "INV"),
+        ("color", "BLUE"),
+        ("urgent", "yes"),
+    ]
+    assert by_field(fields)["note"].shown == "(empty)"
+    # What the form posts for them, with what was typed in the others, reads as the draft.
+    typed = {**VALID, "draft.amount": "300"}
+    del typed["draft.code"]
+    again, errors = parse_form(Draft, {**as_posted(kept), **typed}, "draft")
+    assert errors == {}
+    assert again == {**value, "amount": 300}
 
 
 def test_current_values_are_shown_as_their_inputs_hold_them() -> None:
@@ -277,11 +333,7 @@ def test_a_value_shown_in_its_form_and_posted_back_is_the_same_value(
         amount=amount, price=Decimal(cents).scaleb(-2), name=name, flag=flag, when=when
     )
     shown = fields_of(Bounded, original.model_dump(mode="json"), None, "d")
-    posted: dict[str, Any] = {}
-    for field in shown:
-        if field.kind != "checkbox" or field.checked:
-            posted[field.name] = field.value
-    value, errors = parse_form(Bounded, posted, "d")
+    value, errors = parse_form(Bounded, as_posted(shown), "d")
     assert errors == {}
     assert value == original.model_dump(mode="json")
 

@@ -23,7 +23,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from remit.client import Client
 from remit.console.errors import reasons_of, status_of
-from remit.console.pages import budgets, inbox, ledger, operations, run, runs, signin, tasks
+from remit.console.pages import (
+    budgets,
+    inbox,
+    ledger,
+    operations,
+    run,
+    runs,
+    search,
+    signin,
+    start,
+    tasks,
+)
 from remit.console.pages import resources as resource_pages
 from remit.console.render import Page
 from remit.console.session import CsrfRefused, Sessions, SignInNeeded, sign_in_url
@@ -67,7 +78,19 @@ def install(api: FastAPI, client: Client, *, secure_cookies: bool, fallback: Han
         return RedirectResponse("/console/runs", status_code=303)
 
     # Each page module adds its routes: `add(router, client, page)`.
-    for module in (signin, runs, run, inbox, tasks, ledger, budgets, operations, resource_pages):
+    for module in (
+        signin,
+        runs,
+        run,
+        search,
+        start,
+        inbox,
+        tasks,
+        ledger,
+        budgets,
+        operations,
+        resource_pages,
+    ):
         module.add(router, client, page)
     api.include_router(router)
     static = resources.files("remit.console") / "static"

@@ -9,7 +9,10 @@ validated all the same.
 
 Scalars get their own inputs (numbers, text, dates, checkboxes, selects for `Literal` and `Enum`);
 `Optional[X]` is an `X` that may be left empty. Anything structured (a nested model, a list, a
-dict, a union of several types) is edited as JSON in a textarea.
+dict, a union of several types) is edited as JSON in a textarea. A field's bounds are also put
+in words (`hint`: "0.01 to 500.00", "at most 40 characters"), shown before anything is sent. A
+field named read-only is shown, not edited; `as_posted` gives its value as the form would have
+sent it, for the post to be read as a whole.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import json
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
@@ -58,7 +61,8 @@ class FormField:
     input's current value as the browser shows it (for a checkbox, `checked` says whether it is
     ticked). `options` are `(value, label)` pairs of a select. `min`, `max` and `step` are
     strings ready for the input's attributes; `min_length`, `max_length` and `html_pattern`
-    likewise. `error` is the message to show beside it, if any.
+    likewise, and `hint` says them all in words. `read_only`: the field is shown, not edited.
+    `error` is the message to show beside it, if any.
     """
 
     name: str
@@ -76,7 +80,18 @@ class FormField:
     pattern: str | None = None
     options: tuple[tuple[str, str], ...] = ()
     help: str | None = None
+    hint: str | None = None
+    read_only: bool = False
     error: str | None = None
+
+    @property
+    def shown(self) -> str:
+        """The value as a person reads it where it is shown rather than edited."""
+        if self.kind == "checkbox":
+            return "yes" if self.checked else "no"
+        if self.kind == "select":
+            return next((label for value, label in self.options if value == self.value), self.value)
+        return self.value or "(empty)"
 
     @property
     def id(self) -> str:
@@ -115,12 +130,15 @@ def fields_of(
     values: Mapping[str, Any] | None = None,
     errors: Mapping[str, str] | None = None,
     prefix: str = "",
+    *,
+    read_only: Collection[str] = (),
 ) -> list[FormField]:
     """One `FormField` per field of `model`, in declaration order.
 
     `values` maps field names to current values: a model's `model_dump(mode="json")`, or the
     strings a form posted (`posted_values`); a field missing from it shows its default.
     `errors` maps field names to the message shown beside each (as `parse_form` returns them).
+    The fields named in `read_only` are marked to be shown, not edited.
     """
     values = values or {}
     errors = errors or {}
@@ -153,10 +171,18 @@ def fields_of(
                 pattern=c.get("pattern") if isinstance(c.get("pattern"), str) else None,
                 options=_options(shape),
                 help=info.description,
+                hint=_hint(shape),
+                read_only=name in read_only,
                 error=errors.get(name),
             )
         )
     return out
+
+
+def as_posted(fields: Iterable[FormField]) -> dict[str, str]:
+    """What a browser posts for `fields` as they are shown: each input's value, and a ticked
+    checkbox's `true` (an unticked one sends nothing)."""
+    return {f.name: f.value for f in fields if f.kind != "checkbox" or f.checked}
 
 
 def posted_values(
@@ -351,6 +377,45 @@ def _bounds(shape: _Shape) -> tuple[str | None, str | None, str | None]:
     if upper is None and c.get("lt") is not None:
         upper = c["lt"] - Decimal(step or 1) if exact else c["lt"]
     return _bound_text(lower), _bound_text(upper), step
+
+
+def _hint(shape: _Shape) -> str | None:
+    """A field's bounds in words: `0.01 to 500.00`, `more than 0, at most 500`, `at most 40
+    characters`, `matching ^sub_`; None for a field with none."""
+    c = shape.constraints
+    said: list[str] = []
+    if shape.kind in ("number", "integer", "date", "datetime-local", "time"):
+        lower = [f"{word} {_said(c[key])}" for key, word in _LOWER if key in c][:1]
+        upper = [f"{word} {_said(c[key])}" for key, word in _UPPER if key in c][:1]
+        if "ge" in c and "le" in c:
+            said.append(f"{_said(c['ge'])} to {_said(c['le'])}")
+        else:
+            said += lower + upper
+        if c.get("multiple_of") is not None:
+            said.append(f"a multiple of {_said(c['multiple_of'])}")
+        elif c.get("decimal_places") is not None:
+            places = c["decimal_places"]
+            said.append(f"at most {places} decimal place{'s' if places != 1 else ''}")
+    elif shape.kind in ("text", "textarea", "email"):
+        shortest, longest = c.get("min_length"), c.get("max_length")
+        if shortest is not None and longest is not None:
+            said.append(f"{shortest} to {longest} characters")
+        elif longest is not None:
+            said.append(f"at most {longest} characters")
+        elif shortest:
+            said.append(f"at least {shortest} character{'s' if shortest != 1 else ''}")
+        if isinstance(c.get("pattern"), str):
+            said.append(f"matching {c['pattern']}")
+    return ", ".join(said) or None
+
+
+_LOWER = (("ge", "at least"), ("gt", "more than"))
+_UPPER = (("le", "at most"), ("lt", "less than"))
+
+
+def _said(bound: Any) -> str:
+    """A bound as the hint says it: a Decimal as written (`500.00`), a date in ISO form."""
+    return bound.isoformat() if isinstance(bound, (date, time)) else str(bound)
 
 
 def _bound_text(bound: Any) -> str | None:

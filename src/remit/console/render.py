@@ -24,6 +24,7 @@ FLASH_COOKIE = "remit_flash"
 # (path, label) of the navigation, in order.
 NAV = (
     ("/console/runs", "Runs"),
+    ("/console/start", "Start a run"),
     ("/console/inbox", "Inbox"),
     ("/console/tasks", "Tasks"),
     ("/console/ledger", "Ledger"),
@@ -59,9 +60,9 @@ def when(at: datetime | None) -> str:
     return "" if at is None else at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def as_json(value: Any) -> str:
-    """A value as indented JSON, for a `<pre>`."""
-    return json.dumps(value, indent=2, sort_keys=True, default=str, ensure_ascii=False)
+def as_json(value: Any, indent: int | None = 2) -> str:
+    """A value as indented JSON, for a `<pre>`; on one line with `indent=None`."""
+    return json.dumps(value, indent=indent, sort_keys=True, default=str, ensure_ascii=False)
 
 
 def money(value: Decimal | float | int | str | None) -> str:

@@ -27,7 +27,7 @@ import builtins
 import hashlib
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal
@@ -78,11 +78,17 @@ EXPIRY_ACTOR = "remit:expiry"
 
 @dataclass(frozen=True)
 class ApprovalType:
-    """A kind of approval the app asks for, with the model its draft must parse against."""
+    """A kind of approval the app asks for, with the model its draft must parse against.
+
+    `editable` names the draft's fields a decider may change (default: every field). Every
+    other field stays as the run proposed it: an edit changing one is refused, on every surface
+    (`decide()` checks it), and the console shows it read-only.
+    """
 
     name: str
     draft: type[BaseModel]
     description: str = ""
+    editable: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         check_name("approval type", self.name)
@@ -91,6 +97,39 @@ class ApprovalType:
                 f"approval type `{self.name}`: draft must be a pydantic model class, "
                 f"not {self.draft!r}"
             )
+        if self.editable is not None:
+            object.__setattr__(self, "editable", _editable(self.name, self.draft, self.editable))
+
+    @property
+    def editable_fields(self) -> tuple[str, ...]:
+        """The draft's fields a decider may change, in the model's order."""
+        fields = tuple(self.draft.model_fields)
+        return fields if self.editable is None else tuple(f for f in fields if f in self.editable)
+
+    @property
+    def read_only(self) -> tuple[str, ...]:
+        """The draft's fields a decider may not change, in the model's order."""
+        return tuple(f for f in self.draft.model_fields if f not in self.editable_fields)
+
+
+def _editable(name: str, draft: type[BaseModel], editable: object) -> tuple[str, ...]:
+    """`editable` as the tuple of field names it lists, refused unless each is a field of
+    `draft`."""
+    fields = ", ".join(draft.model_fields) or "none"
+    if isinstance(editable, str) or not isinstance(editable, Iterable):
+        raise AppError(
+            f"approval type `{name}`: editable must list field names of {draft.__name__}, "
+            f"e.g. editable=[{next(iter(draft.model_fields), 'amount')!r}], not {editable!r}"
+        )
+    named = tuple(editable)
+    unknown = [each for each in named if each not in draft.model_fields]
+    if unknown:
+        listed = ", ".join(f"`{each}`" for each in unknown)
+        raise AppError(
+            f"approval type `{name}`: editable names {listed}, which {draft.__name__} does not "
+            f"have (its fields: {fields})"
+        )
+    return named
 
 
 class UndeclaredDraft(BaseModel):
@@ -107,7 +146,8 @@ class Approval(Generic[D]):
     `draft` is the draft the run proposed, parsed as the approval type's model (an
     `UndeclaredDraft` where the type is not known here); `edited_draft` is the draft as
     approved, when the decider edited it. `draft_json` and `edited_draft_json` are the same as
-    stored, as JSON.
+    stored, as JSON. `editable` names the draft's fields a decider may change (None where the
+    type is not known here).
     """
 
     id: str
@@ -132,6 +172,7 @@ class Approval(Generic[D]):
     resumed_workflow_id: str | None
     draft_json: dict[str, Any]
     edited_draft_json: dict[str, Any] | None
+    editable: tuple[str, ...] | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The row as JSON, its drafts as stored: what the gate's step returns."""
@@ -143,7 +184,7 @@ class Approval(Generic[D]):
 _COLUMNS = tuple(
     f.name
     for f in fields(Approval)
-    if f.name not in ("draft", "edited_draft", "draft_json", "edited_draft_json")
+    if f.name not in ("draft", "edited_draft", "draft_json", "edited_draft_json", "editable")
 )
 
 
@@ -274,7 +315,8 @@ class Approvals(Answers):
         `decision_key` makes the call idempotent: a call repeated with the same key returns the
         first call's result and decides and resumes nothing again. `edits` maps an approval id
         to fields to change in its draft; the edited draft is stored only if it parses against
-        the type's model. `admin` (default: `by` is in REMIT_ADMINS) may decide a gate assigned
+        the type's model and changes no field the type keeps (`ApprovalType(editable=...)`).
+        `admin` (default: `by` is in REMIT_ADMINS) may decide a gate assigned
         to someone else. Raises `DecisionRefused` listing every reason, having written nothing.
         """
         wanted = sorted({ids} if isinstance(ids, str) else set(ids))
@@ -646,6 +688,7 @@ def approval_of(row: sa.Row[Any], types: Mapping[str, ApprovalType]) -> Approval
         edited_draft=None if edited is None else _parsed(declared, edited),
         draft_json=stored["draft"],
         edited_draft_json=edited,
+        editable=None if declared is None else declared.editable_fields,
     )
 
 

@@ -67,13 +67,14 @@ class Notifier(Protocol):
 
 
 class LogNotifier:
-    """Writes each notice to the `remit.notify` log."""
+    """Writes each notice to the `remit.notify` log, at INFO: news, not a problem. A serving
+    worker shows these lines unless `REMIT_LOG_LEVEL` says otherwise (`remit worker`)."""
 
     name = "log"
 
     def send(self, notice: ApprovalNotice) -> None:
         to = f" for {notice.assignee}" if notice.assignee else ""
-        log.warning(
+        log.info(
             "approval %s waits%s: %s (run %s, type %s); decide with `remit approve %s` or "
             "`remit reject %s`",
             notice.approval_id,

@@ -58,10 +58,20 @@ class Approval(Protocol):
 
 class ApprovalType(Protocol):
     """What an edit's check reads of an approval type: `people.approvals.ApprovalType`, whose
-    draft model the edited draft must parse against."""
+    draft model the edited draft must parse against, and which of its fields a decider may
+    change."""
+
+    @property
+    def name(self) -> str: ...
 
     @property
     def draft(self) -> type[BaseModel]: ...
+
+    @property
+    def editable_fields(self) -> tuple[str, ...]: ...
+
+    @property
+    def read_only(self) -> tuple[str, ...]: ...
 
 
 # What `decide()` may write.
@@ -273,6 +283,9 @@ def parse_edit(
             f"has an edit naming fields {draft_model.__name__} does not have: "
             f"{', '.join(unknown)} (it has: {', '.join(draft_model.model_fields)})"
         ), None
+    kept = read_only_changes(declared, row.draft_json, edit)
+    if kept:
+        return f"has an edit {read_only_refusal(declared, kept)}", None
     try:
         model = draft_model.model_validate({**row.draft_json, **edit})
     except ValidationError as error:
@@ -281,3 +294,33 @@ def parse_edit(
         )
         return f"has an edit that does not parse as {draft_model.__name__}: {problems}", None
     return None, model.model_dump(mode="json")
+
+
+def read_only_changes(
+    declared: ApprovalType, draft: Mapping[str, Any], edit: Mapping[str, Any]
+) -> list[str]:
+    """The fields `declared` lets no decider change that `edit` would change in `draft` (as
+    stored): a field given its value as it stands, as the model reads it, is no change."""
+    named = [f for f in declared.read_only if f in edit and edit[f] != draft.get(f)]
+    if not named:
+        return []
+    try:
+        before = declared.draft.model_validate(draft)
+        after = declared.draft.model_validate({**draft, **edit})
+    except ValidationError:
+        return named
+    return [f for f in named if getattr(after, f) != getattr(before, f)]
+
+
+def read_only_refusal(declared: ApprovalType, fields: Sequence[str]) -> str:
+    """Why an edit changing `fields`, which `declared` keeps as the run proposed them, is
+    refused, and what may be changed instead."""
+    may = (
+        f"a decider may change only {', '.join(declared.editable_fields)}"
+        if declared.editable_fields
+        else "a decider may change none of its fields: approve or reject it as it stands"
+    )
+    return (
+        f"changing {', '.join(fields)}, which approval type `{declared.name}` keeps as the run "
+        f"proposed {'it' if len(fields) == 1 else 'them'}: {may}"
+    )

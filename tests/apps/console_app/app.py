@@ -1,9 +1,11 @@
 """An app for the console's browser tests: a payment behind a gate whose draft has bounds, a
-letter whose answer is lost (a person's task), and a statement whose first fetch fails (a run to
-retry). Its bank is a fake that keeps what it did; who may do what is in `policies/`."""
+subscription's refund whose gate lets the approver change only the amount, a letter whose answer
+is lost (a person's task), and a statement whose first fetch fails (a run to retry). Its bank is
+a fake that keeps what it did; who may do what is in `policies/`."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -211,10 +213,68 @@ def statement(ctx: Context, input: AccountRef) -> Statement:
     return ctx.call(fetch_statement, account=input.account)
 
 
+class RefundIn(BaseModel):
+    subscription_id: str = Field(pattern=r"^sub_[A-Za-z0-9]+$")
+    amount: Decimal = Field(ge=Decimal("0.01"), le=Decimal("500.00"))
+    reason: str = Field(min_length=1, max_length=120)
+
+
+class RefundDraft(BaseModel):
+    """The refund as the desk proposes it: the approver may change only the amount."""
+
+    subscription_id: str
+    amount: Decimal = Field(
+        ge=Decimal("0.01"), le=Decimal("500.00"), description="What the customer gets back"
+    )
+    reason: str = Field(max_length=120)
+
+
+@workflow(name="refund", input=RefundIn)
+def refund(ctx: Context, input: RefundIn) -> dict[str, str | None]:
+    """Refund part of a subscription's charge, once a treasurer has approved the amount."""
+    decision = ctx.approval(
+        "refund",
+        type="refund",
+        title=f"Refund {input.amount} on {input.subscription_id}",
+        draft=RefundDraft(
+            subscription_id=input.subscription_id, amount=input.amount, reason=input.reason
+        ),
+    )
+    if not decision.approved:
+        return {"refunded": None, "outcome": decision.status}
+    return {"refunded": str(decision.draft.amount), "outcome": "refunded"}
+
+
+@workflow(name="cooling-off", input=PayIn, uses=[get_account, send_payment])
+def cooling_off(ctx: Context, input: PayIn) -> Paid:
+    """A refund paid after a gate and a cooling-off of three days (the run page's timeline)."""
+    account = ctx.call(get_account, account=input.account)
+    decision = ctx.approval(
+        "refund",
+        type="payment",
+        title=f"Refund {input.amount} to {account.holder} after three days",
+        draft=PaymentDraft(amount=input.amount, note=f"Refund for {account.holder}"),
+    )
+    if not decision.approved:
+        return Paid(payment_id=None, outcome=f"not refunded ({decision.status})")
+    if ctx.patch("acknowledge"):
+        ctx.step("acknowledge", lambda: f"told {account.holder} the refund is coming")
+    ctx.sleep(timedelta(days=3))
+    sent = ctx.call(
+        send_payment, account=input.account, amount=decision.draft.amount, note="refund"
+    )
+    return Paid(payment_id=sent.payment_id, outcome="refunded")
+
+
 app = App(
     name="console-app",
-    workflows=[payment, letter, statement],
+    workflows=[payment, letter, statement, refund, cooling_off],
     connectors=[bank],
-    approvals=[ApprovalType("payment", draft=PaymentDraft, description="Pay a supplier")],
+    approvals=[
+        ApprovalType("payment", draft=PaymentDraft, description="Pay a supplier"),
+        ApprovalType(
+            "refund", draft=RefundDraft, editable=["amount"], description="Refund a subscription"
+        ),
+    ],
     budgets=[Budget(Decimal("5.00"))],
 )

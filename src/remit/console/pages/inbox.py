@@ -1,12 +1,14 @@
 """The inbox: the pending gates the signed-in person may decide, oldest first, each with its
 draft as a form generated from its approval type's model, a reason, and Approve / Reject.
 
-A decision goes through `client.approvals.decide` as the viewer, via `console`, with the draft's edits
-when the form changed it. Each form carries a decision key made when the page was rendered,
-so a form sent twice (a double click, a resent post) decides once. A draft that does not parse
-is shown again with each field's message (422) and decides nothing; a decision the policies
-refuse is shown again with their reason (403), and changes nothing. Several gates are decided
-at once, all or none, from `form#batch`.
+A decision goes through `client.approvals.decide` as the viewer, via `console`, with the draft's
+fields the form changed as its edits; the flash then says what changed. The fields the approval
+type keeps as the run proposed them (`ApprovalType(editable=...)`) are shown, not edited, and
+`decide()` refuses a post that changes one. Each form carries a decision key made when the page
+was rendered, so a form sent twice (a double click, a resent post) decides once. A draft that
+does not parse is shown again with each field's message (422) and decides nothing; a decision
+the policies refuse is shown again with their reason (403), and changes nothing. Several gates
+are decided at once, all or none, from `form#batch`, shown when more than one waits.
 
 The page polls `/console/inbox/live` every 5 s for a header saying how many gates wait and
 which came or went since it was rendered; the forms themselves are never swapped, so nothing
@@ -28,10 +30,12 @@ from starlette.datastructures import FormData
 
 from remit.client import Client
 from remit.console.errors import reasons_of, status_of
-from remit.console.forms import FormField, fields_of, parse_form, posted_values
+from remit.console.forms import FormField, as_posted, fields_of, parse_form, posted_values
 from remit.console.render import Page
 from remit.console.session import Viewer
 from remit.core.errors import DecisionRefused
+from remit.core.text import excerpt
+from remit.people.approvals import ApprovalType
 from remit.people.inbox import Decidable
 from remit.reads import Reader
 
@@ -81,15 +85,31 @@ async def posted(request: Request) -> FormData:
     return await request.form()
 
 
+def changes(draft: Mapping[str, Any], edited: Mapping[str, Any]) -> str:
+    """The fields `edited` changes in `draft`, as a person reads them: `amount 299.00 →
+    250.00; memo goodwill → typed`."""
+    return "; ".join(
+        f"{name} {excerpt(draft.get(name), 40)} → {excerpt(value, 40)}"
+        for name, value in edited.items()
+    )
+
+
 def add(router: APIRouter, client: Client, page: Page) -> None:
-    def draft_model(item: Decidable) -> type[BaseModel] | None:
-        declared = client.app.approval_types.get(item.approval.type)
-        return None if declared is None else declared.draft
+    def declared_of(item: Decidable) -> ApprovalType | None:
+        return client.app.approval_types.get(item.approval.type)
+
+    def draft_fields(
+        declared: ApprovalType, values: Mapping[str, Any], errors: Mapping[str, str] | None = None
+    ) -> list[FormField]:
+        return fields_of(declared.draft, values, errors, DRAFT, read_only=declared.read_only)
 
     def gate_form(item: Decidable) -> GateForm:
-        model = draft_model(item)
-        shown = [] if model is None else fields_of(model, item.approval.draft_json, {}, DRAFT)
-        return GateForm(item, model, shown, new_key())
+        declared = declared_of(item)
+        if declared is None:
+            return GateForm(item, None, [], new_key())
+        return GateForm(
+            item, declared.draft, draft_fields(declared, item.approval.draft_json), new_key()
+        )
 
     def show(
         request: Request,
@@ -203,11 +223,19 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         item = Decidable(approval, client.runs.get(approval.run_id), None, ("approved", "rejected"))
         # This gate alone, not the whole inbox: its own policy checks, once.
         item = next(iter(decidable), item)
-        model = draft_model(item)
+        declared = declared_of(item)
+        model = None if declared is None else declared.draft
+        if declared is not None:
+            # The read-only fields are shown, not posted: read the post with them as they stand.
+            stored = draft_fields(declared, approval.draft_json)
+            form = {**as_posted(f for f in stored if f.read_only), **form}
 
         def again(status: int, errors: Mapping[str, str], refusal: list[str]) -> Response:
-            values = approval.draft_json if model is None else posted_values(model, form, DRAFT)
-            shown = [] if model is None else fields_of(model, values, errors, DRAFT)
+            shown = (
+                []
+                if declared is None
+                else draft_fields(declared, posted_values(declared.draft, form, DRAFT), errors)
+            )
             gate = GateForm(
                 item, model, shown, key, reason, refusal, form_error=errors.get("") or None
             )
@@ -215,28 +243,27 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
 
         if decision not in VERBS:
             return again(422, {}, [f"decision {decision!r} is not one of approved, rejected"])
-        edits: dict[str, dict[str, Any]] | None = None
+        edited: dict[str, Any] = {}
         if decision == "approved" and model is not None:
             value, errors = parse_form(model, form, DRAFT)
             if value is None:
                 return again(422, errors, [])
-            if value != approval.draft_json:
-                edits = {approval_id: value}
+            edited = {k: v for k, v in value.items() if v != approval.draft_json.get(k)}
         try:
             result = client.approvals.decide(
                 approval_id,
                 decision,
                 key=key,
-                edits=edits,
+                edits={approval_id: edited} if edited else None,
                 reason=reason.strip() or None,
                 by=viewer.principal,
                 via="console",
             )
         except DecisionRefused as refused:
             return again(status_of(refused), {}, reasons_of(refused))
-        edited = " with edits" if edits else ""
+        said = f" with edits ({changes(approval.draft_json, edited)})" if edited else ""
         already = " (already decided by this form)" if result.replayed else ""
         return page.redirect(
             "/console/inbox",
-            flash=f"{VERBS[decision]}{edited}: {approval.title} ({approval_id}){already}",
+            flash=f"{VERBS[decision]}{said}: {approval.title} ({approval_id}){already}",
         )
