@@ -176,13 +176,14 @@ class RemoteRuns:
         *,
         by: str | None = None,
         record: tuple[str, str] | None = None,
+        key: str | None = None,
     ) -> Run:
         self._remote._as_token(by)
         payload = input if isinstance(input, Mapping) else input.model_dump(mode="json")
         body: dict[str, Any] = {"workflow": workflow, "input": dict(payload)}
         if record is not None:
             body["record"] = {"type": record[0], "id": record[1]}
-        return _run(self._remote._send("POST", "/runs", json=body))
+        return _run(self._remote._send("POST", "/runs", json=body, key=key))
 
     def get(self, run_id: str) -> Run:
         return _run(self._remote._get(f"/runs/{_part(run_id)}"))

@@ -42,7 +42,12 @@ class RunsSurface(Protocol):
     """`client.runs`."""
 
     def start_row(
-        self, workflow: str, input: Mapping[str, Any] | BaseModel, *, by: str | None = None
+        self,
+        workflow: str,
+        input: Mapping[str, Any] | BaseModel,
+        *,
+        by: str | None = None,
+        key: str | None = None,
     ) -> Run: ...
     def get(self, run_id: str) -> Run: ...
     def list(

@@ -156,6 +156,22 @@ def test_every_route_is_in_the_spec_and_needs_a_token(shop: Harness, http: TestC
     assert shop.runs.list() == []
 
 
+def test_a_start_sent_again_under_its_idempotency_key_is_one_run(
+    shop: Harness, http: TestClient
+) -> None:
+    body = {"workflow": "nap", "input": {}}
+    key = {"Idempotency-Key": "nap-1"}
+    first = ok(http.post("/runs", json=body, headers=key), 201)
+    again = ok(http.post("/runs", json=body, headers=key), 201)
+    assert again["run_id"] == first["run_id"]
+    refused(
+        http.post("/runs", json={"workflow": "purchase", "input": {"sku": "sku-1"}}, headers=key),
+        422,
+        error=f"start key 'nap-1' was first used to start run {first['run_id']} of nap",
+    )
+    assert [run.run_id for run in shop.runs.list()] == [first["run_id"]]
+
+
 def _console(path: str) -> bool:
     return path in ("/", "/console") or path.startswith("/console/")
 

@@ -166,3 +166,30 @@ def test_a_run_started_by_someone_who_may_not_read_it_says_so(desk: Desk) -> Non
         f"Started refund: run {run.run_id}. The policies do not let you read its runs."
         in http.get("/console/start").text
     )
+
+
+def test_a_form_sent_twice_starts_one_run(desk: Desk) -> None:
+    harness, http = desk
+    csrf = sign_in(http, harness, ANN)
+    form = form_of(http.get("/console/start/refund").text, "start")
+    key = re.search(r'<input type="hidden" name="start_key" value="([^"]+)">', form)
+    assert key is not None, form
+    # Each form shown has a key of its own.
+    assert key.group(1) not in http.get("/console/start/refund").text
+    given = {
+        "csrf": csrf,
+        "start_key": key.group(1),
+        "input.subscription_id": "sub_7",
+        "input.amount": "40.00",
+        "input.reason": "late",
+    }
+    first = http.post("/console/start/refund", data=given, follow_redirects=False)
+    again = http.post("/console/start/refund", data=given, follow_redirects=False)
+    assert first.status_code == again.status_code == 303, again.text
+    [run] = harness.client.runs.list(workflow="refund")
+    assert first.headers["location"] == again.headers["location"] == f"/console/runs/{run.run_id}"
+    # The same form sent with another input starts nothing, and says why.
+    other = http.post("/console/start/refund", data={**given, "input.amount": "41.00"})
+    assert other.status_code == 409, other.text
+    assert "This form was sent already, with another answer, which stands." in other.text
+    assert len(harness.client.runs.list(workflow="refund")) == 1

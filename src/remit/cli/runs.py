@@ -52,13 +52,21 @@ def start(
     input: Annotated[
         str, typer.Option("--input", help="The run's input as JSON (@FILE reads a file, - stdin).")
     ] = "{}",
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--key",
+            help="Makes it idempotent: the same start again under the key prints the first "
+            "one's run and starts nothing.",
+        ),
+    ] = None,
     as_: ActAs = None,
     app_dir: AppDir = None,
 ) -> None:
     """Start a run and print its id. No worker needs to run in this process."""
     payload = json_input(input, "--input", app_dir, cap="input_bytes")
     with client_of(app_dir) as remit:
-        run = remit.runs.start_row(name, payload, by=as_)
+        run = remit.runs.start_row(name, payload, by=as_, key=key)
     out.print(run.run_id)
 
 

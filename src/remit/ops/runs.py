@@ -10,6 +10,7 @@ A run is served by whichever worker serves its queue; `RunHandle.wait` watches i
 from __future__ import annotations
 
 import builtins
+import hashlib
 import json
 import time
 import typing
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from remit.core import limits
 from remit.core.acting import Acting, no_nul, not_in_a_workflow
-from remit.core.errors import RemitError
+from remit.core.errors import AppError, RemitError
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -95,6 +96,18 @@ class Step:
         if isinstance(output, dict) and "ok" in output:
             return _cut(output["ok"], width), None
         return (None if output is None else _cut(output, width)), None
+
+
+def keyed_run_id(app: str, principal: str, key: str) -> str:
+    """The id of the run that `principal` starts in `app` under the start key `key`: the same
+    in every process, so a second start under the key finds the first one's run."""
+    from remit.core.keys import key_problem
+
+    problem = key_problem(key, what="start key", longest=200, example="refund-sub_4Q7x2")
+    if problem is not None:
+        raise AppError(problem)
+    digest = hashlib.sha256(f"{app}\n{principal}\n{key}".encode()).hexdigest()[:16]
+    return f"run_{digest}"
 
 
 @dataclass(frozen=True)
@@ -183,12 +196,18 @@ class RunsRoom:
         *,
         by: str | None = None,
         record: tuple[str, str] | None = None,
+        key: str | None = None,
     ) -> RunHandle:
         """Start a run of `workflow` (a name or the workflow itself) with `input` (its model or
         a dict), under the policies; a worker serving its queue runs it. `record` names the
         business record the run concerns, e.g. `("invoice", "inv_1003")` (default: the one its
-        workflow derives from the input, if it does): see `client.records.activity`."""
-        run = self.start_row(workflow, input, by=by, record=record)
+        workflow derives from the input, if it does): see `client.records.activity`.
+
+        With a `key` (1 to 200 printable characters, no spaces), the same start again by the
+        same principal starts nothing and returns the run the first one started: a form sent
+        twice, or a request retried after its answer was lost, makes one run. The key used
+        again for another workflow or input is refused (`KeyReused`)."""
+        run = self.start_row(workflow, input, by=by, record=record, key=key)
         return RunHandle(self, run.run_id, self._client.app.workflow(run.workflow))
 
     def start_row(
@@ -198,19 +217,51 @@ class RunsRoom:
         *,
         by: str | None = None,
         record: tuple[str, str] | None = None,
+        key: str | None = None,
     ) -> Run:
-        """`start`, returning the run's row as it was written."""
+        """`start`, returning the run's row as it was written (or, started before under `key`,
+        as it is now)."""
         not_in_a_workflow("runs.start")
         from remit.core.activity import check_record
 
         named = None if record is None else check_record(record, where="start(record=...)")
         wf = self._client.app.workflow(workflow if isinstance(workflow, str) else workflow.name)
         runs = self._client.services.runs.naming(named, app=self._client.app_name)
-        started = self._client.services.guard.start(
-            runs, self._client.services.dbos, wf, input, by=self._client.who(by)
-        )
+        who = self._client.who(by)
+        run_id = None if key is None else keyed_run_id(self._client.app.name, who, key)
+        if run_id is not None and (first := self._started(run_id, wf, input, key)) is not None:
+            return first
+        from sqlalchemy.exc import IntegrityError
+
+        try:
+            started = self._client.services.guard.start(
+                runs, self._client.services.dbos, wf, input, by=who, run_id=run_id
+            )
+        except IntegrityError:
+            if run_id is None:
+                raise
+            # The same start committed first, from another request: answer with its run.
+            first = self._started(run_id, wf, input, key)
+            if first is None:
+                raise
+            return first
         self._client.written()
         return started
+
+    def _started(
+        self, run_id: str, wf: Workflow, input: Mapping[str, Any] | BaseModel, key: str | None
+    ) -> Run | None:
+        """The run a start under `key` made before, if one did: the same workflow and input,
+        else `KeyReused`."""
+        from remit.core.errors import KeyReused
+        from remit.core.runs import parse_input
+
+        first = self._client.services.runs.find(run_id)
+        if first is None:
+            return None
+        if first.workflow != wf.name or first.input != parse_input(wf, input):
+            raise KeyReused("start key", str(key), f"start run {first.run_id} of {first.workflow}")
+        return first
 
     def get(self, run_id: str) -> Run:
         """A run's row; `RunNotFound` if there is none."""

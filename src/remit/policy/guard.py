@@ -80,9 +80,11 @@ class Guard:
         input: Mapping[str, Any] | BaseModel,
         *,
         by: str,
+        run_id: str | None = None,
     ) -> Run:
         """Start a run of `wf` for `by`, if the policies let them: `start` on the workflow,
         with the parsed input as context. Refused (and recorded) with `PolicyDenied`.
+        `run_id` is the run's id (default: a new one).
 
         The built-in `call` workflow is started only by a held direct call: started by hand it
         would make a call the `call` policies never saw.
@@ -95,7 +97,7 @@ class Guard:
             )
         payload = parse_input(wf, input)
         self.require(by, "start", wf.name, {"input": payload})
-        return runs.start(client, wf, ParsedInput(wf.name, payload), started_by=by)
+        return runs.start(client, wf, ParsedInput(wf.name, payload), started_by=by, run_id=run_id)
 
     def check(
         self, principal: str, action: Action, resource: str, context: Mapping[str, Any]

@@ -149,13 +149,20 @@ def _run_routes(routes: APIRouter, client: Client) -> None:
         return [RunView.of(run) for run in found]
 
     @routes.post(
-        "/runs", status_code=201, responses=error_responses(400, 401, 403, 404, 413, 422, 503)
+        "/runs",
+        status_code=201,
+        responses=error_responses(400, 401, 403, 404, 413, 422, 503),
     )
-    def start_run(body: StartRequest, who: Who) -> RunView:
+    def start_run(body: StartRequest, who: Who, idempotency_key: OptionalKey = None) -> RunView:
         """Start a run of a workflow, as the policies allow (`start` on the workflow); a worker
-        serving its queue runs it. A workflow the app does not have is 404."""
+        serving its queue runs it. A workflow the app does not have is 404. With an
+        Idempotency-Key, the same request again answers with the run the first one started
+        and starts nothing; the key sent with another workflow or input is 422."""
         record = None if body.record is None else (body.record.type, body.record.id)
-        return RunView.of(client.runs.start_row(body.workflow, body.input, by=who, record=record))
+        started = client.runs.start_row(
+            body.workflow, body.input, by=who, record=record, key=idempotency_key
+        )
+        return RunView.of(started)
 
     @routes.get("/runs/{run_id}", responses=error_responses(400, 401, 403, 404, 422, 503))
     def get_run(run_id: RunId, who: Who) -> RunView:

@@ -15,6 +15,7 @@ of them has a form here.
 # Depends(page.sessions...)]` when the route is made, and `page` is local to `add`.
 
 import inspect
+import uuid
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -36,6 +37,8 @@ from remit.reads import Reader
 from remit.resources.workflows import APPLY, DRIFT
 
 INPUT = "input"
+# The form's start key, a field of its own beside the input's.
+START_KEY = "start_key"
 
 
 def not_by_hand(app: App, wf: Workflow) -> str | None:
@@ -90,6 +93,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         *,
         status: int = 200,
         refusal: list[str] | None = None,
+        key: str | None = None,
     ) -> Response:
         return page.render(
             request,
@@ -102,6 +106,9 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
             fields=fields_of(wf.input, values, errors, INPUT),
             form_error=(errors or {}).get(""),
             refusal=refusal or [],
+            # One start per form: the same form sent twice (a double click, a reload) is one
+            # run. A form shown again after a problem keeps its key, having started nothing.
+            start_key=key or f"console-{uuid.uuid4().hex}",
         )
 
     def workflow_of(request: Request, viewer: Viewer, name: str) -> Workflow | Response:
@@ -141,14 +148,16 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
             return found
         wf, form = found, form_dict(form_data)
         typed = posted_values(wf.input, form, INPUT)
+        sent = form.get(START_KEY)
+        key = sent if isinstance(sent, str) and sent else None
         value, errors = parse_form(wf.input, form, INPUT)
         if value is None:
-            return form_page(request, viewer, wf, typed, errors, status=422)
+            return form_page(request, viewer, wf, typed, errors, status=422, key=key)
         try:
-            run = client.runs.start_row(wf.name, value, by=viewer.principal)
+            run = client.runs.start_row(wf.name, value, by=viewer.principal, key=key)
         except RemitError as refused:
             status, reasons = status_of(refused), reasons_of(refused)
-            return form_page(request, viewer, wf, typed, status=status, refusal=reasons)
+            return form_page(request, viewer, wf, typed, status=status, refusal=reasons, key=key)
         readable = Reader(client, viewer.principal).workflows
         if readable is not None and wf.name not in readable:
             # Theirs to start, not to read: the run's page would refuse them.
