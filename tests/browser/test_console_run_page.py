@@ -84,8 +84,10 @@ def test_a_refund_gated_then_asleep_for_three_days_draws_its_waits(
     # Measured at once: with JavaScript, htmx redraws the timeline every 3 s.
     seen = _measured(page)
 
-    # Each wait is a span tens of pixels wide: the gate's, closed, and the sleep's, up to now.
-    assert [(kinds, width >= 36) for kinds, width in seen["waits"]] == [
+    # Each wait is a span: the gate's, closed, and the sleep's, up to now.
+    # Not slivers (3 px, as each wait was drawn before): how wide exactly depends on how long
+    # the steps beside took, which a loaded machine stretches (the scale's unit tests pin it).
+    assert [(kinds, width >= 12) for kinds, width in seen["waits"]] == [
         ("wait gate", True),
         ("wait sleep open", True),
     ]
