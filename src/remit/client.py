@@ -39,7 +39,7 @@ from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from remit.core import limits
 from remit.core.acting import not_in_a_workflow
@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from remit.core.runs import RunStore
     from remit.execution.direct import DirectCalls
     from remit.execution.rooms import CallsRoom
+    from remit.ops.messages import Messages, Sent
     from remit.ops.pause import AppState
     from remit.ops.retries import Retries
     from remit.ops.rooms import OpsRoom
@@ -197,10 +198,27 @@ class Client:
 
     @cached_property
     def runs(self) -> RunsRoom:
-        """An app's runs: start, get, list, handle, steps, attempts, record, cancel, retry."""
+        """An app's runs: start, get, list, handle, steps, attempts, record, cancel, retry,
+        send, state, messages, waiting, children, parent."""
         from remit.ops.runs import RunsRoom
 
         return RunsRoom(self)
+
+    def send(
+        self,
+        run_id: str,
+        topic: str,
+        payload: Any,
+        *,
+        key: str | None = None,
+        by: str | None = None,
+    ) -> Sent:
+        """Send a message to a run on `topic`: `client.runs.send`."""
+        return self.runs.send(run_id, topic, payload, key=key, by=by)
+
+    def state(self, run_id: str) -> dict[str, Any]:
+        """What a run published (`ctx.publish`), the latest value by key: `client.runs.state`."""
+        return self.runs.state(run_id)
 
     @cached_property
     def approvals(self) -> ApprovalsRoom:
@@ -366,6 +384,12 @@ class Services:
             clock=self._client.clock,
             guard=self.guard,
         )
+
+    @cached_property
+    def messages(self) -> Messages:
+        from remit.ops.messages import Messages
+
+        return Messages(self._client.db, self.dbos, clock=self._client.clock)
 
     @cached_property
     def retries(self) -> Retries:

@@ -89,6 +89,7 @@ def test_policies_are_shown_explained_and_a_broken_file_reported(cli: Cli, tmp_p
         "reconcile",
         "manage_tokens",
         "manage_schedules",
+        "send",
         "set_secret",
         "delete_secret",
         "set_budget",

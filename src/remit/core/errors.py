@@ -13,6 +13,8 @@
     ├── TaskRefused           `Tasks.resolve` refused, listing every reason; nothing was written
     ├── RetryRefused          `retry` refused (the run is not failed or cancelled, a bad step)
     ├── KeyReused             a key sent again with another request than its first; nothing done
+    ├── SendRefused           a message to a run that has finished, or on a topic it cannot take
+    ├── ChildFailed           a child run a workflow waited for failed or was cancelled
     ├── Unauthenticated       an API token is missing, unknown, expired or revoked
     ├── InitRefused           `remit init` would overwrite something or make an unloadable name
     └── OpError               an operation call did not succeed (raised inside a run)
@@ -332,6 +334,28 @@ class KeyReused(RemitError):
         )
         self.key = key
         self.first = first
+
+
+class SendRefused(RemitError):
+    """A message was refused and nothing was written: its run has finished (it waits for
+    nothing more), or its topic is not a name a wait can use."""
+
+    def __init__(self, message: str, *, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class ChildFailed(RemitError):
+    """A child run the workflow waited for (`ctx.wait`) failed or was cancelled. `run_id`,
+    `workflow` and `status` name it; `error` is its error, if it failed."""
+
+    def __init__(self, *, run_id: str, workflow: str, status: str, error: str | None) -> None:
+        said = f": {error}" if error else ""
+        super().__init__(f"child run {run_id} of `{workflow}` {status}{said}")
+        self.run_id = run_id
+        self.workflow = workflow
+        self.status = status
+        self.error = error
 
 
 class DecisionRefused(RemitError):

@@ -42,13 +42,24 @@ from remit.core.fence import attempt_workflow_id as attempt_workflow_id
 from remit.core.fence import fenced_update, lock, next_attempt, status_write
 from remit.core.limits import check_json
 from remit.core.outbox import CHANNEL, announce, doorbell
-from remit.core.schema import audit, runs
+from remit.core.schema import audit, children, runs
 from remit.core.text import PROBLEMS, excerpt
 
 if TYPE_CHECKING:
     from dbos import DBOSClient
 
 log = logging.getLogger("remit.runs")
+
+
+@dataclass(frozen=True)
+class ParentLink:
+    """A child run's parent: the run, the step that started it, the start's key there, and
+    whether the child outlives a cancel of its parent (`detached`)."""
+
+    run_id: str
+    step_id: int
+    key: str
+    detached: bool = False
 
 
 class Startable(Protocol):
@@ -223,6 +234,7 @@ class RunStore:
         started_by: str,
         run_id: str | None = None,
         record: Record | None = None,
+        parent: ParentLink | None = None,
     ) -> Run:
         """Write the run's row and enqueue its first attempt, in one transaction.
 
@@ -231,7 +243,8 @@ class RunStore:
 
         The run concerns `record`, else the store's, else the one its workflow derives from
         its input (`@workflow(record=...)`), if any: its start is then written to the record's
-        activity in the same transaction.
+        activity in the same transaction. A child run (`ctx.start`) is linked to its `parent`
+        in it too.
         """
         if self.app is None:
             # Its queue is the app's (`queue_id`): without the app, no worker would serve it.
@@ -276,13 +289,27 @@ class RunStore:
             else:  # the row's insert announces the run too: one round trip less
                 conn.execute(_INSERT_ANNOUNCED, {**row, "announce_queue": run.queue})
             enqueue_first(conn, client, run, announced=not self.db.is_sqlite)
+            if parent is not None:
+                conn.execute(
+                    children.insert().values(
+                        run_id=run_id,
+                        parent_run_id=parent.run_id,
+                        step_id=parent.step_id,
+                        key=parent.key,
+                        workflow=workflow.name,
+                        detached=parent.detached,
+                        created_at=now,
+                    )
+                )
             audit_row(
                 conn,
                 at=now,
                 actor=started_by,
                 action="run.started",
                 target=run_id,
-                meta={"workflow": workflow.name},
+                meta={"workflow": workflow.name}
+                if parent is None
+                else {"workflow": workflow.name, "parent": parent.run_id},
             )
             if record is not None:
                 activity_row(
@@ -345,12 +372,14 @@ class RunStore:
         record: Record | None = None,
         since: datetime | None = None,
         id_prefix: str | None = None,
+        parent: str | None = None,
         before: tuple[datetime, str] | None = None,
         only: sa.ColumnElement[bool] | None = None,
     ) -> list[Run]:
         """Runs, newest first (ties by id). `app` is an app of the repo (`ar`: the workflows
         `ar.*`; `""`: the root's); `record` the record they concern; `since` the earliest
-        start; `id_prefix` how their ids begin; `before` the (created at, run id) of the last
+        start; `id_prefix` how their ids begin; `parent` the run that started them as its
+        children (`ctx.start`); `before` the (created at, run id) of the last
         run of the page before, for the next page; `only` a further condition (what a
         principal may read, `remit.reads`)."""
         query = sa.select(runs).order_by(runs.c.created_at.desc(), runs.c.run_id).limit(limit)
@@ -371,6 +400,12 @@ class RunStore:
             query = query.where(runs.c.created_at >= since)
         if id_prefix:
             query = query.where(runs.c.run_id.startswith(id_prefix, autoescape=True))
+        if parent is not None:
+            query = query.where(
+                runs.c.run_id.in_(
+                    sa.select(children.c.run_id).where(children.c.parent_run_id == parent)
+                )
+            )
         if before is not None:
             at, run_id = before
             query = query.where(

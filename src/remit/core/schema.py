@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "21"
+SCHEMA_VERSION = "22"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -310,6 +310,78 @@ timers = sa.Table(
     sa.Column("woken_at", UTCDateTime),
     sa.Column("resumed_workflow_id", sa.String(128)),
     sa.Index("remit_timers_due", "status", "wake_at"),
+)
+
+# A message sent to a run (`client.send`): kept, in order of `seq`, until a `ctx.wait_for` on
+# its topic takes it (`taken`, at that wait's step), or refuses it (`refused`: its payload did
+# not parse as the wait's model; `error` says why).
+messages = sa.Table(
+    "remit_messages",
+    metadata,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("topic", sa.String(100), nullable=False),
+    sa.Column("payload", sa.JSON, nullable=False),
+    sa.Column("key", sa.String(200)),
+    sa.Column("sent_by", sa.String(200), nullable=False),
+    sa.Column("sent_at", UTCDateTime, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),  # queued, taken, refused
+    sa.Column("step_id", sa.Integer),
+    sa.Column("taken_at", UTCDateTime),
+    sa.Column("error", sa.Text),
+    sa.Index("remit_messages_run", "run_id", "topic", "status", "seq"),
+    sa.Index("remit_messages_step", "run_id", "step_id"),
+    # A key names one message to its run: the same send again replays it.
+    sa.UniqueConstraint("run_id", "key", name="remit_messages_key"),
+)
+
+# A run waiting for something other than a person or a time: a message on a topic (`ctx.wait_for`)
+# or its child runs' ends (`ctx.wait`). One row per run and wait step; while `waiting` on the
+# run's current attempt, whatever it waits for moves the run on, forked from the step, as do its
+# `deadline` (a message's timeout) passing. `ready` once the run was moved on for it.
+waits = sa.Table(
+    "remit_waits",
+    metadata,
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("step_id", sa.Integer, primary_key=True),
+    sa.Column("kind", sa.String(16), nullable=False),  # message, children
+    sa.Column("topic", sa.String(100)),
+    # The children waited for (their run ids), for a wait on children.
+    sa.Column("children", sa.JSON),
+    # The attempt that waits here: where the next attempt is forked from.
+    sa.Column("workflow_id", sa.String(128), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("deadline", UTCDateTime),
+    sa.Column("status", sa.String(16), nullable=False),  # waiting, ready, timed_out
+    sa.Column("resumed_workflow_id", sa.String(128)),
+    sa.Index("remit_waits_due", "status", "deadline"),
+    sa.Index("remit_waits_topic", "run_id", "topic", "status"),
+)
+
+# A child run (`ctx.start`): started at its parent's step `step_id`, under `key` there.
+# Cancelling the parent cancels it unless it is `detached`.
+children = sa.Table(
+    "remit_children",
+    metadata,
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("parent_run_id", sa.String(64), nullable=False),
+    sa.Column("step_id", sa.Integer, nullable=False),
+    sa.Column("key", sa.String(100), nullable=False),
+    sa.Column("workflow", sa.String(200), nullable=False),
+    sa.Column("detached", sa.Boolean, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Index("remit_children_parent", "parent_run_id", "created_at"),
+)
+
+# What a run published for the world to see (`ctx.publish`): the latest value of each key.
+run_state = sa.Table(
+    "remit_run_state",
+    metadata,
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("key", sa.String(100), primary_key=True),
+    sa.Column("value", sa.JSON),
+    sa.Column("step_id", sa.Integer, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
 )
 
 # One row per scheduled workflow of an app. Every instant of its schedule up to `swept_through`

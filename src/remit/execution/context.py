@@ -43,8 +43,28 @@ from remit.declare.ops import Op
 from remit.declare.workflows import Workflow
 from remit.execution.calls import CallMemo, KeyTaken, OpCaller
 from remit.execution.checkpoint import Checkpoint
-from remit.execution.journal import Journal, Mark, gate_mark, op_mark, sleep_mark, step_mark
+from remit.execution.journal import (
+    Journal,
+    Mark,
+    children_mark,
+    gate_mark,
+    message_mark,
+    op_mark,
+    sleep_mark,
+    start_mark,
+    step_mark,
+)
 from remit.execution.timers import Timers
+from remit.execution.waits import (
+    ChildHandle,
+    ChildStart,
+    Waits,
+    check_published,
+    child_run_id,
+    ids_of,
+    payload_problem,
+    seconds_of,
+)
 from remit.people.approvals import Decision
 from remit.people.gates import Gates
 
@@ -182,6 +202,7 @@ class _Base:
         timers: Timers,
         paused: Callable[[], bool] = lambda: False,
         steps: Steps | None = None,
+        waits: Waits | None = None,
     ) -> None:
         self._run = run
         self._workflow = workflow
@@ -190,6 +211,7 @@ class _Base:
         self._gates = gates
         self._timers = timers
         self._paused = paused
+        self._waits_given = waits
         # Where each operation takes its position: DBOS, checked against the run's journal.
         self._steps = steps or LiveSteps(Journal.empty(run.run_id))
 
@@ -354,6 +376,118 @@ class _Base:
 
         return _gate_options(key), body, outcome
 
+    @property
+    def _waits(self) -> Waits:
+        if self._waits_given is None:
+            raise RemitError("this ctx has no waits: a worker's attempts do")
+        return self._waits_given
+
+    def _wait_for_step(
+        self, topic: str, model: Any, timeout: timedelta | float | None
+    ) -> tuple[Mark, Callable[[], dict[str, Any]], Callable[[dict[str, Any]], Any]]:
+        """A `ctx.wait_for`'s mark, the body of its step, and what turns its checkpoint into
+        the value."""
+        problem = key_problem(topic, what="topic", longest=100, example="paid")
+        if problem is not None:
+            raise InputInvalid(problem, target="ctx.wait_for", errors=[])
+        seconds = seconds_of(timeout, what=f"ctx.wait_for({topic!r})")
+        adapter = None if model is None else TypeAdapter(model)
+        what = getattr(model, "__name__", str(model))
+        waits, run = self._waits, self._run
+
+        @telemetry.traced_step("wait_for", topic)
+        def body() -> dict[str, Any]:
+            from dbos import DBOS
+
+            step_id = DBOS.step_id
+            assert step_id is not None, "a wait for a message runs as a DBOS step"
+            return waits.take(run, step_id, topic, seconds, payload_problem(adapter, what))
+
+        def value(row: dict[str, Any]) -> Any:
+            return Waits.message(run.run_id, row, adapter)
+
+        return message_mark(topic), body, value
+
+    def _start_step(
+        self, slot: Slot, workflow: Any, input: Any, key: str | None, detached: bool
+    ) -> tuple[Mark, Callable[[], dict[str, Any]], Callable[[dict[str, Any]], ChildHandle]]:
+        """A `ctx.start`'s mark, the body of its step, and what turns its checkpoint into the
+        child's handle."""
+        name = workflow if isinstance(workflow, str) else getattr(workflow, "name", None)
+        if not isinstance(name, str) or name not in self._waits.workflows:
+            known = ", ".join(sorted(self._waits.workflows)) or "none"
+            raise OpNotDeclared(
+                f"ctx.start({workflow!r}): the app has no such workflow (its workflows: {known})",
+                op=str(name),
+            )
+        if key is not None:
+            problem = key_problem(key, what="child key", longest=100, example="line-1")
+            if problem is not None:
+                raise InputInvalid(problem, target="ctx.start", errors=[])
+        chosen = key or str(slot.position)
+        payload = input.model_dump(mode="json") if isinstance(input, BaseModel) else input
+        start = ChildStart(
+            parent=self._run,
+            step_id=slot.position,
+            run_id=child_run_id(self._run.run_id, chosen),
+            workflow=name,
+            input=dict(payload),
+            key=chosen,
+            detached=detached,
+        )
+        waits = self._waits
+        cause: list[BaseException] = []
+
+        @telemetry.traced_step("start", name)
+        def body() -> dict[str, Any]:
+            try:
+                return Ok(output=waits.start(start)).to_json()
+            except RemitError as error:
+                return self._redacted(_step_error(f"start:{name}", error), error, cause)
+
+        def handle(checkpoint: dict[str, Any]) -> ChildHandle:
+            outcome = parse_outcome(checkpoint)
+            if isinstance(outcome, Failed):
+                raise outcome.failure.exception(f"start:{name}") from (cause[0] if cause else None)
+            return ChildHandle.model_validate(outcome.output)
+
+        return start_mark(name, chosen), body, handle
+
+    def _children_step(
+        self, handles: Iterable[ChildHandle]
+    ) -> tuple[Callable[[], dict[str, Any]], Callable[[dict[str, Any]], list[Any]]]:
+        """A `ctx.wait`'s step body, and what turns its checkpoint into the children's
+        outputs."""
+        given = ids_of(handles)
+        waits, run = self._waits, self._run
+
+        @telemetry.traced_step("wait", "children")
+        def body() -> dict[str, Any]:
+            from dbos import DBOS
+
+            step_id = DBOS.step_id
+            assert step_id is not None, "a wait for children runs as a DBOS step"
+            return waits.wait_children(run, step_id, given)
+
+        return body, waits.ends
+
+    def _publish_step(self, key: str, value: Any) -> tuple[str, Callable[[], dict[str, Any]]]:
+        problem = key_problem(key, what="published key", longest=100, example="progress")
+        if problem is not None:
+            raise InputInvalid(problem, target="ctx.publish", errors=[])
+        jsonable = check_published(key, value)
+        waits, run = self._waits, self._run
+
+        @telemetry.traced_step("publish", key)
+        def body() -> dict[str, Any]:
+            from dbos import DBOS
+
+            step_id = DBOS.step_id
+            assert step_id is not None, "a publish runs as a DBOS step"
+            return waits.publish(run, step_id, key, jsonable)
+
+        return f"publish:{key}", body
+
     def __getattr__(self, vendor: str) -> Any:
         """`ctx.<vendor>.<resource>.<op>(...)`: the same call as `ctx.call(op, ...)`."""
         if vendor.startswith("_"):
@@ -465,6 +599,19 @@ def _gate_options(key: str) -> StepOptions:
 
 def _sleep_options() -> StepOptions:
     return _db_step_options("sleep")
+
+
+def _wait_options(mark: Mark) -> StepOptions:
+    return _db_step_options(mark.name)
+
+
+def _in_thread(body: Callable[[], T]) -> Callable[[], Any]:
+    """`body` as an async step's body: run in a thread, off the event loop."""
+
+    async def run() -> T:
+        return await asyncio.to_thread(body)
+
+    return run
 
 
 def _chat(
@@ -666,6 +813,70 @@ class Context(_Base):
         row = self._steps.reserve().run(gate_mark(key), options, body)
         return cast(Decision[Draft], outcome(row))
 
+    @overload
+    def wait_for(self, topic: str, *, timeout: timedelta | float | None = None) -> Any: ...
+    @overload
+    def wait_for(
+        self, topic: str, *, model: type[T], timeout: timedelta | float | None = None
+    ) -> T | None: ...
+    def wait_for(
+        self, topic: str, *, model: Any = None, timeout: timedelta | float | None = None
+    ) -> Any:
+        """Wait for a message sent to this run on `topic` (`client.send`), and return it
+        parsed as `model` (its JSON as sent, without one), or None once `timeout` (a
+        timedelta or seconds) has passed with none.
+
+        Messages on a topic are taken in the order they were sent, each once; one sent before
+        the run waits is kept, and taken at once. While it waits the run is `waiting` and
+        holds nothing in any worker. A message whose payload does not parse as `model` is
+        kept as refused, and the wait raises `InputInvalid` naming the field.
+        """
+        self._before_step()
+        mark, body, value = self._wait_for_step(topic, model, timeout)
+        return value(self._steps.reserve().run(mark, _wait_options(mark), body))
+
+    def start(
+        self,
+        workflow: str | Workflow,
+        input: Mapping[str, Any] | BaseModel,
+        *,
+        key: str | None = None,
+        detached: bool = False,
+    ) -> ChildHandle:
+        """Start a child run of `workflow` with `input`, as one recorded step, and return its
+        handle at once (give it to `ctx.wait`). The child is an ordinary run, started as this
+        run's principal, under the policies. `key` names the start within this run (default:
+        its position); a retry never starts it twice. Cancelling this run cancels the child
+        while it runs, unless it is `detached`.
+        """
+        self._before_step()
+        slot = self._steps.reserve()
+        mark, body, handle = self._start_step(slot, workflow, input, key, detached)
+        return handle(slot.run(mark, _wait_options(mark), body))
+
+    def wait(self, child: ChildHandle) -> Any:
+        """Wait for a child run to end and return its output (parsed as its workflow's return
+        type); raise `ChildFailed`, naming it and its error, if it failed or was cancelled.
+        While it runs, this run is `waiting` and holds nothing in any worker."""
+        return self.wait_all([child])[0]
+
+    def wait_all(self, children: Iterable[ChildHandle]) -> list[Any]:
+        """Wait for every child run in `children` to end, and return their outputs in order;
+        see `wait`."""
+        self._before_step()
+        body, outputs = self._children_step(children)
+        mark = children_mark()
+        return outputs(self._steps.reserve().run(mark, _wait_options(mark), body))
+
+    def publish(self, key: str, value: Any) -> None:
+        """Publish `value` (JSON) under `key` for the world to see while the run goes on: the
+        progress of a batch, a quote awaiting acceptance. `client.state(run_id)`, `remit
+        show` and the run's page show the latest value of each key. A recorded step: a replay
+        does not publish again."""
+        self._before_step()
+        name, body = self._publish_step(key, value)
+        self._steps.reserve().run(step_mark(name), {"name": name}, body)
+
     def patch(self, name: str) -> bool:
         """True where the run takes the code added under `name`; False for a run that had
         already passed this point before the change, which must keep its old path:
@@ -773,6 +984,48 @@ class AsyncContext(_Base):
 
         row = await self._steps.reserve().run_async(gate_mark(key), options, in_thread)
         return cast(Decision[Draft], outcome(row))
+
+    async def wait_for(
+        self, topic: str, *, model: Any = None, timeout: timedelta | float | None = None
+    ) -> Any:
+        """Wait for a message on `topic`; see `Context.wait_for`."""
+        self._before_step()
+        mark, body, value = self._wait_for_step(topic, model, timeout)
+        row = await self._steps.reserve().run_async(mark, _wait_options(mark), _in_thread(body))
+        return value(row)
+
+    async def start(
+        self,
+        workflow: str | Workflow,
+        input: Mapping[str, Any] | BaseModel,
+        *,
+        key: str | None = None,
+        detached: bool = False,
+    ) -> ChildHandle:
+        """Start a child run; see `Context.start`."""
+        self._before_step()
+        slot = self._steps.reserve()
+        mark, body, handle = self._start_step(slot, workflow, input, key, detached)
+        return handle(await slot.run_async(mark, _wait_options(mark), _in_thread(body)))
+
+    async def wait(self, child: ChildHandle) -> Any:
+        """Wait for a child run to end; see `Context.wait`."""
+        return (await self.wait_all([child]))[0]
+
+    async def wait_all(self, children: Iterable[ChildHandle]) -> list[Any]:
+        """Wait for child runs to end; see `Context.wait_all`."""
+        self._before_step()
+        body, outputs = self._children_step(children)
+        mark = children_mark()
+        return outputs(
+            await self._steps.reserve().run_async(mark, _wait_options(mark), _in_thread(body))
+        )
+
+    async def publish(self, key: str, value: Any) -> None:
+        """Publish a value for the world to see; see `Context.publish`."""
+        self._before_step()
+        name, body = self._publish_step(key, value)
+        await self._steps.reserve().run_async(step_mark(name), {"name": name}, _in_thread(body))
 
     async def patch(self, name: str) -> bool:
         """See `Context.patch`."""

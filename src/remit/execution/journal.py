@@ -12,7 +12,8 @@ what the run recorded there:
 
 - DBOS's record of the step (its name), for every copied position;
 - remit's own rows, which outlive a step cut off mid-call: the ledger (op and idempotency key),
-  the approvals (the gate's key) and the timers (a long sleep).
+  the approvals (the gate's key), the timers (a long sleep), the waits (a message's topic, or
+  children) and the children (a child's start and its key).
 
 remit's rows are compared at every position the run reached, and so are the steps the attempt
 before finished past the resume point (a retry from an earlier step runs them again). A
@@ -36,9 +37,9 @@ from typing import Any, Literal
 import sqlalchemy as sa
 
 from remit.core.errors import CodeChanged
-from remit.core.schema import approvals, ledger, timers
+from remit.core.schema import approvals, children, ledger, timers, waits
 
-Kind = Literal["step", "op", "approval", "sleep", "patch"]
+Kind = Literal["step", "op", "approval", "sleep", "patch", "message", "start", "children"]
 
 # The DBOS statuses of an attempt that was cut off mid-way rather than ending at a step's end:
 # its worker died (still PENDING, or given up), or it was cancelled (a move to the next attempt
@@ -46,6 +47,9 @@ Kind = Literal["step", "op", "approval", "sleep", "patch"]
 CUT_OFF = frozenset({"PENDING", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"})
 PATCH_PREFIX = "DBOS.patch-"  # how DBOS names the marker of a taken `ctx.patch`
 SHORT_SLEEP = "DBOS.sleep"  # how DBOS names a sleep that holds its thread
+WAIT_FOR_PREFIX = "wait_for:"  # a `ctx.wait_for` step: `wait_for:<topic>`
+START_PREFIX = "start:"  # a `ctx.start` step: `start:<workflow>`
+WAIT_CHILDREN = "wait:children"  # a `ctx.wait` step
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ class Mark:
             return _recorded_name(self.name)
         if self.kind == "patch":
             return f"`ctx.patch({self.name.removeprefix(PATCH_PREFIX)!r})`"
+        if self.kind in ("message", "start", "children"):
+            return _recorded_name(self.name)
         return f"`{self.name}` (a step)"
 
 
@@ -87,8 +93,26 @@ def sleep_mark(*, short: bool = False) -> Mark:
     return Mark("sleep", SHORT_SLEEP if short else "sleep")
 
 
+def message_mark(topic: str) -> Mark:
+    return Mark("message", f"{WAIT_FOR_PREFIX}{topic}", topic)
+
+
+def start_mark(workflow: str, key: str) -> Mark:
+    return Mark("start", f"{START_PREFIX}{workflow}", key)
+
+
+def children_mark() -> Mark:
+    return Mark("children", WAIT_CHILDREN)
+
+
 def _recorded_name(name: str) -> str:
     """A DBOS step name as a person reads it."""
+    if name.startswith(WAIT_FOR_PREFIX):
+        return f"a wait for a message on `{name.removeprefix(WAIT_FOR_PREFIX)}`"
+    if name.startswith(START_PREFIX):
+        return f"the start of a child run of `{name.removeprefix(START_PREFIX)}`"
+    if name == WAIT_CHILDREN:
+        return "a wait for child runs"
     if name.startswith(PATCH_PREFIX):
         return f"`ctx.patch({name.removeprefix(PATCH_PREFIX)!r})`"
     if name.startswith("approval:"):
@@ -260,7 +284,7 @@ def load_marks(conn: sa.Connection, run_id: str) -> dict[int, Mark]:
 
 
 def load_marks_of(conn: sa.Connection, run_ids: list[str]) -> dict[str, dict[int, Mark]]:
-    """`load_marks` for many runs at once, three queries for each 500 of them. A position with
+    """`load_marks` for many runs at once, five queries for each 500 of them. A position with
     rows of two kinds keeps the ledger's (it cannot happen: one position is one operation)."""
     found: dict[str, dict[int, Mark]] = {}
     for at in range(0, len(run_ids), 500):
@@ -269,6 +293,22 @@ def load_marks_of(conn: sa.Connection, run_ids: list[str]) -> dict[str, dict[int
             sa.select(timers.c.run_id, timers.c.step_id).where(timers.c.run_id.in_(chunk))
         ):
             found.setdefault(timer.run_id, {})[timer.step_id] = sleep_mark()
+        for wait in conn.execute(
+            sa.select(waits.c.run_id, waits.c.step_id, waits.c.kind, waits.c.topic).where(
+                waits.c.run_id.in_(chunk)
+            )
+        ):
+            found.setdefault(wait.run_id, {})[wait.step_id] = (
+                message_mark(wait.topic) if wait.kind == "message" else children_mark()
+            )
+        for child in conn.execute(
+            sa.select(
+                children.c.parent_run_id, children.c.step_id, children.c.workflow, children.c.key
+            ).where(children.c.parent_run_id.in_(chunk))
+        ):
+            found.setdefault(child.parent_run_id, {})[child.step_id] = start_mark(
+                child.workflow, child.key
+            )
         for gate in conn.execute(
             sa.select(approvals.c.run_id, approvals.c.step_id, approvals.c.key).where(
                 approvals.c.run_id.in_(chunk)
@@ -306,7 +346,7 @@ def finished(name: str, output: Any, error: Any) -> bool:
         return False
     if not isinstance(output, dict):
         return True
-    if name.startswith("approval:"):
+    if name.startswith(("approval:", WAIT_FOR_PREFIX)) or name == WAIT_CHILDREN:
         return output.get("status") != "pending"
     if name == "sleep":
         return bool(output.get("over"))

@@ -25,6 +25,7 @@ from remit.core.fence import advance, hold, is_current, lock
 from remit.core.outbox import Resume, Resumer
 from remit.core.runs import RunInfo
 from remit.core.schema import runs, timers
+from remit.core.waiting import first_waiting
 
 if TYPE_CHECKING:
     from dbos import DBOSClient
@@ -156,7 +157,9 @@ class Waker:
                 or not run.on(timer.workflow_id, ("sleeping",))
             ):
                 return None  # woken by another sweep, cancelled, or moved on meanwhile
-            resume = advance(conn, run, step_id, now=now)
+            # From the first wait of the attempt: an async run may wait at others too.
+            waiting = first_waiting(conn, run_id, run.workflow_id)
+            resume = advance(conn, run, step_id if waiting is None else waiting, now=now)
             conn.execute(
                 timers.update()
                 .where(*key)

@@ -46,6 +46,7 @@ from remit.execution.journal import (
     sleep_mark,
 )
 from remit.execution.timers import DEFAULT_SUSPEND_AFTER, Timers
+from remit.execution.waits import Waits
 from remit.people.gates import Gates
 from remit.people.tasks import TaskOpener
 
@@ -204,6 +205,7 @@ class DeployCheck:
         )
         self.gates = Gates(db, app.approval_types, clock=clock)
         self.timers = Timers(db, suspend_after=suspend_after, clock=clock)
+        self.waits = Waits(db, workflows=app.workflows, clock=clock)
 
     def run(self, run_ids: Iterable[str] | None = None) -> DeployReport:
         """Replay every unfinished run of the app (or those of `run_ids`)."""
@@ -283,12 +285,26 @@ class DeployCheck:
         try:
             if wf.is_async:
                 ctx_async = AsyncContext(
-                    info, wf, self.app.ops, self.caller, self.gates, self.timers, steps=steps
+                    info,
+                    wf,
+                    self.app.ops,
+                    self.caller,
+                    self.gates,
+                    self.timers,
+                    steps=steps,
+                    waits=self.waits,
                 )
                 asyncio.run(wf.fn(ctx_async, given))
             else:
                 ctx = Context(
-                    info, wf, self.app.ops, self.caller, self.gates, self.timers, steps=steps
+                    info,
+                    wf,
+                    self.app.ops,
+                    self.caller,
+                    self.gates,
+                    self.timers,
+                    steps=steps,
+                    waits=self.waits,
                 )
                 wf.fn(ctx, given)
             if not steps.reached:

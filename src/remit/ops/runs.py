@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from remit.app import App
     from remit.core.runs import Run, RunStore
     from remit.declare.workflows import Workflow
+    from remit.ops.messages import Child, Messages, Sent, Waiting
     from remit.ops.retries import Retried, Retries
     from remit.policy.guard import Guard
 
@@ -46,6 +47,8 @@ class RunServices(Protocol):
     def dbos(self) -> DBOSClient: ...
     @property
     def retries(self) -> Retries: ...
+    @property
+    def messages(self) -> Messages: ...
 
 
 class RunsClient(Acting, Protocol):
@@ -283,11 +286,13 @@ class RunsRoom:
         record: tuple[str, str] | None = None,
         since: datetime | None = None,
         id_prefix: str | None = None,
+        parent: str | None = None,
         before: tuple[datetime, str] | None = None,
         only: sa.ColumnElement[bool] | None = None,
     ) -> builtins.list[Run]:
         """Runs, newest first: of a status, a workflow, an app of the repo (`""`: the root's),
-        a starter, a record, started at `since` or later, whose ids begin with `id_prefix`;
+        a starter, a record, started at `since` or later, whose ids begin with `id_prefix`,
+        started as children of the run `parent`;
         `before` the (created at, run id) of the previous page's last; `only` a further
         condition (what a principal may read, `remit.reads`)."""
         limits.check_limit(limit, where="runs.list")
@@ -298,6 +303,7 @@ class RunsRoom:
             app=app,
             started_by=started_by,
             id_prefix=id_prefix,
+            parent=parent,
         )
         return self._client.services.runs.list(
             status=status,
@@ -308,6 +314,7 @@ class RunsRoom:
             record=record,
             since=since,
             id_prefix=id_prefix,
+            parent=parent,
             before=before,
             only=only,
         )
@@ -368,6 +375,55 @@ class RunsRoom:
                 )
             )
         return found
+
+    def send(
+        self,
+        run_id: str,
+        topic: str,
+        payload: Any,
+        *,
+        key: str | None = None,
+        by: str | None = None,
+    ) -> Sent:
+        """Send `payload` (JSON, or a pydantic model) to the run on `topic`, as the policies
+        allow (`send` on its workflow). A run waiting on that topic (`ctx.wait_for`) carries
+        on with it; a run not waiting yet keeps it until it does. With a `key`, the same send
+        again answers with the first one's message (`replayed`); the key used again for
+        another message is refused (`KeyReused`). `SendRefused` once the run has finished."""
+        not_in_a_workflow("runs.send")
+        no_nul("runs.send", run_id=run_id, topic=topic, key=key)
+        sent = self._client.services.messages.send(
+            self._client.services.guard,
+            run_id,
+            topic,
+            payload,
+            by=self._client.person(by),
+            key=key,
+        )
+        self._client.written()
+        return sent
+
+    def state(self, run_id: str) -> dict[str, Any]:
+        """The latest value of each key the run published (`ctx.publish`), by key."""
+        self.get(run_id)
+        return self._client.services.messages.state(run_id)
+
+    def messages(self, run_id: str) -> builtins.list[Any]:
+        """The messages sent to the run, in order: `queued`, `taken` or `refused`."""
+        self.get(run_id)
+        return self._client.services.messages.messages(run_id)
+
+    def waiting(self, run_id: str) -> builtins.list[Waiting]:
+        """What the run waits for other than people and time: a message, or its children."""
+        return self._client.services.messages.waiting(run_id)
+
+    def children(self, run_id: str) -> builtins.list[Child]:
+        """The child runs `run_id` started (`ctx.start`), oldest first."""
+        return self._client.services.messages.children(run_id)
+
+    def parent(self, run_id: str) -> Child | None:
+        """How the run was started as a child (its parent, key, step), or None."""
+        return self._client.services.messages.parent(run_id)
 
     def record(self, run_id: str) -> tuple[str, str] | None:
         """The business record a run concerns (type, id), named when it started, or None."""

@@ -36,7 +36,7 @@ from remit.core.database import Database
 from remit.core.errors import AppError, CodeChanged, RemitError, RunMovedOn, RunTimedOut, Suspended
 from remit.core.ledger import LedgerStore
 from remit.core.redact import Redactor
-from remit.core.runs import RunInfo, RunStore, attempt_workflow_id, output_refused
+from remit.core.runs import RunInfo, RunStatus, RunStore, attempt_workflow_id, output_refused
 from remit.core.settings import Settings
 from remit.declare.ops import Op
 from remit.declare.workflows import Workflow
@@ -45,6 +45,7 @@ from remit.execution.context import AsyncContext, Context, LiveSteps
 from remit.execution.journal import CUT_OFF, Journal, load_marks, passed_steps
 from remit.execution.timers import DEFAULT_SUSPEND_AFTER, Timers
 from remit.execution.tries import DEFAULT_OP_TIMEOUT
+from remit.execution.waits import Waits
 from remit.ops.recoveries import (
     RecoveredTooOften,
     Recoveries,
@@ -126,6 +127,9 @@ class Runtime:
             db, app.approval_types, channels=self.notifications.channels, clock=clock
         )
         self.timers = Timers(db, suspend_after=suspend_after, clock=clock)
+        # Messages, child runs and published state; the worker gives it a way to start
+        # children and to fork what a child's end resumes.
+        self.waits = Waits(db, workflows=app.workflows, clock=clock)
         # An attempt's DBOS steps, read from outside it: the worker gives its client's.
         self.list_steps: Callable[[str], list[StepInfo]] = _no_steps
         # An attempt's DBOS status, read from outside it (None: DBOS holds no such attempt).
@@ -241,21 +245,30 @@ class Runtime:
                 f"the workflow returned a value that is not JSON ({type(error).__name__}: {error}): "
                 "return plain data or a pydantic model"
             )
-            self.runs.conclude(
-                run.run_id, run.workflow_id, "failed", error=message, concerns=run.concerns
-            )
+            self._conclude(run, "failed", error=message)
             raise TypeError(message) from error
         output = self._secrets().json(output)
         refused = output_refused(run.run_id, output)
         if refused is not None:
-            self.runs.conclude(
-                run.run_id, run.workflow_id, "failed", error=refused, concerns=run.concerns
-            )
+            self._conclude(run, "failed", error=refused)
             raise RemitError(refused)
-        self.runs.conclude(
-            run.run_id, run.workflow_id, "done", output=output, concerns=run.concerns
-        )
+        self._conclude(run, "done", output=output)
         return output
+
+    def _conclude(
+        self, run: RunInfo, status: RunStatus, *, output: Any = None, error: str | None = None
+    ) -> None:
+        """Write the run's end, fenced on its attempt; then, once it is written, move on its
+        parent if it waited for it (`ctx.wait`)."""
+        self.runs.conclude(
+            run.run_id,
+            run.workflow_id,
+            status,
+            output=output,
+            error=error,
+            concerns=run.concerns,
+        )
+        self.waits.ended(run.run_id)
 
     def _failed(self, run: RunInfo, error: Exception) -> BaseException:
         """Conclude the run as failed, unless the worker is shutting down under it; return the
@@ -277,28 +290,18 @@ class Runtime:
                 redacted,
             )
             return redacted
-        self.runs.conclude(
-            run.run_id,
-            run.workflow_id,
-            "failed",
-            error=_failure(run, redacted),
-            concerns=run.concerns,
-        )
+        self._conclude(run, "failed", error=_failure(run, redacted))
         return redacted
 
     def _changed(self, run: RunInfo, error: CodeChanged) -> None:
         """The code no longer matches the run's record: fail the run, nothing having run at
         the position that differs."""
         log.warning("run %s fails: %s", run.run_id, error)
-        self.runs.conclude(
-            run.run_id, run.workflow_id, "failed", error=str(error), concerns=run.concerns
-        )
+        self._conclude(run, "failed", error=str(error))
 
     def _timed_out(self, run: RunInfo, error: RunTimedOut) -> None:
         log.warning("run %s fails: %s", run.run_id, error)
-        self.runs.conclude(
-            run.run_id, run.workflow_id, "failed", error=str(error), concerns=run.concerns
-        )
+        self._conclude(run, "failed", error=str(error))
 
     def _raised(self, run: RunInfo, error: BaseException) -> RemitError:
         """The workflow (or a driver under it) raised a `BaseException` that is not remit's own
@@ -307,9 +310,7 @@ class Runtime:
         raised = f"the workflow raised {type(error).__name__}: {error}".rstrip(": ")
         message = self._secrets().text(raised)
         log.error("run %s fails: %s", run.run_id, message)
-        self.runs.conclude(
-            run.run_id, run.workflow_id, "failed", error=message, concerns=run.concerns
-        )
+        self._conclude(run, "failed", error=message)
         return RemitError(message)
 
     def _moved_on(self, run: RunInfo, error: RunMovedOn) -> None:
@@ -346,7 +347,7 @@ class Runtime:
                 return None
             try:
                 journal = self._journal(run)
-                ctx = Context(*self._ctx_parts(run, wf), LiveSteps(journal))
+                ctx = Context(*self._ctx_parts(run, wf), LiveSteps(journal), waits=self.waits)
                 if self.paused.is_set():
                     raise Suspended("paused", "the app is paused")
                 result = wf.fn(ctx, wf.input.model_validate(input))
@@ -381,7 +382,7 @@ class Runtime:
                 return None
             try:
                 journal = await asyncio.to_thread(self._journal, run)
-                ctx = AsyncContext(*self._ctx_parts(run, wf), LiveSteps(journal))
+                ctx = AsyncContext(*self._ctx_parts(run, wf), LiveSteps(journal), waits=self.waits)
                 if self.paused.is_set():
                     raise Suspended("paused", "the app is paused")
                 result = await wf.fn(ctx, wf.input.model_validate(input))

@@ -57,6 +57,7 @@ from remit.core.errors import (
 from remit.core.fence import FINISHED
 from remit.core.limits import check_json, check_text
 from remit.core.schema import activity, approvals, decisions, notifications, runs
+from remit.core.waiting import first_waiting
 from remit.declare.workflows import check_name
 from remit.people.answers import Answer, Answers, KeyedRequest, Replayed, Turn, as_json
 from remit.policy.refusals import DecideCall, check_call, refusals
@@ -525,11 +526,13 @@ class _Decision(Answer[list[Approval[Any]], DecideResult]):
                 # The run's current attempt has not reached the gate yet: it reads the
                 # decision when it does, so there is nothing to resume.
                 continue
-            # Fork from the run's first gate still pending on this attempt (an async run may
-            # wait at several at once): the fork re-runs every gate from there on, so one left
-            # pending moves to the new attempt instead of being copied.
+            # Fork from the run's first wait on this attempt (an async run may wait at several
+            # gates, or a gate and a message, at once): the fork re-runs every wait from there
+            # on, so one left pending moves to the new attempt instead of being copied.
             gate = min(_pending_on(conn, run_id, run.workflow_id), key=lambda row: row.step_id)
-            resumed[run_id] = turn.resume(run, gate.step_id).workflow_id
+            waiting = first_waiting(conn, run_id, run.workflow_id)
+            from_step = gate.step_id if waiting is None else min(waiting, gate.step_id)
+            resumed[run_id] = turn.resume(run, from_step).workflow_id
         decided = [
             write_decision(
                 conn,

@@ -2,7 +2,8 @@
 `timeout=`. Whatever the run was doing, it ends in one transaction with its pending gates
 cancelled, its audit row and, if it concerns a record, the record's activity; its current
 attempt in DBOS is cancelled after the commit and stops at its next step, its later status
-writes refused by the fence.
+writes refused by the fence. Its children still running are cancelled with it, but those
+started `detached`; and a parent waiting for it is moved on.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import sqlalchemy as sa
 from remit.core.activity import run_ended
 from remit.core.audit import audit_row
 from remit.core.errors import RunNotFound
-from remit.core.fence import LockedRun, cancel, lock
+from remit.core.fence import FINISHED, LockedRun, cancel, lock
+from remit.core.outbox import Resumer
 from remit.core.runs import Run, RunStore
-from remit.core.schema import approvals, ledger
+from remit.core.schema import approvals, children, ledger, runs
+from remit.core.waiting import wake_parent
 from remit.people.approvals import approval_of, write_decision
 
 if TYPE_CHECKING:
@@ -65,7 +68,32 @@ def cancel_run(
             meta={"workflow": run.workflow, "was": run.status},
         )
     client.cancel_workflow(run.workflow_id)
+    ended_from_outside(runs_store, client, run_id, by=by)
     return runs_store.get(run_id)
+
+
+def ended_from_outside(runs_store: RunStore, client: DBOSClient, run_id: str, *, by: str) -> None:
+    """After a run was ended from outside (its end committed): cancel its children that still
+    run, but those started `detached`, each in its own transaction (and theirs in turn); and
+    move its parent on if it waited for it."""
+    with runs_store.db.engine.connect() as conn:
+        running = list(
+            conn.execute(
+                sa.select(children.c.run_id)
+                .join(runs, runs.c.run_id == children.c.run_id)
+                .where(
+                    children.c.parent_run_id == run_id,
+                    children.c.detached.is_(False),
+                    runs.c.status.not_in(tuple(FINISHED)),
+                )
+                .order_by(children.c.run_id)
+            ).scalars()
+        )
+    for child in running:
+        cancel_run(runs_store, client, child, by=by)
+    resume = wake_parent(runs_store.db, run_id, now=runs_store.clock.now())
+    if resume is not None:
+        Resumer(runs_store.db, client, clock=runs_store.clock).fork_all([resume])
 
 
 def _calling(conn: sa.Connection, run_id: str, run: LockedRun) -> bool:

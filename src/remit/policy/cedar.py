@@ -16,6 +16,7 @@ an agent takes is one of these actions, each on its own kind of resource:
     Action::"reconcile"     on App::"<app>"               context { }
     Action::"manage_tokens" on App::"<app>"               context { verb, subject }
     Action::"manage_schedules" on Workflow::"<name>"      context { verb }
+    Action::"send"          on Workflow::"<name>"         context { topic }
     Action::"set_secret"    on Secret::"<NAME>"           context { }
     Action::"delete_secret" on Secret::"<NAME>"           context { }
     Action::"set_budget"    on Budget::"<scope>"          context { period, limit }
@@ -70,6 +71,7 @@ Action = Literal[
     "reconcile",
     "manage_tokens",
     "manage_schedules",
+    "send",
     "set_secret",
     "delete_secret",
     "set_budget",
@@ -90,6 +92,7 @@ RESOURCE_TYPES: dict[Action, str] = {
     "reconcile": "App",
     "manage_tokens": "App",
     "manage_schedules": "Workflow",
+    "send": "Workflow",
     "set_secret": "Secret",
     "delete_secret": "Secret",
     "set_budget": "Budget",
@@ -546,6 +549,7 @@ def build_schema(
         "reconcile": _record({}),
         "manage_tokens": _record({"verb": string, "subject": string}),
         "manage_schedules": _record({"verb": string}),
+        "send": _record({"topic": string}),
         "set_secret": _record({}),
         "delete_secret": _record({}),
         "read_runs": _record({}),

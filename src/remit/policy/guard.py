@@ -23,7 +23,7 @@ from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.errors import RemitError
 from remit.core.principals import SYSTEM_PREFIX, check_actor
-from remit.core.runs import ParsedInput, Run, RunStore, parse_input
+from remit.core.runs import ParentLink, ParsedInput, Run, RunStore, parse_input
 from remit.core.schema import denials
 from remit.declare.workflows import Workflow
 from remit.policy.cedar import HELD, Action, Policy, Verdict, denied
@@ -81,10 +81,12 @@ class Guard:
         *,
         by: str,
         run_id: str | None = None,
+        parent: ParentLink | None = None,
     ) -> Run:
         """Start a run of `wf` for `by`, if the policies let them: `start` on the workflow,
         with the parsed input as context. Refused (and recorded) with `PolicyDenied`.
-        `run_id` is the run's id (default: a new one).
+        `run_id` is the run's id (default: a new one); `parent`, the run starting it as its
+        child (`ctx.start`).
 
         The built-in `call` workflow is started only by a held direct call: started by hand it
         would make a call the `call` policies never saw.
@@ -97,7 +99,9 @@ class Guard:
             )
         payload = parse_input(wf, input)
         self.require(by, "start", wf.name, {"input": payload})
-        return runs.start(client, wf, ParsedInput(wf.name, payload), started_by=by, run_id=run_id)
+        return runs.start(
+            client, wf, ParsedInput(wf.name, payload), started_by=by, run_id=run_id, parent=parent
+        )
 
     def check(
         self, principal: str, action: Action, resource: str, context: Mapping[str, Any]

@@ -40,9 +40,11 @@ from remit.core.clock import Clock, SystemClock
 from remit.core.database import portable_serializer
 from remit.core.errors import RemitError
 from remit.core.periodic import Periodic
-from remit.core.runs import queue_id
+from remit.core.principals import SYSTEM_PREFIX
+from remit.core.runs import ParentLink, queue_id
 from remit.core.settings import Settings
 from remit.execution.timers import Waker
+from remit.execution.waits import ChildStart, WaitSweep
 from remit.ops.idle import IdleCheck
 from remit.ops.pause import AppState, PauseWatch, paused, register_queue
 from remit.ops.reconciler import Reconciler, Timeouts
@@ -141,6 +143,8 @@ class Worker:
             max_recoveries=settings.max_recoveries,
             op_timeout=settings.op_timeout,
         )
+        self.runtime.waits.starter = self._start_child
+        self.runtime.waits.fork = lambda resumes: self.approvals.resumer.fork_all(resumes)
         self._slot = ExecutorSlot(self.db.dbos_url, app.name)
         self.executor_id = ""
         self._stop = threading.Event()
@@ -155,6 +159,22 @@ class Worker:
         self._dbos_engine: sa.Engine | None = None
         self.registry = WorkerRegistry(self.db, clock=self.runtime.clock)
         self.on_taken_over = on_taken_over or _taken_over
+
+    def _start_child(self, start: ChildStart) -> None:
+        """Start a child run for `ctx.start`, as its parent's principal, under the policies
+        (remit's own principals, a schedule's, are not checked), linked to its parent."""
+        wf = self.app.workflow(start.workflow)
+        runs = self.runtime.runs.naming(None, app=self.app.name)
+        parent = ParentLink(start.parent.run_id, start.step_id, start.key, start.detached)
+        actor = start.parent.actor
+        if actor.startswith(SYSTEM_PREFIX):
+            runs.start(
+                self.client, wf, start.input, started_by=actor, run_id=start.run_id, parent=parent
+            )
+        else:
+            self.guard.start(
+                runs, self.client, wf, start.input, by=actor, run_id=start.run_id, parent=parent
+            )
 
     def _notifiers(self, environ: Mapping[str, str] | None) -> list[Notifier]:
         """The notifiers of an app that names none: the log, a webhook if one is set, and
@@ -649,6 +669,7 @@ class Sweeper:
             interval=self.interval,
         )
         self.waker = Waker(worker.db, worker.client, clock=worker.runtime.clock)
+        self.waits = WaitSweep(worker.db, worker.client, clock=worker.runtime.clock)
         self._periodic = Periodic(
             "remit-sweeper", self.interval, lambda: self.sweep(older_than=self.OUTBOX_GRACE)
         )
@@ -671,6 +692,7 @@ class Sweeper:
             ("outbox", lambda: approvals.complete_outbox(older_than=older_than)),
             ("expiry", approvals.expire_due),
             ("wake", self.waker.wake_due),
+            ("waits", self.waits.due),
             ("schedules", self.scheduler.fire_due),
         ]
         if notify:
