@@ -24,7 +24,8 @@ def test_a_parent_waits_for_its_children_and_gets_their_outputs(database_url: st
         assert {r.run_id for r in listed} == {k.run_id for k in kids}
         assert all(r.started_by == "user:test" for r in listed)
         parent = h.client.runs.parent(kids[0].run_id)
-        assert parent is not None and parent.parent_run_id == run.run_id
+        assert parent is not None
+        assert parent.parent_run_id == run.run_id
         assert h.fake("shop", FakeShop).reads == 1
         assert h.client.state(run.run_id) == {"progress": {"started": 3, "done": 3}}
 
