@@ -94,6 +94,14 @@ def test_a_wait_times_out_at_its_deadline(database_url: str) -> None:
         h.wait(run.run_id, until=("waiting",))
         (wait,) = h.client.runs.waiting(run.run_id)
         assert wait.deadline == clock.now() + timedelta(days=3)
+        (due,) = h.deadlines()
+        assert (due.kind, due.run_id, due.target, due.at) == (
+            "message",
+            run.run_id,
+            "paid",
+            wait.deadline,
+        )
+        assert due.describe() == f"run {run.run_id} stops waiting for a message on `paid`"
         clock.advance(days=2)
         time.sleep(0.1)
         assert h.run_store.get(run.run_id).status == "waiting"
@@ -101,6 +109,25 @@ def test_a_wait_times_out_at_its_deadline(database_url: str) -> None:
         done = h.wait(run.run_id)
         assert (done.status, done.output, done.attempt) == ("done", {"paid": None}, 2)
         assert h.fake("shop", FakeShop).reads == 1
+        assert h.deadlines() == []
+
+
+def test_a_wait_keeps_its_deadline_across_a_restart(database_url: str) -> None:
+    clock = ManualClock()
+    app = make_waits_app()
+    with Harness(app, database_url=database_url, clock=clock, sweep_interval=0.02) as h:
+        run = h.start("await-payment", {"timeout": 86400})
+        h.wait(run.run_id, until=("waiting",))
+        h.wait_attempt_ended(run.run_id, 1)
+        (before,) = h.deadlines()
+    clock.advance(hours=12)
+    with Harness(app, database_url=database_url, clock=clock, sweep_interval=0.02) as h:
+        (after,) = h.deadlines()
+        assert after == before
+        # A message sent while it waits is taken, and its deadline is gone with the wait.
+        h.client.send(run.run_id, "paid", {"amount": "1", "reference": "r"})
+        assert h.wait(run.run_id).output["paid"] == "1"
+        assert h.deadlines() == []
 
 
 def test_an_async_run_waits_the_same_way(database_url: str) -> None:

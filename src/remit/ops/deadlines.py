@@ -1,7 +1,8 @@
 """Deadlines: the times at which something is due to happen without anyone asking.
 
-A sleeping run's wake-up, a pending approval's expiry, a schedule's next instant and a waiting
-run's workflow timeout are deadlines; the next deadline is the
+A sleeping run's wake-up, a pending approval's expiry, the timeout of a run's wait for a
+message, a schedule's next instant and a waiting run's workflow timeout are deadlines; the
+next deadline is the
 earliest of them. A worker that sleeps until then misses nothing, which is what scaling to zero
 registers with the wakeup service (`ops/idle.py`).
 """
@@ -16,23 +17,23 @@ import sqlalchemy as sa
 
 from remit.core.database import Database
 from remit.core.runs import FINISHED, app_runs
-from remit.core.schema import UTCDateTime, approvals, audit, runs, schedules, timers
+from remit.core.schema import UTCDateTime, approvals, audit, runs, schedules, timers, waits
 from remit.ops.schedules import not_paused
 
 
 @dataclass(frozen=True)
 class Deadline:
-    """One thing due at `at`: a run's wake-up from a sleep, an approval's expiry, or the next
-    instant of a workflow's schedule."""
+    """One thing due at `at`: a run's wake-up from a sleep, an approval's expiry, the timeout
+    of a run's wait for a message, or the next instant of a workflow's schedule."""
 
     at: datetime
-    # "wake", "expiry", "schedule" or "timeout"; a stopping worker adds "notification" and
+    # "wake", "expiry", "message", "schedule" or "timeout"; a stopping worker adds "notification" and
     # "reconcile" (see `ops/idle.py`).
     kind: str
     # The run it concerns; "" for a schedule, whose run does not exist until it fires.
     run_id: str
-    # What is due: `<run_id>:<step>` for a sleep, the approval's id for an expiry, the
-    # workflow's name for a schedule or a timeout.
+    # What is due: `<run_id>:<step>` for a sleep, the approval's id for an expiry, the topic
+    # for a wait for a message, the workflow's name for a schedule or a timeout.
     target: str
 
     def describe(self) -> str:
@@ -41,6 +42,8 @@ class Deadline:
             return f"run {self.run_id} wakes from its sleep"
         if self.kind == "expiry":
             return f"approval {self.target} of run {self.run_id} expires"
+        if self.kind == "message":
+            return f"run {self.run_id} stops waiting for a message on `{self.target}`"
         if self.kind == "schedule":
             return f"schedule `{self.target}` fires"
         if self.kind == "notification":
@@ -91,6 +94,19 @@ def upcoming_deadlines(
         .order_by(approvals.c.expires_at)
         .limit(limit)
     )
+    messages_due = (
+        sa.select(waits.c.deadline, waits.c.run_id, waits.c.topic)
+        .join(runs, runs.c.run_id == waits.c.run_id)
+        .where(
+            waits.c.status == "waiting",
+            waits.c.deadline.is_not(None),
+            runs.c.workflow_id == waits.c.workflow_id,
+            runs.c.status.not_in(tuple(FINISHED)),
+            app_runs(app),
+        )
+        .order_by(waits.c.deadline)
+        .limit(limit)
+    )
     # Kept by the workers' sweeps; a past `next_at` is due at once (no worker has swept since).
     # A paused schedule fires nothing: it is no deadline.
     scheduled = (
@@ -106,6 +122,10 @@ def upcoming_deadlines(
         ]
         found += [
             Deadline(row.expires_at, "expiry", row.run_id, row.id) for row in conn.execute(expiries)
+        ]
+        found += [
+            Deadline(row.deadline, "message", row.run_id, row.topic)
+            for row in conn.execute(messages_due)
         ]
         found += [
             Deadline(row.next_at, "schedule", "", row.workflow) for row in conn.execute(scheduled)

@@ -12,6 +12,8 @@ The resume point of a run:
 - waiting at a gate: the gate's step (it reads its decision there);
 - waiting at a task: the call's step (it reads the person's answer there);
 - sleeping: the sleep's step (it finds its timer there, with its first wake time);
+- waiting for a message or for children: the wait's step (it takes the message there, or
+  reads the children's ends);
 - queued, running or paused: after the last step its current attempt recorded.
 """
 
@@ -33,7 +35,7 @@ from remit.core.database import Database
 from remit.core.errors import CodeChanged, RemitError, RunMovedOn, Suspended
 from remit.core.ledger import LedgerStore
 from remit.core.runs import FINISHED, RunInfo, app_runs, attempt_workflow_id
-from remit.core.schema import approvals, resumes, runs, tasks, timers
+from remit.core.schema import approvals, resumes, runs, tasks, timers, waits
 from remit.declare.workflows import Workflow
 from remit.execution.calls import OpCaller
 from remit.execution.context import AsyncContext, Context, Slot
@@ -237,13 +239,15 @@ class DeployCheck:
                     (approvals, "pending"),
                     (tasks, "open"),
                     (timers, "sleeping"),
+                    (waits, "waiting"),
                 ):
                     for row in conn.execute(
                         sa.select(table.c.workflow_id, sa.func.min(table.c.step_id))
                         .where(table.c.run_id.in_(chunk), table.c.status == status)
                         .group_by(table.c.workflow_id)
                     ):
-                        # The first it stands at, a gate or a task, is where it resumes.
+                        # The first it stands at (a gate, a task, a sleep, a wait for a message
+                        # or children) is where it resumes.
                         at = int(row[1])
                         known.stands_at[row[0]] = min(known.stands_at.get(row[0], at), at)
         return known
