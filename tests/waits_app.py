@@ -118,6 +118,27 @@ def quote(ctx: Context, input: Quote) -> str:
     return str(answer)
 
 
+class Sku(BaseModel):
+    sku: str
+
+
+@workflow(name="price-line", input=Sku, uses=[get_item])
+def price_line(ctx: Context, input: Sku) -> int:
+    """A child that fails while the shop has no such item."""
+    return ctx.call(get_item, sku=input.sku).price
+
+
+class Skus(BaseModel):
+    skus: list[str]
+
+
+@workflow(name="price-note", input=Skus)
+def price_note(ctx: Context, input: Skus) -> int:
+    handles = [ctx.start(price_line, Sku(sku=sku), key=sku) for sku in input.skus]
+    prices: list[int] = ctx.wait_all(handles)
+    return sum(prices)
+
+
 def make_waits_app() -> App:
     return App(
         name="ledger",
@@ -129,6 +150,8 @@ def make_waits_app() -> App:
             credit_note,
             credit_note_async,
             quote,
+            price_line,
+            price_note,
         ],
         connectors=[shop],
     )

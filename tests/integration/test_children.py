@@ -67,3 +67,29 @@ def test_an_async_parent_starts_and_waits_the_same_way(database_url: str) -> Non
     with Harness(make_waits_app(), database_url=database_url) as h:
         done = h.run("credit-note-async", {"lines": 4})
         assert (done.status, done.output) == ("done", 0 + 2 + 4 + 6), done.error
+
+
+def test_a_retried_parent_reads_its_children_again_and_starts_none_twice(
+    database_url: str,
+) -> None:
+    with Harness(make_waits_app(), database_url=database_url) as h:
+        run = h.start("price-note", {"skus": ["sku-1", "sku-9"]})
+        failed = h.wait(run.run_id)
+        assert failed.status == "failed"
+        assert "ChildFailed" in (failed.error or "")
+        assert "no item sku-9" in (failed.error or "")
+        kids = {k.key: k for k in h.client.runs.children(run.run_id)}
+        assert [k.status for k in kids.values()] == ["done", "failed"]
+
+        # Retried before its child: it reads the children's ends again, and fails again.
+        h.client.runs.retry(run.run_id)
+        assert h.wait(run.run_id).status == "failed"
+
+        h.fake("shop", FakeShop).prices["sku-9"] = 300
+        h.client.runs.retry(kids["sku-9"].run_id)
+        assert h.wait(kids["sku-9"].run_id).status == "done"
+        h.client.runs.retry(run.run_id)
+        done = h.wait(run.run_id)
+        assert (done.status, done.output) == ("done", 1200 + 300), done.error
+        assert len(h.client.runs.children(run.run_id)) == 2  # none started twice
+        assert h.run_store.get(kids["sku-1"].run_id).attempt == 1

@@ -84,6 +84,16 @@ def test_a_payload_that_does_not_parse_fails_the_wait_and_is_kept(database_url: 
         assert message.status == "refused"
         assert "amount" in (message.error or "")
 
+        # Retried, the run waits again at its wait, for a message that parses.
+        h.client.runs.retry(run.run_id)
+        h.wait(run.run_id, until=("waiting",))
+        h.client.send(run.run_id, "paid", {"amount": "12", "reference": "pi_2"})
+        done = h.wait(run.run_id)
+        assert (done.status, done.output["paid"]) == ("done", "12"), done.error
+        assert h.fake("shop", FakeShop).reads == 1
+        statuses = [m.status for m in h.client.runs.messages(run.run_id)]
+        assert statuses == ["refused", "taken"]
+
 
 def test_a_wait_times_out_at_its_deadline(database_url: str) -> None:
     clock = ManualClock()

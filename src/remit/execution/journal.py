@@ -341,13 +341,22 @@ def load_marks_of(conn: sa.Connection, run_ids: list[str]) -> dict[str, dict[int
 
 def finished(name: str, output: Any, error: Any) -> bool:
     """Whether a recorded step was passed: it did not fail, and it is not a gate still pending,
-    a sleep not yet over, or a call waiting at its task (each of those the run stands at)."""
+    a sleep not yet over, a wait still waiting (or one whose message or child failed the run),
+    or a call waiting at its task (each of those the run stands at)."""
     if error is not None:
         return False
     if not isinstance(output, dict):
         return True
-    if name.startswith(("approval:", WAIT_FOR_PREFIX)) or name == WAIT_CHILDREN:
+    if name.startswith("approval:"):
         return output.get("status") != "pending"
+    if name.startswith(WAIT_FOR_PREFIX):
+        # A message it refused failed the run: a retry waits there again, for the next one.
+        return output.get("status") not in ("pending", "refused")
+    if name == WAIT_CHILDREN:
+        # A child that failed failed the run: a retry reads the children's ends again (a child
+        # retried meanwhile may have ended done).
+        ends = output.get("children") or []
+        return output.get("status") == "done" and all(c.get("status") == "done" for c in ends)
     if name == "sleep":
         return bool(output.get("over"))
     return "error" not in output

@@ -127,9 +127,13 @@ class Waits:
             with self.db.begin() as conn:
                 hold(conn, run.run_id, run.workflow_id)
                 key = (waits.c.run_id == run.run_id, waits.c.step_id == step_id)
+                # The message this step took, on an earlier try; one it refused failed the run,
+                # and a retry of the run waits here for the next.
                 taken = conn.execute(
                     sa.select(messages).where(
-                        messages.c.run_id == run.run_id, messages.c.step_id == step_id
+                        messages.c.run_id == run.run_id,
+                        messages.c.step_id == step_id,
+                        messages.c.status == "taken",
                     )
                 ).one_or_none()
                 if taken is not None:
