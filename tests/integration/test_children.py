@@ -3,6 +3,8 @@ nothing, and carries on once the last one ends, each child started once."""
 
 from __future__ import annotations
 
+from remit.core.audit import audit_row
+from remit.core.fence import cancel, lock
 from remit.testing import Harness
 from tests.waits_app import FakeShop, make_waits_app
 
@@ -93,3 +95,28 @@ def test_a_retried_parent_reads_its_children_again_and_starts_none_twice(
         assert (done.status, done.output) == ("done", 1200 + 300), done.error
         assert len(h.client.runs.children(run.run_id)) == 2  # none started twice
         assert h.run_store.get(kids["sku-1"].run_id).attempt == 1
+
+
+def test_a_sweep_cancels_the_children_a_cancel_left_running(database_url: str) -> None:
+    """The process that cancelled the parent stopped before its children: a sweep finishes."""
+    with Harness(make_waits_app(), database_url=database_url, sweep_interval=0.05) as h:
+        run = h.start("credit-note", {"lines": 2, "hold": True})
+        h.wait(run.run_id, until=("waiting",))
+        kids = h.client.runs.children(run.run_id)
+        for kid in kids:
+            h.wait(kid.run_id, until=("waiting",))
+        db = h.worker.db
+        with db.begin() as conn:
+            parent = lock(conn, run.run_id)
+            assert parent is not None
+            cancel(conn, parent, now=h.worker.runtime.clock.now())
+            audit_row(
+                conn,
+                at=h.worker.runtime.clock.now(),
+                actor="user:test",
+                action="run.cancelled",
+                target=run.run_id,
+                meta={},
+            )
+        for kid in kids:
+            assert h.wait(kid.run_id).status == "cancelled"

@@ -39,7 +39,7 @@ from remit.core.database import Database
 from remit.core.errors import InputInvalid, RemitError, RunNotFound, TooLarge
 from remit.core.fence import FINISHED as FINISHED
 from remit.core.fence import attempt_workflow_id as attempt_workflow_id
-from remit.core.fence import fenced_update, lock, next_attempt, status_write
+from remit.core.fence import fenced_update, hold, lock, next_attempt, status_write
 from remit.core.limits import check_json
 from remit.core.outbox import CHANNEL, announce, doorbell
 from remit.core.schema import audit, children, runs
@@ -57,6 +57,10 @@ class ParentLink:
     whether the child outlives a cancel of its parent (`detached`)."""
 
     run_id: str
+    # The parent's attempt starting it: a start from an attempt the parent has moved on from
+    # (or a parent cancelled meanwhile) is refused (`RunMovedOn`), so no child outlives a
+    # cancel that did not see it.
+    workflow_id: str
     step_id: int
     key: str
     detached: bool = False
@@ -284,6 +288,8 @@ class RunStore:
         )
         row = {k: v for k, v in run.__dict__.items() if v is not None}
         with self.db.begin() as conn:
+            if parent is not None:
+                hold(conn, parent.run_id, parent.workflow_id)
             if self.db.is_sqlite:
                 conn.execute(_INSERT, row)
             else:  # the row's insert announces the run too: one round trip less

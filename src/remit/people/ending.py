@@ -19,7 +19,7 @@ from remit.core.errors import RunNotFound
 from remit.core.fence import FINISHED, LockedRun, cancel, lock
 from remit.core.outbox import Resumer
 from remit.core.runs import Run, RunStore
-from remit.core.schema import approvals, children, ledger, runs
+from remit.core.schema import approvals, audit, children, ledger, runs
 from remit.core.waiting import wake_parent
 from remit.people.approvals import approval_of, write_decision
 
@@ -140,3 +140,42 @@ def cancel_gates(
             now=now,
         )
     return len(pending)
+
+
+# Who cancels a child whose parent was cancelled without it (`cancel_orphans`).
+ORPHANS_ACTOR = "remit:cancel"
+
+
+def cancel_orphans(runs_store: RunStore, client: DBOSClient, *, limit: int = 100) -> list[str]:
+    """Cancel the children still running whose parent was cancelled (or failed past its
+    timeout) without them: its process stopped between the parent's end and theirs. A worker's
+    sweep calls it. Children started `detached` are left running. Returns the runs cancelled."""
+    parents = runs.alias("parents")
+    with runs_store.db.engine.connect() as conn:
+        orphans = list(
+            conn.execute(
+                sa.select(children.c.run_id)
+                .join(runs, runs.c.run_id == children.c.run_id)
+                .join(parents, parents.c.run_id == children.c.parent_run_id)
+                .where(
+                    children.c.detached.is_(False),
+                    runs.c.status.not_in(tuple(FINISHED)),
+                    parents.c.status.in_(("cancelled", "failed")),
+                    parents.c.finished_at.is_not(None),
+                    audit_ended(parents.c.run_id),
+                )
+                .order_by(children.c.run_id)
+                .limit(limit)
+            ).scalars()
+        )
+    for orphan in orphans:
+        cancel_run(runs_store, client, orphan, by=ORPHANS_ACTOR)
+    return orphans
+
+
+def audit_ended(run_id: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+    """SQL: the run was ended from outside (its `run.cancelled` or `run.timed_out` audit row),
+    not by its own failure, which leaves its children as they are."""
+    return sa.exists().where(
+        audit.c.target == run_id, audit.c.action.in_(("run.cancelled", "run.timed_out"))
+    )

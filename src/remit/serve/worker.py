@@ -54,6 +54,7 @@ from remit.ops.runtime import Runtime, implementations_for
 from remit.ops.scheduler import Scheduler
 from remit.ops.wake import Listener, QueueWake
 from remit.people.approvals import Approvals
+from remit.people.ending import cancel_orphans
 from remit.people.notify import Notifier, default_notifiers
 from remit.people.tasks import TaskOpener, Tasks
 from remit.policy.guard import Guard
@@ -165,7 +166,13 @@ class Worker:
         (remit's own principals, a schedule's, are not checked), linked to its parent."""
         wf = self.app.workflow(start.workflow)
         runs = self.runtime.runs.naming(None, app=self.app.name)
-        parent = ParentLink(start.parent.run_id, start.step_id, start.key, start.detached)
+        parent = ParentLink(
+            start.parent.run_id,
+            start.parent.workflow_id,
+            start.step_id,
+            start.key,
+            start.detached,
+        )
         actor = start.parent.actor
         if actor.startswith(SYSTEM_PREFIX):
             runs.start(
@@ -693,6 +700,7 @@ class Sweeper:
             ("expiry", approvals.expire_due),
             ("wake", self.waker.wake_due),
             ("waits", self.waits.due),
+            ("orphans", lambda: cancel_orphans(self.worker.runtime.runs, self.worker.client)),
             ("schedules", self.scheduler.fire_due),
         ]
         if notify:
