@@ -100,9 +100,13 @@ def wake_parent(db: Database, run_id: str, *, now: datetime) -> Resume | None:
     its other children have ended too. Returns the resume to fork, or None. A worker's sweep
     does the same for a parent this call missed (`execution/waits.py`)."""
 
+    # Most runs are no one's child: a read says so without taking SQLite's write lock.
+    parent = db.read(f"run {run_id}: its parent", lambda conn: parent_of(conn, run_id))
+    if parent is None:
+        return None
+
     def once() -> Resume | None:
         with db.begin() as conn:
-            parent = parent_of(conn, run_id)
-            return None if parent is None else children_ready(conn, parent, now=now)
+            return children_ready(conn, parent, now=now)
 
-    return db.retrying(f"run {run_id}: its parent", once)
+    return db.retrying(f"run {run_id}: its parent {parent}", once)
