@@ -120,3 +120,21 @@ def test_a_sweep_cancels_the_children_a_cancel_left_running(database_url: str) -
             )
         for kid in kids:
             assert h.wait(kid.run_id).status == "cancelled"
+
+
+def test_a_sweep_moves_on_a_parent_whose_child_ended_behind_its_back(database_url: str) -> None:
+    """A child's end written where nothing looked for its parent (the reconciler, a process
+    that stopped): the worker's sweep moves the parent on."""
+    with Harness(make_waits_app(), database_url=database_url, sweep_interval=0.05) as h:
+        run = h.start("credit-note", {"lines": 1, "hold": True})
+        h.wait(run.run_id, until=("waiting",))
+        (kid,) = h.client.runs.children(run.run_id)
+        h.wait(kid.run_id, until=("waiting",))
+        with h.worker.db.begin() as conn:
+            child = lock(conn, kid.run_id)
+            assert child is not None
+            cancel(conn, child, now=h.worker.runtime.clock.now())
+        failed = h.wait(run.run_id)
+        assert failed.status == "failed"
+        assert f"child run {kid.run_id} of `refund-line` cancelled" in (failed.error or "")
+        assert failed.attempt == 2

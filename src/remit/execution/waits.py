@@ -478,9 +478,11 @@ class WaitSweep:
                     .limit(limit)
                 )
             )
-            parents = list(
+            # Only a parent whose children have all ended is locked and moved on: a read
+            # finds them, so parents still waiting cost no write.
+            waiting = list(
                 conn.execute(
-                    sa.select(waits.c.run_id)
+                    sa.select(waits.c.run_id, waits.c.children)
                     .join(runs, runs.c.run_id == waits.c.run_id)
                     .where(
                         waits.c.status == "waiting",
@@ -488,10 +490,22 @@ class WaitSweep:
                         is_current(waits.c.workflow_id),
                         runs.c.status.in_(("waiting", "running")),
                     )
-                    .distinct()
+                    .order_by(waits.c.created_at)
                     .limit(limit)
-                ).scalars()
+                )
             )
+            wanted = sorted({child for row in waiting for child in row.children or []})
+            ended: set[str] = set()
+            for at in range(0, len(wanted), 500):
+                ended.update(
+                    conn.execute(
+                        sa.select(runs.c.run_id).where(
+                            runs.c.run_id.in_(wanted[at : at + 500]),
+                            runs.c.status.in_(tuple(FINISHED)),
+                        )
+                    ).scalars()
+                )
+            parents = sorted({row.run_id for row in waiting if set(row.children or []) <= ended})
         moved: list[Moved] = []
         for run_id, step_id in timed_out:
             done = self._try(run_id, functools.partial(self._time_out, run_id, step_id, now))
