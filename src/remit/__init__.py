@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         AppError,
         ApprovalNotFound,
         BudgetExceeded,
+        ChildFailed,
         CodeChanged,
         DatabaseError,
         DecisionRefused,
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
         RetryRefused,
         RunMovedOn,
         RunNotFound,
+        SendRefused,
         SettingsError,
         StepFailed,
         TaskNotFound,
@@ -91,7 +93,9 @@ if TYPE_CHECKING:
     from remit.declare.steps import Given, StepSet, steps
     from remit.declare.workflows import Workflow, workflow
     from remit.execution.context import AsyncContext, Context
+    from remit.execution.waits import ChildHandle
     from remit.ops.deadlines import Deadline, next_deadline, upcoming_deadlines
+    from remit.ops.messages import Child, Message, Sent, Waiting
     from remit.ops.retries import Retried, Retries
     from remit.ops.runs import RunHandle
     from remit.people.activity import Activity
@@ -158,6 +162,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "AppError",
         "ApprovalNotFound",
         "BudgetExceeded",
+        "ChildFailed",
         "CodeChanged",
         "DatabaseError",
         "DecisionRefused",
@@ -172,6 +177,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "RetryRefused",
         "RunMovedOn",
         "RunNotFound",
+        "SendRefused",
         "SettingsError",
         "StepFailed",
         "TaskNotFound",
@@ -186,6 +192,8 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "remit.declare.steps": ("Given", "StepSet", "steps"),
     "remit.declare.workflows": ("Workflow", "workflow"),
     "remit.execution.context": ("AsyncContext", "Context"),
+    "remit.execution.waits": ("ChildHandle",),
+    "remit.ops.messages": ("Child", "Message", "Sent", "Waiting"),
     "remit.ops.deadlines": ("Deadline", "next_deadline", "upcoming_deadlines"),
     "remit.ops.retries": ("Retried", "Retries"),
     "remit.people.activity": ("Activity",),
@@ -222,6 +230,9 @@ __all__ = [
     "CallContext",
     "ChatMessage",
     "ChatReply",
+    "Child",
+    "ChildFailed",
+    "ChildHandle",
     "Client",
     "Clock",
     "CodeChanged",
@@ -251,6 +262,7 @@ __all__ = [
     "KeyReused",
     "LogNotifier",
     "Made",
+    "Message",
     "MissingCredential",
     "Notifier",
     "Op",
@@ -275,6 +287,8 @@ __all__ = [
     "RunMovedOn",
     "RunNotFound",
     "Schedule",
+    "SendRefused",
+    "Sent",
     "Settings",
     "SettingsError",
     "StepFailed",
@@ -287,6 +301,7 @@ __all__ = [
     "TooLarge",
     "Unauthenticated",
     "UnknownWorkflow",
+    "Waiting",
     "WakeupSpec",
     "WebhookNotifier",
     "Workflow",
