@@ -100,8 +100,11 @@ def wake_parent(db: Database, run_id: str, *, now: datetime) -> Resume | None:
     its other children have ended too. Returns the resume to fork, or None. A worker's sweep
     does the same for a parent this call missed (`execution/waits.py`)."""
 
-    # Most runs are no one's child: a read says so without taking SQLite's write lock.
-    parent = db.read(f"run {run_id}: its parent", lambda conn: parent_of(conn, run_id))
+    # Most runs are no one's child, and most children end while their parent starts their
+    # siblings or waits for others: a read says so without locking the parent (or taking
+    # SQLite's write lock). The lock is taken, and all is read again under it, only when the
+    # parent may move on.
+    parent = db.read(f"run {run_id}: its parent", lambda conn: _may_move_on(conn, run_id))
     if parent is None:
         return None
 
@@ -110,3 +113,31 @@ def wake_parent(db: Database, run_id: str, *, now: datetime) -> Resume | None:
             return children_ready(conn, parent, now=now)
 
     return db.retrying(f"run {run_id}: its parent {parent}", once)
+
+
+def _may_move_on(conn: sa.Connection, run_id: str) -> str | None:
+    """The parent of `run_id`, if it waits on its current attempt for children that have all
+    ended (as read without a lock); else None."""
+    parent = parent_of(conn, run_id)
+    if parent is None:
+        return None
+    rows = conn.execute(
+        sa.select(waits.c.children)
+        .join(runs, runs.c.run_id == waits.c.run_id)
+        .where(
+            waits.c.run_id == parent,
+            waits.c.kind == "children",
+            waits.c.status == "waiting",
+            runs.c.workflow_id == waits.c.workflow_id,
+        )
+    ).scalars()
+    for ids in rows:
+        wanted = list(ids or [])
+        ended = conn.execute(
+            sa.select(sa.func.count())
+            .select_from(runs)
+            .where(runs.c.run_id.in_(wanted), runs.c.status.in_(tuple(FINISHED)))
+        ).scalar_one()
+        if ended >= len(wanted):
+            return parent
+    return None

@@ -274,6 +274,9 @@ class Waits:
                         f"run {run.run_id} waits for {', '.join(strangers)}, which it did not "
                         "start: ctx.wait takes the handles its own ctx.start returned"
                     )
+                # The children's rows are held (shared) till the wait row commits: a child's
+                # end, which writes its row, then commits after it, and its look for a parent
+                # waiting on it (`core/waiting.py`, a read without the parent's lock) sees it.
                 rows = {
                     row.run_id: row
                     for row in conn.execute(
@@ -283,7 +286,10 @@ class Waits:
                             runs.c.status,
                             runs.c.output,
                             runs.c.error,
-                        ).where(runs.c.run_id.in_(ids))
+                        )
+                        .where(runs.c.run_id.in_(ids))
+                        .order_by(runs.c.run_id)
+                        .with_for_update(read=True)
                     )
                 }
                 key = (waits.c.run_id == run.run_id, waits.c.step_id == step_id)
