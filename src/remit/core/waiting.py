@@ -40,8 +40,8 @@ def first_waiting(conn: sa.Connection, run_id: str, workflow_id: str) -> int | N
             waits.c.status == "waiting",
         ),
     ]
-    found = [step for query in steps if (step := conn.execute(query).scalar()) is not None]
-    return min(found, default=None)
+    found = conn.execute(sa.union_all(*steps)).scalars()
+    return min((step for step in found if step is not None), default=None)
 
 
 def children_ready(conn: sa.Connection, parent_run_id: str, *, now: datetime) -> Resume | None:
