@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from remit.client import Client, IdKind
     from remit.core.ledger import LedgerRow
     from remit.core.runs import Run
+    from remit.ops.messages import Child
     from remit.people.activity import Activity
     from remit.people.approvals import Approval
     from remit.people.tasks import Task
@@ -109,6 +110,15 @@ class Reader:
         """`client.runs.list`, of the workflows the principal may read."""
         return self.client.runs.list(**filters, only=self.runs_only())
 
+    def children(self, run_id: str) -> list[Child]:
+        """`client.runs.children`: the child runs of `run_id` the principal may read (its
+        own reading is checked apart, with `run`)."""
+        return [
+            child
+            for child in self.client.runs.children(run_id)
+            if self.may_read_runs_of(child.workflow)
+        ]
+
     def approvals(self, **filters: Any) -> list[Approval[Any]]:
         """`Approvals.list`, of the approval types the principal may read."""
         return self.client.services.approvals.list(**filters, only=self.approvals_only())
@@ -144,6 +154,12 @@ class Reader:
         else:
             only = self.of_runs(tasks.c.run_id)
         return self.client.find_id(kind, given, only=only)
+
+    def may_read_runs_of(self, workflow: str) -> bool:
+        """Whether the principal may read the runs of `workflow`, as `runs_only` has it."""
+        if self.workflows is None or workflow in self.workflows:
+            return True
+        return workflow not in self._declared and self.operations
 
     # Single things: refused, and recorded, when they may not be read.
 

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from remit.execution.direct import CallResult
     from remit.ops.concluding import Report
     from remit.ops.deadlines import Deadline
+    from remit.ops.messages import Child, Message, Sent, Waiting
     from remit.ops.registry import WorkerRow
     from remit.ops.retries import Retried
     from remit.ops.runs import Step
@@ -197,6 +198,7 @@ class RemoteRuns:
         started_by: str | None = None,
         record: tuple[str, str] | None = None,
         since: datetime | None = None,
+        parent: str | None = None,
     ) -> builtins.list[Run]:
         params = _params(
             status=status,
@@ -205,6 +207,7 @@ class RemoteRuns:
             started_by=started_by,
             record=None if record is None else ":".join(record),
             since=None if since is None else since.isoformat(),
+            parent=parent,
         )
         return [_run(each) for each in self._remote._get("/runs", params=params)]
 
@@ -224,6 +227,65 @@ class RemoteRuns:
             )
             for each in self._remote._get(f"/runs/{_part(run_id)}/steps")
         ]
+
+    def send(
+        self,
+        run_id: str,
+        topic: str,
+        payload: Any,
+        *,
+        key: str | None = None,
+        by: str | None = None,
+    ) -> Sent:
+        from pydantic_core import to_jsonable_python
+
+        from remit.ops.messages import Sent
+
+        self._remote._as_token(by)
+        body = {"topic": topic, "payload": to_jsonable_python(payload)}
+        path = f"/runs/{_part(run_id)}/messages"
+        return Sent(**self._remote._send("POST", path, json=body, key=key))
+
+    def state(self, run_id: str) -> dict[str, Any]:
+        state: dict[str, Any] = self._remote._get(f"/runs/{_part(run_id)}/state")
+        return state
+
+    def messages(self, run_id: str) -> builtins.list[Message]:
+        from remit.ops.messages import Message
+
+        found = self._remote._get(f"/runs/{_part(run_id)}/messages")
+        return [Message(**_dated(each, ("sent_at", "taken_at"))) for each in found]
+
+    def waiting(self, run_id: str) -> builtins.list[Waiting]:
+        from remit.ops.messages import Waiting
+
+        found = self._remote._get(f"/runs/{_part(run_id)}")["waiting"]
+        return [Waiting(**_dated(each, ("deadline", "since"))) for each in found]
+
+    def children(self, run_id: str) -> builtins.list[Child]:
+        from remit.ops.messages import Child
+
+        found = self._remote._get(f"/runs/{_part(run_id)}/children")
+        return [Child(**_dated(each, ("created_at",))) for each in found]
+
+    def parent(self, run_id: str) -> Child | None:
+        """How the run was started as a child, from the run and its `parent`."""
+        from remit.ops.messages import Child
+
+        run = self._remote._get(f"/runs/{_part(run_id)}")
+        link = run["parent"]
+        if link is None:
+            return None
+        return Child(
+            run_id=run["run_id"],
+            parent_run_id=link["run_id"],
+            workflow=run["workflow"],
+            key=link["key"],
+            step_id=link["step_id"],
+            detached=link["detached"],
+            status=run["status"],
+            created_at=_when(run["created_at"]),
+        )
 
     def cancel(self, run_id: str, *, by: str | None = None) -> Run:
         self._remote._as_token(by)
@@ -672,7 +734,9 @@ def _epoch_ms(value: str | None) -> int | None:
 def _run(data: Mapping[str, Any]) -> Run:
     from remit.core.runs import Run
 
-    return Run(**_dated(data, ("created_at", "updated_at", "finished_at")))
+    times = ("created_at", "updated_at", "finished_at")
+    # `GET /runs/{id}` adds the run's `parent` and `waiting` (`runs.parent`, `runs.waiting`).
+    return Run(**_dated(data, times, leave=("parent", "waiting")))
 
 
 def _approval(data: Mapping[str, Any]) -> Approval[Any]:

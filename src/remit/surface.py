@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from remit.execution.direct import CallResult
     from remit.ops.concluding import Report
     from remit.ops.deadlines import Deadline
+    from remit.ops.messages import Child, Message, Sent, Waiting
     from remit.ops.registry import WorkerRow
     from remit.ops.retries import Retried
     from remit.ops.runs import Step
@@ -59,8 +60,23 @@ class RunsSurface(Protocol):
         started_by: str | None = None,
         record: tuple[str, str] | None = None,
         since: datetime | None = None,
+        parent: str | None = None,
     ) -> builtins.list[Run]: ...
     def steps(self, run_id: str) -> builtins.list[Step]: ...
+    def send(
+        self,
+        run_id: str,
+        topic: str,
+        payload: Any,
+        *,
+        key: str | None = None,
+        by: str | None = None,
+    ) -> Sent: ...
+    def state(self, run_id: str) -> dict[str, Any]: ...
+    def messages(self, run_id: str) -> builtins.list[Message]: ...
+    def waiting(self, run_id: str) -> builtins.list[Waiting]: ...
+    def children(self, run_id: str) -> builtins.list[Child]: ...
+    def parent(self, run_id: str) -> Child | None: ...
     def cancel(self, run_id: str, *, by: str | None = None) -> Run: ...
     def retry(
         self,

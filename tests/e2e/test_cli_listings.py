@@ -95,7 +95,11 @@ def test_show_prints_one_json_object_with_the_runs_steps_and_ledger(cli: Cli) ->
     done = cli("run", "ar.chase-invoice", "--input", json.dumps(CHASE), "--timeout", "60")
     run_id = done.stderr.split()[1]
     shown = json.loads(cli("show", run_id[:12], "--json").stdout)
-    assert set(shown) == set(RunView.model_fields) | {"steps", "ledger"}
+    assert set(shown) == set(RunView.model_fields) | {
+        "parent", "waiting", "steps", "ledger", "state", "messages", "children",
+    }  # fmt: skip
+    assert (shown["parent"], shown["waiting"], shown["state"]) == (None, [], {})
+    assert (shown["messages"], shown["children"]) == ([], [])
     assert (shown["run_id"], shown["status"]) == (run_id, "done")
     for step in shown["steps"]:
         assert set(step) == set(StepView.model_fields)

@@ -103,6 +103,8 @@ COMMANDS = [
     ["schedules", "resume"],
     ["runs"],
     ["show"],
+    ["send"],
+    ["state"],
     ["cancel"],
     ["ledger"],
     ["workers"],

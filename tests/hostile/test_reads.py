@@ -46,6 +46,9 @@ LISTS = {
 ONE = {
     "/runs/{run_id}": "read_runs",
     "/runs/{run_id}/steps": "read_runs",
+    "/runs/{run_id}/messages": "read_runs",
+    "/runs/{run_id}/state": "read_runs",
+    "/runs/{run_id}/children": "read_runs",
     "/approvals/{approval_id}": "read_approvals",
     "/tasks/{task_id}": "read_runs",
     "/budgets": "read_operations",

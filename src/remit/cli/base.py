@@ -77,7 +77,7 @@ class HelpGroup(typer.core.TyperGroup):
 
 class _RemitGroup(HelpGroup):
     sections: ClassVar[dict[str, list[str]]] = {
-        "Runs": ["start", "run", "runs", "show", "cancel", "retry"],
+        "Runs": ["start", "run", "runs", "show", "send", "state", "cancel", "retry"],
         "People": ["approvals", "approve", "reject", "tasks", "task", "activity"],
         "Ops, data and money": ["call", "data", "ledger", "budgets", "secrets"],
         "Policies and access": ["policies", "denials", "tokens", "login-link", "passwords"],

@@ -17,6 +17,7 @@ from remit.cli import (  # noqa: F401
     deploy,
     direct,
     init,
+    messages,
     ops,
     processes,
     resources,

@@ -1,5 +1,5 @@
 """`remit start`, `run`, `runs`, `show`, `cancel` and `ledger`: the commands of `client.runs`, and
-a run's ledger as `show` prints it."""
+a run's ledger as `show` prints it (`remit send` and `state` are in `cli/messages.py`)."""
 
 # No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
 
@@ -36,6 +36,7 @@ from remit.cli.base import (
     whole_ids,
 )
 from remit.cli.base import exit_now as _exit_now
+from remit.cli.messages import Around
 from remit.cli.serving import serve_run
 from remit.core.text import printable
 
@@ -96,7 +97,9 @@ def run(
         err.print(f"started {run.run_id} ({wf.name}) on {'fakes' if settings.fakes else 'drivers'}")
 
     def done(running: "Worker", run: "Run") -> None:
-        _show(run, running.remit.runs.steps(run.run_id), running.remit.calls.ledger(run.run_id))
+        remit = running.remit
+        steps, rows = remit.runs.steps(run.run_id), remit.calls.ledger(run.run_id)
+        _show(run, steps, rows, around=Around(remit, run.run_id))
 
     current = serve_run(
         app,
@@ -133,6 +136,10 @@ def runs(
             "zone), or how long ago (30m, 2h, 3d, 1w).",
         ),
     ] = None,
+    parent: Annotated[
+        str | None,
+        typer.Option("--parent", help="Only the runs this run started as its children."),
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, help="How many, newest first.")] = 50,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print only their ids (nothing when none).")
@@ -153,12 +160,16 @@ def runs(
     about = None if record is None else record_filter(record)
     after = None if since is None else since_filter(since, now=datetime.now(UTC))
     with client_of(app_dir) as remit:
+        if parent is not None:
+            parent = run_id_of(remit, parent)
+            remit.runs.get(parent)  # an unknown run is an error, not an empty list
         found = remit.runs.list(
             status=status,
             workflow=workflow,
             record=about,
             started_by=started_by,
             since=after,
+            parent=parent,
             limit=limit,
         )
     if as_json:
@@ -197,13 +208,15 @@ def show(
         bool,
         typer.Option(
             "--json",
-            help="Print it as one JSON object: the run's fields, its `steps` and its `ledger`, "
-            "as the HTTP API gives them.",
+            help="Print it as one JSON object: the run's fields (with its `parent` and what it "
+            "is `waiting` for), its `steps`, `ledger`, published `state`, `messages` and "
+            "`children`, as the HTTP API gives them.",
         ),
     ] = False,
     app_dir: AppDir = None,
 ) -> None:
-    """Show a run: status, attempts, each step with its timing and output, and its ledger."""
+    """Show a run: status, attempts, each step with its timing and output, and its ledger; the
+    run that started it, what it waits for and published, its messages and its children."""
     with client_of(app_dir) as remit:
         run_id = run_id_of(remit, run_id)
         run, steps, rows = (
@@ -211,18 +224,22 @@ def show(
             remit.runs.steps(run_id),
             remit.calls.ledger(run_id),
         )
+        around = Around(remit, run_id)
         if as_json:
-            from remit.serve.models import LedgerEntry, RunView, StepView
+            from remit.serve.message_routes import RunDetail
+            from remit.serve.models import LedgerEntry, StepView
 
+            detail = RunDetail.of_run(run, parent=around.parent, waiting=around.waiting)
             print_json(
                 {
-                    **RunView.of(run).model_dump(mode="json"),
+                    **detail.model_dump(mode="json"),
                     "steps": [StepView.of(step) for step in steps],
                     "ledger": [LedgerEntry.of(row) for row in rows],
+                    **around.as_json(),
                 }
             )
             return
-        _show(run, steps, rows, full=full)
+        _show(run, steps, rows, full=full, around=around)
         task_commands.show_open(remit, run_id)
 
 
@@ -267,10 +284,16 @@ def ledger(
 
 
 def _show(
-    run: "Run", checkpointed: list["Step"], rows: list["LedgerRow"], *, full: bool = False
+    run: "Run",
+    checkpointed: list["Step"],
+    rows: list["LedgerRow"],
+    *,
+    full: bool = False,
+    around: Around | None = None,
 ) -> None:
     """A run, each attempt's steps as DBOS checkpointed them, and its ledger rows: each long
-    value cut short unless `full`."""
+    value cut short unless `full`; with `around`, its parent, waits, published state, messages
+    and children too."""
     out.print(
         Text.assemble(
             (run.run_id, "bold"), f"  {printable(run.workflow)}  ", status_text(run.status)
@@ -292,6 +315,8 @@ def _show(
         out.print(Text(f"  output {output}"), soft_wrap=True)
     if run.error:
         out.print(styled(f"  error  {shortened(run.error, full=full)}", "red"), soft_wrap=True)
+    if around is not None:
+        around.head(full=full)
     steps = PlainTable(
         "attempt", "#", "step", "ms", "output", box=None, title="steps", title_justify="left"
     )
@@ -309,6 +334,8 @@ def _show(
     out.print(_ledger_table(rows, with_run=False, full=full) if rows else "  no op calls")
     for line in _in_flight(rows):
         out.print(line)
+    if around is not None:
+        around.tables(full=full)
 
 
 def _in_flight(rows: list["LedgerRow"]) -> list[str]:

@@ -6,8 +6,8 @@ named `<script>` is drawn as those characters. Each drawing is one pass over its
 of 200 steps costs 200 rectangles (and one more for each wait) and nothing more.
 
 The timeline tells each kind of bar by its colour and by its pattern (solid, dots, crosses,
-stripes, bars, checks), so its legend does not rest on colour alone; its `desc` says in words
-what it shows, and each bar's `title` what the step or the wait was.
+stripes, bars, checks, chevrons, plus signs), so its legend does not rest on colour alone; its
+`desc` says in words what it shows, and each bar's `title` what the step or the wait was.
 """
 
 from __future__ import annotations
@@ -55,6 +55,12 @@ _KINDS: dict[str, tuple[str, str | None, str]] = {
         '<rect width="3" height="3"/><rect x="3" y="3" width="3" height="3"/>',
         "waiting for a task's answer",
     ),
+    "message": (
+        "#00696b",
+        '<path d="M0 1L3 4L6 1" fill="none" stroke="#fff"/>',
+        "waiting for a message",
+    ),
+    "children": ("#2f4075", '<path d="M3 0V6M0 3H6" stroke="#fff"/>', "waiting for child runs"),
 }
 # Which of a step's classes its rectangle is filled as, the first that applies.
 _STEP_FILLS = ("failed", "open", "copied", "ran")
@@ -66,10 +72,18 @@ def _fill(kind: str) -> str:
     return colour if marks is None else f"url(#tl-{kind})"
 
 
-def _patterns() -> str:
+def _shown(rows: Sequence[Row]) -> set[str]:
+    """The kinds of bar the timeline draws: its steps' and its waits'."""
+    return {kind for row in rows for kind in row.kinds} | {
+        row.wait.kind for row in rows if row.wait is not None
+    }
+
+
+def _patterns(shown: set[str]) -> str:
+    """The patterns of the kinds of bar in `shown` (the others are not drawn)."""
     out = ["<defs>"]
     for kind, (colour, marks, _) in _KINDS.items():
-        if marks is None:
+        if marks is None or kind not in shown:
             continue
         out.append(
             f'<pattern id="tl-{kind}" width="6" height="6" patternUnits="userSpaceOnUse">'
@@ -83,7 +97,8 @@ def _patterns() -> str:
 def timeline(rows: Sequence[Row], *, now_ms: int, width: int = 960) -> Markup:
     """A run's steps (`timeline.rows`), attempt by attempt, each a `rect.step` on one time axis
     (its start to its end) with its name beside it, and each wait after a step a `rect.wait`
-    (`gate`, `sleep` or `task`; `open` while it lasts, drawn up to `now_ms`) with its duration
+    (`gate`, `sleep`, `task`, `message` or `children`; `open` while it lasts, drawn up to
+    `now_ms`) with its duration
     written on it. A long stretch in which no step runs is shortened to a break (`rect.break`)."""
     width = max(width, _LABEL_W + _RIGHT + 200)
     plot = width - _LABEL_W - _RIGHT
@@ -99,7 +114,7 @@ def timeline(rows: Sequence[Row], *, now_ms: int, width: int = 960) -> Markup:
         f'viewBox="0 0 {width} {height}">',
         '<title id="timeline-title">Step timeline</title>',
         f'<desc id="timeline-desc">{escape(_said(rows, at))}</desc>',
-        _patterns(),
+        _patterns(_shown(rows)),
     ]
     out.append(_breaks(at, body_bottom))
     out.append(_axis(at, rows, now_ms, width, body_bottom))
@@ -243,9 +258,7 @@ def _axis(at: Scale, rows: Sequence[Row], now_ms: int, width: int, bottom: int) 
 def _legend_layout(rows: Sequence[Row], at: Scale, width: int) -> list[tuple[str, str, float, int]]:
     """The legend's items, of the kinds of bar the timeline draws: (kind, words, x, line),
     wrapped to the drawing's width."""
-    shown = {kind for row in rows for kind in row.kinds} | {
-        row.wait.kind for row in rows if row.wait is not None
-    }
+    shown = _shown(rows)
     items = [(kind, _KINDS[kind][2]) for kind in _KINDS if kind in shown]
     if at.breaks():
         items.append(("break", "shortened: not to scale"))

@@ -1,11 +1,14 @@
 """What a run's step timeline shows, worked out before anything is drawn (`svg.py` draws it).
 
 Each step is named in the words its workflow wrote: `approval refund`, `sleep 3 days`, `patch
-acknowledge`, rather than the names remit and DBOS record (`approval:refund`, `sleep`,
-`DBOS.sleep`, `DBOS.patch-acknowledge`); an op call and a `ctx.step` are recorded under their own
-names, and `ctx` records nothing else. A step the run then waited at has its wait beside it: a
-gate's from its opening to its decision or expiry, a sleep's up to its wake, a call whose
-outcome is unknown up to the answer of its task, or each up to now while the run still waits.
+acknowledge`, `waits for paid`, `starts refund-line`, `waits for its children`, `publishes
+progress`, rather than the names remit and DBOS record (`approval:refund`, `sleep`,
+`DBOS.sleep`, `DBOS.patch-acknowledge`, `wait_for:paid`, `start:refund-line`, `wait:children`,
+`publish:progress`); an op call and a `ctx.step` are recorded under their own names. A step the
+run then waited at has its wait beside it: a gate's from its opening to its decision or expiry,
+a sleep's up to its wake, a call whose outcome is unknown up to the answer of its task, a wait
+for a message or for child runs up to the attempt that carried on from it, or each up to now
+while the run still waits.
 
 The time scale keeps a step of 5 ms visible beside a wait of 3 days. A stretch in which no step
 runs, a wait or (a second or more) time between attempts, that would take more than twice a
@@ -34,6 +37,10 @@ if TYPE_CHECKING:
     from remit.people.tasks import Task
 
 GATE_PREFIX = "approval:"
+MESSAGE_PREFIX = "wait_for:"  # `ctx.wait_for(topic)`
+START_PREFIX = "start:"  # `ctx.start(workflow, ...)`
+PUBLISH_PREFIX = "publish:"  # `ctx.publish(key, ...)`
+CHILDREN_WAIT = "wait:children"  # `ctx.wait`, `ctx.wait_all`
 LONG_SLEEP = "sleep"  # remit's own step of a sleep that suspends the run until its timer is due
 
 _SUMMARY_CHARS = 160
@@ -63,7 +70,7 @@ _BREAK_W = 90
 _BREAK_MIN = 36
 _BREAKS_SHARE = 0.6
 
-WaitKind = Literal["gate", "sleep", "task"]
+WaitKind = Literal["gate", "sleep", "task", "message", "children"]
 
 
 def duration(ms: int, *, words: bool = False) -> str:
@@ -103,13 +110,23 @@ def ticks(span_ms: int, *, most: int = 8) -> list[tuple[int, str]]:
 def label(step: Step, planned_ms: int | None = None) -> str:
     """The step as its workflow wrote it: `approval refund` for `ctx.approval("refund", ...)`,
     `sleep 3 days` for `ctx.sleep(timedelta(days=3))` (`planned_ms`: how long it was to
-    sleep), `patch acknowledge` for a taken `ctx.patch("acknowledge")`; an op call and a
-    `ctx.step` by their own names."""
+    sleep), `patch acknowledge` for a taken `ctx.patch("acknowledge")`, `waits for paid` for
+    `ctx.wait_for("paid")`, `starts refund-line` for `ctx.start("refund-line", ...)`, `waits
+    for its children` for `ctx.wait` and `ctx.wait_all`, `publishes progress` for
+    `ctx.publish("progress", ...)`; an op call and a `ctx.step` by their own names."""
     name = step.name
     if name.startswith(GATE_PREFIX):
         return f"approval {name.removeprefix(GATE_PREFIX)}"
     if name.startswith(PATCH_PREFIX):
         return f"patch {name.removeprefix(PATCH_PREFIX)}"
+    if name.startswith(MESSAGE_PREFIX):
+        return f"waits for {name.removeprefix(MESSAGE_PREFIX)}"
+    if name.startswith(START_PREFIX):
+        return f"starts {name.removeprefix(START_PREFIX)}"
+    if name == CHILDREN_WAIT:
+        return "waits for its children"
+    if name.startswith(PUBLISH_PREFIX):
+        return f"publishes {name.removeprefix(PUBLISH_PREFIX)}"
     if name in (SHORT_SLEEP, LONG_SLEEP):
         return "sleep" if planned_ms is None else f"sleep {duration(planned_ms, words=True)}"
     return name
@@ -117,16 +134,18 @@ def label(step: Step, planned_ms: int | None = None) -> str:
 
 @dataclass(frozen=True)
 class Wait:
-    """What a run waited for after one of its steps: at a gate, in a sleep, or on a task (a
-    call whose outcome a person must give), from `start` to `end` (epoch ms). `open` while it
-    still waits: its end is now. `note` says what it waits for or came to."""
+    """What a run waited for after one of its steps: at a gate, in a sleep, on a task (a call
+    whose outcome a person must give), for a message or for its child runs, from `start` to
+    `end` (epoch ms). `open` while it still waits: its end is now. `note` says what it waits
+    for or came to."""
 
     kind: WaitKind
     start: int
     end: int
     open: bool
     note: str
-    # When an open wait ends by itself (epoch ms): a sleep's wake, a gate's expiry.
+    # When an open wait ends by itself (epoch ms): a sleep's wake, a gate's expiry, a wait for
+    # a message timing out.
     due: int | None = None
 
     @property
@@ -139,7 +158,7 @@ class Wait:
             return duration(self.took)
         said = f"{duration(self.took)} so far"
         if self.due is not None and self.due > self.end:
-            ends = "wakes" if self.kind == "sleep" else "expires"
+            ends = {"sleep": "wakes", "message": "times out"}.get(self.kind, "expires")
             said += f", {ends} in {duration(self.due - self.end)}"
         return said
 
@@ -149,6 +168,8 @@ class Wait:
             "gate": ("waiting at the gate", "waited at the gate"),
             "sleep": ("sleeping", "slept"),
             "task": ("waiting for the task's answer", "waited for the task's answer"),
+            "message": ("waiting for a message", "waited for a message"),
+            "children": ("waiting for its child runs", "waited for its child runs"),
         }[self.kind]
         return f"{doing[0] if self.open else doing[1]} for {self.short()}"
 
@@ -267,7 +288,8 @@ def rows(
 
 def _waits_at(step: Step) -> WaitKind | None:
     """What the run waited for after this step, if it stopped there: a gate still pending when
-    the step ran, a sleep not over, or a call whose outcome a task asks a person for."""
+    the step ran, a sleep not over, a call whose outcome a task asks a person for, a message
+    not come yet, or child runs not ended yet."""
     output = step.output
     if step.name == SHORT_SLEEP:
         return "sleep"
@@ -275,6 +297,10 @@ def _waits_at(step: Step) -> WaitKind | None:
         return None
     if step.name.startswith(GATE_PREFIX):
         return "gate" if output.get("status") == "pending" else None
+    if step.name.startswith(MESSAGE_PREFIX):
+        return "message" if output.get("status") == "pending" else None
+    if step.name == CHILDREN_WAIT:
+        return "children" if output.get("status") == "pending" else None
     if step.name == LONG_SLEEP:
         return None if output.get("over") else "sleep"
     error = output.get("error")
@@ -308,8 +334,8 @@ def _wait(
     task: Task | None,
 ) -> Wait:
     """The wait after `step`: until its own end (a decision, an answer, a short sleep's end),
-    a later attempt taking the position up again, or the run's end, whichever came first; up to
-    now while none has."""
+    a later attempt taking the position up again (a message come, children ended, a timeout
+    passed), or the run's end, whichever came first; up to now while none has."""
     ends = list(ends)
     note = ""
     due = None
@@ -330,6 +356,17 @@ def _wait(
             )
         elif task is not None:
             note = f"{task.id} open: did {task.op_id} happen?"
+    elif kind == "message":
+        output = step.output if isinstance(step.output, dict) else {}
+        deadline = _moment(output.get("deadline"))
+        note = f"a message on {output.get('topic') or step.name.removeprefix(MESSAGE_PREFIX)}"
+        if deadline is not None:
+            note += f", times out {_when(deadline)}"
+            due = _ms(deadline)
+    elif kind == "children":
+        output = step.output if isinstance(step.output, dict) else {}
+        left = [str(each) for each in output.get("waiting_for") or []]
+        note = f"{len(left)} child {'run' if len(left) == 1 else 'runs'}: {', '.join(left)}"
     else:
         until = _sleep_until(step)
         if until is not None:
@@ -341,6 +378,14 @@ def _wait(
     if not known:
         return Wait(kind, begins, max(begins, now_ms), True, note, due)
     return Wait(kind, begins, max(begins, min(known)), False, note)
+
+
+def _moment(text: Any) -> datetime | None:
+    """An ISO time a step's output holds, or None."""
+    try:
+        return None if text is None else datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
 
 
 def _ms(at: datetime | None) -> int | None:

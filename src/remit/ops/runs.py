@@ -85,6 +85,10 @@ class Step:
         output, error = self.output, self.error
         if error is not None:
             return None, _cut(error, width)
+        if isinstance(output, dict):
+            waited = _wait_summary(self.name, output, width)
+            if waited is not None:
+                return waited
         if isinstance(output, dict) and isinstance(output.get("error"), dict):
             return None, _cut(output["error"].get("message", output["error"]), width)
         if isinstance(output, dict) and "error" in output:
@@ -128,6 +132,51 @@ class Attempt:
 def _cut(value: Any, width: int) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _wait_summary(
+    name: str, output: dict[str, Any], width: int
+) -> tuple[str | None, str | None] | None:
+    """What a step of `ctx.wait_for`, `ctx.start`, `ctx.wait` or `ctx.publish` came to, as
+    `Step.summary` says it: `message 3 from user:ann: {...}`, `pending until ...`,
+    `run_1f… (key line-0)`, `2 children ended: 2 done`; None for any other step."""
+    if name.startswith("wait_for:"):
+        status = output.get("status")
+        if status == "pending":
+            deadline = output.get("deadline")
+            return "pending" + (f" until {_utc(deadline)}" if deadline else ""), None
+        if status == "timed_out":
+            return "timed out: no message came", None
+        said = f"message {output.get('seq')} from {output.get('sent_by')}"
+        if status == "refused":
+            return None, _cut(f"{said} refused: {output.get('error')}", width)
+        return _cut(f"{said}: {_cut(output.get('payload'), width)}", width), None
+    if name.startswith("start:") and isinstance(output.get("ok"), dict):
+        child = output["ok"]
+        return _cut(f"{child.get('run_id')} (key {child.get('key')})", width), None
+    if name == "wait:children":
+        if output.get("status") == "pending":
+            left = [str(each) for each in output.get("waiting_for") or []]
+            return _cut(f"pending: {len(left)} not ended ({', '.join(left)})", width), None
+        ended = [each for each in output.get("children") or [] if isinstance(each, dict)]
+        counts: dict[str, int] = {}
+        for child in ended:
+            counts[str(child.get("status"))] = counts.get(str(child.get("status")), 0) + 1
+        statuses = ", ".join(f"{count} {status}" for status, count in counts.items())
+        noun = "child" if len(ended) == 1 else "children"
+        return _cut(f"{len(ended)} {noun} ended: {statuses}", width), None
+    if name.startswith("publish:") and isinstance(output.get("key"), str):
+        return _cut(f"published {output['key']}", width), None
+    return None
+
+
+def _utc(text: Any) -> str:
+    """An ISO time from a step's output as a person reads it: `2026-12-06 09:00:00 UTC`."""
+    try:
+        at = datetime.fromisoformat(str(text))
+    except ValueError:
+        return str(text)
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 class RunHandle:
@@ -415,14 +464,17 @@ class RunsRoom:
 
     def waiting(self, run_id: str) -> builtins.list[Waiting]:
         """What the run waits for other than people and time: a message, or its children."""
+        self.get(run_id)
         return self._client.services.messages.waiting(run_id)
 
     def children(self, run_id: str) -> builtins.list[Child]:
         """The child runs `run_id` started (`ctx.start`), oldest first."""
+        self.get(run_id)
         return self._client.services.messages.children(run_id)
 
     def parent(self, run_id: str) -> Child | None:
         """How the run was started as a child (its parent, key, step), or None."""
+        self.get(run_id)
         return self._client.services.messages.parent(run_id)
 
     def record(self, run_id: str) -> tuple[str, str] | None:

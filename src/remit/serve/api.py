@@ -1,9 +1,16 @@
 """The HTTP API: a client's verbs over HTTP, each acting as the principal of the request's token.
 
-    GET    /runs                        ?status=failed&workflow=...&limit=50, newest first
+    GET    /runs                        ?status=failed&workflow=...&parent=...&limit=50, newest
+                                        first
     POST   /runs                        {"workflow": "refund", "input": {...}}: start one (201)
-    GET    /runs/{id}                   one run, by its id or an unambiguous prefix of it
+    GET    /runs/{id}                   one run, by its id or an unambiguous prefix of it, with
+                                        its parent and what it waits for
     GET    /runs/{id}/steps             its steps, attempt by attempt, as `remit show` prints them
+    POST   /runs/{id}/messages          {"topic": "paid", "payload": {...}}, optional
+                                        `Idempotency-Key`: send it a message (201)
+    GET    /runs/{id}/messages          the messages sent to it, in order
+    GET    /runs/{id}/state             what it published, by key
+    GET    /runs/{id}/children          the runs it started as its children
     POST   /runs/{id}/cancel            cancel it
     POST   /runs/{id}/retry             {"from_step": 3}, with an optional `Idempotency-Key`
     GET    /approvals                   ?status=pending&run=run_…&limit=100, newest first
@@ -57,7 +64,7 @@ cannot reach a server on localhost by rebinding its own name to it.
 `create_api(client)` builds the app on a `remit.Client` and `remit serve` runs it. Each act goes
 through the client's verb for it. A decision takes the `Idempotency-Key` header as its decision
 key, so a request sent again returns the first decision and decides nothing twice; a task's
-answer, a retry and a direct call take the header as their key when it is sent. Every error has
+answer, a retry, a message and a direct call take the header as their key when it is sent. Every error has
 one JSON shape, `{"error": ..., "reasons": [{"approval_id": ..., "reason": ...}]}`, and a status
 that says whose move it is: 400 and 422 for a request to fix, 404 for an unknown id, 409 for an
 act refused as things stand (nothing written), 503 while the database does not answer. A body

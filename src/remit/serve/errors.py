@@ -24,6 +24,7 @@ from remit.core.errors import (
     RemitError,
     RetryRefused,
     RunNotFound,
+    SendRefused,
     TaskNotFound,
     TaskRefused,
     TooLarge,
@@ -116,7 +117,7 @@ async def error_response(request: Request, error: Exception) -> JSONResponse:
     elif isinstance(error, TaskRefused):
         status, message = 403 if error.by_policy else 409, str(error)
         reasons = [ErrorReason(approval_id=None, reason=r) for r in error.reasons]
-    elif isinstance(error, RetryRefused):
+    elif isinstance(error, RetryRefused | SendRefused):
         status, message = 409, str(error)
         reasons = [ErrorReason(approval_id=None, reason=message)]
     elif isinstance(error, TooLarge):
@@ -130,7 +131,7 @@ async def error_response(request: Request, error: Exception) -> JSONResponse:
                 reason=f"input.{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}",
             )
             for e in error.errors
-        ]
+        ] or [ErrorReason(approval_id=None, reason=message)]
     elif isinstance(error, UnknownWorkflow):
         status, message = 404, str(error)
     elif isinstance(error, RunNotFound | TaskNotFound | ApprovalNotFound):

@@ -1,6 +1,7 @@
 """The HTTP API's routes, each acting as the principal of the request's API token through the
 client's verb for it. `router(client)` is every route but `/health`, behind the token: those of
-runs, approvals, tasks and records here, those that run the app in `operation_routes.py`."""
+runs, approvals, tasks and records here, a run's messages, state and children in
+`message_routes.py`, those that run the app in `operation_routes.py`."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from pydantic import ValidationError
 
 from remit.client import Client
 from remit.core.audit import audit_of
-from remit.core.errors import ApprovalNotFound, RemitError, RunNotFound, TaskNotFound
+from remit.core.errors import ApprovalNotFound, RemitError, TaskNotFound
 from remit.core.filters import record_filter, since_filter
-from remit.core.runs import Run, RunStatus
+from remit.core.runs import RunStatus
 from remit.core.text import PROBLEMS, excerpt, listed
 from remit.people.activity import LAST_ROW
 from remit.people.approvals import Approval, Approvals, ApprovalStatus, check_decision
@@ -25,6 +26,8 @@ from remit.people.tasks import Task, TaskStatus
 from remit.policy.refusals import read_only_changes, read_only_refusal
 from remit.reads import Reader
 from remit.serve.errors import ErrorReason, Problem, error_responses
+from remit.serve.lookups import find_run, readable_run
+from remit.serve.message_routes import RunDetail, message_routes, run_detail
 from remit.serve.models import (
     ActivityView,
     ApprovalDetail,
@@ -73,6 +76,7 @@ def router(client: Client) -> APIRouter:
     """Every route of the API but `/health` and the spec, each needing an API token."""
     routes = APIRouter(dependencies=[Depends(principal), Depends(plain_query)])
     _run_routes(routes, client)
+    message_routes(routes, client)
     _approval_routes(routes, client)
     _task_routes(routes, client)
     _record_routes(routes, client)
@@ -126,6 +130,14 @@ def _run_routes(routes: APIRouter, client: Client) -> None:
             ),
         ] = None,
         limit: NewestFirst = 50,
+        parent: Annotated[
+            str | None,
+            Query(
+                max_length=200,
+                json_schema_extra=NUL_FREE,
+                description="Only the runs this run started as its children (an id or prefix).",
+            ),
+        ] = None,
     ) -> list[RunView]:
         """List runs, newest first: those the policies let the token's principal read
         (`read_runs` on each workflow)."""
@@ -138,12 +150,14 @@ def _run_routes(routes: APIRouter, client: Client) -> None:
             )
         except RemitError as error:
             raise Problem(422, str(error), [ErrorReason(approval_id=None, reason=str(error))])
-        found = Reader(client, who).runs(
+        reader = Reader(client, who)
+        found = reader.runs(
             status=status,
             workflow=workflow,
             record=about,
             started_by=started_by,
             since=after,
+            parent=None if parent is None else reader.find_id("run", parent),
             limit=limit,
         )
         return [RunView.of(run) for run in found]
@@ -165,16 +179,17 @@ def _run_routes(routes: APIRouter, client: Client) -> None:
         return RunView.of(started)
 
     @routes.get("/runs/{run_id}", responses=error_responses(400, 401, 403, 404, 422, 503))
-    def get_run(run_id: RunId, who: Who) -> RunView:
-        """Show one run, by its id or a prefix only it begins with, as the policies allow
-        (`read_runs` on its workflow)."""
-        return RunView.of(_readable_run(client, who, run_id))
+    def get_run(run_id: RunId, who: Who) -> RunDetail:
+        """Show one run, by its id or a prefix only it begins with, with the run that started
+        it (if one did) and what it waits for, as the policies allow (`read_runs` on its
+        workflow)."""
+        return run_detail(client, readable_run(client, who, run_id))
 
     @routes.get("/runs/{run_id}/steps", responses=error_responses(400, 401, 403, 404, 422, 503))
     def run_steps(run_id: RunId, who: Who) -> list[StepView]:
         """A run's steps, attempt by attempt, as DBOS checkpointed them (`remit show`), as the
         policies allow (`read_runs` on its workflow)."""
-        found = _readable_run(client, who, run_id)
+        found = readable_run(client, who, run_id)
         return [StepView.of(step) for step in client.runs.steps(found.run_id)]
 
     @routes.post(
@@ -183,7 +198,7 @@ def _run_routes(routes: APIRouter, client: Client) -> None:
     def cancel_run(run_id: RunId, who: Who) -> RunView:
         """Cancel a run that has not finished, as the policies allow (`cancel` on its
         workflow); a finished one is left as it is."""
-        return RunView.of(client.runs.cancel(_run(client, run_id).run_id, by=who))
+        return RunView.of(client.runs.cancel(find_run(client, run_id).run_id, by=who))
 
     @routes.post(
         "/runs/{run_id}/retry", responses=error_responses(400, 401, 403, 404, 409, 413, 422, 503)
@@ -197,7 +212,7 @@ def _run_routes(routes: APIRouter, client: Client) -> None:
         """Retry a failed or cancelled run on the current code, as the policies allow (`retry`
         on its workflow): from `from_step`, or after its last finished step. With an
         Idempotency-Key, the same request again returns the first retry and starts nothing."""
-        found = _run(client, run_id)
+        found = find_run(client, run_id)
         retried = client.runs.retry(
             found.run_id,
             from_step=None if body is None else body.from_step,
@@ -388,7 +403,7 @@ def _record_routes(routes: APIRouter, client: Client) -> None:
         the latest of runs the token's principal may read, with direct calls' for those who
         may read the operations."""
         reader = Reader(client, who)
-        run_id = None if run is None else _run(client, run, reader).run_id
+        run_id = None if run is None else find_run(client, run, reader).run_id
         return [LedgerEntry.of(row) for row in reader.ledger(run_id, limit=limit)]
 
     @routes.get("/budgets", responses=error_responses(401, 403, 422, 503))
@@ -529,23 +544,6 @@ def _find(client: Client, approval_id: str, reader: Reader | None = None) -> App
     except ApprovalNotFound:
         message = f"no approval `{approval_id}`: GET /approvals lists the approvals"
         raise Problem(404, message, [ErrorReason(approval_id=approval_id, reason=message)])
-
-
-def _readable_run(client: Client, who: str, given: str) -> Run:
-    """The run `given` names (as `_run` finds it), if `who` may read it: 403 otherwise."""
-    reader = Reader(client, who)
-    return reader.run(_run(client, given, reader).run_id)
-
-
-def _run(client: Client, given: str, reader: Reader | None = None) -> Run:
-    """The run `given` names, in full or by a prefix only it begins with (of those `reader`
-    may read, if given); 404 for none, 400 for a prefix several begin with."""
-    find = client.find_id if reader is None else reader.find_id
-    try:
-        return client.runs.get(find("run", given))
-    except RunNotFound:
-        message = f"no run `{given}`: GET /runs lists the runs"
-        raise Problem(404, message, [ErrorReason(approval_id=None, reason=message)])
 
 
 def _task(client: Client, given: str, reader: Reader | None = None) -> Task:

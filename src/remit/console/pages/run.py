@@ -1,11 +1,13 @@
 """The page of one run: its status, input and output, each attempt with the version that ran it,
 the timeline of its steps and of what it waited for (`console/timeline.py`), each op call with
 its ledger row, its approvals, tasks, activity and audit rows, the failures remit keeps of it and
-where its log lines are, and the buttons that cancel or retry it where that can be done.
+where its log lines are, and the buttons that cancel or retry it where that can be done; the run
+that started it, what it waits for (a message, its child runs), what it published, the messages
+sent to it and the runs it started.
 
-While the run has not finished, the part that moves (status, timeline, ledger, buttons) asks
-for itself again every three seconds (`GET /console/runs/{id}/live`, swapped in by htmx); a
-browser without scripts reloads the page."""
+While the run has not finished, the part that moves (status, waits, published state, timeline,
+ledger, messages, children, buttons) asks for itself again every three seconds (`GET
+/console/runs/{id}/live`, swapped in by htmx); a browser without scripts reloads the page."""
 
 # No `from __future__ import annotations`: FastAPI reads each route's `Annotated[...,
 # Depends(page.sessions...)]` when the route is made, and `page` is local to `add`.
@@ -32,6 +34,8 @@ from remit.reads import Reader
 
 # How much of a failed step's message the page keeps: all of it, in practice.
 _WHOLE = 10_000
+# The most messages and children the page lists, the latest.
+_LISTED = 100
 
 
 def add(router: APIRouter, client: Client, page: Page) -> None:
@@ -48,6 +52,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
             "run.html",
             viewer,
             attempts=client.runs.attempts(run_id),
+            parent=client.runs.parent(run_id),
             record=record,
             activity=[] if record is None else reader.activity(*record),
             audit=client.ops.audit(run_id),
@@ -128,9 +133,10 @@ def _failures(steps: list[Row], ledger: list[LedgerRow]) -> list[Failure]:
 
 
 def _live(client: Client, reader: Reader, run: Run) -> dict[str, Any]:
-    """What the part of the page that moves shows: the status, the timeline (each gate's wait
-    up to its decision, a task's up to its answer, read from the approvals and tasks), the
-    ledger and which buttons apply; and the approvals and tasks themselves."""
+    """What the part of the page that moves shows: the status, what the run waits for and
+    published, the timeline (each gate's wait up to its decision, a task's up to its answer,
+    read from the approvals and tasks), the ledger, the latest messages and children (those the
+    viewer may read) and which buttons apply; and the approvals and tasks themselves."""
     now_ms = int(time.time() * 1000)
     approvals = reader.approvals(run_id=run.run_id)
     tasks = client.tasks.list(run_id=run.run_id)
@@ -141,8 +147,16 @@ def _live(client: Client, reader: Reader, run: Run) -> dict[str, Any]:
         approvals=approvals,
         tasks=tasks,
     )
+    messages = client.runs.messages(run.run_id)
+    children = reader.children(run.run_id)
     return {
         "run": run,
+        "waiting": client.runs.waiting(run.run_id),
+        "published": client.runs.state(run.run_id),
+        "messages": messages[-_LISTED:],
+        "earlier_messages": max(0, len(messages) - _LISTED),
+        "children": children[-_LISTED:],
+        "earlier_children": max(0, len(children) - _LISTED),
         "steps": steps,
         "timeline": timeline(steps, now_ms=now_ms),
         "ledger": client.calls.ledger(run.run_id),

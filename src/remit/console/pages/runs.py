@@ -1,5 +1,5 @@
 """The runs page: every run of the app, newest first, filtered by status, workflow, app of the
-repo, the record it concerns and who started it, a page at a time.
+repo, the record it concerns, who started it and the run that started it, a page at a time.
 
 Pages are read by key (the created time and id of the last run shown), never by offset, so the
 hundredth page costs what the first does however many runs the database holds."""
@@ -16,6 +16,7 @@ from fastapi.responses import Response
 from remit.client import Client
 from remit.console.render import Page, query
 from remit.console.session import Viewer
+from remit.core.errors import RemitError
 from remit.core.runs import STATUSES
 from remit.reads import Reader
 
@@ -29,7 +30,7 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
     ) -> Response:
         given = {
             name: (request.query_params.get(name) or "").strip()
-            for name in ("status", "workflow", "app", "record", "started_by", "before")
+            for name in ("status", "workflow", "app", "record", "started_by", "parent", "before")
         }
         problems: list[str] = []
         status = given["status"] or None
@@ -46,12 +47,21 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
                     f"record {given['record']!r} is not type:id: write it as invoice:INV-1"
                 )
         before = _cursor(given["before"], problems)
-        found = Reader(client, viewer.principal).runs(
+        reader = Reader(client, viewer.principal)
+        parent = None
+        if given["parent"]:
+            try:  # an ambiguous prefix is said beside the filters, as any filter's problem
+                parent = reader.find_id("run", given["parent"])
+            except RemitError as refused:
+                problems.append(str(refused))
+                parent = given["parent"]  # no run has it as its whole id: none is listed
+        found = reader.runs(
             status=status,
             workflow=given["workflow"] or None,
             app=None if given["app"] == "" else ("" if given["app"] == "(root)" else given["app"]),
             started_by=given["started_by"] or None,
             record=record,
+            parent=parent,
             before=before,
             limit=PAGE_SIZE + 1,
         )
