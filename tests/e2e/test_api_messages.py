@@ -320,3 +320,18 @@ def test_a_parent_its_children_and_what_it_published_read_as_each_may_read_them(
     ended = ok(api.get(f"/runs/{parent}/children", headers=dave))
     assert [c["status"] for c in ended] == ["done", "done"]
     assert ok(api.get(f"/runs/{parent}", headers=dave))["waiting"] == []
+
+
+def test_a_waits_timeout_is_listed_among_the_deadlines(harness: Harness, api: TestClient) -> None:
+    run = harness.start("await-payment", {"timeout": 3600})
+    harness.wait(run.run_id, until=("waiting",))
+    (wait,) = harness.client.runs.waiting(run.run_id)
+    (deadline,) = ok(api.get("/deadlines", headers=as_(harness, "user:carol")))
+    assert deadline == {
+        "at": deadline["at"],
+        "kind": "message",
+        "run_id": run.run_id,
+        "target": "paid",
+    }
+    assert wait.deadline is not None
+    assert datetime.fromisoformat(deadline["at"]) == wait.deadline

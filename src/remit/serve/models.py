@@ -581,14 +581,15 @@ class BudgetPeriod(BaseModel):
 
 
 class DeadlineView(BaseModel):
-    """One thing due: a run's wake-up, an approval's expiry, or a schedule's next instant."""
+    """One thing due: a run's wake-up, an approval's expiry, the timeout of a run's wait for a
+    message, or a schedule's next instant."""
 
     at: datetime
-    kind: Literal["wake", "expiry", "schedule"]
+    kind: Literal["wake", "expiry", "message", "schedule"]
     run_id: str = Field(description="The run it concerns; empty for a schedule.")
     target: str = Field(
-        description="`<run_id>:<step>` for a sleep, the approval's id for an expiry, the "
-        "workflow's name for a schedule."
+        description="`<run_id>:<step>` for a sleep, the approval's id for an expiry, the topic "
+        "for a wait for a message, the workflow's name for a schedule."
     )
 
 
