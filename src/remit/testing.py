@@ -32,6 +32,7 @@ from remit.declare.schedules import scheduled_run_id
 from remit.execution.direct import CallResult
 from remit.ops.deadlines import Deadline
 from remit.ops.deploy import DeployCheck, DeployReport
+from remit.ops.messages import Child, Sent
 from remit.ops.retries import Retried
 from remit.ops.runs import RunsRoom
 from remit.ops.scheduler import Fired, Scheduler
@@ -225,6 +226,28 @@ class Harness:
                 elif self.run_store.find(run_id) is not None:
                     found.append(Fired(name, at, run_id, started=False))
         return found
+
+    def send(
+        self,
+        run_id: str,
+        topic: str,
+        payload: Any,
+        *,
+        key: str | None = None,
+        by: str | None = None,
+    ) -> Sent:
+        """Send a message to the run on `topic` (what its `ctx.wait_for` takes) as `by`
+        (default: the harness's actor), under the app's policies: `client.send`."""
+        return self.client.send(run_id, topic, payload, key=key, by=by)
+
+    def state(self, run_id: str) -> dict[str, Any]:
+        """What the run published (`ctx.publish`), the latest value by key: `client.state`."""
+        return self.client.state(run_id)
+
+    def children(self, run_id: str) -> list[Child]:
+        """The runs the run started as its children (`ctx.start`), oldest first:
+        `client.runs.children`."""
+        return self.client.runs.children(run_id)
 
     def fake(self, vendor: str, kind: type[F] = Fake) -> F:  # type: ignore[assignment]
         """The implementation serving `vendor`, checked to be a `kind`."""

@@ -64,8 +64,10 @@ def test_the_demo_shows_each_step_and_ends_well(tmp_path: Path) -> None:
         "approval.approved",
         "settled 500.00 with the administrator",
         "ar.write-off done",
-        # 6. dunning sends its first reminder and sleeps a week
-        "ar.dunning  sleeping",
+        # 6. dunning sends its first reminder and waits for the payments feed
+        "ar.dunning  waiting",
+        "waits for a message on paid",
+        '"outcome": "paid", "reminders": 1',
         "ap@tailspin.example",
         # 7. the fakes: the credit note, the balance left, every email sent
         "payments (fake)",
@@ -74,7 +76,7 @@ def test_the_demo_shows_each_step_and_ends_well(tmp_path: Path) -> None:
         "Invoice inv_1003: 500.00 EUR credited",
         "Invoice inv_1004: 2,450.00 EUR is open (friendly reminder)",
         # 8. the repo's apps
-        "ar.chase-invoice ar.dunning ar.follow-up ar.write-off",
+        "ar.chase-invoice ar.credit-line ar.credit-note ar.dunning ar.follow-up ar.write-off",
         "ar.contacts",
         # 9. a write-off left waiting for the console
         "== 9. ann proposes writing off inv_1001",
@@ -85,9 +87,9 @@ def test_the_demo_shows_each_step_and_ends_well(tmp_path: Path) -> None:
     assert re.search(r"app +\d{4}-\d{2} +\$5\.00 +\$0\.0000\d+ +\$0\.00 ", shown), shown
     # The denial is listed, with its reason.
     assert re.search(r"user:ann .* decide .* write-off .* no policy permits it", shown), shown
-    # What the payments fake holds: inv_1003's balance after the credit note, inv_1004 seeded.
+    # What the payments fake holds: inv_1003's balance after the credit note, inv_1004 paid.
     assert re.search(r"inv_1003 .* 11250 ", shown), shown
-    assert re.search(r"inv_1004 .* ap@tailspin\.example .* 245000 ", shown), shown
+    assert re.search(r"inv_1004 .* ap@tailspin\.example .* 0 .* paid ", shown), shown
     assert "Traceback" not in shown
     assert re.search(r"rmt_[A-Za-z0-9]", shown) is None  # no API token is ever printed
     # Not in a terminal, the demo stops after its script: no console links to a stopped server.

@@ -1,6 +1,7 @@
 """The example repo's scenarios (`examples/acme/apps/ar/scenarios/`) and its demo's books
 (`examples/acme/demo/`) pass on SQLite and Postgres, run through `remit.scenarios` as `remit
-test` runs them; its month of dunning waits for no real time."""
+test` runs them; its month of dunning waits for no real time, and its credit notes wait for
+their child runs."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ def test_the_example_has_a_scenario_for_each_of_its_stories() -> None:
         "Chasing an overdue invoice",
         "Writing off an invoice",
         "A month of dunning",
+        "Crediting an invoice line by line",
     } <= features, features
 
 

@@ -88,14 +88,25 @@ def test_the_table_of_principals_actions_and_resources(desk: App, db: Database) 
     assert all(r.reason == "no policy permits it" for r in recorded)
 
 
-def test_clerks_start_every_workflow_of_the_ar_app_and_none_of_the_root_s(
+def test_clerks_start_the_ar_app_s_workflows_but_credit_notes_and_none_of_the_root_s(
     desk: App, db: Database
 ) -> None:
     guard = Guard.of(desk, db)
     ar = desk.apps["ar"]
-    assert ar == ["ar.chase-invoice", "ar.dunning", "ar.follow-up", "ar.write-off"]
+    assert ar == [
+        "ar.chase-invoice",
+        "ar.credit-line",
+        "ar.credit-note",
+        "ar.dunning",
+        "ar.follow-up",
+        "ar.write-off",
+    ]
+    crediting = ("ar.credit-note", "ar.credit-line")  # a controller's
     for name in ar:
-        assert guard.check(ANN, "start", name, {"input": {"invoice_id": "inv_1"}}).allowed, name
+        allowed = guard.check(ANN, "start", name, {"input": {"invoice_id": "inv_1"}}).allowed
+        assert allowed == (name not in crediting), name
+    for name in crediting:
+        assert guard.check(CAROL, "start", name, {"input": {"invoice_id": "inv_1"}}).allowed
     for name in ("apply", "drift"):  # the root's: an admin's to start
         assert not guard.check(ANN, "start", name, {"input": {}}).allowed, name
         assert guard.check("user:sam", "start", name, {"input": {}}).allowed, name

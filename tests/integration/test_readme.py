@@ -43,6 +43,29 @@ def test_the_testing_example_runs(database_url: str, tmp_path: Path) -> None:
         os.chdir(before)
 
 
+@pytest.mark.parametrize(
+    ("number", "what"), [(1, "messages"), (2, "published state"), (3, "child runs")]
+)
+def test_the_concepts_examples_of_runs_that_wait_print_what_they_say(
+    number: int, what: str, database_url: str
+) -> None:
+    code = _snippet("Concepts", number)
+    sqlite = re.search(r'database_url="(sqlite:///[\w.]+)"', code)
+    assert sqlite, f"the example of {what} names no SQLite file"
+    printed: list[str] = []
+    # Its own module (not under this file's `from __future__ import annotations`), whose
+    # `print` keeps the lines.
+    exec(
+        compile(
+            code.replace(sqlite.group(1), database_url), "README.md", "exec", dont_inherit=True
+        ),
+        {"print": lambda *values: printed.append(" ".join(map(str, values)))},
+    )
+    # Each `print(...)  # text` says what it prints.
+    said = [line.split("  # ", 1)[1] for line in code.splitlines() if "print(" in line]
+    assert printed == said, what
+
+
 def test_the_client_example_runs_against_a_worker(
     database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,5 +1,6 @@
 """The parts of scenarios that need no database: reading feature files, finding them,
-`$name.field` references, and connectors' step declarations."""
+`$name.field` references, connectors' step declarations, how the generic steps read, and what
+a step knows of a message before it sends it."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from remit import AppError, Connector, Given, load_app, steps
+from remit import AppError, Connector, Context, Given, load_app, steps, workflow
 from remit.scenarios import feature_files, read, seed
-from remit.scenarios.generic import same
+from remit.scenarios.generic import GENERIC, same
+from remit.scenarios.messages import message_model, sender
 from remit.scenarios.pytest_plugin import app_folder_of
 from remit.scenarios.values import Names, UnknownReference, cell, fields_table, typed_cell
 
@@ -241,3 +243,78 @@ def test_a_cell_its_field_cannot_take_is_left_for_the_model_to_refuse() -> None:
     assert typed_cell("lots", Decimal) is None
     assert typed_cell("2026-02-30", date) is None
     assert typed_cell("2026-02-03", date) == ("2026-02-03",)
+
+
+class _Paid(BaseModel):
+    amount: Decimal
+
+
+class _Other(BaseModel):
+    note: str
+
+
+class _Waits(BaseModel):
+    topic: str = "late"
+
+
+PAID = "paid"
+
+
+@workflow(name="waits-in-code", input=_Waits)
+def _waits_in_code(ctx: Context, input: _Waits) -> None:
+    ctx.wait_for(PAID, model=_Paid, timeout=60)
+    ctx.wait_for("paid", model=_Paid)
+    ctx.wait_for("note")
+    ctx.wait_for("either", model=_Paid)
+    ctx.wait_for("either", model=_Other)
+    ctx.wait_for(input.topic, model=_Paid)
+
+
+def test_a_message_s_model_is_the_one_the_workflow_s_code_names_for_its_topic() -> None:
+    assert message_model(_waits_in_code, "paid") is _Paid  # written out, or by a name
+    assert message_model(_waits_in_code, "note") is None  # no model: raw JSON
+    assert message_model(_waits_in_code, "either") is None  # two models: neither
+    assert message_model(_waits_in_code, "late") is None  # a topic known at run time only
+    assert message_model(_waits_in_code, "unknown") is None
+
+
+def test_the_words_before_sends_name_who_sends() -> None:
+    assert sender("ann") == "user:ann"
+    assert sender("agent:billing") == "agent:billing"
+    assert sender("the payments feed") == "agent:payments-feed"
+    assert sender("The bank's SWIFT gateway") == "agent:bank-s-swift-gateway"
+
+
+def test_each_generic_step_s_example_is_read_as_that_step() -> None:
+    for step in GENERIC:
+        first = next(g for g in GENERIC if g.match(step.example) is not None)
+        assert first is step, f"{step.example!r} is read as {first.example!r}"
+
+
+def test_the_steps_about_runs_that_wait_read_their_parts() -> None:
+    def said(text: str) -> tuple[str, dict[str, str]]:
+        found = next((g, m) for g in GENERIC if (m := g.match(text)) is not None)
+        return found[0].do.__name__, found[1]
+
+    assert said('the payments feed sends $dun "paid" with:') == (
+        "sends",
+        {"sender": "the payments feed", "run": "dun", "topic": "paid"},
+    )
+    assert said("ann sends $quote answer") == (
+        "sends",
+        {"sender": "ann", "run": "quote", "topic": "answer"},
+    )
+    assert said("$note is waiting for its children")[1] == {
+        "run": "note",
+        "children": "its children",
+    }
+    assert said('$note shows "progress" as {"done": 2}') == (
+        "shows",
+        {"run": "note", "key": "progress", "value": '{"done": 2}'},
+    )
+    assert said("$note has started no credit-line runs")[1]["count"] == "no"
+    assert said('$note has started the credit-line "line-2" as $fee') == (
+        "started_one",
+        {"run": "note", "workflow": "credit-line", "key": "line-2", "name": "fee"},
+    )
+    assert said("$note is waiting")[0] == "run_is"

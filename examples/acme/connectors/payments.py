@@ -11,6 +11,7 @@ billing system does: `agent:billing`), and read back what the fake holds.
 from __future__ import annotations
 
 import os
+import re
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -395,6 +396,19 @@ def has_credit_note(fake: FakePayments, invoice_id: str, amount: str, currency: 
     invoice = _invoice_in(fake, invoice_id)
     assert invoice.currency == currency.lower(), (
         f"invoice {invoice_id} is in {invoice.currency.upper()}, not {currency}"
+    )
+
+
+@payments_steps.then("invoice {invoice_id} has credit notes of {amounts}")
+def has_credit_notes(fake: FakePayments, invoice_id: str, amounts: str) -> None:
+    """`300.00 and 45.50` (or `300.00, 45.50 and 10.00`), in any order: a credit note's lines
+    are issued by runs of their own, side by side."""
+    wanted = sorted(cents(amount) for amount in re.split(r",\s*|\s+and\s+", amounts.strip()))
+    notes = [note for note in fake.credit_notes if note.invoice_id == invoice_id]
+    found = sorted(note.amount for note in notes)
+    assert found == wanted, (
+        f"invoice {invoice_id} has credit notes of "
+        f"{', '.join(f'{amount / 100:.2f}' for amount in found) or 'nothing'}, not {amounts}"
     )
 
 

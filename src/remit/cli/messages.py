@@ -4,6 +4,7 @@
 # No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
 
 import json
+import re
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -29,6 +30,9 @@ from remit.core.text import printable
 if TYPE_CHECKING:
     from remit.ops.messages import Child, Message, Sent, Waiting
     from remit.surface import Surface
+
+# A run's whole id, as remit makes them (`run_` and 16 hex digits): used without a lookup.
+WHOLE_RUN_ID = re.compile(r"run_[0-9a-f]{16}")
 
 
 @cli.command()
@@ -64,7 +68,9 @@ def send(
     waiting on it yet keeps it until a wait takes it. A finished run takes no message."""
     payload = json_input(input, "--input", app_dir, cap="input_bytes")
     with client_of(app_dir) as remit:
-        run_id = run_id_of(remit, run_id)
+        # A whole id is sent as it is: a sender (a feed) may send without reading the run.
+        if not WHOLE_RUN_ID.fullmatch(run_id):
+            run_id = run_id_of(remit, run_id)
         sent = remit.runs.send(run_id, topic, payload, key=key, by=as_)
     if as_json:
         from remit.serve.message_routes import SentView

@@ -1,5 +1,6 @@
 """The steps every scenario may say, whatever its connectors: the clock, starting runs,
-deciding gates, resolving tasks, and what to expect of runs, gates, the ledger and budgets.
+deciding gates, resolving tasks, sending messages, and what to expect of runs, gates, the
+ledger, budgets, what runs publish and the child runs they start.
 
 Each is a regular expression over the step's text (the keyword, Given, When, Then, And or But,
 is not part of it) and a function doing it on the scenario's `World`. `README.md`, "Scenarios",
@@ -23,6 +24,7 @@ from remit.budgets.model import APP_SCOPE, period_key
 from remit.core.errors import AppError
 from remit.resources.workflows import DRIFT
 from remit.scenarios.features import Step
+from remit.scenarios.messages import message_model, sender
 from remit.scenarios.values import cell_texts, doc_json, fields_table, rows_table
 from remit.scenarios.world import Mismatch, World, acting, principal
 
@@ -125,6 +127,15 @@ def one_field(message: str, field: str, expected: str, actual: str) -> Mismatch:
     return Mismatch(message, expected=[f"{field} | {expected}"], actual=[f"{field} | {actual}"])
 
 
+def differs(what: str, expected: Any, actual: Any) -> Mismatch:
+    """A then's failure about a whole value: both written out as JSON, line by line."""
+    return Mismatch(
+        f"{what} differs",
+        expected=json.dumps(expected, indent=2, sort_keys=True, default=str).splitlines(),
+        actual=json.dumps(actual, indent=2, sort_keys=True, default=str).splitlines(),
+    )
+
+
 def compare_fields(
     what: str, expected: Mapping[str, Any], actual: Any, texts: Mapping[str, str] | None = None
 ) -> None:
@@ -217,11 +228,7 @@ def output_is(world: World, step: Step, m: dict[str, str]) -> None:
     if step.doc is not None:
         expected = doc_json(step.doc, world.names, what=what)
         if not same(expected, actual):
-            raise Mismatch(
-                f"{what} differs",
-                expected=json.dumps(expected, indent=2, sort_keys=True).splitlines(),
-                actual=json.dumps(actual, indent=2, sort_keys=True, default=str).splitlines(),
-            )
+            raise differs(what, expected, actual)
         return
     expected = fields_table(step.table, world.names, what=what)
     compare_fields(what, expected, actual, cell_texts(step.table))
@@ -247,6 +254,162 @@ def ledger_is(world: World, step: Step, m: dict[str, str]) -> None:
         raise Mismatch(
             f"the ledger of ${m['run']} differs",
             expected=[header, *wanted],
+            actual=[header, *found],
+        )
+
+
+# Messages, published state and child runs.
+
+TOPIC = r"\"?(?P<topic>[^\s\"]+)\"?"
+KEY = r"\"?(?P<key>[^\s\"]+)\"?"
+
+
+@generic(
+    rf"(?P<sender>.+?) sends {RUN} {TOPIC}(?: with)?:?",
+    'the payments feed sends $dunning "paid" with:',
+)
+def sends(world: World, step: Step, m: dict[str, str]) -> None:
+    """Send the run a message: the table as a record (read as the model the run's workflow
+    waits for the topic with, where its code names one), or the docstring's JSON."""
+    run_id = world.run_id(m["run"])
+    run = world.harness.runs.get(run_id)
+    what = f"the message on `{m['topic']}` to ${m['run']}"
+    if step.doc is not None:
+        payload = doc_json(step.doc, world.names, what=what)
+    else:
+        declared = world.app.workflows.get(run.workflow)
+        model = None if declared is None else message_model(declared, m["topic"])
+        payload = fields_table(step.table, world.names, what=what, model=model)
+    with acting():
+        sent = world.harness.send(run_id, m["topic"], payload, by=sender(m["sender"]))
+    world.settle(moved={run_id: run.attempt} if sent.resumed_workflow_id else None)
+
+
+@generic(
+    rf"{RUN} is waiting for (?:{TOPIC}|(?P<children>its children))",
+    '$dunning is waiting for "paid"',
+)
+def waiting_for(world: World, step: Step, m: dict[str, str]) -> None:
+    run_id = world.run_id(m["run"])
+    said = [
+        f"a message on `{w.topic}`" if w.kind == "message" else "its children"
+        for w in world.harness.runs.waiting(run_id)
+    ]
+    wanted = "its children" if m.get("children") else f"a message on `{m['topic']}`"
+    if wanted not in said:
+        status = world.run_view(run_id)["status"]
+        raise Mismatch(
+            f"${m['run']} is {status}, not waiting for {wanted}",
+            expected=[wanted],
+            actual=said or [f"{status}, waiting for no message nor child run"],
+        )
+
+
+@generic(rf"{RUN} shows {KEY} as:?(?: (?P<value>.+))?", '$note shows "progress" as:')
+def shows(world: World, step: Step, m: dict[str, str]) -> None:
+    """What the run last published under the key: the table's fields, the docstring's JSON,
+    or the value the sentence ends with."""
+    what = f"what ${m['run']} shows as `{m['key']}`"
+    state = world.harness.state(world.run_id(m["run"]))
+    if m["key"] not in state:
+        keys = ", ".join(f"`{key}`" for key in state) or "nothing"
+        raise Mismatch(f"${m['run']} has published nothing as `{m['key']}` (it shows {keys})")
+    actual = state[m["key"]]
+    if m.get("value") is not None:
+        expected = world.names.resolve_cell(m["value"].strip())
+    elif step.doc is not None:
+        expected = doc_json(step.doc, world.names, what=what)
+    else:
+        needs_table(step, what, docstring=True)
+        fields = fields_table(step.table, world.names, what=what)
+        compare_fields(what, fields, actual, cell_texts(step.table))
+        return
+    if not same(expected, actual):
+        raise differs(what, expected, actual)
+
+
+def _children(world: World, name: str, workflow: str | None = None) -> list[Any]:
+    """The run's children, oldest first: all, or those of `workflow` (as the app names it)."""
+    found = world.harness.children(world.run_id(name))
+    if workflow is None:
+        return found
+    named = world.workflow(workflow)
+    return [child for child in found if child.workflow == named]
+
+
+@generic(
+    rf"{RUN} has started (?P<count>no|\d+) \"?(?P<workflow>[\w.:-]+)\"? runs?",
+    "$note has started 2 credit-line runs",
+)
+def started_count(world: World, step: Step, m: dict[str, str]) -> None:
+    found = _children(world, m["run"], m["workflow"])
+    count = 0 if m["count"] == "no" else int(m["count"])
+    if len(found) != count:
+        raise Mismatch(
+            f"${m['run']} has started {len(found)} {m['workflow']} runs, not {count}",
+            expected=[f"{count} runs"],
+            actual=[f"{c.key} | {c.status}" for c in found] or ["no runs"],
+        )
+
+
+@generic(
+    rf"{RUN} has started (?:an?|the) \"?(?P<workflow>[\w.:-]+)\"?"
+    r"(?: \"(?P<key>[^\"]+)\")?(?: as \$(?P<name>[\w-]+))?",
+    "$note has started a credit-line as $line",
+)
+def started_one(world: World, step: Step, m: dict[str, str]) -> None:
+    """The run started one child of the workflow (under the key, when given); `as $name`
+    names it."""
+    every = _children(world, m["run"], m["workflow"])
+    key = m.get("key")
+    found = [child for child in every if key is None or child.key == key]
+    if len(found) != 1:
+        keys = ", ".join(f'"{child.key}"' for child in every) or "none"
+        hint = (
+            f': name one by its key, `${m["run"]} has started the {m["workflow"]} "{every[0].key}"`'
+            if len(found) > 1
+            else ""
+        )
+        said = f' "{key}"' if key else ""
+        raise Mismatch(
+            f"${m['run']} has started {len(found)} {m['workflow']}{said} runs, not one (the "
+            f"keys of its {m['workflow']} runs: {keys}){hint}"
+        )
+    if m.get("name"):
+        world.name_run(m["name"], found[0].run_id)
+
+
+CHILD_COLUMNS = ("workflow", "key", "status", "detached")
+
+
+@generic(rf"the children of {RUN} are:?", "the children of $note are:")
+def children_are(world: World, step: Step, m: dict[str, str]) -> None:
+    what = f"the children of ${m['run']}"
+    needs_table(step, what)
+    expected = rows_table(step.table)
+    columns = list(expected[0]) if expected else []
+    unknown = [c for c in columns if c not in CHILD_COLUMNS]
+    if not columns or unknown:
+        raise AppError(
+            f"{what}: the table's columns are some of {', '.join(CHILD_COLUMNS)}; it has "
+            f"{', '.join(columns) or 'no rows under its header'}"
+        )
+
+    def wanted(row: Mapping[str, str]) -> str:
+        values = {c: world.names.resolve_cell(row[c]) for c in columns}
+        if "workflow" in values:
+            values["workflow"] = world.workflow(row["workflow"])
+        return " | ".join(show(values[c]) for c in columns)
+
+    found = [
+        " | ".join(show(child.as_json()[c]) for c in columns)
+        for child in _children(world, m["run"])
+    ]
+    if [wanted(row) for row in expected] != found:
+        header = " | ".join(columns)
+        raise Mismatch(
+            f"{what} differ",
+            expected=[header, *map(wanted, expected)],
             actual=[header, *found],
         )
 

@@ -132,15 +132,66 @@ class World:
         self, run_ids: Iterable[str] | None = None, *, moved: Mapping[str, int] | None = None
     ) -> None:
         """Wait until each run in `moved` has gone past its attempt there, then until every
-        run (default: all the scenario's) rests: finished, or waiting, sleeping or paused
-        with its attempt over."""
+        run (default: all the scenario's) and every run they started as children rests:
+        finished, or waiting, sleeping or paused with its attempt over (a parent whose children
+        have all ended is not resting: it is about to carry on)."""
         for run_id, attempt in (moved or {}).items():
             self.harness.wait_moved(run_id, attempt, timeout=SETTLE_TIMEOUT)
-        every = [*self.runs.values(), *(fired.run_id for fired in self.scheduled)]
-        for run_id in every if run_ids is None else run_ids:
+        roots = list(dict.fromkeys(self._every() if run_ids is None else run_ids))
+        seen: dict[str, tuple[str, int]] | None = None
+        every, _ = self._family(roots)
+        while True:
+            rested = {run_id: self._rest(run_id) for run_id in every}
+            # A run that rested may have started children meanwhile, and a child that ended
+            # after its parent rested may have moved the parent on: look again until nothing
+            # new started or moved (with no children, nothing moves another on).
+            every, parents = self._family(roots)
+            if every == list(rested) and (not parents or rested == seen):
+                return
+            seen = rested
+
+    def _every(self) -> list[str]:
+        return [*self.runs.values(), *(fired.run_id for fired in self.scheduled)]
+
+    def with_children(self, run_ids: Iterable[str]) -> list[str]:
+        """`run_ids`, then the runs they started as children, and theirs, oldest first."""
+        return self._family(run_ids)[0]
+
+    def _family(self, run_ids: Iterable[str]) -> tuple[list[str], bool]:
+        """`with_children`, and whether any of them started a child."""
+        found = list(dict.fromkeys(run_ids))
+        parents = False
+        for run_id in found:  # grows as it goes
+            children = self.harness.children(run_id)
+            parents = parents or bool(children)
+            found += [child.run_id for child in children if child.run_id not in found]
+        return found, parents
+
+    def _rest(self, run_id: str) -> tuple[str, int]:
+        """Wait until the run rests; its status and attempt then."""
+        while True:
             run = self.harness.wait(run_id, timeout=SETTLE_TIMEOUT, until=RESTING)
-            if not run.finished:
-                self.harness.wait_attempt_ended(run_id, run.attempt, timeout=SETTLE_TIMEOUT)
+            if run.finished:
+                return run.status, run.attempt
+            self.harness.wait_attempt_ended(run_id, run.attempt, timeout=SETTLE_TIMEOUT)
+            if run.status != "waiting":
+                return run.status, run.attempt
+            if self._children_ended(run_id):
+                self.harness.wait_moved(run_id, run.attempt, timeout=SETTLE_TIMEOUT)
+                continue
+            # Its last child's end may have moved it on since it was read.
+            now = self.harness.runs.get(run_id)
+            if (now.status, now.attempt) == (run.status, run.attempt):
+                return run.status, run.attempt
+
+    def _children_ended(self, run_id: str) -> bool:
+        """Whether the run waits on its attempt for child runs that have all ended."""
+        for waiting in self.harness.runs.waiting(run_id):
+            if waiting.kind == "children" and all(
+                self.harness.runs.get(child).finished for child in waiting.children
+            ):
+                return True
+        return False
 
     def scheduled_workflow(self, name: str) -> Workflow:
         """The workflow `name` names, which must run on a schedule."""
@@ -198,7 +249,7 @@ class World:
         """Move the clock on, and wait for every run that fell due (a sleep ending, a gate
         expiring) to carry on and settle again."""
         until = self.clock.now().timestamp() + seconds
-        mine = {*self.runs.values(), *(fired.run_id for fired in self.scheduled)}
+        mine = set(self.with_children(self._every()))
         due = [
             deadline
             for deadline in self.harness.deadlines(limit=1000)
@@ -207,7 +258,7 @@ class World:
         moved = {
             d.run_id: self.harness.runs.get(d.run_id).attempt
             for d in due
-            if d.kind in ("wake", "expiry")
+            if d.kind in ("wake", "expiry", "message")
         }
         self.clock.advance(seconds)
         for deadline in due:
