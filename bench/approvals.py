@@ -74,14 +74,14 @@ STATUS = sa.text("SELECT status FROM remit_runs WHERE run_id = :run_id")
 
 
 class WorkerProcess(Process):
-    """A `remit worker` subprocess on the bench app with fakes and otherwise default settings,
-    serving once made."""
+    """A `remit worker` subprocess on the bench app (or `app`) with fakes and otherwise default
+    settings, serving once made."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, app: Path = APP) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("REMIT_")}
         env |= {"REMIT_DATABASE_URL": url, "REMIT_FAKES": "1"}
-        command = [sys.executable, "-m", "remit", "--app", str(APP), "worker"]
-        super().__init__("the bench app's `remit worker`", command, env=env)
+        command = [sys.executable, "-m", "remit", "--app", str(app), "worker"]
+        super().__init__(f"{app.name}'s `remit worker`", command, env=env)
         try:
             self.wait_for_line("serving", timeout=SERVING_TIMEOUT)
         except BaseException:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dbos import DBOS, DBOSClient, DBOSConfig
@@ -40,9 +41,11 @@ def register() -> None:
         return int(after["count"])
 
 
-def register_queue(client: DBOSClient, *, poll: float, worker_concurrency: int) -> None:
+def register_queue(
+    client: DBOSClient, *, poll: float, worker_concurrency: int, name: str = QUEUE
+) -> None:
     client.register_queue(
-        QUEUE,
+        name,
         worker_concurrency=worker_concurrency,
         polling_interval_sec=poll,
         on_conflict="always_update",
@@ -56,13 +59,28 @@ def client(db: Database, app_name: str = APP) -> DBOSClient:
     )
 
 
-def serve(url: str, *, poll: float = 0.1, threads: int = 64, worker_concurrency: int = 16) -> None:
+def serve(
+    url: str,
+    *,
+    poll: float = 0.1,
+    threads: int = 64,
+    worker_concurrency: int = 16,
+    app: str = APP,
+    queues: Sequence[str] = (QUEUE,),
+    workflows: Callable[[], None] = register,
+    notification_poll: float | None = None,
+) -> None:
+    """Serve `queues` of the DBOS application `app`, with the workflows `workflows` registers,
+    until SIGTERM. `notification_poll` is how often DBOS's notification listener polls on
+    SQLite (`recv` waits on it; None: DBOS's default, 1 s), which a remit worker sets to its
+    poll interval."""
     db = Database(url)
     db.prepare()
-    queue_client = client(db)
-    register_queue(queue_client, poll=poll, worker_concurrency=worker_concurrency)
+    queue_client = client(db, app)
+    for queue in queues:
+        register_queue(queue_client, poll=poll, worker_concurrency=worker_concurrency, name=queue)
     config: DBOSConfig = {
-        "name": APP,
+        "name": app,
         "system_database_url": db.dbos_url,
         "application_version": "bare",
         "executor_id": "bare-worker",
@@ -72,16 +90,19 @@ def serve(url: str, *, poll: float = 0.1, threads: int = 64, worker_concurrency:
         "run_migrations": False,
         "log_level": "WARNING",
     }
+    if notification_poll is not None:
+        config["notification_listener_polling_interval_sec"] = notification_poll
     engine = db.dbos_engine(pool_size=16)
     if engine is not None:
         config["system_database_engine"] = engine
     DBOS(config=config)
-    register()
+    workflows()
     DBOS.launch()
     print("serving", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     stop.wait()
+    queue_client.destroy()
     DBOS.destroy(destroy_registry=True)
 
 

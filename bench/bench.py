@@ -9,7 +9,9 @@ workflow side by side, and runs them one at a time, alternating A/B, each from e
 result. Drain: runs queued on Postgres in advance, then timed from the moment the worker
 processes serve until the last one is done: bare DBOS with one worker, remit with one, remit
 with two; `--only bare` runs just these two. Approvals (bench/approvals.py): decide to resume,
-and what waiting runs cost a worker. Reconciler (bench/reconcile.py): one pass against 10,000
+and what waiting runs cost a worker. Runs that wait (bench/waits.py): a message's resume and a
+parent's 100 children, against bare DBOS's `recv` and child workflows; `--only waits` runs just
+that. Reconciler (bench/reconcile.py): one pass against 10,000
 and 100,000 runs. Policies (bench/policy.py): what a Cedar check adds to a start. Budgets
 (bench/budgets.py): what reserving and settling cost a call with a cost. Deploy check
 (bench/deploy_check.py): replaying 1,000 waiting runs against the code. Command line
@@ -311,6 +313,7 @@ def _part(module: str, measure: str = "measure", write: str = "write") -> Part:
 PARTS: dict[str, list[Part]] = {
     "bare": [(remit_against_bare, write_table)],
     "approvals": [_part("approvals")],
+    "waits": [_part("waits")],
     "reconcile": [(_part("reconcile")[0], _write_reconcile)],
     "policy": [_part("policy")],
     "budgets": [_part("budgets")],
@@ -321,7 +324,7 @@ PARTS: dict[str, list[Part]] = {
     "resources": [_part("resources")],
     "scenarios": [_part("scenarios")],
 }
-ONLY = ("bare", "cli", "calls", "wakeup", "resources")
+ONLY = ("bare", "waits", "cli", "calls", "wakeup", "resources")
 
 
 def figures_of(made: Any) -> list[Figure]:
@@ -342,7 +345,7 @@ def main() -> None:
         "--only",
         choices=ONLY,
         help="run one part alone: bare, remit against bare DBOS (sequential runs and queue "
-        "drain); cli, the command line's startup; calls, what an op call costs; wakeup, how "
+        "drain); waits, a message's resume and a parent's 100 children against bare DBOS; cli, the command line's startup; calls, what an op call costs; wakeup, how "
         "late the wakeup service calls instances; resources, plan and apply of declared "
         "resources",
     )

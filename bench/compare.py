@@ -10,8 +10,8 @@ run; and the working tree held to bench/baseline.json.
 
 BASE is any git commit-ish. It is checked out, detached, into a temporary git worktree, removed
 at the end however the run ends (Ctrl-C and SIGTERM included). Both sides are measured by this
-version's benchmarks (bench/bench.py, bench/approvals.py, bench/reconcile.py) on this version's
-bench app, each side importing its own `remit`: every measure runs in a child process
+version's benchmarks (bench/bench.py, bench/approvals.py, bench/waits.py, bench/reconcile.py) on
+this version's bench apps, each side importing its own `remit`: every measure runs in a child process
 (`compare.py child GROUP SIZE`, in a session of its own) with the side's `src` first on
 PYTHONPATH, ahead of the working tree's that .venv's editable install adds, and the workers it
 starts inherit it. The child prints the `remit` it imported; one that is not the side's fails
@@ -25,7 +25,14 @@ The groups of figures (`--only seq,drain` runs some of them):
     drain      the queue drain on Postgres: bare DBOS with 1 worker, remit with 1 and 2
                (drain_*, scale_2w_pg)
     approvals  decide to resume, p50 and p99 (decide_resume_p50_ms, decide_resume_p99_ms)
+    messages   a message's resume, remit and bare DBOS, on SQLite and Postgres
+               (message_resume_*)
+    children   a parent's 100 children, remit and bare DBOS, on SQLite and Postgres
+               (children_100_*; 10 children at smoke size)
     reconcile  one reconciler pass over 10,000 runs (reconcile_10k_ms; 1,000 at smoke size)
+
+A group the BASE's remit lacks the feature of (messages and children before `ctx.wait_for`)
+is dropped with a note, not counted as a failure.
 
 Each round measures every group once per side, the sides taking turns: base first in odd
 rounds, the working tree first in even ones, so that what else the machine does falls on both
@@ -66,6 +73,7 @@ from common import (
     FOLLOWED,
     ROOT,
     Size,
+    Unsupported,
     git,
     read_baseline,
     this_version,
@@ -86,6 +94,16 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "scale_2w_pg",
     ),
     "approvals": ("decide_resume_p50_ms", "decide_resume_p99_ms"),
+    "messages": tuple(
+        f"message_resume_{name}_{db}"
+        for db in ("sqlite", "pg")
+        for name in ("p50_ms", "p99_ms", "bare_p50_ms", "ratio")
+    ),
+    "children": tuple(
+        f"children_100_{name}_{db}"
+        for db in ("sqlite", "pg")
+        for name in ("ms", "bare_ms", "ratio")
+    ),
     "reconcile": ("reconcile_10k_ms",),
 }
 # Seconds, at most, for one child to measure its group, by size (smoke, quick, full).
@@ -93,11 +111,15 @@ CHILD_TIMEOUTS: dict[str, tuple[float, float, float]] = {
     "seq": (180, 420, 900),
     "drain": (240, 600, 1500),
     "approvals": (180, 420, 900),
+    "messages": (180, 420, 900),
+    "children": (180, 300, 600),
     "reconcile": (240, 600, 600),
 }
 WORSE = 0.15  # a working tree's figure this much worse than the baseline's is printed
 ROUNDS = 3
 REMIT = "COMPARE-REMIT "  # the child's line naming the `remit` it imported
+LACKS = "COMPARE-LACKS "  # the child's line saying its `remit` lacks what the group measures
+LACKS_EXIT = 3  # the child's exit code then
 LINE = re.compile(r"^BENCH (\S+) (\S+) (\S+)")
 TAIL = 30  # lines of a failed child's output shown
 
@@ -123,6 +145,18 @@ def _approvals(size: Size, folder: Path) -> None:
     approvals.measure_decide(size=size, folder=folder)
 
 
+def _messages(size: Size, folder: Path) -> None:
+    import waits  # bench/waits.py, beside this file
+
+    waits.measure_messages(size=size, folder=folder)
+
+
+def _children(size: Size, folder: Path) -> None:
+    import waits  # bench/waits.py, beside this file
+
+    waits.measure_children(size=size, folder=folder)
+
+
 def _reconcile(size: Size, folder: Path) -> None:
     import reconcile  # bench/reconcile.py, beside this file
 
@@ -134,6 +168,8 @@ MEASURES: dict[str, Callable[[Size, Path], None]] = {
     "seq": _seq,
     "drain": _drain,
     "approvals": _approvals,
+    "messages": _messages,
+    "children": _children,
     "reconcile": _reconcile,
 }
 
@@ -141,14 +177,19 @@ MEASURES: dict[str, Callable[[Size, Path], None]] = {
 def child(group: str, size: Size) -> None:
     """Measure `group` at `size` with the `remit` on this process's path, printing which one
     that is, the modules it was found under older names (common.py's MOVED), and the figures'
-    `BENCH` lines."""
+    `BENCH` lines; or, with exit code LACKS_EXIT, that the `remit` lacks what `group`
+    measures."""
     import remit
 
     print(f"{REMIT}{remit.__file__}", flush=True)
     for followed in FOLLOWED:
         print(f"# an older layout: {followed}", flush=True)
     with tempfile.TemporaryDirectory(prefix="remit-compare-") as folder:
-        MEASURES[group](size, Path(folder))
+        try:
+            MEASURES[group](size, Path(folder))
+        except Unsupported as lacking:
+            print(f"{LACKS}{lacking}", flush=True)
+            sys.exit(LACKS_EXIT)
 
 
 # The parent: the worktree, the rounds, the sides, the table.
@@ -178,6 +219,18 @@ class Side:
 
 class ChildFailed(Exception):
     """A child exited non-zero, timed out, or imported the wrong `remit`."""
+
+
+class GroupLacking(Exception):
+    """A side's `remit` lacks what a group measures (the child said so)."""
+
+
+def _lacks(output: str) -> str | None:
+    """What a child's output says its `remit` lacks, if it says so."""
+    for line in output.splitlines():
+        if line.startswith(LACKS):
+            return line[len(LACKS) :].strip()
+    return None
 
 
 def _imported(output: str) -> Path | None:
@@ -230,6 +283,9 @@ def run_child(side: Side, group: str, size: Size) -> dict[str, tuple[float, str]
             f"{side.name}'s {group} was still running after {timeout:g} s, and was stopped; "
             f"the end of its output:\n{tail}"
         )
+    lacking = _lacks(said)
+    if code == LACKS_EXIT and lacking is not None:
+        raise GroupLacking(f"{side.name} ({side.label}): {lacking}")
     if code != 0:
         raise ChildFailed(f"{side.name}'s {group} exited {code}; the end of its output:\n{tail}")
     imported = _imported(said)
@@ -251,18 +307,21 @@ def group_figures(group: str, size: Size) -> tuple[str, ...]:
     """The figures `group` prints at `size` (the smoke size's reconciler pass is over 1,000)."""
     if group == "reconcile" and size is Size.SMOKE:
         return ("reconcile_1k_ms",)
+    if group == "children" and size is Size.SMOKE:
+        return tuple(name.replace("children_100_", "children_10_") for name in GROUPS[group])
     return GROUPS[group]
 
 
 @dataclass
 class Run:
-    """What a comparison measured, and what failed."""
+    """What a comparison measured, what failed, and the groups a side lacks."""
 
     sides: tuple[Side, Side]
     groups: list[str]
     size: Size
     rounds: int
     failures: list[str] = field(default_factory=list)
+    lacking: list[str] = field(default_factory=list)
 
     def measure(self) -> None:
         """Every group on both sides, round by round, base first in odd rounds."""
@@ -284,6 +343,11 @@ class Run:
             self.failures.append(f"round {n + 1}: {failed}")
             self.groups.remove(group)
             print(f"#   FAILED; {group} is dropped: {str(failed).splitlines()[0]}", flush=True)
+            return
+        except GroupLacking as lacking:
+            self.lacking.append(f"{group}: {lacking}")
+            self.groups.remove(group)
+            print(f"#   {group} is dropped: {lacking}", flush=True)
             return
         for name, (value, unit) in found.items():
             side.values.setdefault(name, []).append(value)
@@ -311,7 +375,8 @@ def table(run: Run) -> list[str]:
     """The side-by-side lines: each figure measured on both sides, with working ÷ base."""
     base, working = run.sides
     names = [name for name in CORE if name in base.values and name in working.values]
-    lines = [f"{'figure':<22} {'base':>16} {'working':>16} {'working÷base':>13}"]
+    width = max([22, *map(len, names)])
+    lines = [f"{'figure':<{width}} {'base':>16} {'working':>16} {'working÷base':>13}"]
     for name in names:
         b, w = base.median(name), working.median(name)
         unit = working.units[name]
@@ -321,7 +386,7 @@ def table(run: Run) -> list[str]:
         if "_bare_" in name:
             notes.append("bare DBOS on both sides")
         lines.append(
-            f"{name:<22} {f'{b:.2f} {unit}':>16} {f'{w:.2f} {unit}':>16} {w / b:>13.3f}  "
+            f"{name:<{width}} {f'{b:.2f} {unit}':>16} {f'{w:.2f} {unit}':>16} {w / b:>13.3f}  "
             f"{verdict(name, b, w):<6} ({'; '.join(notes)})"
         )
     return lines
@@ -418,6 +483,8 @@ def compare(base: str, groups: list[str], size: Size, rounds: int) -> int:
         if name in sides[0].values and name in sides[1].values:
             ratio = sides[1].median(name) / sides[0].median(name)
             print(f"BENCH compare_{name} {ratio:.3f} x", flush=True)
+    for lacking in run.lacking:
+        print(f"\nnot measured, {lacking}")
     for failure in run.failures:
         print(f"\nFAILED {failure}", file=sys.stderr)
     return 1 if run.failures else 0

@@ -103,6 +103,22 @@ MODULES = (
             "waiting_1000_served_threads",
         ),
     ),
+    Module(
+        "waits",
+        "waits.py",
+        _per_database(
+            "message_resume_p50_ms_{db}",
+            "message_resume_p99_ms_{db}",
+            "message_resume_bare_p50_ms_{db}",
+            "message_resume_bare_p99_ms_{db}",
+            "message_resume_ratio_{db}",
+            "message_send_ms_{db}",
+            "message_send_bare_ms_{db}",
+            "children_10_ms_{db}",
+            "children_10_bare_ms_{db}",
+            "children_10_ratio_{db}",
+        ),
+    ),
     Module("reconcile", "reconcile.py", ("reconcile_1k_ms", "reconcile_1k_idle_ms")),
     Module(
         "policy",
