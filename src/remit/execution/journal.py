@@ -284,59 +284,79 @@ def load_marks(conn: sa.Connection, run_id: str) -> dict[int, Mark]:
 
 
 def load_marks_of(conn: sa.Connection, run_ids: list[str]) -> dict[str, dict[int, Mark]]:
-    """`load_marks` for many runs at once, five queries for each 500 of them. A position with
+    """`load_marks` for many runs at once, one statement for each 500 of them. A position with
     rows of two kinds keeps the ledger's (it cannot happen: one position is one operation)."""
     found: dict[str, dict[int, Mark]] = {}
     for at in range(0, len(run_ids), 500):
-        chunk = run_ids[at : at + 500]
-        for timer in conn.execute(
-            sa.select(timers.c.run_id, timers.c.step_id).where(timers.c.run_id.in_(chunk))
-        ):
-            found.setdefault(timer.run_id, {})[timer.step_id] = sleep_mark()
-        for wait in conn.execute(
-            sa.select(waits.c.run_id, waits.c.step_id, waits.c.kind, waits.c.topic).where(
-                waits.c.run_id.in_(chunk)
-            )
-        ):
-            found.setdefault(wait.run_id, {})[wait.step_id] = (
-                message_mark(wait.topic) if wait.kind == "message" else children_mark()
-            )
-        for child in conn.execute(
-            sa.select(
-                children.c.parent_run_id, children.c.step_id, children.c.workflow, children.c.key
-            ).where(children.c.parent_run_id.in_(chunk))
-        ):
-            found.setdefault(child.parent_run_id, {})[child.step_id] = start_mark(
-                child.workflow, child.key
-            )
-        for gate in conn.execute(
-            sa.select(approvals.c.run_id, approvals.c.step_id, approvals.c.key).where(
-                approvals.c.run_id.in_(chunk)
-            )
-        ):
-            found.setdefault(gate.run_id, {})[gate.step_id] = gate_mark(gate.key)
-        for row in conn.execute(
-            sa.select(
-                ledger.c.run_id,
-                ledger.c.step_id,
-                ledger.c.op_id,
-                ledger.c.idempotency_key,
-                ledger.c.input_hash,
-            ).where(
-                ledger.c.run_id.in_(chunk),
-                # A read that never answered (one with a cost leaves a row as it starts) is not
-                # a step the run passed: the code there may change.
-                sa.not_(
-                    sa.and_(
-                        ledger.c.effect == "read", ledger.c.status.in_(("started", "abandoned"))
-                    )
-                ),
-            )
-        ):
-            found.setdefault(row.run_id, {})[row.step_id] = op_mark(
-                row.op_id, row.idempotency_key, row.input_hash
-            )
+        rows = sorted(conn.execute(_marks(run_ids[at : at + 500])), key=lambda row: row.kind)
+        for row in rows:
+            found.setdefault(row.run_id, {})[row.step_id] = _mark(row)
     return found
+
+
+def _text(value: Any = None) -> Any:
+    return sa.literal(value, sa.String) if value is not None else sa.null().cast(sa.String)
+
+
+def _marks(chunk: list[str]) -> sa.CompoundSelect[Any]:
+    """Every row of `chunk`'s runs that carries a position, as (kind, run, step, a, b, c), the
+    kinds numbered so that the ledger's come last (and win)."""
+    return sa.union_all(
+        sa.select(
+            sa.literal(1).label("kind"),
+            timers.c.run_id,
+            timers.c.step_id,
+            _text().label("a"),
+            _text().label("b"),
+            _text().label("c"),
+        ).where(timers.c.run_id.in_(chunk)),
+        sa.select(
+            sa.literal(2), waits.c.run_id, waits.c.step_id, waits.c.kind, waits.c.topic, _text()
+        ).where(waits.c.run_id.in_(chunk)),
+        sa.select(
+            sa.literal(3),
+            children.c.parent_run_id,
+            children.c.step_id,
+            children.c.workflow,
+            children.c.key,
+            _text(),
+        ).where(children.c.parent_run_id.in_(chunk)),
+        sa.select(
+            sa.literal(4),
+            approvals.c.run_id,
+            approvals.c.step_id,
+            approvals.c.key,
+            _text(),
+            _text(),
+        ).where(approvals.c.run_id.in_(chunk)),
+        sa.select(
+            sa.literal(5),
+            ledger.c.run_id,
+            ledger.c.step_id,
+            ledger.c.op_id,
+            ledger.c.idempotency_key,
+            ledger.c.input_hash,
+        ).where(
+            ledger.c.run_id.in_(chunk),
+            # A read that never answered (one with a cost leaves a row as it starts) is not a
+            # step the run passed: the code there may change.
+            sa.not_(
+                sa.and_(ledger.c.effect == "read", ledger.c.status.in_(("started", "abandoned")))
+            ),
+        ),
+    )
+
+
+def _mark(row: Any) -> Mark:
+    if row.kind == 1:
+        return sleep_mark()
+    if row.kind == 2:
+        return message_mark(row.b) if row.a == "message" else children_mark()
+    if row.kind == 3:
+        return start_mark(row.a, row.b)
+    if row.kind == 4:
+        return gate_mark(row.a)
+    return op_mark(row.a, row.b, row.c)
 
 
 def finished(name: str, output: Any, error: Any) -> bool:
