@@ -466,6 +466,9 @@ class WaitSweep:
         self.db = db
         self.clock = clock or SystemClock()
         self.resumer = Resumer(db, client, clock=self.clock)
+        # Where the last sweep's page of waiting parents ended: each sweep reads the next page,
+        # so a parent behind more than a page of others still waiting is found all the same.
+        self._after: tuple[datetime, str, int] | None = None
 
     def due(self, *, limit: int = 100) -> list[Moved]:
         now = self.clock.now()
@@ -488,18 +491,21 @@ class WaitSweep:
             # finds them, so parents still waiting cost no write.
             waiting = list(
                 conn.execute(
-                    sa.select(waits.c.run_id, waits.c.children)
+                    sa.select(waits.c.created_at, waits.c.run_id, waits.c.step_id, waits.c.children)
                     .join(runs, runs.c.run_id == waits.c.run_id)
                     .where(
                         waits.c.status == "waiting",
                         waits.c.kind == "children",
                         is_current(waits.c.workflow_id),
                         runs.c.status.in_(("waiting", "running")),
+                        _past(self._after),
                     )
-                    .order_by(waits.c.created_at)
+                    .order_by(waits.c.created_at, waits.c.run_id, waits.c.step_id)
                     .limit(limit)
                 )
             )
+            last = waiting[-1] if len(waiting) == limit else None
+            self._after = None if last is None else (last.created_at, last.run_id, last.step_id)
             wanted = sorted({child for row in waiting for child in row.children or []})
             ended: set[str] = set()
             for at in range(0, len(wanted), 500):
@@ -555,6 +561,23 @@ class WaitSweep:
     def _children(self, run_id: str, now: datetime) -> Resume | None:
         with self.db.begin() as conn:
             return children_ready(conn, run_id, now=now)
+
+
+def _past(after: tuple[datetime, str, int] | None) -> sa.ColumnElement[bool]:
+    """SQL: the wait comes after `after` (created at, run id, step id) in a sweep's order."""
+    if after is None:
+        return sa.true()
+    at, run_id, step_id = after
+    return sa.or_(
+        waits.c.created_at > at,
+        sa.and_(
+            waits.c.created_at == at,
+            sa.or_(
+                waits.c.run_id > run_id,
+                sa.and_(waits.c.run_id == run_id, waits.c.step_id > step_id),
+            ),
+        ),
+    )
 
 
 def ids_of(handles: Iterable[ChildHandle | str]) -> list[ChildHandle]:
