@@ -87,8 +87,11 @@ def taken_once(client: Client, run: Run, sents: list[Sent]) -> list[Any]:
     assert steps == sorted(set(steps)), steps  # each at its own step, in order
     assert run.output == [m.payload for m in kept]
 
-    # One resume per send that made one, each a distinct attempt, and no attempt besides.
-    resumed = [s.resumed_workflow_id for s in sents if s.resumed_workflow_id is not None]
+    # One resume per send that made one (a replay answers with its first send's), each a
+    # distinct attempt, and no attempt besides.
+    resumed = [
+        s.resumed_workflow_id for s in sents if s.resumed_workflow_id is not None and not s.replayed
+    ]
     assert len(resumed) == len(set(resumed)), resumed
     assert set(resumed) == {f"{run_id}:{n}" for n in range(2, run.attempt + 1)}
     assert run.attempt - 1 <= len(kept)
@@ -151,7 +154,9 @@ def test_concurrent_sends_take_each_message_once_in_order(
             else:
                 assert isinstance(answer, KeyReused), (i, answer)
         assert sum(not s.replayed for s in sents) == distinct  # one first send per key
-        assert all(s.resumed_workflow_id is None for s in sents if s.replayed)
+        # A replay answers with the first send's resume, and makes none of its own.
+        resumed = {s.seq: s.resumed_workflow_id for s in sents if not s.replayed}
+        assert all(s.resumed_workflow_id == resumed[s.seq] for s in sents if s.replayed)
         assert_taken_once_in_order(h, run.run_id, sents)
 
 
@@ -273,7 +278,7 @@ def test_sends_inside_the_window_of_the_step_that_begins_to_wait(
         held.go.set()
         taken = assert_taken_once_in_order(h, run_id, sents)
         assert sorted(p["n"] for p in taken) == [0, 1]
-        resumed = [s.resumed_workflow_id for s in sents if s.resumed_workflow_id]
+        resumed = [s.resumed_workflow_id for s in sents if s.resumed_workflow_id and not s.replayed]
         assert resumed == ([] if where == "before" else [f"{run_id}:2"])
         assert h.run_store.get(run_id).attempt == (1 if where == "before" else 2)
 
@@ -373,8 +378,7 @@ def test_a_sender_killed_before_its_fork_leaves_the_resume_to_a_workers_sweep(
     database_url: str,
 ) -> None:
     """The sender dies while no worker runs (so no sweep races what the test reads): its send
-    committed and its fork was never made. Sent again under its key, the message is not kept
-    twice nor the run moved on again; the next worker's sweep, at its start, makes the fork."""
+    committed and its fork was never made. The next worker's sweep, at its start, makes it."""
     with Harness(races_app(), database_url=database_url) as h:
         run_id = h.start("collect", {"count": 2}).run_id
         h.wait(run_id, until=("waiting",))
@@ -389,11 +393,37 @@ def test_a_sender_killed_before_its_fork_leaves_the_resume_to_a_workers_sweep(
         run = client.runs.get(run_id)
         assert (run.attempt, run.status) == (2, "queued")
         assert client.services.dbos.list_workflows(workflow_id_prefix=f"{run_id}:2") == []
-        with client.db.engine.connect() as conn:
-            outbox = conn.execute(sa.select(resumes.c.workflow_id)).scalars().all()
-        assert outbox == [f"{run_id}:2"]
+        assert outbox_of(client) == [f"{run_id}:2"]
+
+    with Harness(races_app(), database_url=database_url, sweep_interval=3600) as h:
+        h.wait(run_id, until=("waiting",), timeout=30)
+        last = h.client.send(run_id, "item", {"n": 2})
+        first = Sent(message.seq, run_id, "item", f"{run_id}:2")
+        assert assert_taken_once_in_order(h, run_id, [first, last]) == [{"n": 1}, {"n": 2}]
+        assert h.run_store.get(run_id).attempt == 3
+
+
+def test_a_killed_senders_send_again_under_its_key_makes_the_fork_it_did_not(
+    database_url: str,
+) -> None:
+    """Sent again under its key, the message of a sender that died before its fork is not kept
+    twice nor the run moved on again: the replay makes the fork the first send did not."""
+    with Harness(races_app(), database_url=database_url) as h:
+        run_id = h.start("collect", {"count": 2}).run_id
+        h.wait(run_id, until=("waiting",))
+        h.wait_attempt_ended(run_id, 1)
+
+    send_in_a_process_that_dies(database_url, run_id, "pay-1")
+
+    with Client.connect(races_app(), database_url) as client:
+        (message,) = client.runs.messages(run_id)
         again = client.send(run_id, "item", {"n": 1}, key="pay-1")
-        assert (again.seq, again.replayed, again.resumed_workflow_id) == (message.seq, True, None)
+        assert (again.seq, again.replayed) == (message.seq, True)
+        assert again.resumed_workflow_id == f"{run_id}:2"
+        assert outbox_of(client) == []
+        (forked,) = client.services.dbos.list_workflows(workflow_id_prefix=f"{run_id}:2")
+        assert forked.status == "ENQUEUED"
+        assert client.runs.get(run_id).attempt == 2
 
     with Harness(races_app(), database_url=database_url, sweep_interval=3600) as h:
         h.wait(run_id, until=("waiting",), timeout=30)
@@ -404,6 +434,11 @@ def test_a_sender_killed_before_its_fork_leaves_the_resume_to_a_workers_sweep(
             {"n": 2},
         ]
         assert h.run_store.get(run_id).attempt == 3
+
+
+def outbox_of(client: Client) -> list[str]:
+    with client.db.engine.connect() as conn:
+        return list(conn.execute(sa.select(resumes.c.workflow_id)).scalars())
 
 
 @pytest.mark.crash
@@ -433,7 +468,8 @@ def test_a_worker_killed_while_the_run_waits_and_just_after_it_resumed(
 
         sents.append(client.send(run_id, "item", {"n": 2}, key="k2"))
         sents.append(client.send(run_id, "item", {"n": 1}, key="k1"))
-        assert [s.resumed_workflow_id for s in sents[1:]] == [None, None]
+        # The replay answers with the first send's resume (made long since), and makes none.
+        assert [s.resumed_workflow_id for s in sents[1:]] == [None, f"{run_id}:2"]
         workers.start("w2")  # the same executor: it recovers the attempt it was running
         run = workers.wait_finished(run_id)
         assert taken_once(client, run, sents) == [{"n": 1}, {"n": 2}], workers.logs()

@@ -326,6 +326,8 @@ messages = sa.Table(
     sa.Column("sent_by", sa.String(200), nullable=False),
     sa.Column("sent_at", UTCDateTime, nullable=False),
     sa.Column("status", sa.String(16), nullable=False),  # queued, taken, refused
+    # The attempt the send moved its run to (None: the run was not waiting on the topic).
+    sa.Column("resumed_workflow_id", sa.String(128)),
     sa.Column("step_id", sa.Integer),
     sa.Column("taken_at", UTCDateTime),
     sa.Column("error", sa.Text),

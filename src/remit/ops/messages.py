@@ -191,17 +191,16 @@ class Messages:
                 # The same key committed first, from another send: the next try replays it.
                 if tries_left == 0 or key is None:
                     raise
-        if resume is not None:
-            self.resumer.fork_all([resume])
+        self.resumer.fork_all(resume)
         return sent
 
     def _send(
         self, run_id: str, topic: str, body: Any, *, by: str, key: str | None
-    ) -> tuple[Sent, Resume | None]:
+    ) -> tuple[Sent, list[Resume]]:
         now = self.clock.now()
         with self.db.begin() as conn:
             if key is not None and (replayed := self._first(conn, run_id, topic, body, key)):
-                return replayed, None
+                return replayed
             run = lock(conn, run_id)
             if run is None:
                 raise RunNotFound(f"no run `{run_id}`: `remit runs` lists the runs")
@@ -211,19 +210,6 @@ class Messages:
                     f"message on `{topic}` was not kept",
                     run_id=run_id,
                 )
-            seq = conn.execute(
-                messages.insert()
-                .values(
-                    run_id=run_id,
-                    topic=topic,
-                    payload=body,
-                    key=key,
-                    sent_by=by,
-                    sent_at=now,
-                    status="queued",
-                )
-                .returning(messages.c.seq)
-            ).scalar_one()
             wait = conn.execute(
                 sa.select(waits.c.step_id)
                 .where(
@@ -245,6 +231,20 @@ class Messages:
                     .where(waits.c.run_id == run_id, waits.c.step_id == wait)
                     .values(status="ready", resumed_workflow_id=resume.workflow_id)
                 )
+            seq = conn.execute(
+                messages.insert()
+                .values(
+                    run_id=run_id,
+                    topic=topic,
+                    payload=body,
+                    key=key,
+                    sent_by=by,
+                    sent_at=now,
+                    status="queued",
+                    resumed_workflow_id=None if resume is None else resume.workflow_id,
+                )
+                .returning(messages.c.seq)
+            ).scalar_one()
             audit_row(
                 conn,
                 at=now,
@@ -254,23 +254,29 @@ class Messages:
                 meta={"topic": topic, "seq": seq, "key": key},
             )
         sent = Sent(seq, run_id, topic, None if resume is None else resume.workflow_id)
-        return sent, resume
+        return sent, [] if resume is None else [resume]
 
     def _first(
         self, conn: sa.Connection, run_id: str, topic: str, body: Any, key: str
-    ) -> Sent | None:
-        """The message first sent under `key` to the run, if it is this one; else `KeyReused`."""
+    ) -> tuple[Sent, list[Resume]] | None:
+        """The message first sent under `key` to the run, if it is this one, and the resume it
+        made if that is still in the outbox (its sender did not live to fork it: it is forked
+        now); else `KeyReused`."""
         first = conn.execute(
-            sa.select(messages.c.seq, messages.c.topic, messages.c.payload).where(
-                messages.c.run_id == run_id, messages.c.key == key
-            )
+            sa.select(
+                messages.c.seq,
+                messages.c.topic,
+                messages.c.payload,
+                messages.c.resumed_workflow_id,
+            ).where(messages.c.run_id == run_id, messages.c.key == key)
         ).one_or_none()
         if first is None:
             return None
         if first.topic != topic or first.payload != body:
             raise KeyReused("message key", key, f"send message {first.seq} on `{first.topic}`")
-        # A resume the first send did not live to fork is forked by a worker's sweep.
-        return Sent(first.seq, run_id, first.topic, None, replayed=True)
+        resumed = first.resumed_workflow_id
+        pending = self.resumer.pending(conn, [] if resumed is None else [resumed])
+        return Sent(first.seq, run_id, first.topic, resumed, replayed=True), pending
 
     # -- reads --------------------------------------------------------------------------------
 
