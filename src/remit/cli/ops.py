@@ -103,7 +103,7 @@ def deadlines(
     app_dir: AppDir = None,
 ) -> None:
     """List what is due without anyone asking: sleeping runs' wake-ups, approvals' expiries,
-    schedules' next instants."""
+    the timeouts of waits for messages, schedules' next instants."""
     with client_of(app_dir) as remit:
         found = remit.ops.deadlines(limit=limit)
     if as_json:
