@@ -6,6 +6,10 @@ not on recovery, not on a later attempt. Its checkpoint is its outcome's JSON
 (`core/outcome.py`), which `ctx` unwraps into the value or the typed error, so the first run
 and a replay see the same value, or the same error. While the app is paused, a step about to
 start ends the attempt instead, with the run `paused` (see `pause.py`).
+
+Where each operation takes its position is `positions.py`; what its step is made of (its
+options, and what its checkpoint means), `step_parts.py`; the waits for the world (messages,
+children) and what a run publishes, `waits.py`.
 """
 
 from __future__ import annotations
@@ -15,11 +19,9 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
-import sqlalchemy as sa
 from pydantic import BaseModel, TypeAdapter, ValidationError
-from pydantic_core import to_jsonable_python
 
 from remit.connectors.llm import ChatMessage, ChatReply, chat_complete
 from remit.connectors.redaction import app_secrets
@@ -31,12 +33,11 @@ from remit.core.errors import (
     RemitError,
     RunTimedOut,
     Suspended,
-    TooLarge,
 )
 from remit.core.keys import key_problem
 from remit.core.ledger import input_hash
 from remit.core.limits import check_json
-from remit.core.outcome import Failed, Ok, StepFailure, parse_outcome
+from remit.core.outcome import Failed, Ok, parse_outcome
 from remit.core.runs import RunInfo
 from remit.core.text import describe_seconds
 from remit.declare.ops import Op
@@ -53,6 +54,20 @@ from remit.execution.journal import (
     sleep_mark,
     start_mark,
     step_mark,
+)
+from remit.execution.positions import LiveSteps, Slot, Steps
+from remit.execution.step_parts import (
+    AttributePath,
+    chat_input,
+    finish_op,
+    gate_options,
+    in_thread,
+    op_options,
+    sleep_options,
+    step_error,
+    step_outcome,
+    step_value,
+    wait_options,
 )
 from remit.execution.timers import Timers
 from remit.execution.waits import (
@@ -71,124 +86,13 @@ from remit.people.gates import Gates
 if TYPE_CHECKING:
     # DBOS runs the steps; it is imported where a live attempt calls it, so that an app's
     # module, which imports `Context` for its annotations, does not load it.
-    from dbos import StepOptions, StepReservation
+    from dbos import StepOptions
 
     from remit.core.database import Database
 
 Out = TypeVar("Out", bound=BaseModel)
 Draft = TypeVar("Draft", bound=BaseModel)
 T = TypeVar("T")
-
-
-class Slot(Protocol):
-    """One position of the run, taken by the operation about to run there."""
-
-    @property
-    def position(self) -> int: ...
-
-    def run(self, mark: Mark, options: StepOptions, body: Callable[[], Any]) -> Any:
-        """Run `body` as the step at this position, once `mark` is checked against it."""
-        ...
-
-    async def run_async(self, mark: Mark, options: StepOptions, body: Callable[[], Any]) -> Any:
-        """`run`, awaited."""
-        ...
-
-
-class Steps(Protocol):
-    """Where a `ctx` takes its positions: DBOS in a live attempt, the record in a replay."""
-
-    journal: Journal
-
-    def reserve(self) -> Slot: ...
-
-    def patch(self, name: str) -> bool: ...
-
-    async def patch_async(self, name: str) -> bool: ...
-
-    def short_sleep(self, seconds: float) -> None: ...
-
-    async def short_sleep_async(self, seconds: float) -> None: ...
-
-
-class _LiveSlot:
-    def __init__(self, reservation: StepReservation, journal: Journal) -> None:
-        self._reservation = reservation
-        self._journal = journal
-
-    @property
-    def position(self) -> int:
-        return self._reservation.step_id
-
-    def run(self, mark: Mark, options: StepOptions, body: Callable[[], Any]) -> Any:
-        self._journal.check(self.position, mark)
-        return self._reservation.run(options, body)
-
-    async def run_async(self, mark: Mark, options: StepOptions, body: Callable[[], Any]) -> Any:
-        self._journal.check(self.position, mark)
-        return await self._reservation.run_async(options, body)
-
-
-class LiveSteps:
-    """A live attempt's positions: DBOS's step ids, each checked against the run's journal
-    before its step runs. The position is reserved on the calling thread (or the event loop,
-    before any await), so concurrent operations of an async run take theirs in program order."""
-
-    def __init__(self, journal: Journal) -> None:
-        self.journal = journal
-
-    def reserve(self) -> Slot:
-        from dbos import DBOS
-
-        return _LiveSlot(DBOS.reserve_step(), self.journal)
-
-    def patch(self, name: str) -> bool:
-        from dbos import DBOS
-
-        position = _next_position()
-        if self.journal.patch_taken(position, name) is False:
-            return False
-        taken = DBOS.patch(name)
-        if taken:
-            self.journal.passed(position)
-        return taken
-
-    async def patch_async(self, name: str) -> bool:
-        from dbos import DBOS
-
-        position = _next_position()
-        if self.journal.patch_taken(position, name) is False:
-            return False
-        taken = await DBOS.patch_async(name)
-        if taken:
-            self.journal.passed(position)
-        return taken
-
-    def short_sleep(self, seconds: float) -> None:
-        from dbos import DBOS
-
-        if seconds > 0:
-            self.journal.check(_next_position(), sleep_mark(short=True))
-        DBOS.sleep(seconds)
-
-    async def short_sleep_async(self, seconds: float) -> None:
-        from dbos import DBOS
-
-        if seconds > 0:
-            self.journal.check(_next_position(), sleep_mark(short=True))
-        await DBOS.sleep_async(seconds)
-
-
-def _next_position() -> int:
-    """The position the next operation of this workflow takes. DBOS has no call that tells it
-    without taking it (a reservation does), and `ctx.patch` must look before it takes: this
-    reads DBOS's workflow context, as `DBOS.patch` does."""
-    from dbos._context import get_local_dbos_context
-
-    context = get_local_dbos_context()
-    if context is None or not context.is_workflow():
-        raise RemitError("ctx is used only inside the workflow it was given to")
-    return context.function_id + 1
 
 
 class _Base:
@@ -374,7 +278,7 @@ class _Base:
         def outcome(row: dict[str, Any]) -> Any:
             return self._gates.outcome(row, declared)
 
-        return _gate_options(key), body, outcome
+        return gate_options(key), body, outcome
 
     @property
     def _waits(self) -> Waits:
@@ -443,7 +347,7 @@ class _Base:
             try:
                 return Ok(output=waits.start(start)).to_json()
             except RemitError as error:
-                return self._redacted(_step_error(f"start:{name}", error), error, cause)
+                return self._redacted(step_error(f"start:{name}", error), error, cause)
 
         def handle(checkpoint: dict[str, Any]) -> ChildHandle:
             outcome = parse_outcome(checkpoint)
@@ -492,7 +396,7 @@ class _Base:
         """`ctx.<vendor>.<resource>.<op>(...)`: the same call as `ctx.call(op, ...)`."""
         if vendor.startswith("_"):
             raise AttributeError(vendor)
-        return _Path(cast(Any, self).call, self._ops, vendor)
+        return AttributePath(cast(Any, self).call, self._ops, vendor)
 
     def _op_step(
         self,
@@ -553,7 +457,7 @@ class _OpStep:
     def run(self) -> Any:
         returned = False
         try:
-            outcome = self._slot.run(self._mark, _op_options(self._op), self._body)
+            outcome = self._slot.run(self._mark, op_options(self._op), self._body)
             returned = True
             return outcome
         except KeyTaken as taken:
@@ -564,138 +468,13 @@ class _OpStep:
     async def run_async(self) -> Any:
         returned = False
         try:
-            outcome = await self._slot.run_async(self._mark, _op_options(self._op), self._body)
+            outcome = await self._slot.run_async(self._mark, op_options(self._op), self._body)
             returned = True
             return outcome
         except KeyTaken as taken:
             return taken.failed.to_json()
         finally:
             await asyncio.to_thread(self._caller.after_step, self._memo, returned=returned)
-
-
-def _db_step_options(name: str) -> StepOptions:
-    """A step retried by DBOS only when the database failed under it: an op call then re-enters
-    through the ledger, which decides whether calling the vendor again is safe; a gate or a
-    sleep only reads and writes remit's rows."""
-    return {
-        "name": name,
-        "retries_allowed": True,
-        "max_attempts": 4,
-        "interval_seconds": 1.0,
-        "backoff_rate": 2.0,
-        "should_retry": lambda error: isinstance(
-            error, sa.exc.OperationalError | sa.exc.InterfaceError
-        ),
-    }
-
-
-def _op_options(op: Op[Any, Any]) -> StepOptions:
-    return _db_step_options(op.id)
-
-
-def _gate_options(key: str) -> StepOptions:
-    return _db_step_options(f"approval:{key}")
-
-
-def _sleep_options() -> StepOptions:
-    return _db_step_options("sleep")
-
-
-def _wait_options(mark: Mark) -> StepOptions:
-    return _db_step_options(mark.name)
-
-
-def _in_thread(body: Callable[[], T]) -> Callable[[], Any]:
-    """`body` as an async step's body: run in a thread, off the event loop."""
-
-    async def run() -> T:
-        return await asyncio.to_thread(body)
-
-    return run
-
-
-def _chat(
-    prompt: str | Iterable[ChatMessage | Mapping[str, str]],
-    model: str,
-    max_tokens: int,
-    temperature: float | None,
-    system: str | None,
-) -> dict[str, Any]:
-    """The input of `llm.chat.complete` for `ctx.llm`, parsed (and refused) as any op's is."""
-    given: list[Any] = (
-        [{"role": "user", "content": prompt}]
-        if isinstance(prompt, str)
-        else [m.model_dump() if isinstance(m, BaseModel) else dict(m) for m in prompt]
-    )
-    if system is not None:
-        given.insert(0, {"role": "system", "content": system})
-    return {
-        "model": model,
-        "messages": given,
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-    }
-
-
-def _finish_op(op: Op[Any, Out], checkpoint: Any) -> Out:
-    """The output of an op call's step, from its checkpointed outcome, or its typed error."""
-    return op.output.model_validate(parse_outcome(checkpoint).unwrap(op.id))
-
-
-def _step_outcome(name: str, value: Any) -> dict[str, Any]:
-    try:
-        output = to_jsonable_python(value)
-        check_json(output, what=f"the output of step `{name}`", cap="output_bytes", target=name)
-        return Ok(output=output).to_json()
-    except Exception as error:
-        message = (
-            str(error)
-            if isinstance(error, TooLarge | InputInvalid)
-            else f"step `{name}` returned a value that is not JSON ({type(error).__name__}: "
-            f"{error}): return plain data or a pydantic model"
-        )
-        return Failed(
-            failure=StepFailure(message=message, error_type=type(error).__name__)
-        ).to_json()
-
-
-def _step_error(name: str, error: Exception) -> dict[str, Any]:
-    message = f"step `{name}` failed: {type(error).__name__}: {error}"
-    return Failed(failure=StepFailure(message=message, error_type=type(error).__name__)).to_json()
-
-
-def _step_value(name: str, checkpoint: Any, output: Any, cause: BaseException | None) -> Any:
-    """The value of a `ctx.step`, from its checkpointed outcome, or `StepFailed`."""
-    outcome = parse_outcome(checkpoint)
-    if isinstance(outcome, Failed):
-        raise outcome.failure.exception(name) from cause
-    if output is None:
-        return outcome.output
-    return TypeAdapter(output).validate_python(outcome.output)
-
-
-class _Path:
-    """`ctx.<vendor>.<resource>.<op>(...)`: the attribute path to an op id."""
-
-    def __init__(
-        self, invoke: Callable[..., Any], ops: Mapping[str, Op[Any, Any]], path: str
-    ) -> None:
-        self._invoke = invoke
-        self._ops = ops
-        self._path = path
-
-    def __getattr__(self, part: str) -> Any:
-        if part.startswith("_"):
-            raise AttributeError(part)
-        return _Path(self._invoke, self._ops, f"{self._path}.{part}")
-
-    def __call__(self, input: Any = None, /, *, key: str | None = None, **fields: Any) -> Any:
-        if self._path not in self._ops:
-            raise OpNotDeclared(
-                f"`ctx.{self._path}(...)` names no op any connector in the app declares",
-                op=self._path,
-            )
-        return self._invoke(self._path, input, key=key, **fields)
 
 
 class Context(_Base):
@@ -717,12 +496,12 @@ class Context(_Base):
         @telemetry.traced_step("step", name)
         def body() -> dict[str, Any]:
             try:
-                return self._redacted(_step_outcome(name, fn()))
+                return self._redacted(step_outcome(name, fn()))
             except Exception as error:
-                return self._redacted(_step_error(name, error), error, cause)
+                return self._redacted(step_error(name, error), error, cause)
 
         outcome = self._steps.reserve().run(step_mark(name), {"name": name}, body)
-        return _step_value(name, outcome, output, cause[0] if cause else None)
+        return step_value(name, outcome, output, cause[0] if cause else None)
 
     def call(
         self, op: Op[Any, Out], input: Any = None, /, *, key: str | None = None, **fields: Any
@@ -734,7 +513,7 @@ class Context(_Base):
         self._before_step()
         declared, payload = self._prepare(op, input, fields, key)
         outcome = self._op_step(declared, payload, key).run()
-        return _finish_op(cast(Op[Any, Out], declared), outcome)
+        return finish_op(cast(Op[Any, Out], declared), outcome)
 
     def _call_under(self, op: Op[Any, Out], input: Any, *, idempotency_key: str) -> Out:
         """`call`, under the whole idempotency key an earlier run began the same call under
@@ -744,7 +523,7 @@ class Context(_Base):
         self._before_step()
         declared, payload = self._prepare(op, input, {}, None)
         outcome = self._op_step(declared, payload, None, whole_key=idempotency_key).run()
-        return _finish_op(cast(Op[Any, Out], declared), outcome)
+        return finish_op(cast(Op[Any, Out], declared), outcome)
 
     def llm(
         self,
@@ -764,7 +543,7 @@ class Context(_Base):
         (`max_tokens` and the prompt, at the model's price) in the budgets that apply, and is
         refused with `BudgetExceeded` when that would pass one.
         """
-        chat = _chat(prompt, model, max_tokens, temperature, system)
+        chat = chat_input(prompt, model, max_tokens, temperature, system)
         return self.call(chat_complete, chat, key=key)
 
     def raise_budget(
@@ -833,7 +612,7 @@ class Context(_Base):
         """
         self._before_step()
         mark, body, value = self._wait_for_step(topic, model, timeout)
-        return value(self._steps.reserve().run(mark, _wait_options(mark), body))
+        return value(self._steps.reserve().run(mark, wait_options(mark), body))
 
     def start(
         self,
@@ -852,7 +631,7 @@ class Context(_Base):
         self._before_step()
         slot = self._steps.reserve()
         mark, body, handle = self._start_step(slot, workflow, input, key, detached)
-        return handle(slot.run(mark, _wait_options(mark), body))
+        return handle(slot.run(mark, wait_options(mark), body))
 
     def wait(self, child: ChildHandle) -> Any:
         """Wait for a child run to end and return its output (parsed as its workflow's return
@@ -866,7 +645,7 @@ class Context(_Base):
         self._before_step()
         body, outputs = self._children_step(children)
         mark = children_mark()
-        return outputs(self._steps.reserve().run(mark, _wait_options(mark), body))
+        return outputs(self._steps.reserve().run(mark, wait_options(mark), body))
 
     def publish(self, key: str, value: Any) -> None:
         """Publish `value` (JSON) under `key` for the world to see while the run goes on: the
@@ -899,7 +678,7 @@ class Context(_Base):
             with telemetry.step_span("sleep", "sleep", seconds=seconds):
                 self._steps.short_sleep(seconds)
             return
-        Timers.outcome(self._steps.reserve().run(sleep_mark(), _sleep_options(), body))
+        Timers.outcome(self._steps.reserve().run(sleep_mark(), sleep_options(), body))
 
 
 class AsyncContext(_Base):
@@ -917,13 +696,13 @@ class AsyncContext(_Base):
                 value = fn() if inspect.iscoroutinefunction(fn) else await asyncio.to_thread(fn)
                 if inspect.isawaitable(value):
                     value = await value
-                return await asyncio.to_thread(self._redacted, _step_outcome(name, value))
+                return await asyncio.to_thread(self._redacted, step_outcome(name, value))
             except Exception as error:
-                checkpoint = _step_error(name, error)
+                checkpoint = step_error(name, error)
                 return await asyncio.to_thread(self._redacted, checkpoint, error, cause)
 
         outcome = await self._steps.reserve().run_async(step_mark(name), {"name": name}, body)
-        return _step_value(name, outcome, output, cause[0] if cause else None)
+        return step_value(name, outcome, output, cause[0] if cause else None)
 
     async def call(
         self, op: Op[Any, Out], input: Any = None, /, *, key: str | None = None, **fields: Any
@@ -932,7 +711,7 @@ class AsyncContext(_Base):
         self._before_step()
         declared, payload = self._prepare(op, input, fields, key)
         outcome = await self._op_step(declared, payload, key).run_async()
-        return _finish_op(cast(Op[Any, Out], declared), outcome)
+        return finish_op(cast(Op[Any, Out], declared), outcome)
 
     async def llm(
         self,
@@ -945,7 +724,7 @@ class AsyncContext(_Base):
         key: str | None = None,
     ) -> ChatReply:
         """Ask a model and return its reply; see `Context.llm`."""
-        chat = _chat(prompt, model, max_tokens, temperature, system)
+        chat = chat_input(prompt, model, max_tokens, temperature, system)
         return await self.call(chat_complete, chat, key=key)
 
     async def raise_budget(
@@ -991,7 +770,7 @@ class AsyncContext(_Base):
         """Wait for a message on `topic`; see `Context.wait_for`."""
         self._before_step()
         mark, body, value = self._wait_for_step(topic, model, timeout)
-        row = await self._steps.reserve().run_async(mark, _wait_options(mark), _in_thread(body))
+        row = await self._steps.reserve().run_async(mark, wait_options(mark), in_thread(body))
         return value(row)
 
     async def start(
@@ -1006,7 +785,7 @@ class AsyncContext(_Base):
         self._before_step()
         slot = self._steps.reserve()
         mark, body, handle = self._start_step(slot, workflow, input, key, detached)
-        return handle(await slot.run_async(mark, _wait_options(mark), _in_thread(body)))
+        return handle(await slot.run_async(mark, wait_options(mark), in_thread(body)))
 
     async def wait(self, child: ChildHandle) -> Any:
         """Wait for a child run to end; see `Context.wait`."""
@@ -1018,14 +797,14 @@ class AsyncContext(_Base):
         body, outputs = self._children_step(children)
         mark = children_mark()
         return outputs(
-            await self._steps.reserve().run_async(mark, _wait_options(mark), _in_thread(body))
+            await self._steps.reserve().run_async(mark, wait_options(mark), in_thread(body))
         )
 
     async def publish(self, key: str, value: Any) -> None:
         """Publish a value for the world to see; see `Context.publish`."""
         self._before_step()
         name, body = self._publish_step(key, value)
-        await self._steps.reserve().run_async(step_mark(name), {"name": name}, _in_thread(body))
+        await self._steps.reserve().run_async(step_mark(name), {"name": name}, in_thread(body))
 
     async def patch(self, name: str) -> bool:
         """See `Context.patch`."""
@@ -1045,5 +824,5 @@ class AsyncContext(_Base):
             return await asyncio.to_thread(body)
 
         Timers.outcome(
-            await self._steps.reserve().run_async(sleep_mark(), _sleep_options(), in_thread)
+            await self._steps.reserve().run_async(sleep_mark(), sleep_options(), in_thread)
         )

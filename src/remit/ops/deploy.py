@@ -38,7 +38,7 @@ from remit.core.runs import FINISHED, RunInfo, app_runs, attempt_workflow_id
 from remit.core.schema import approvals, resumes, runs, tasks, timers, waits
 from remit.declare.workflows import Workflow
 from remit.execution.calls import OpCaller
-from remit.execution.context import AsyncContext, Context, Slot
+from remit.execution.context import AsyncContext, Context
 from remit.execution.journal import (
     CUT_OFF,
     Journal,
@@ -47,6 +47,7 @@ from remit.execution.journal import (
     passed_steps,
     sleep_mark,
 )
+from remit.execution.positions import Slot
 from remit.execution.timers import DEFAULT_SUSPEND_AFTER, Timers
 from remit.execution.waits import Waits
 from remit.people.gates import Gates

@@ -41,8 +41,9 @@ from remit.core.settings import Settings
 from remit.declare.ops import Op
 from remit.declare.workflows import Workflow
 from remit.execution.calls import OpCaller
-from remit.execution.context import AsyncContext, Context, LiveSteps
+from remit.execution.context import AsyncContext, Context
 from remit.execution.journal import CUT_OFF, Journal, load_marks, passed_steps
+from remit.execution.positions import LiveSteps
 from remit.execution.timers import DEFAULT_SUSPEND_AFTER, Timers
 from remit.execution.tries import DEFAULT_OP_TIMEOUT
 from remit.execution.waits import Waits
