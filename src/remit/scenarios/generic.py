@@ -198,7 +198,7 @@ def starts(world: World, step: Step, m: dict[str, str]) -> None:
     world.settle([run.run_id])
 
 
-@generic(rf"{RUN} is (?P<status>{RUN_STATUSES})", "$chase is done")
+@generic(rf"(?:the child )?{RUN} is (?P<status>{RUN_STATUSES})", "$chase is done")
 def run_is(world: World, step: Step, m: dict[str, str]) -> None:
     view = world.run_view(world.run_id(m["run"]))
     if view["status"] != m["status"]:

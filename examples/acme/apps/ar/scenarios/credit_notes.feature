@@ -26,6 +26,7 @@ Feature: Crediting an invoice line by line
       | credit-line | line-1 | done   |
       | credit-line | line-2 | done   |
     And $note has started the credit-line "line-2" as $fee
+    And the child $fee is done
     And the output of $fee is:
       | line   | 2    |
       | amount | 4550 |
