@@ -111,6 +111,9 @@ class Claim:
     again: bool
     # Read in the claim's own statement, so that the run's end need not read it.
     concerns: Concerns
+    # The run that started this one as its child (`ctx.start`), read there too: the end of a
+    # run that is no one's child looks for no parent to move on.
+    parent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,8 @@ class RunInfo:
     deadline: datetime | None = None
     # The record the run concerns, as the attempt's claim read it (None: not read).
     concerns: Concerns | None = None
+    # The run's parent, as the claim read it (None: it has none, or it was not read).
+    parent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -451,7 +456,7 @@ class RunStore:
         for again, statuses in ((False, ("queued",)), (True, ("running",))):
             row = self._claimed(run_id, workflow_id, values, from_statuses=statuses)
             if row is not None:
-                return Claim(again=again, concerns=Concerns(ref_of(row)))
+                return Claim(again=again, concerns=Concerns(ref_of(row)), parent=row.parent_run_id)
         return None
 
     def conclude(
@@ -580,8 +585,15 @@ _INSERT_ANNOUNCED = runs.insert().returning(
 @functools.cache
 def _claim_statement(from_statuses: tuple[str, ...]) -> sa.Update:
     """A claim's status write (`fence.status_write`'s statement), returning the record its run
-    concerns."""
-    return fenced_update(from_statuses).returning(*record_of_run_columns(sa.bindparam("fence_run")))
+    concerns and its parent."""
+    run_id: sa.BindParameter[str] = sa.bindparam("fence_run")
+    parent = (
+        sa.select(children.c.parent_run_id)
+        .where(children.c.run_id == run_id)
+        .scalar_subquery()
+        .label("parent_run_id")
+    )
+    return fenced_update(from_statuses).returning(*record_of_run_columns(run_id), parent)
 
 
 def output_refused(run_id: str, output: Any) -> str | None:

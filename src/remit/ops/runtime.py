@@ -231,6 +231,7 @@ class Runtime:
             again=claim.again,
             deadline=deadline,
             concerns=claim.concerns,
+            parent=claim.parent,
         )
 
     def _secrets(self) -> Redactor:
@@ -260,7 +261,7 @@ class Runtime:
         self, run: RunInfo, status: RunStatus, *, output: Any = None, error: str | None = None
     ) -> None:
         """Write the run's end, fenced on its attempt; then, once it is written, move on its
-        parent if it waited for it (`ctx.wait`)."""
+        parent if it has one that waited for it (`ctx.wait`)."""
         self.runs.conclude(
             run.run_id,
             run.workflow_id,
@@ -269,7 +270,8 @@ class Runtime:
             error=error,
             concerns=run.concerns,
         )
-        self.waits.ended(run.run_id)
+        if run.parent is not None:
+            self.waits.ended(run.run_id)
 
     def _failed(self, run: RunInfo, error: Exception) -> BaseException:
         """Conclude the run as failed, unless the worker is shutting down under it; return the
