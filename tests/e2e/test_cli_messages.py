@@ -83,7 +83,7 @@ def test_a_message_sent_from_the_command_line_moves_a_waiting_run_on(
         "seq": 2,
         "run_id": run_id,
         "topic": "paid",
-        "resumed_workflow_id": None,
+        "resumed_workflow_id": f"{run_id}:2",  # the first send's, made by it
         "replayed": True,
     }
     cli.wait_for(run_id, "done")
