@@ -6,6 +6,7 @@ import ast
 import inspect
 import re
 import textwrap
+import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -68,6 +69,20 @@ class Workflow:
     @property
     def op_ids(self) -> frozenset[str]:
         return frozenset(used.id for used in self.uses)
+
+    def parse_output(self, output: Any) -> Any:
+        """A run's output (its JSON) parsed as the function's return annotation says, when it
+        names a type to parse it as (a pydantic model, say); else as it is."""
+        try:
+            hints = typing.get_type_hints(self.fn)
+        except Exception:
+            return output
+        returns = hints.get("return")
+        if returns in (None, type(None), Any):
+            return output
+        from pydantic import TypeAdapter
+
+        return TypeAdapter(returns).validate_python(output)
 
     def source(self) -> str:
         """The function's source, which the app's version is derived from.

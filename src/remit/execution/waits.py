@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -345,11 +344,9 @@ class Waits:
                     status=child["status"],
                     error=child["error"],
                 )
-            returns = _return_type(self.workflows.get(child["workflow"]))
+            workflow = self.workflows.get(child["workflow"])
             output = child["output"]
-            outputs.append(
-                output if returns is None else TypeAdapter(returns).validate_python(output)
-            )
+            outputs.append(output if workflow is None else workflow.parse_output(output))
         return outputs
 
     def ended(self, run_id: str) -> None:
@@ -433,18 +430,6 @@ def _message_json(row: Any) -> dict[str, Any]:
         "sent_by": row.sent_by,
         "error": row.error,
     }
-
-
-def _return_type(workflow: Workflow | None) -> Any:
-    """The workflow function's return annotation, if it names a type to parse output as."""
-    if workflow is None:
-        return None
-    try:
-        hints = typing.get_type_hints(workflow.fn)
-    except Exception:
-        return None
-    returns = hints.get("return")
-    return None if returns in (None, type(None), Any) else returns
 
 
 @dataclass(frozen=True)

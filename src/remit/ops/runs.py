@@ -13,7 +13,6 @@ import builtins
 import hashlib
 import json
 import time
-import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -215,12 +214,7 @@ class RunHandle:
         run = self.wait(timeout)
         if run.status != "done":
             raise RemitError(f"run {self.run_id} is {run.status}: {run.error or 'no output'}")
-        returns = _return_type(self.workflow)
-        if returns is None:
-            return run.output
-        from pydantic import TypeAdapter
-
-        return TypeAdapter(returns).validate_python(run.output)
+        return self.workflow.parse_output(run.output)
 
     def cancel(self, *, by: str | None = None) -> Run:
         """Cancel the run, as `client.runs.cancel` does: as the policies allow, and a finished
@@ -513,13 +507,3 @@ class RunsRoom:
         )
         self._client.written()
         return retried
-
-
-def _return_type(workflow: Workflow) -> Any:
-    """The workflow function's return annotation, if it names a type to parse output as."""
-    try:
-        hints = typing.get_type_hints(workflow.fn)
-    except Exception:
-        return None
-    returns = hints.get("return")
-    return None if returns in (None, type(None), Any) else returns
