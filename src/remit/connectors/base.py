@@ -19,6 +19,7 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
+from remit.connectors.forges import Remote
 from remit.connectors.redaction import call_secrets, redacted_output
 from remit.core.errors import AppError, DriverError, InputInvalid, MissingCredential, TooLarge
 from remit.core.limits import check_json
@@ -296,7 +297,8 @@ class Connector:
     fakes refuses it, naming it. `resources` lists the vendor's resource types
     (`remit.resource_type`); their six ops each are added to `ops`. `steps` are the scenario
     steps the connector offers (`remit.steps`): givens that seed its fake through its ops,
-    thens that read the fake.
+    thens that read the fake. `remote` says which git repos the vendor hosts as a forge, and
+    with what driver and fake (`Remote`), for remit's change workflow.
     """
 
     vendor: str
@@ -306,6 +308,7 @@ class Connector:
     description: str = ""
     resources: tuple[ResourceType, ...] = ()
     steps: StepSet | None = None
+    remote: Remote | None = None
 
     def __init__(
         self,
@@ -317,6 +320,7 @@ class Connector:
         description: str = "",
         resources: Iterable[ResourceType] = (),
         steps: StepSet | None = None,
+        remote: Remote | None = None,
     ) -> None:
         types = tuple(resources)
         for rtype in types:
@@ -334,6 +338,7 @@ class Connector:
         object.__setattr__(self, "description", description)
         object.__setattr__(self, "resources", types)
         object.__setattr__(self, "steps", steps)
+        object.__setattr__(self, "remote", remote)
         self._check()
         by_id = {declared.id: declared for declared in self.ops}
         for rtype in types:
@@ -361,6 +366,11 @@ class Connector:
             raise AppError(
                 f"connector `{self.vendor}` is given steps={self.steps!r}: declare them with "
                 f"`remit.steps({self.vendor!r})`"
+            )
+        if self.remote is not None and not isinstance(self.remote, Remote):
+            raise AppError(
+                f"connector `{self.vendor}` is given remote={self.remote!r}: declare it with "
+                "`Remote(urls=..., driver=..., fake=...)`"
             )
         for role, factory in (("driver", self.driver), ("fake", self.fake)):
             if factory is None:

@@ -1,0 +1,1 @@
+"""The change lifecycle: a branch of the operations repo, from change request to deploy."""
