@@ -60,6 +60,13 @@ def _strings(body: dict[str, Any], name: str) -> dict[str, str]:
     return dict(value)
 
 
+def _revision(body: dict[str, Any]) -> str | None:
+    value = body.get("revision")
+    if value is not None and (not isinstance(value, str) or not value):
+        raise Refused(422, "`revision` must be a commit's sha, or null", "invalid")
+    return value
+
+
 def _unchanged(body: dict[str, Any], held: dict[str, Any], names: tuple[str, ...]) -> None:
     for name in names:
         if name in body and body[name] != held.get(name):
@@ -186,8 +193,9 @@ class DnsServer(VendorServer):
 
 
 class HostingServer(VendorServer):
-    """The container host: containers by id, `ctr_…`. What a container was sent in
-    `secret_env` is kept in `secret_env`, by id, and never answered."""
+    """The container host: containers by id, `ctr_…`, each running the `revision` it was
+    last sent. What a container was sent in `secret_env` is kept in `secret_env`, by id, and
+    never answered."""
 
     prefix = "ctr"
 
@@ -213,6 +221,7 @@ class HostingServer(VendorServer):
             "name": name,
             "image": _text(body, "image"),
             "env": _strings(body, "env"),
+            "revision": _revision(body),
             "url": f"https://{name}.hosting.test",
             "status": "running",
         }
@@ -228,6 +237,7 @@ class HostingServer(VendorServer):
         _unchanged(body, held, ("name",))
         held["image"] = _text(body, "image")
         held["env"] = _strings(body, "env")
+        held["revision"] = _revision(body)
         self.secret_env[id] = _strings(body, "secret_env")
         return 200, dict(held)
 

@@ -18,6 +18,7 @@ from remit._version import __version__
 if TYPE_CHECKING:
     from remit.app import App, Queue, load_app
     from remit.budgets.model import Budget
+    from remit.changes.forge import ChangeRequest, FakeForge, ForgeDriver, Remote
     from remit.client import Client
     from remit.connectors import (
         AppliedEffect,
@@ -88,6 +89,7 @@ if TYPE_CHECKING:
         ref,
         resource_type,
         secret,
+        source,
     )
     from remit.declare.schedules import Schedule, schedule
     from remit.declare.steps import Given, StepSet, steps
@@ -128,6 +130,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "implements",
         "op",
     ),
+    "remit.changes.forge": ("ChangeRequest", "FakeForge", "ForgeDriver", "Remote"),
     "remit.connectors.data": ("Collection", "collection"),
     "remit.connectors.resources": ("ResourceDriver", "ResourceFake", "plan_change"),
     "remit.declare.costs": ("CostModel", "Price"),
@@ -147,6 +150,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "ref",
         "resource_type",
         "secret",
+        "source",
     ),
     "remit.connectors.llm": (
         "ChatMessage",
@@ -228,6 +232,7 @@ __all__ = [
     "Budget",
     "BudgetExceeded",
     "CallContext",
+    "ChangeRequest",
     "ChatMessage",
     "ChatReply",
     "Child",
@@ -254,8 +259,10 @@ __all__ = [
     "Driver",
     "DriverError",
     "Fake",
+    "FakeForge",
     "FakeLLM",
     "FakeReply",
+    "ForgeDriver",
     "Given",
     "HostSpec",
     "InputInvalid",
@@ -274,6 +281,7 @@ __all__ = [
     "Queue",
     "Reference",
     "RemitError",
+    "Remote",
     "Resolved",
     "ResourceDriver",
     "ResourceFake",
@@ -319,6 +327,7 @@ __all__ = [
     "resource_type",
     "schedule",
     "secret",
+    "source",
     "steps",
     "upcoming_deadlines",
     "workflow",

@@ -55,6 +55,7 @@ from remit.declare.resources import (
     ReadOut,
     ResourceType,
     database_url_secret,
+    host_health,
     secret_names,
 )
 
@@ -606,4 +607,47 @@ class HostConformance(ResourceConformance):
             assert is_url, (
                 f"{rtype.id} {made.id}: its host's url field `{rtype.host.url}` holds {url!r}, "
                 "not an http(s) URL"
+            )
+
+    def test_a_created_host_is_healthy(
+        self, implementation: Implementation, environ: Mapping[str, str]
+    ) -> None:
+        rtype = self._type()
+        assert rtype.host is not None, f"{rtype.id} declares no host: give it `host=HostSpec(...)`"
+        with self._kit(implementation, environ) as kit:
+            made = kit.create(self._desired())
+            found = kit.read(made.id)
+            healthy, why = host_health(rtype, found.state)
+            assert healthy, f"{rtype.id} {made.id}, as just made, is not healthy: {why}"
+
+    def test_a_host_runs_the_revision_it_was_given(
+        self, implementation: Implementation, environ: Mapping[str, str]
+    ) -> None:
+        rtype = self._type()
+        assert rtype.host is not None, f"{rtype.id} declares no host: give it `host=HostSpec(...)`"
+        field_name = rtype.host.revision
+        if field_name is None:
+            pytest.skip(f"{rtype.id} names no revision field (HostSpec(revision=...))")
+        first, second = uuid.uuid4().hex + "0" * 8, uuid.uuid4().hex + "1" * 8
+        with self._kit(implementation, environ) as kit:
+            made = kit.create(self._desired({field_name: first}))
+            found = kit.read(made.id)
+            assert found.state is not None, f"{rtype.id} {made.id}: read after create finds it gone"
+            assert found.state.get(field_name) == first, (
+                f"{rtype.id} {made.id} was made at revision {first} and reads back "
+                f"`{field_name}` = {found.state.get(field_name)!r}; a host reports the revision "
+                "it runs"
+            )
+            deployed = self._desired({field_name: second})
+            plan = kit.plan(made.id, deployed)
+            assert plan.action == "update", (
+                f"plan of {rtype.id} {made.id} at another revision is `{plan.action}`; a new "
+                "revision is deployed in place, an `update`"
+            )
+            kit.update(made.id, deployed, expect=_expect(plan))
+            again = kit.read(made.id)
+            assert again.state is not None, f"{rtype.id} {made.id} is gone after its update"
+            assert again.state.get(field_name) == second, (
+                f"{rtype.id} {made.id} was deployed at revision {second} and reads back "
+                f"`{field_name}` = {again.state.get(field_name)!r}"
             )

@@ -40,6 +40,16 @@ if TYPE_CHECKING:
 
 NO_CHANGES, ERROR, CHANGES = 0, 1, 2
 
+Revision = Annotated[
+    str | None,
+    typer.Option(
+        "--revision",
+        metavar="SHA",
+        help="The commit to deploy: the data files as they are at it, and each host's "
+        "source() revision. Default: the commit each source() branch is at.",
+    ),
+]
+
 
 def _resources(app: "App") -> "Resources":
     from remit.core.errors import AppError
@@ -93,6 +103,7 @@ def plan(
         bool, typer.Option("--unchanged", help="List the resources that match too.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    revision: Revision = None,
     app_dir: AppDir = None,
 ) -> None:
     """Show what `remit apply` would change: per resource, the action and each field's
@@ -103,7 +114,7 @@ def plan(
     here_only("plan")
     app, settings = load(app_dir)
     call, store = _session(app, settings, settings.actor)
-    the_plan = _resources(app).plan(call, store.read())
+    the_plan = _resources(app).plan(call, store.read(), revision=_revision(revision))
     _told_apart(store)
     if as_json:
         print_json(the_plan.as_json())
@@ -121,6 +132,7 @@ def apply(
     timeout: Annotated[
         float, typer.Option(help="Seconds to serve the apply run here before leaving it.")
     ] = 3600.0,
+    revision: Revision = None,
     app_dir: AppDir = None,
 ) -> None:
     """Plan, then apply the plan as the durable built-in run `apply`, served in this process.
@@ -145,7 +157,8 @@ def apply(
         _exported(store)
         if not _reported(carried):
             _exit(ERROR)
-    the_plan = _resources(app).plan(call, store.read())
+    pinned = _revision(revision)
+    the_plan = _resources(app).plan(call, store.read(), revision=pinned)
     _told_apart(store)
     out.print(Text(the_plan.render()))
     if not the_plan.has_changes:
@@ -167,10 +180,35 @@ def apply(
         err.print(f"applying as run {run.run_id} on {'fakes' if settings.fakes else 'drivers'}")
 
     current = serve_run_here(
-        app, settings, APPLY, {"seen": seen}, actor, timeout, started, _progress()
+        app,
+        settings,
+        APPLY,
+        {"seen": seen} if pinned is None else {"seen": seen, "revision": pinned},
+        actor,
+        timeout,
+        started,
+        _progress(),
     )
     _exported(store)
     _exit(NO_CHANGES if _reported(current) else ERROR)
+
+
+def _revision(given: str | None) -> str | None:
+    """`--revision` as apply takes it: a commit's sha (lowercase hex), refused otherwise."""
+    import re
+
+    from remit.core.errors import AppError
+    from remit.resources.workflows import REVISION
+
+    if given is None:
+        return None
+    sha = given.strip().lower()
+    if not re.fullmatch(REVISION, sha):
+        raise AppError(
+            f"--revision {given!r} is not a commit: give its sha, 7 to 64 hexadecimal digits "
+            "(`git rev-parse main` prints it)"
+        )
+    return sha
 
 
 def _progress() -> Callable[["Worker", "Run"], None]:
@@ -357,12 +395,23 @@ def list_resources(
     offline: Annotated[
         bool, typer.Option("--offline", help="Only the files and remit.lock: ask no vendor.")
     ] = False,
+    declared_only: Annotated[
+        bool,
+        typer.Option(
+            "--declared",
+            help="Print the data files' declarations as JSON (their markers as JSON too) "
+            "and nothing else: read from the folder only, no database or vendor.",
+        ),
+    ] = False,
     as_json: AsJson = False,
     app_dir: AppDir = None,
 ) -> None:
     """List the declared resources: each one's type, binding and state (up to date, or what
     apply would do), and bindings whose declarations are gone."""
     here_only("resources")
+    if declared_only:
+        _print_declared(app_dir)
+        return
     app, settings = load(app_dir)
     resources = _resources(app)
     call, store = _session(app, settings, settings.actor)
@@ -391,3 +440,14 @@ def list_resources(
     for row in listed:
         table.add_row(row.name, row.type, row.bound_to or "(not made)", row.state)
     out.print(table)
+
+
+def _print_declared(app_dir: "AppDir") -> None:
+    """`remit resources --declared`: `{"declarations": {name: {"type", "fields"}}}`, as apply
+    reads the data files, for reading them at another commit (in a worktree of it)."""
+    from remit.app import load_app
+    from remit.cli.base import app_folder_of
+
+    app = load_app(app_folder_of(app_dir))
+    found = {} if app.resources is None else app.resources.declared.as_json()
+    print_json({"declarations": found})

@@ -9,6 +9,10 @@ A connector declares a type, e.g. `dns.record`, with a pydantic schema and roles
 - **references**: fields that may take `ref("other", "field")`, another declaration's field,
   resolved when apply gets to it, which also orders the apply.
 
+A host's revision field (`HostSpec(revision=...)`) may take `source("main")`: the commit a
+branch of the app's operations repo is at, resolved when apply runs (or the revision a
+deploy is pinned to).
+
 A type is `writable` (apply may create, update and delete it) or read-only (it can be imported
 and watched for drift), and `stateless` when it holds nothing that a delete would lose, so apply
 replaces or deletes one without asking. `after_create` names ops called once a resource exists
@@ -45,6 +49,7 @@ SENSITIVE = "(sensitive)"
 # How markers are written in a declaration's JSON.
 SECRET_KEY = "$secret"
 REF_KEY = "$ref"
+SOURCE_KEY = "$source"
 
 _PART = r"[a-z][a-z0-9_]*"
 _TYPE_ID = re.compile(rf"^{_PART}\.{_PART}$")
@@ -172,7 +177,11 @@ class DatabaseInputs:
 
 @dataclass(frozen=True)
 class DatabaseOutputs:
+    """What a database's or a host's state says of its health: `why` says, in a few words,
+    why it is not healthy (`status is "crashing"`)."""
+
     healthy: bool
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -195,10 +204,13 @@ class DatabaseSpec:
 @dataclass(frozen=True)
 class HostSpec:
     """A type that is a host (a container, an app) the change lifecycle deploys to: `url`
-    names the field that holds its public URL, usually vendor-owned."""
+    names the field that holds its public URL, usually vendor-owned; `revision` the declared
+    field that holds the revision (a git commit) it runs, which a declaration may give as
+    `source("main")`; `outputs(state).healthy` whether it is healthy (see `host_health`)."""
 
     url: str
     outputs: Callable[[Mapping[str, Any]], DatabaseOutputs] | None = None
+    revision: str | None = None
 
 
 @dataclass(frozen=True)
@@ -389,8 +401,8 @@ class ResourceType:
                 )
         if self.database is not None:
             problems.extend(_database_problems(self))
-        if self.host is not None and not has_path(self.schema, self.host.url):
-            problems.append(f"its host's url names no field (`{self.host.url}`)")
+        if self.host is not None:
+            problems.extend(_host_problems(self))
         if self.wakeup is not None:
             if self.wakeup.host not in self.references:
                 problems.append(
@@ -455,6 +467,61 @@ def _database_problems(rtype: ResourceType) -> list[str]:
     if not callable(spec.outputs):
         problems.append(pre + "outputs must be a function of the state")
     return problems
+
+
+def _host_problems(rtype: ResourceType) -> list[str]:
+    """What is wrong with a type's `host`: its url must name a field, its revision a field a
+    declaration sets and the vendor reads back, taking a commit's sha."""
+    spec = rtype.host
+    assert spec is not None
+    problems: list[str] = []
+    if not isinstance(spec.url, str) or not has_path(rtype.schema, spec.url):
+        problems.append(f"its host's url names no field (`{spec.url}`)")
+    if spec.outputs is not None and not callable(spec.outputs):
+        problems.append("its host's outputs must be a function of the state")
+    revision = spec.revision
+    if revision is None:
+        return problems
+    known = rtype.schema.model_fields
+    pre = f"its host's revision, `{revision}`, "
+    if not isinstance(revision, str) or revision not in known:
+        problems.append(pre + "is not a field of its schema: name the field holding the commit")
+        return problems
+    for role, names, why in (
+        ("immutable", rtype.immutable, "a new revision is deployed in place, not by a replace"),
+        ("vendor_owned", rtype.vendor_owned, "a declaration sets the revision a host runs"),
+        ("write_only", rtype.write_only, "the revision a host runs is read back"),
+        ("references", tuple(rtype.references), "it takes a commit, not a reference"),
+    ):
+        if revision in names:
+            problems.append(pre + f"is {role}: {why}")
+    try:
+        TypeAdapter(known[revision].annotation or Any).validate_python("0" * 40, strict=True)
+    except ValidationError:
+        problems.append(pre + "does not take a string: give it the type `str | None`")
+    return problems
+
+
+def host_health(rtype: ResourceType, state: Mapping[str, Any] | None) -> tuple[bool, str]:
+    """Whether a host is healthy, and why not: by its `HostSpec.outputs` when it has them,
+    else healthy when its state was read back; `state` None (gone at the vendor) is not."""
+    spec = rtype.host
+    if spec is None:
+        raise AppError(
+            f"{rtype.id} is no host, so it has no health to check: give it host=HostSpec(...)"
+        )
+    if state is None:
+        return False, f"the vendor has no such {rtype.id}: it is gone"
+    if spec.outputs is None:
+        return True, ""
+    outputs = spec.outputs(state)
+    if outputs.healthy:
+        return True, ""
+    why = outputs.why or f"its outputs say the {rtype.id} is not healthy"
+    running = state.get(spec.revision) if spec.revision is not None else None
+    if isinstance(running, str) and running:
+        why += f" (running revision {running})"
+    return False, why
 
 
 def check_contract_ops(rtype: ResourceType, ops: Mapping[str, Op[Any, Any]]) -> None:
@@ -542,7 +609,20 @@ class Ref:
         return {REF_KEY: f"{self.name}.{self.field}"}
 
 
+@dataclass(frozen=True)
+class Source:
+    """The commit a branch of the app's operations repo is at, resolved when apply runs:
+    `source("main")`, in a host's revision field."""
+
+    ref: str
+
+    def marker(self) -> dict[str, str]:
+        return {SOURCE_KEY: self.ref}
+
+
 _SECRET_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+# A branch name as git takes it, never an option (`-x`) nor a range (`a..b`).
+_GIT_REF = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/-]{0,199}")
 
 
 def secret(name: str) -> Secret:
@@ -560,6 +640,22 @@ def ref(name: str, field: str) -> Ref:
     if not isinstance(name, str) or not isinstance(field, str) or not name or not field:
         raise AppError(f"ref({name!r}, {field!r}): give the declaration's name and its field's")
     return Ref(name, field)
+
+
+def source(ref: str = "main") -> Source:
+    """Mark a host's revision field as the commit `ref` (a branch of the app's operations
+    repo) is at when apply runs; a deploy pinned to a revision gives that one instead."""
+    if (
+        not isinstance(ref, str)
+        or not _GIT_REF.fullmatch(ref)
+        or ".." in ref
+        or ref.endswith(("/", ".", ".lock"))
+    ):
+        raise AppError(
+            f"source({ref!r}): give the name of a branch of the app's operations repo, "
+            'e.g. source("main")'
+        )
+    return Source(ref)
 
 
 def is_marker(value: Any, key: str) -> bool:
@@ -587,6 +683,11 @@ def _markers(value: Any, where: str, *, write_only: bool) -> Any:
     if isinstance(value, Ref):
         raise AppError(
             f"{where} is a reference inside a value: a reference is a whole field's value"
+        )
+    if isinstance(value, Source):
+        raise AppError(
+            f"{where} is a source() inside a value: source() is a whole field's value, a "
+            "host's revision"
         )
     if isinstance(value, Mapping):
         return {
@@ -636,8 +737,8 @@ def _no_secrets(value: Any) -> Any:
 @dataclass(frozen=True, eq=False)
 class Declaration:
     """One resource an app's data file says should exist: its type and declared fields, as
-    JSON, with `{"$secret": NAME}` and `{"$ref": "name.field"}` markers. The loader names it
-    after the variable it is exported as."""
+    JSON, with `{"$secret": NAME}`, `{"$ref": "name.field"}` and `{"$source": "main"}`
+    markers. The loader names it after the variable it is exported as."""
 
     type: ResourceType
     fields: Mapping[str, Any]
@@ -657,6 +758,13 @@ class Declaration:
                 continue
             if name in rtype.vendor_owned:
                 problems.append(f"`{name}` is set by the vendor: leave it out")
+                continue
+            if isinstance(value, Source):
+                refused = _source_refused(rtype, name)
+                if refused:
+                    problems.append(refused)
+                else:
+                    fields[name] = value.marker()
                 continue
             if isinstance(value, Ref):
                 reference = rtype.references.get(name)
@@ -687,6 +795,12 @@ class Declaration:
                     'secret("NAME") in a write-only field, ref("name", "field") in a reference'
                 )
                 continue
+            if _marked(written, SOURCE_KEY):
+                problems.append(
+                    f"`{name}` holds a `$source` object written by hand: use "
+                    'source("main"), in a host\'s revision field'
+                )
+                continue
             adapter: TypeAdapter[Any] = TypeAdapter(known[name].annotation or Any)
             try:
                 checked = adapter.validate_python(_no_secrets(written))
@@ -698,8 +812,10 @@ class Declaration:
                 fields[name] = written
             else:
                 fields[name] = adapter.dump_python(checked, mode="json")
+        revision = rtype.host.revision if rtype.host is not None else None
         for name in rtype.declared_fields:
-            if name not in given and known[name].is_required():
+            # A host's revision left out is the vendor's to choose (or apply's to pin).
+            if name not in given and known[name].is_required() and name != revision:
                 problems.append(f"`{name}` is required")
         spec = rtype.database
         if spec is not None and spec.regions is not None:
@@ -713,6 +829,14 @@ class Declaration:
             raise AppError(f"{where}: " + "; ".join(problems))
         return cls(rtype, fields)
 
+    def sources(self) -> dict[str, str]:
+        """The declaration's `source()` fields: the branch each names."""
+        return {
+            name: value[SOURCE_KEY]
+            for name, value in self.fields.items()
+            if is_marker(value, SOURCE_KEY)
+        }
+
     def refs(self) -> dict[str, tuple[str, str]]:
         """The declaration's references, by field: (the other declaration, its field)."""
         found: dict[str, tuple[str, str]] = {}
@@ -724,3 +848,20 @@ class Declaration:
 
     def __repr__(self) -> str:
         return f"Declaration({self.type.id}, {dict(self.fields)!r})"
+
+
+def _source_refused(rtype: ResourceType, name: str) -> str | None:
+    """Why `name` of `rtype` may not take `source()`; None when it may (a host's revision)."""
+    host = rtype.host
+    if host is not None and host.revision == name:
+        return None
+    if host is not None and host.revision is not None:
+        where = f"only a host's revision field does, and {rtype.id}'s is `{host.revision}`"
+    elif host is not None:
+        where = (
+            f"only a host's revision field does, and {rtype.id} declares none (its "
+            "connector may name one: HostSpec(revision=...))"
+        )
+    else:
+        where = f"only a host's revision field does, and {rtype.id} is no host"
+    return f"`{name}` takes no source(): {where}; give `{name}` a value"

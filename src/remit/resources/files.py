@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from remit.core.errors import AppError
-from remit.declare.resources import Declaration, ResourceType
+from remit.declare.resources import SOURCE_KEY, Declaration, ResourceType, is_marker
 
 FOLDER = "resources"
 # A name is part of the keys apply calls with, which are at most 100 characters.
@@ -43,6 +43,13 @@ class Declared:
 
     def __len__(self) -> int:
         return len(self.by_name)
+
+    def as_json(self) -> dict[str, dict[str, Any]]:
+        """The declarations as JSON, by name: `{"type": ..., "fields": ...}` with their
+        markers, as apply records them and `remit resources --declared` prints them."""
+        return {
+            name: {"type": d.type.id, "fields": dict(d.fields)} for name, d in self.by_name.items()
+        }
 
 
 EMPTY = Declared(by_name={}, order=(), where={})
@@ -154,3 +161,49 @@ def _ordered(found: Mapping[str, Declaration]) -> tuple[str, ...]:
 def types_of(connectors: Iterable[Any]) -> dict[str, ResourceType]:
     """The resource types the connectors declare, by id."""
     return {rtype.id: rtype for connector in connectors for rtype in connector.resources}
+
+
+def source_refs(files: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The branches the `source()` fields of declarations as JSON (`Declared.as_json`) name,
+    each once, sorted."""
+    return sorted(
+        {
+            value[SOURCE_KEY]
+            for each in files.values()
+            for value in dict(each.get("fields") or {}).values()
+            if is_marker(value, SOURCE_KEY)
+        }
+    )
+
+
+def with_sources(
+    files: Mapping[str, Mapping[str, Any]], revisions: Mapping[str, str]
+) -> dict[str, dict[str, Any]]:
+    """Declarations as JSON with each `source()` field given the revision its branch is at
+    (`revisions`, by branch)."""
+    return {
+        name: {
+            **each,
+            "fields": {
+                field: revisions[value[SOURCE_KEY]] if is_marker(value, SOURCE_KEY) else value
+                for field, value in dict(each.get("fields") or {}).items()
+            },
+        }
+        for name, each in files.items()
+    }
+
+
+def without_sources(files: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Declarations as JSON with their `source()` fields left out, so a plan compares every
+    field but those."""
+    return {
+        name: {
+            **each,
+            "fields": {
+                field: value
+                for field, value in dict(each.get("fields") or {}).items()
+                if not is_marker(value, SOURCE_KEY)
+            },
+        }
+        for name, each in files.items()
+    }

@@ -8,12 +8,18 @@ resumes where it was: the calls already made answer from the record, a call cut 
 again with its key (the vendor makes nothing twice), and every binding it made is in the file.
 
 `drift` makes the same plan and records what differs as a finding (`findings.py`), opened once
-per difference. Declared with `App(drift_schedule="0 * * * *")`, it runs on that schedule.
+per difference. Declared with `App(drift_schedule="0 * * * *")`, it runs on that schedule. It
+leaves a host's `source()` revision out: a change's deploy moves it, not a person at a console.
+
+A host's revision declared as `source("main")` is resolved before the plan: to the revision an
+apply is pinned to (`ApplyInput.revision`, a change's merged commit, whose data files it then
+reads), else to the commit `main` is at, through the app's remote (`Resources.resolve_source`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -41,7 +47,7 @@ from remit.declare.workflows import Workflow, workflow
 from remit.execution.context import Context
 from remit.people.approvals import ApprovalType
 from remit.resources.bindings import Bindings
-from remit.resources.files import Declared
+from remit.resources.files import Declared, source_refs, with_sources, without_sources
 from remit.resources.findings import Findings
 from remit.resources.lockfile import Binding, Lockfile
 from remit.resources.planner import Caller, Change, Plan, plan, resolve
@@ -50,6 +56,11 @@ APPLY = "apply"
 DRIFT = "drift"
 # The approval type apply asks through before a stateful delete or replace.
 APPROVAL = "apply"
+# The built-in op that finds the commit a branch of the app's repo is at: apply lists it among
+# its uses when the app has it, for `Resources.resolve_source` to call.
+SOURCE_OP = "remit.source.resolve"
+# A revision: a git commit's sha, abbreviated or whole.
+REVISION = r"^[0-9a-f]{7,64}$"
 
 
 class Seen(BaseModel):
@@ -63,9 +74,12 @@ class Seen(BaseModel):
 
 class ApplyInput(BaseModel):
     """`seen`: the pending changes of the plan shown when apply was asked for, by name; the
-    run stops without changing anything if its own plan differs. None: apply what it plans."""
+    run stops without changing anything if its own plan differs. None: apply what it plans.
+    `revision`: the commit to deploy: the data files are read as they are at it (where the app
+    can read them there, `Resources.read_at`), and each host's `source()` revision is it."""
 
     seen: dict[str, Seen] | None = None
+    revision: str | None = Field(default=None, pattern=REVISION)
 
 
 class Destroyed(BaseModel):
@@ -86,24 +100,122 @@ class DriftInput(BaseModel):
     scheduled_at: datetime | None = None
 
 
+# How a `source()` revision is resolved: (the run, None outside one; the branch) → the commit.
+SourceResolver = Callable[[Context | None, str], str]
+# How the data files are read at a revision: the commit → the declarations as JSON, by name,
+# `{"type": ..., "fields": ...}` (as `Declared.as_json` makes them).
+FilesReader = Callable[[str], Mapping[str, Any]]
+
+
 @dataclass(frozen=True)
 class Resources:
     """An app's resources: the types its connectors declare, the data files' declarations,
-    and the lockfile."""
+    and the lockfile. `resolve_source` finds the commit a `source()` branch is at (in a run, a
+    recorded call; None: the app has no remote, and a `source()` needs a revision given);
+    `read_at` reads the data files as they are at a revision (None: this worker's files are
+    read whatever the revision)."""
 
     types: Mapping[str, ResourceType]
     declared: Declared
     lockfile: Lockfile
     app: str = ""
+    resolve_source: SourceResolver | None = None
+    read_at: FilesReader | None = None
 
     def store(self, db: Database) -> Bindings:
         """The bindings in `db` (the truth), mirrored to the lockfile."""
         return Bindings(db, self.app, self.lockfile)
 
-    def plan(self, call: Caller, bindings: Mapping[str, Binding] | None = None) -> Plan:
-        """The plan against `bindings` (default: the lockfile's)."""
+    def plan(
+        self,
+        call: Caller,
+        bindings: Mapping[str, Binding] | None = None,
+        *,
+        revision: str | None = None,
+    ) -> Plan:
+        """The plan against `bindings` (default: the lockfile's), made outside a run: of the
+        data files at `revision` when it is given, each `source()` resolved to it (else through
+        `resolve_source`, with no run)."""
         bound = self.lockfile.read() if bindings is None else bindings
-        return plan(self.declared, bound, self.types, call)
+        if revision is None and not any(d.sources() for d in self.declared.by_name.values()):
+            return plan(self.declared, bound, self.types, call)
+        files = self.files(revision)
+        resolve = self.resolve_source
+        resolver = None if resolve is None else (lambda ref: resolve(None, ref))
+        declared = self.declared_of(with_sources(files, self.revisions(files, revision, resolver)))
+        return plan(declared, bound, self.types, call)
+
+    def files(self, revision: str | None = None) -> dict[str, dict[str, Any]]:
+        """The declarations as JSON, by name: as the data files are at `revision` when it is
+        given and the app reads them there (`read_at`), else as this worker's files are."""
+        if revision is None or self.read_at is None:
+            return self.declared.as_json()
+        read = self.read_at(revision)
+        if not isinstance(read, Mapping) or not all(
+            isinstance(each, Mapping)
+            and isinstance(each.get("type"), str)
+            and isinstance(each.get("fields"), Mapping)
+            for each in read.values()
+        ):
+            raise RemitError(
+                f"the data files at {revision} were read as {str(read)[:200]}, not as "
+                'declarations by name, each {"type": ..., "fields": ...}: check the '
+                "app's read_at (`remit resources --declared` prints them so)"
+            )
+        return {
+            str(name): {"type": each["type"], "fields": dict(each["fields"])}
+            for name, each in read.items()
+        }
+
+    def revisions(
+        self,
+        files: Mapping[str, Mapping[str, Any]],
+        revision: str | None,
+        resolve: Callable[[str], str] | None,
+    ) -> dict[str, str]:
+        """The commit each branch a `source()` of `files` names is at: `revision` when one is
+        given, else what `resolve` finds; refused, saying what to do, when neither is there."""
+        refs = source_refs(files)
+        if revision is not None:
+            return dict.fromkeys(refs, revision)
+        if not refs:
+            return {}
+        if resolve is None:
+            takers = sorted(
+                f"`{name}`" for name, each in files.items() if source_refs({name: each})
+            )
+            branches = " and ".join(f"`{ref}`" for ref in refs)
+            marks = ", ".join(f'source("{ref}")' for ref in refs)
+            one = len(takers) == 1
+            raise RemitError(
+                f"{', '.join(takers)} take{'s its' if one else ' their'} revision from "
+                f"{branches} ({marks}), and the app has no remote to resolve {branches} "
+                "against: declare a remote (a connector with `remote=Remote(...)`), or give "
+                "the revision to deploy (`--revision SHA`, or `revision` in apply's input)"
+            )
+        found: dict[str, str] = {}
+        for ref in refs:
+            sha = resolve(ref)
+            if not isinstance(sha, str) or not re.fullmatch(REVISION, sha):
+                raise RemitError(
+                    f"resolving the branch `{ref}` gave {sha!r}, not a commit's sha: check "
+                    "the app's remote and that the branch exists there"
+                )
+            found[ref] = sha
+        return found
+
+    def declared_of(self, files: Mapping[str, Mapping[str, Any]]) -> Declared:
+        """Declarations as JSON (`files`) as the app's `Declared`, checked and ordered."""
+        missing = sorted({f["type"] for f in files.values()} - set(self.types))
+        if missing:
+            raise RemitError(
+                f"the data files read declare {', '.join(missing)}, which no connector of the "
+                "app declares now: put the connector back, or start a new apply"
+            )
+        return Declared.of(
+            {n: Declaration(self.types[f["type"]], f["fields"]) for n, f in files.items()},
+            self.types,
+        )
 
 
 def _bindings(raw: Mapping[str, Any]) -> dict[str, Binding]:
@@ -119,34 +231,31 @@ def _run_caller(ctx: Context, ops: Mapping[str, Op[Any, Any]]) -> Caller:
 
 
 def _planned(
-    ctx: Context, resources: Resources, ops: Mapping[str, Op[Any, Any]]
+    ctx: Context,
+    resources: Resources,
+    ops: Mapping[str, Op[Any, Any]],
+    revision: str | None = None,
+    *,
+    sources: bool = True,
 ) -> tuple[Declared, Plan]:
-    """The data files and the lockfile as this run read them (each a step, so a resumed run
-    goes on with what it planned and was approved, whatever the files say by then), and the
-    plan made from them."""
-    files = ctx.step(
-        "read the data files",
-        lambda: {
-            name: {"type": d.type.id, "fields": dict(d.fields)}
-            for name, d in resources.declared.by_name.items()
-        },
-    )
+    """The data files (at `revision` when given) and the lockfile as this run read them (each
+    a step, so a resumed run goes on with what it planned and was approved, whatever the files
+    say by then), and the plan made from them, each `source()` resolved first (left out of
+    the plan when not `sources`)."""
+    files = ctx.step("read the data files", lambda: resources.files(revision))
+    resolve = resources.resolve_source
+    resolver = None if resolve is None else (lambda ref: resolve(ctx, ref))
+    if not sources:
+        files = without_sources(files)
+    elif source_refs(files):
+        files = with_sources(files, resources.revisions(files, revision, resolver))
     db, app = ctx.app_database
     store = Bindings(db, app, resources.lockfile)
     raw = ctx.step(
         "read the bindings",
         lambda: {n: {"type": b.type, "id": b.id} for n, b in store.read().items()},
     )
-    missing = sorted({f["type"] for f in files.values()} - set(resources.types))
-    if missing:
-        raise RemitError(
-            f"this run read declarations of {', '.join(missing)}, which no connector of the "
-            "app declares now: put the connector back, or start a new apply"
-        )
-    declared = Declared.of(
-        {n: Declaration(resources.types[f["type"]], f["fields"]) for n, f in files.items()},
-        resources.types,
-    )
+    declared = resources.declared_of(files)
     return declared, plan(declared, _bindings(raw), resources.types, _run_caller(ctx, ops))
 
 
@@ -157,13 +266,14 @@ def apply_workflow(resources: Resources, ops: Mapping[str, Op[Any, Any]]) -> Wor
         for rtype in resources.types.values()
         for op_id in [*(o.id for o in rtype.ops.values()), *(s.op for s in rtype.after_create)]
     ]
+    used += [ops[SOURCE_OP]] if SOURCE_OP in ops else []
 
     @workflow(name=APPLY, input=ApplyInput, uses=list({o.id: o for o in used}.values()))
     def apply(ctx: Context, input: ApplyInput) -> dict[str, Any]:
         db, _ = ctx.app_database
         run_id = ctx.run_id
         ctx.step("check no other apply", lambda: _alone(db, run_id, resources.app))
-        declared, the_plan = _planned(ctx, resources, ops)
+        declared, the_plan = _planned(ctx, resources, ops, input.revision)
         refused = [c for c in the_plan.pending if c.refused]
         if refused:
             raise RemitError(
@@ -504,7 +614,7 @@ def drift_workflow(
 
     @workflow(name=DRIFT, input=DriftInput, uses=used, trigger=trigger)
     def drift(ctx: Context, input: DriftInput) -> dict[str, Any]:
-        _, the_plan = _planned(ctx, resources, ops)
+        _, the_plan = _planned(ctx, resources, ops, sources=False)
         db, app = ctx.app_database
         run_id = ctx.run_id
         recorded = ctx.step(
