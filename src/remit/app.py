@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import dis
 import hashlib
 import importlib
@@ -17,6 +18,16 @@ from typing import Any, TypeVar
 
 from remit._version import __version__
 from remit.budgets.model import Budget
+from remit.changes.ops import OPS as REPO_OPS
+from remit.changes.ops import Forge, find_forge, is_change_op, repo_ops, repo_url
+from remit.changes.sources import files_reader, resolver
+from remit.changes.workflow import (
+    CHANGE,
+    REVIEW,
+    ROLLBACK,
+    change_approval_types,
+    change_workflow,
+)
 from remit.connectors.apps import VENDOR as APPS_VENDOR
 from remit.connectors.apps import AppEntry, AppList, apps_connector, is_apps_connector
 from remit.connectors.base import Connector
@@ -170,7 +181,18 @@ class App:
                 )
             self.connectors[connector.vendor] = connector
         self.connectors[WAKEUP_VENDOR] = wakeup_connector
-        self.connectors[APPS_VENDOR] = apps_connector(self.listing)
+        # The folder `load_app` loaded the app from, and its forge once asked for (`forge`).
+        self.folder: Path | None = None
+        # Whether the forge is reached on its fake, as the app's connectors are (set where
+        # the implementations are chosen, `ops/runtime.py`).
+        self.forge_on_fakes = False
+        self._forge: tuple[Forge | None] | None = None
+        # With a forge remote, remit's own connector also has the repo's ops.
+        self.connectors[APPS_VENDOR] = apps_connector(
+            self.listing,
+            REPO_OPS if self.remotes else (),
+            lambda fakes: repo_ops(self.forge, fakes=fakes),
+        )
         self.resource_types = resource_files.types_of(self.connectors.values())
         self.collections = _collections(name, collections, self.connectors)
         self.ops: dict[str, Op[Any, Any]] = {
@@ -193,6 +215,8 @@ class App:
         self.workflows: dict[str, Workflow] = {}
         for wf in workflows:
             self._add(wf)
+        if self.remotes:
+            self._use_changes()
         self._declared_budgets = list(budgets)
         # A budget may name an app's workflow (`ar.chase`) that `load_app` adds later: those
         # are checked when it does (`include`).
@@ -257,6 +281,22 @@ class App:
             if app is not None:
                 found.setdefault(app, []).append(name)
         return dict(sorted(found.items()))
+
+    @property
+    def remotes(self) -> dict[str, Connector]:
+        """The connectors with a forge half (`Connector(..., remote=...)`), by vendor."""
+        return {v: c for v, c in self.connectors.items() if c.remote is not None}
+
+    def forge(self) -> Forge | None:
+        """The forge serving the app's repo (`changes/ops.py`): None when no connector has a
+        remote; refused, saying what to set, when the repo's URL is unknown or no remote
+        serves it. Found once, on first use."""
+        if self._forge is None:
+            if not self.remotes:
+                return None
+            url = repo_url(self.folder)
+            self._forge = (find_forge(self.remotes.values(), url),)
+        return self._forge[0]
 
     def listing(self) -> AppList:
         """What `remit.apps.list` answers: the root's workflows and each app's."""
@@ -329,12 +369,34 @@ class App:
                 raise AppError("use_resources needs the lockfile's path with declarations")
             lockfile = Path(folder) / LOCKFILE
         self.resources = Resources(self.resource_types, declared, Lockfile(lockfile), self.name)
+        if self.remotes:
+            # The forge's repo: a revision's data files, and `source()` resolved there.
+            self.resources = dataclasses.replace(
+                self.resources, resolve_source=resolver(self), read_at=files_reader(self)
+            )
         self.workflows[APPLY] = apply_workflow(self.resources, self.ops)
         self.workflows[DRIFT] = drift_workflow(self.resources, self.ops, self.drift_schedule)
         self.approval_types[APPROVAL] = approval_type()
         if self.policy.enabled and self._policies_folder is not None:
             del self.workflows[HELD], self.approval_types[HELD]
             self.use_policies(self._policies_folder)
+
+    def _use_changes(self) -> None:
+        """Add the built-in workflow `change` and its approval types (`changes/workflow.py`),
+        for an app with a forge remote."""
+        for builtin, taken, kind in (
+            (CHANGE, self.workflows, "workflow"),
+            (REVIEW, self.approval_types, "approval type"),
+            (ROLLBACK, self.approval_types, "approval type"),
+        ):
+            if builtin in taken:
+                raise AppError(
+                    f"app `{self.name}` declares a {kind} named `{builtin}`, the name of remit's "
+                    "built-in one for changes to the repo: rename yours"
+                )
+        self.workflows[CHANGE] = change_workflow(self)
+        for declared in change_approval_types():
+            self.approval_types[declared.name] = declared
 
     def with_policies(self, folder: Path | str) -> App:
         """A copy of this app governed by the Cedar policies in `folder`; this app is left as
@@ -385,6 +447,12 @@ class App:
                     f"{used.vendor} connector declares: import the op from the connector"
                 )
         for used in wf.uses:
+            if is_change_op(used.id):
+                raise AppError(
+                    f"workflow `{wf.name}` uses `{used.id}`, which acts on the operations repo "
+                    "at its forge: only remit's built-in `change` calls it. Open a change "
+                    "instead (`remit change open BRANCH`)"
+                )
             for rtype in self.resource_types.values():
                 if rtype.change_op(used.id):
                     raise AppError(
@@ -594,6 +662,7 @@ def load_app(path: Path | str = ".") -> App:
     _ensure_package(package, folder)
 
     app = _declared_app(folder, package)
+    app.folder = folder
     # Every app's at once, so its queues are known before its workflows; with nothing to add,
     # still once, to check the budgets against every workflow.
     app.include(**_app_declarations(folder, package))

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from remit.core.runs import RunStore
     from remit.execution.direct import DirectCalls
     from remit.execution.rooms import CallsRoom
+    from remit.ops.changes import ChangesRoom
     from remit.ops.messages import Messages, Sent
     from remit.ops.pause import AppState
     from remit.ops.retries import Retries
@@ -219,6 +220,13 @@ class Client:
     def state(self, run_id: str) -> dict[str, Any]:
         """What a run published (`ctx.publish`), the latest value by key: `client.runs.state`."""
         return self.runs.state(run_id)
+
+    @cached_property
+    def changes(self) -> ChangesRoom:
+        """Changes to the operations repo: open, list, get, and the hosts' deploys."""
+        from remit.ops.changes import ChangesRoom
+
+        return ChangesRoom(self)
 
     @cached_property
     def approvals(self) -> ApprovalsRoom:

@@ -428,15 +428,16 @@ class RunStore:
         with self.db.engine.connect() as conn:
             return [_run(row) for row in conn.execute(query)]
 
-    def in_flight(self) -> builtins.list[tuple[str, str]]:
+    def in_flight(self, workflow: str | None = None) -> builtins.list[tuple[str, str]]:
         """(run id, current attempt's workflow id) of every run of the store's app (of every
-        app: a store with none) queued or running."""
+        app: a store with none) queued or running; of `workflow` only, when given."""
+        query = sa.select(runs.c.run_id, runs.c.workflow_id).where(
+            runs.c.status.in_(("queued", "running")), app_runs(self.app)
+        )
+        if workflow is not None:
+            query = query.where(runs.c.workflow == workflow)
         with self.db.engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(runs.c.run_id, runs.c.workflow_id).where(
-                    runs.c.status.in_(("queued", "running")), app_runs(self.app)
-                )
-            )
+            rows = conn.execute(query)
             return [(row.run_id, row.workflow_id) for row in rows]
 
     def claim(self, run_id: str, workflow_id: str, version: str) -> bool:

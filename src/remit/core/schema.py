@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "22"
+SCHEMA_VERSION = "23"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -384,6 +384,66 @@ run_state = sa.Table(
     sa.Column("value", sa.JSON),
     sa.Column("step_id", sa.Integer, nullable=False),
     sa.Column("updated_at", UTCDateTime, nullable=False),
+)
+
+# A change to the operations repo (`remit change open`): a branch moving through checks, review,
+# merge and deploy as one run of the built-in `change` workflow (`changes/workflow.py`). The run
+# writes the row as it goes; `status` is where it stands.
+changes = sa.Table(
+    "remit_changes",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("app", sa.String(100), nullable=False),
+    sa.Column("remote", sa.String(100), nullable=False),
+    sa.Column("branch", sa.String(255), nullable=False),
+    sa.Column("base", sa.String(255), nullable=False),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("author", sa.String(200), nullable=False),
+    sa.Column("title", sa.Text, nullable=False),
+    sa.Column("number", sa.Integer),
+    sa.Column("url", sa.Text),
+    sa.Column("head", sa.String(64)),
+    # opened, checking, failing, review, merged, deploying, deployed, unhealthy, rolled_back,
+    # rejected, closed, failed
+    sa.Column("status", sa.String(32), nullable=False),
+    # The last checks: {"head": sha, "results": {name: {"ok": bool, "summary": str}}}.
+    sa.Column("checks", sa.JSON),
+    sa.Column("merge_commit", sa.String(64)),
+    sa.Column("deployed", sa.String(64)),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Index("remit_changes_branch", "app", "branch", "created_at"),
+    sa.Index("remit_changes_run", "run_id"),
+)
+
+# Each forge webhook delivery taken (`POST /forge/{remote}/events`): a redelivery of one is
+# answered from here and acts no more.
+forge_deliveries = sa.Table(
+    "remit_forge_deliveries",
+    metadata,
+    sa.Column("remote", sa.String(100), primary_key=True),
+    sa.Column("delivery", sa.String(200), primary_key=True),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("outcome", sa.JSON, nullable=False),
+    sa.Column("received_at", UTCDateTime, nullable=False),
+)
+
+# What each host was deployed with, newest last: by a change run, its rollback, or a push to the
+# base branch (an `apply` at a revision).
+deploys = sa.Table(
+    "remit_deploys",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("app", sa.String(100), nullable=False),
+    sa.Column("host", sa.String(200), nullable=False),
+    sa.Column("revision", sa.String(64), nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),  # deploy, rollback
+    sa.Column("change_id", sa.String(64)),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("healthy", sa.Boolean, nullable=False),
+    sa.Column("detail", sa.Text, nullable=False),
+    sa.Column("at", UTCDateTime, nullable=False),
+    sa.Index("remit_deploys_host", "app", "host", "id"),
 )
 
 # One row per scheduled workflow of an app. Every instant of its schedule up to `swept_through`

@@ -258,6 +258,40 @@ class Reconciler:
             log.warning("reconciler: run %s: %s to %s (%s)", run_id, kind, moved_to, reason)
             report.actions.append(Action(run_id, moved_to, "queued", reason, kind))
 
+    def carry_over(self, workflow: str) -> list[str]:
+        """Move each run of `workflow` whose current attempt runs on another version onto the
+        code this worker runs, now, as `reattempt` moves an orphaned one: forked after the
+        attempt's last finished step, the old attempt cancelled (the fence refuses what it
+        still tries to write). A worker of a new version does this first for the change runs,
+        which must outlive the deploys they make. Returns the attempts they moved to."""
+        in_flight = self.runs.in_flight(workflow)
+        if not in_flight:
+            return []
+        found = attempts_of(self.client, [workflow_id for _, workflow_id in in_flight])
+        moved: list[str] = []
+        for run_id, workflow_id in in_flight:
+            attempt = found.get(workflow_id)
+            if attempt is None or attempt.status not in _GOING:
+                continue
+            if attempt.app_version in (None, self.version):
+                continue
+            try:
+                moved_to = self._reattempt(run_id, workflow_id)
+            except Exception:
+                log.exception("run %s: carrying it over to version %s failed", run_id, self.version)
+                continue
+            if moved_to is not None:
+                log.info(
+                    "run %s (%s) carried over from version %s to %s: attempt %s",
+                    run_id,
+                    workflow,
+                    attempt.app_version,
+                    self.version,
+                    moved_to,
+                )
+                moved.append(moved_to)
+        return moved
+
     def _reattempt(self, run_id: str, workflow_id: str) -> str | None:
         """Move the run past its orphaned attempt: the next attempt is forked after the
         attempt's last finished step, so none runs again, onto the code workers run now."""

@@ -471,6 +471,7 @@ def implementations_for(
     `REMIT_WAKEUP_URL` is set), and the credentials drivers see: the
     environment (the process's, or `environ`) over the app's stored secrets."""
     chosen = dict(implementations or {})
+    app.forge_on_fakes = settings.fakes
     for vendor, connector in app.connectors.items():
         # The wakeup service is remit's own, not a vendor's: with one configured, an instance
         # on fakes still registers its wakes there, or nothing would start it again.

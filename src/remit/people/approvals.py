@@ -27,7 +27,7 @@ import builtins
 import hashlib
 import logging
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal
@@ -90,6 +90,11 @@ class ApprovalType:
     draft: type[BaseModel]
     description: str = ""
     editable: Sequence[str] | None = None
+    # remit's own types may add a rule: `refuse(by, decision, draft)` gives why `by` may not
+    # decide so (None: the policies decide), and `approves` names an op approving one lets
+    # the run call, which the decider must be let call too (`Action::"call"` on it).
+    refuse: Callable[[str, str, Mapping[str, Any]], str | None] | None = None
+    approves: str | None = None
 
     def __post_init__(self) -> None:
         check_name("approval type", self.name)

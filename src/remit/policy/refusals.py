@@ -10,7 +10,7 @@ A refusal by policy is one more reason, recorded as a denial once the answer is 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -72,6 +72,12 @@ class ApprovalType(Protocol):
 
     @property
     def read_only(self) -> tuple[str, ...]: ...
+
+    @property
+    def refuse(self) -> Callable[[str, str, Mapping[str, Any]], str | None] | None: ...
+
+    @property
+    def approves(self) -> str | None: ...
 
 
 # What `decide()` may write.
@@ -220,9 +226,36 @@ def refusals(
             )
             if refused is not None:
                 reasons.append((row.id, refused))
+            reasons += [(row.id, why) for why in _own_rules(call, row, draft, types, policy)]
     if reasons:
         raise DecisionRefused(reasons, by_policy=len(policy.found) == len(reasons))
     return parsed
+
+
+def _own_rules(
+    call: DecideCall,
+    row: Approval,
+    draft: Mapping[str, Any],
+    types: Mapping[str, ApprovalType],
+    policy: PolicyChecks,
+) -> list[str]:
+    """Why the rules of the gate's own type refuse the decision (`ApprovalType.refuse`, and
+    the op its approval lets the run call, `ApprovalType.approves`)."""
+    declared = types.get(row.type)
+    if declared is None:
+        return []
+    found: list[str] = []
+    if declared.refuse is not None:
+        why = declared.refuse(call.by, call.decision, draft)
+        if why is not None:
+            found.append(why)
+    if declared.approves is not None and call.decision == "approved":
+        refused = policy.refusal(
+            call.by, "call", declared.approves, {"input": dict(draft)}, about=("approval", row.id)
+        )
+        if refused is not None:
+            found.append(f"approving it lets the run call `{declared.approves}`: {refused}")
+    return found
 
 
 def _context(

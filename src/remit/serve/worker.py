@@ -33,6 +33,7 @@ import sqlalchemy as sa
 from dbos import DBOS, DBOSClient, DBOSConfig
 
 from remit.app import App
+from remit.changes.workflow import CHANGE
 from remit.client import Client
 from remit.connectors.base import Implementation
 from remit.core import telemetry
@@ -336,6 +337,9 @@ class Worker:
             interval=self.settings.reconcile_interval,
             timeouts=Timeouts.of(self.app, self.settings.op_timeout),
         )
+        if deployed and CHANGE in self.app.workflows:
+            # Change runs outlive the deploys they make: a new version takes them first.
+            self._reconciler.carry_over(CHANGE)
         self._pause_watch.start()
         self._reconciler.start()
         self._sweeper = Sweeper(self)
