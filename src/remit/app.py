@@ -119,6 +119,10 @@ class App:
     which an instance registers with the wakeup service), a budget for a workflow the app does
     not define or two for one scope and period, a price that is not one.
 
+    `repo` is the URL of the operations repo at its forge (`REMIT_REPO_URL` overrides it; with
+    neither, the app folder's git `origin`): a connector's remote that serves it is the app's
+    forge, and the app has the built-in `change` (README, "Changes").
+
     `drift_schedule` (a cron expression in UTC, or `schedule(...)`) runs the built-in `drift`
     on that schedule, for an app that declares resources (`resources/`, see `use_resources`).
 
@@ -141,9 +145,13 @@ class App:
         budgets: Iterable[Budget] = (),
         llm_prices: Mapping[str, Price | tuple[Any, Any]] | None = None,
         drift_schedule: str | Schedule | None = None,
+        repo: str | None = None,
     ) -> None:
         check_name("app", name)
         self.name = name
+        # The URL of the operations repo at its forge; REMIT_REPO_URL overrides it, and without
+        # either it is the app folder's `origin` (`changes/ops.py`).
+        self.repo = repo
         self.drift_schedule = drift_schedule
         self.resources: Resources | None = None
         self._policies_folder: Path | None = None
@@ -294,7 +302,7 @@ class App:
         if self._forge is None:
             if not self.remotes:
                 return None
-            url = repo_url(self.folder)
+            url = repo_url(self.folder, default=self.repo)
             self._forge = (find_forge(self.remotes.values(), url),)
         return self._forge[0]
 

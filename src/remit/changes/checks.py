@@ -3,7 +3,8 @@
 Each check runs `remit` in its own process, in a temporary worktree of the commit checked
 (so the branch's code is what is imported, never the worker's), against the live database:
 
-- `test`: `remit test`, the branch's scenarios and tests;
+- `test`: `remit test`, the branch's scenarios and tests, on fakes, with no access to the live
+  database or remit's stored credentials;
 - `plan`: `remit plan`, the branch's data files against the live bindings (what a deploy of
   it would change; a plan with changes passes, one that cannot be made fails);
 - `deploy-check`: `remit deploy check`, the branch's code replayed against every unfinished
@@ -70,23 +71,39 @@ def run_checks(git: Git, where: Where, head: str) -> dict[str, dict[str, Any]]:
     timeout = float(where.environ.get(CHECK_TIMEOUT) or 1800)
     results: dict[str, dict[str, Any]] = {}
     with git.worktree(head) as tree:
-        env = _environ(where, tree)
         for name, args in CHECKS.items():
+            env = _environ(where, tree, name)
             results[name] = _run(name, [sys.executable, "-m", "remit", *args], tree, env, timeout)
     return results
 
 
-def _environ(where: Where, tree: Path) -> dict[str, str]:
+# What the branch's own tests are not given: the live database, remit's stored credentials, a
+# server to act on. They run on fakes, on databases of their own.
+_LIVE = (
+    "REMIT_DATABASE_URL",
+    "REMIT_SECRET_KEY",
+    "REMIT_SECRET_KEY_FILE",
+    "REMIT_URL",
+    "REMIT_TOKEN",
+)
+
+
+def _environ(where: Where, tree: Path, check: str) -> dict[str, str]:
     env = dict(where.environ)
-    env["REMIT_DATABASE_URL"] = where.database_url
-    # The worker's stored credentials are the live ones: the branch's plan reads the vendors
-    # with them.
-    key_file = where.environ.get("REMIT_SECRET_KEY_FILE") or str(
-        where.app_folder / ".remit" / "secret.key"
-    )
-    if Path(key_file).exists():
-        env["REMIT_SECRET_KEY_FILE"] = key_file
     env.pop("PYTEST_CURRENT_TEST", None)
+    if check == "test":
+        for name in _LIVE:
+            env.pop(name, None)
+        env["REMIT_FAKES"] = "1"
+    else:
+        # The plan and the deploy check read the live database; the plan also asks the vendors,
+        # with the worker's stored credentials.
+        env["REMIT_DATABASE_URL"] = where.database_url
+        key_file = where.environ.get("REMIT_SECRET_KEY_FILE") or str(
+            where.app_folder / ".remit" / "secret.key"
+        )
+        if check == "plan" and Path(key_file).exists():
+            env["REMIT_SECRET_KEY_FILE"] = key_file
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in [str(tree.parent), env.get("PYTHONPATH", "")] if p
     )

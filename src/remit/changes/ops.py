@@ -161,12 +161,17 @@ class RepoApp(Protocol):
     def forge(self) -> Forge | None: ...
 
 
-def repo_url(folder: Path | None, environ: dict[str, str] | None = None) -> str | None:
-    """The URL of the app's operations repo: `REMIT_REPO_URL`, else the `origin` of the git
-    repository the app folder is in; None when there is neither."""
+def repo_url(
+    folder: Path | None, environ: Mapping[str, str] | None = None, *, default: str | None = None
+) -> str | None:
+    """The URL of the app's operations repo: `REMIT_REPO_URL`, else the app's own (`default`,
+    `App(repo=...)`), else the `origin` of the git repository the app folder is in; None when
+    there is none of them."""
     env = os.environ if environ is None else environ
     if env.get(REPO_URL):
         return env[REPO_URL].strip()
+    if default:
+        return default
     if folder is None:
         return None
     try:
