@@ -7,6 +7,7 @@ They live here, below the change workflow (`remit.changes`), so that `Connector`
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Literal
@@ -55,7 +56,7 @@ class ForgeEvent(BaseModel):
     raw_kind: str = ""  # the forge's own event name
 
 
-class ForgeApi:
+class ForgeApi(ABC):
     """What a forge's half implements, its driver and its fake alike.
 
     Every write takes `key`, the idempotency key of remit's call, stable across retries: the
@@ -71,10 +72,11 @@ class ForgeApi:
         `timeout` seconds. A fake needs neither and answers itself."""
         return self
 
+    @abstractmethod
     def git_url(self, repo: str) -> str:
         """What `git fetch` and `git ls-remote` use for `repo`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def open_change(
         self,
         repo: str,
@@ -88,33 +90,32 @@ class ForgeApi:
     ) -> ChangeRequest:
         """Open a change request for `branch` into `base`; one already open for the branch is
         returned as it is."""
-        raise NotImplementedError
 
+    @abstractmethod
     def read_change(self, repo: str, number: int) -> ChangeRequest:
         """Change request `number` as the forge holds it now."""
-        raise NotImplementedError
 
+    @abstractmethod
     def post_status(self, repo: str, status: CommitStatus, *, key: str) -> CommitStatus:
         """Post a check's result on a commit."""
-        raise NotImplementedError
 
+    @abstractmethod
     def statuses(self, repo: str, sha: str) -> list[CommitStatus]:
         """The latest status of each context on commit `sha`, in the order the contexts were
         first posted."""
-        raise NotImplementedError
 
+    @abstractmethod
     def comment(self, repo: str, number: int, body: str, *, key: str) -> None:
         """Comment on change request `number`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def merge(self, repo: str, number: int, *, head: str, key: str) -> ChangeRequest:
         """Merge change request `number` with a merge commit, refused (not retryable) when its
         head is not `head` or it does not merge cleanly; one already merged is answered as it
         is, with its `merge_commit`."""
-        raise NotImplementedError
 
 
-def _normal(url: str) -> str:
+def normal_url(url: str) -> str:
     """`url` with its scheme and host in lower case and no trailing `.git`."""
     scheme, sep, rest = url.strip().partition("://")
     if sep:
@@ -161,8 +162,8 @@ class Remote:
     def serves(self, repo_url: str) -> bool:
         """Whether the repo at `repo_url` is one of this forge's: a prefix of `urls` matches it,
         whatever the case of the scheme and host and with or without `.git`."""
-        url = _normal(repo_url)
-        for prefix in map(_normal, self.urls):
+        url = normal_url(repo_url)
+        for prefix in map(normal_url, self.urls):
             if url == prefix or (
                 url.startswith(prefix) and (prefix.endswith("/") or url[len(prefix)] == "/")
             ):

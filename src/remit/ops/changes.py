@@ -36,6 +36,7 @@ import sqlalchemy as sa
 from remit.changes.forge import ForgeEvent, parse_event, verify
 from remit.changes.store import Change, Changes, Deploy
 from remit.changes.workflow import CHANGE, TOPIC, ForgeNote
+from remit.connectors.forges import normal_url
 from remit.core.acting import Acting
 from remit.core.errors import AppError, RemitError
 from remit.core.keys import key_problem
@@ -214,13 +215,7 @@ class ForgeEvents:
 
 
 def _same_repo(a: str, b: str) -> bool:
-    def norm(url: str) -> str:
-        url = url.strip().rstrip("/")
-        url = url[:-4] if url.endswith(".git") else url
-        scheme, sep, rest = url.partition("://")
-        return f"{scheme.lower()}{sep}{rest.split('/', 1)[0].lower()}/{rest.partition('/')[2]}"
-
-    return norm(a) == norm(b)
+    return normal_url(a).rstrip("/") == normal_url(b).rstrip("/")
 
 
 class ChangeNotFound(RemitError):
