@@ -238,5 +238,16 @@ def test_a_worker_of_a_new_version_takes_the_change_runs_first(
         assert run.version == new_version
         assert f"carried over from version {old_version}" in newer.log(0)
         assert len(merges(workers)) == 1
+        # The merge is in the bare repo, the fake host runs it, and its health is green.
+        main = forge.head(REPO, "main")
+        git = Git(forge.git_url(REPO))
+        assert git.run("rev-list", "--parents", "-n", "1", str(main)).split()[2] == head
+        journal = workers.tmp / "fakes" / "host.jsonl"
+        made = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+        assert made[-1]["input"]["desired"]["revision"] == main
+        with workers.db.engine.connect() as conn:
+            rows = conn.execute(sa.select(deploys.c.revision, deploys.c.healthy)).all()
+        assert [tuple(row) for row in rows] == [(main, True)]
+        assert change_status(workers, run_id) == "deployed"
     finally:
         newer.close()
