@@ -25,6 +25,7 @@ whether it may send to change runs (`Action::"send"` on `Workflow::"change"`) an
 from __future__ import annotations
 
 import builtins
+import hashlib
 import os
 import uuid
 from dataclasses import dataclass
@@ -257,7 +258,12 @@ class ChangesRoom:
             if problem is not None:
                 raise RemitError(problem)
         who = self._client.person(by)
-        change_id = "chg_" + uuid.uuid4().hex[:12]
+        # Under a key the same open again must start the same run with the same input.
+        change_id = "chg_" + (
+            hashlib.sha256(f"{who}\n{key}".encode()).hexdigest()[:12]
+            if key is not None
+            else uuid.uuid4().hex[:12]
+        )
         input: dict[str, object] = {
             "id": change_id,
             "branch": branch,
@@ -269,7 +275,7 @@ class ChangesRoom:
             input["health_wait"] = health_wait
         store = self._store
         going = store.going(branch=branch)
-        if going is not None and key is None:
+        if going is not None and going.id != change_id:
             raise RemitError(
                 f"the branch {branch} already has a change going, {going.id} (run "
                 f"{going.run_id}, {going.status}): carry that one on, or cancel its run "
