@@ -80,9 +80,20 @@ def test_the_demo_shows_each_step_and_ends_well(tmp_path: Path) -> None:
         "ar.contacts",
         # 9. a write-off left waiting for the console
         "== 9. ann proposes writing off inv_1001",
+        # 10. a change of the branch desk-notes: checked, reviewed by carol, merged, deployed
+        "== 10. a change to the repo, from its branch to the desk's container",
+        "of desk-notes into main: opened",
+        "approved by user:carol\n",
         "demo/tour.remit: every line behaved",
     ):
         assert step in shown, step
+    # The change waited for its review with every check passed, then was deployed to the
+    # desk's container, healthy.
+    assert re.search(r"chg_[0-9a-f]{12} +desk-notes +review +[0-9a-f]{12} +user:sam +#1 ", shown)
+    assert re.search(r"chg_[0-9a-f]{12} +desk-notes +deployed +[0-9a-f]{12} +user:sam ", shown)
+    assert re.search(r"site +[0-9a-f]{12} +deploy +healthy +chg_[0-9a-f]{12} +run_", shown), shown
+    # The demo bound what it deployed in its own lockfile, not the example's.
+    assert not (repo / "remit.lock").exists()
     # The budget: the chase's model call settled, nothing left reserved.
     assert re.search(r"app +\d{4}-\d{2} +\$5\.00 +\$0\.0000\d+ +\$0\.00 ", shown), shown
     # The denial is listed, with its reason.

@@ -16,12 +16,18 @@ from pathlib import Path
 
 import pytest
 
+from remit.changes.fake_forge import FakeForge
+from remit.serve.fake_repo import FakeRepo
 from tests.e2e.cli_support import ACME, Cli
 from tests.instances import WakeupService
 
 sys.path.insert(0, str(ACME.parent))
 
 from acme.connectors.dns import FakeDns, record
+from acme.connectors.hosting import FakeHosting, container
+
+# Where the example's operations repo is (`App(repo=...)`): its git host, on its fake.
+ACME_REPO = "https://git.acme.test/acme/ops.git"
 
 SMTP_PASSWORD = "smtp-example-password-5521"
 
@@ -103,6 +109,10 @@ def test_the_repo_s_resources_are_applied_watched_for_drift_and_replaced_after_a
 ) -> None:
     fakes = tmp_path / "fakes"
     cli.env["REMIT_FAKES_DIR"] = str(fakes)
+    # The repo is at the git host's fake as a push would have put it there: its `main` holds
+    # the copy's files, and the container's `source("main")` is that commit.
+    forge = FakeForge(fakes / "forge-git", fakes / "forge.jsonl")
+    main = FakeRepo(forge, ACME_REPO).hold(repo)
     printed: list[str] = []
 
     def remit(*args: str, code: int = 0, stdin: str | None = None) -> str:
@@ -153,6 +163,9 @@ def test_the_repo_s_resources_are_applied_watched_for_drift_and_replaced_after_a
     assert "Applied: 2 changed. remit.lock is up to date." in log
     assert "REMIT_DATABASE_URL_STORE" in remit("secrets", "list")
     assert "updated dns.record" in log
+    # The container runs the commit `main` is at.
+    (running,) = FakeHosting(journal=fakes / "hosting.jsonl").records(container).values()
+    assert running["revision"] == main
     # The vendor as another process sees it now: the TTL is 300 again.
     assert FakeDns(journal=fakes / "dns.jsonl").records(record)[record_id]["ttl"] == 300
     # The mail password is sent to the host and never shown.

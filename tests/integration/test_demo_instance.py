@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from remit import App, AppError, Connector, RemitError, load_app
+from remit.changes.fake_forge import FakeForge
+from remit.changes.git import Git
 from remit.serve.api import create_api
 from remit.serve.demo import Call, Demo, read_instance
 from remit.testing import Harness
@@ -194,3 +197,56 @@ def test_an_api_not_on_fakes_has_no_fakes_route(harness: Harness) -> None:
     with TestClient(create_api(harness.client, allowed_hosts=["testserver"])) as http:
         answer = http.get("/fakes/books", headers={"Authorization": f"Bearer {token}"})
     assert answer.status_code == 404
+
+
+ACME = DEMO_APP.parent.parent.parent / "examples" / "acme"
+ACME_REPO = "https://git.acme.test/acme/ops.git"
+
+
+def test_a_demo_of_an_app_with_a_forge_holds_its_repo_and_its_branches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copy = tmp_path / "acme"
+    shutil.copytree(ACME, copy, ignore=shutil.ignore_patterns(".remit", "__pycache__"))
+    # What Python writes beside the files, as remit's `.remit/`, is never in the repo.
+    (copy / "__pycache__").mkdir()
+    (copy / "__pycache__" / "app.cpython-311.pyc").write_bytes(b"\x00")
+    for name in [name for name in sys.modules if name.partition(".")[0] == "acme"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.delenv("REMIT_FAKES_DIR", raising=False)
+    monkeypatch.setenv("REMIT_CHANGES_DIR", str(tmp_path / "elsewhere"))
+    app = load_app(copy)
+    assert app.resources is not None
+    demo = Demo.of(app, copy, environ={"REMIT_AS": "user:sam"})
+    try:
+        demo.start()
+        # Its fakes, the forge's repos among them, are in the demo's folder, wiped with it; so
+        # are the mirrors a change's checks fetch.
+        assert os.environ["REMIT_FAKES_DIR"] == str(demo.folder / "fakes")
+        assert os.environ["REMIT_CHANGES_DIR"] == str(demo.folder / "changes")
+        forge = FakeForge()
+        main = forge.head(ACME_REPO, "main")
+        assert main is not None
+        git = Git(forge.git_url(ACME_REPO))
+        held = git.run("ls-tree", "-r", "--name-only", main).splitlines()
+        assert {"app.py", "resources/desk.py", "demo/tour.remit"} <= set(held)
+        assert not [path for path in held if {".remit", "__pycache__"} & set(Path(path).parts)]
+        # Each folder under demo/branches/ is a branch: its files laid over main.
+        branch = demo.branches["desk-notes"]
+        assert forge.head(ACME_REPO, "desk-notes") == branch
+        assert git.run("rev-parse", f"{branch}^") == main
+        notes = copy / "demo" / "branches" / "desk-notes" / "notes" / "desk.md"
+        assert git.run("show", f"{branch}:notes/desk.md") == notes.read_text().strip()
+        assert git.run("diff", "--name-only", main, branch) == "notes/desk.md"
+        # The secret the data files declare is set, for a deploy to send to the fake host.
+        smtp = demo.client.services.secrets.get("SMTP_PASSWORD")
+        assert smtp is not None
+        assert smtp.startswith("demo-")
+        # What the demo binds goes to its own lockfile, not the app folder's.
+        assert app.resources.lockfile.path == demo.folder / "remit.lock"
+    finally:
+        demo.close()
+    assert "REMIT_FAKES_DIR" not in os.environ
+    assert os.environ["REMIT_CHANGES_DIR"] == str(tmp_path / "elsewhere")
+    assert app.resources.lockfile.path == copy / "remit.lock"
+    assert not (copy / "remit.lock").exists()

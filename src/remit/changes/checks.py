@@ -28,6 +28,9 @@ from typing import Any
 from remit.changes.git import Git
 
 CHANGES_DIR = "REMIT_CHANGES_DIR"
+# Set in the processes the checks start: a scenario that opens a change skips itself there,
+# or it would check itself without end.
+CHECKING = "REMIT_CHANGE_CHECK"
 CHECK_TIMEOUT = "REMIT_CHANGE_CHECK_TIMEOUT"
 # The checks, in the order they run, with the command each runs in the worktree.
 CHECKS: dict[str, tuple[str, ...]] = {
@@ -91,6 +94,7 @@ _LIVE = (
 def _environ(where: Where, tree: Path, check: str) -> dict[str, str]:
     env = dict(where.environ)
     env.pop("PYTEST_CURRENT_TEST", None)
+    env[CHECKING] = check
     if check == "test":
         for name in _LIVE:
             env.pop(name, None)

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 from pydantic import BaseModel
 
 from remit.changes.forge import ChangeRequest, CommitStatus, ForgeApi, Remote
-from remit.changes.git import ls_remote
+from remit.changes.git import GitError, ls_remote
 from remit.connectors.base import CallContext, Connector, Implementation, implements
-from remit.core.errors import AppError, DriverError
+from remit.core.errors import AppError, DriverError, RemitError
 from remit.declare.ops import Op, op
 
 if TYPE_CHECKING:
@@ -197,15 +197,16 @@ def find_forge(connectors: Iterable[Connector], url: str | None) -> Forge | None
     if url is None:
         raise AppError(
             f"the app declares a forge remote ({', '.join(v for v, _ in remotes)}) but remit "
-            f"cannot tell the repo's URL: set {REPO_URL}, or run in a git checkout with an "
-            "`origin` remote"
+            f"cannot tell the repo's URL: give it as `App(repo=...)`, set {REPO_URL}, or run "
+            "in a git checkout with an `origin` remote"
         )
     serving = [(vendor, remote) for vendor, remote in remotes if remote.serves(url)]
     if not serving:
         known = "; ".join(f"{v}: {', '.join(r.urls)}" for v, r in remotes)
         raise AppError(
             f"no remote of the app serves the repo {url} (the remotes serve {known}): add the "
-            f"repo's host to a remote's urls, or set {REPO_URL} to the repo's URL at one"
+            f"repo's host to a remote's urls, or name the repo's URL at one (`App(repo=...)` "
+            f"or {REPO_URL})"
         )
     if len(serving) > 1:
         raise AppError(
@@ -214,6 +215,31 @@ def find_forge(connectors: Iterable[Connector], url: str | None) -> Forge | None
         )
     vendor, remote = serving[0]
     return Forge(vendor, remote, url)
+
+
+def commit_of(forge: Forge, git_url: str, ref: str) -> str:
+    """The commit `ref` names now in the repo at `git_url`, the forge's; refused, saying what
+    to do, when the repo is not there or has no such ref."""
+    try:
+        commit = ls_remote(git_url, ref)
+    except GitError as error:
+        raise GitError(
+            f"the repo {forge.repo_url} cannot be read at its forge ({forge.vendor}): "
+            f"{error.stderr.strip() or error}. Check that it is there and this machine may "
+            "fetch it (on fakes, `remit demo` and a scenario put it there; a test with "
+            "`FakeForge().create_repo(url, folder)`)",
+            command=error.command,
+            repo=error.repo,
+            returncode=error.returncode,
+            stderr=error.stderr,
+            retryable=error.retryable,
+        ) from None
+    if commit is None:
+        raise RemitError(
+            f"the repo {forge.repo_url} has no ref `{ref}`: name a branch, a tag or a commit "
+            "it holds"
+        )
+    return commit
 
 
 class _RepoOps(Implementation):
@@ -283,14 +309,11 @@ class _RepoOps(Implementation):
     def resolve(self, input: ResolveIn, call: CallContext) -> Resolved:
         forge, api = self._at(resolve_source.id, call)
         git_url = api.git_url(forge.repo_url)
-        commit = ls_remote(git_url, input.ref)
-        if commit is None:
-            raise DriverError(
-                f"the repo {forge.repo_url} has no ref `{input.ref}`: name a branch, a tag or a "
-                "commit it holds",
-                retryable=False,
-                maybe_applied=False,
-            )
+        try:
+            commit = commit_of(forge, git_url, input.ref)
+        except RemitError as error:
+            retryable = bool(getattr(error, "retryable", False))
+            raise DriverError(str(error), retryable=retryable, maybe_applied=False) from None
         return Resolved(ref=input.ref, commit=commit, git_url=git_url, on_fakes=self._fakes)
 
 

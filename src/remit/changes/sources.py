@@ -16,8 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from remit.changes.checks import Where, mirror_of
-from remit.changes.git import ls_remote
-from remit.changes.ops import Forge, RepoApp, resolve_source
+from remit.changes.ops import Forge, RepoApp, commit_of, resolve_source
 from remit.core.errors import RemitError
 
 if TYPE_CHECKING:
@@ -42,14 +41,7 @@ def resolver(app: RepoApp) -> Any:
     def resolve(ctx: Context | None, ref: str) -> str:
         if ctx is not None:
             return str(ctx.call(resolve_source, {"ref": ref}, key=f"source:{ref}").commit)
-        forge = _forge(app)
-        commit = ls_remote(_git_url(app), ref)
-        if commit is None:
-            raise RemitError(
-                f"the repo {forge.repo_url} has no ref `{ref}`: name a branch, a tag or a "
-                "commit it holds"
-            )
-        return commit
+        return commit_of(_forge(app), _git_url(app), ref)
 
     return resolve
 

@@ -4,7 +4,8 @@ ledger, budgets, what runs publish and the child runs they start.
 
 Each is a regular expression over the step's text (the keyword, Given, When, Then, And or But,
 is not part of it) and a function doing it on the scenario's `World`. `README.md`, "Scenarios",
-lists every sentence.
+lists every sentence. The steps about changes to the app's repo are in `changes.py`, which adds
+them here when the runner imports it.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ by hand with `pytest -p remit.scenarios.pytest_plugin`. It collects a feature fi
 folder it would load the app from is a remit repo or app (`is_remit_folder`), so another
 project's `tests/scenarios/*.feature` (pytest-bdd's, behave's) is left alone. `--remit-database-url` (default
 `REMIT_SCENARIO_DATABASE_URL`) runs each scenario on a fresh database on a Postgres server
-instead of a SQLite file. A failing scenario's report is remit's (`report.py`).
+instead of a SQLite file. A failing scenario's report is remit's (`report.py`). In the processes
+a change's checks start, a scenario that opens a change is skipped (`changes.skipped_here`).
 """
 
 from __future__ import annotations
@@ -67,13 +68,19 @@ class FeatureFile(pytest.File):
     """One feature file: a test per scenario."""
 
     def collect(self) -> Iterator[pytest.Item]:
+        from remit.scenarios.changes import skipped_here
+
         seen: dict[str, int] = {}
         for scenario in features.read(self.path):
             name = scenario.title
             seen[name] = seen.get(name, 0) + 1
             if seen[name] > 1:
                 name = f"{name} [{seen[name]}]"
-            yield ScenarioItem.from_parent(self, name=name, scenario=scenario)
+            item = ScenarioItem.from_parent(self, name=name, scenario=scenario)
+            skipped = skipped_here(scenario)
+            if skipped is not None:
+                item.add_marker(pytest.mark.skip(reason=skipped))
+            yield item
 
     def app(self) -> tuple[App, str | None]:
         from remit.app import load_app

@@ -25,6 +25,7 @@ from remit.core.clock import ManualClock
 from remit.core.errors import AppError
 from remit.declare.steps import Given, StepDefinition
 from remit.scenarios import features
+from remit.scenarios.changes import own_fakes
 from remit.scenarios.features import Scenario, Step
 from remit.scenarios.generic import GENERIC, it_is, parse_moment, refused
 from remit.scenarios.report import failure_report
@@ -232,12 +233,16 @@ def run_scenario(
 ) -> ScenarioResult:
     """Run `scenario` against `app` on its fakes, a fresh database at `database_url`, and a
     manual clock; `ScenarioFailed` when a step fails. `app_name` is the app's folder under
-    `apps/`, whose workflows a scenario may name with or without the prefix `<app>.`."""
+    `apps/`, whose workflows a scenario may name with or without the prefix `<app>.`. The
+    fakes keep what they hold in a folder of the scenario's own (`changes.own_fakes`)."""
     steps = Steps(app)
     clock = ManualClock(start_of(scenario))
-    with Harness(
-        app, database_url=database_url, clock=clock, sweep_interval=sweep_interval
-    ) as harness:
+    with (
+        own_fakes(app),
+        Harness(
+            app, database_url=database_url, clock=clock, sweep_interval=sweep_interval
+        ) as harness,
+    ):
         world = World(app, harness, clock, app_name=app_name)
         call = call_through(harness)
         began = time.monotonic()

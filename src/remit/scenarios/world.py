@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from remit.app import App
 from remit.core.clock import ManualClock
@@ -18,6 +18,9 @@ from remit.resources.workflows import DRIFT
 from remit.scenarios.features import Step
 from remit.scenarios.values import Names
 from remit.testing import Harness
+
+if TYPE_CHECKING:
+    from remit.serve.fake_repo import FakeRepo
 
 # How long a step waits for the app to settle before the scenario fails.
 SETTLE_TIMEOUT = 30.0
@@ -84,6 +87,10 @@ class World:
         self.runs: dict[str, str] = {}  # name -> run id, in the order they started
         self.scheduled: list[Fired] = []  # oldest first
         self.refused: Refusal | None = None
+        # The changes the scenario opened (name -> change id), and the repo at the forge's
+        # fake they are of, once a step needed it (`changes.py`).
+        self.changes: dict[str, str] = {}
+        self.repo: FakeRepo | None = None
 
     # Runs the scenario named.
 

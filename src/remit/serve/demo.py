@@ -12,6 +12,14 @@ URL and the tokens are written to `.remit/demo/instance.json` (readable by its o
 `remit fakes show` and a script played by `remit demo --script` find them, and removed when the
 demo closes.
 
+The fakes keep their state in `.remit/demo/fakes/` (`REMIT_FAKES_DIR`, set while the demo runs),
+so the processes a change's checks start see the demo's vendors. An app with a forge has its
+repo there too (`fake_repo.py`): `main` holds the app folder's files, and each folder under
+`demo/branches/` is a branch, its files laid over `main`, ready for `remit change open BRANCH`.
+A secret the data files declare (`secret("NAME")`) that is not set is stored with a made-up
+value, so a change's deploy can apply them: it reaches fake vendors only. What the demo binds
+goes to its own lockfile, `.remit/demo/remit.lock`, never the app folder's.
+
 One demo of an app runs at a time: it holds a lock on `.remit/demo.lock` (beside the folder it
 wipes) from `start` to `close`, and a second is refused, naming the first's pid and URL.
 """
@@ -22,6 +30,7 @@ import contextlib
 import fcntl
 import json
 import os
+import secrets
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -32,13 +41,18 @@ from typing import Any
 from fastapi import FastAPI
 
 from remit.app import App
+from remit.changes.checks import CHANGES_DIR
 from remit.client import Client
 from remit.connectors.base import Fake
+from remit.connectors.resources import FAKES_DIR
 from remit.core.errors import RemitError
 from remit.core.settings import DATA_DIR, Settings
 from remit.core.sqlite_file import FOLDER_MODE, private_file
+from remit.declare.resources import secret_names
 from remit.execution.direct import CallResult
+from remit.resources.lockfile import FILE as LOCKFILE
 from remit.serve.api import LOCAL_NAMES, create_api
+from remit.serve.fake_repo import fake_repo
 from remit.serve.worker import Worker
 
 # Where a demo keeps its database, its secret key and `instance.json`, under the app's folder.
@@ -50,6 +64,9 @@ LOCK_FILE = "demo.lock"
 DEMO_HOST = "127.0.0.1"
 # How long the console's sign-in links a demo prints stay good (each works once).
 DEMO_LINK_LIFE = timedelta(hours=8)
+# The branches of the app's repo a demo's fake forge holds, one folder each, under the app's
+# folder: each folder's files laid over `main`.
+BRANCHES = Path("demo", "branches")
 
 # `call(op_id, input, by)`: a direct call on the demo's fakes, as `by` (None: the default actor).
 Call = Callable[[str, Mapping[str, Any], str | None], CallResult]
@@ -98,9 +115,13 @@ class Demo:
         self.settings = settings
         self.folder = folder
         self.tokens: dict[str, str] = {}
+        # The branches the demo's fake forge holds, by name: each one's head commit.
+        self.branches: dict[str, str] = {}
         self._worker: Worker | None = None
         self._client: Client | None = None
         self._lock: int | None = None  # the descriptor of the held lock file
+        self._environ: dict[str, str | None] = {}  # what the demo's variables replaced
+        self._lockfile: Path | None = None  # the app's lockfile, while the demo keeps its own
 
     @classmethod
     def of(cls, app: App, app_folder: Path, environ: Mapping[str, str] | None = None) -> Demo:
@@ -138,12 +159,18 @@ class Demo:
         if self.folder.exists():
             shutil.rmtree(self.folder)
         _private_folder(self.folder)
+        self._set_environ(
+            {FAKES_DIR: str(self.folder / "fakes"), CHANGES_DIR: str(self.folder / "changes")}
+        )
+        self._own_lockfile()
+        self.branches = self._hold_repo()
         worker = Worker(self.app, self.settings)  # makes each fake, or refuses a connector
         worker.start()
         self._worker = worker
         client = Client(self.app, self.settings, pool_size=16, prepare=False)
         client.use_implementations(worker.implementations)
         self._client = client
+        self._fill_secrets()
         if seed is not None:
             seed(self.call)
         self.tokens = {
@@ -152,6 +179,55 @@ class Demo:
             )[1]
             for principal in demo_principals(self.app, self.settings.actor)
         }
+
+    def _set_environ(self, values: Mapping[str, str]) -> None:
+        """Set the demo's environment variables in this process (the worker's fakes and the
+        processes it starts read them) until `close` puts back what they replaced."""
+        for name, value in values.items():
+            self._environ.setdefault(name, os.environ.get(name))
+            os.environ[name] = value
+
+    def _own_lockfile(self) -> None:
+        """Bind the demo's resources in its own lockfile until `close`: its vendors are fakes
+        wiped with it, and the app folder's `remit.lock` binds the real ones."""
+        resources = self.app.resources
+        if resources is None:
+            return
+        self._lockfile = resources.lockfile.path
+        resources.lockfile.path = self.folder / LOCKFILE
+
+    def _hold_repo(self) -> dict[str, str]:
+        """Put the app's repo on its fake forge, with a branch for each folder under
+        `demo/branches/`: each branch's head, by name (none for an app with no forge)."""
+        repo = fake_repo(self.app)
+        folder = self.app.folder
+        if repo is None or folder is None:
+            return {}
+        repo.hold(folder, message=f"{self.app.name} as the demo found it")
+        found = sorted(path for path in (folder / BRANCHES).glob("*") if path.is_dir())
+        return {
+            branch.name: repo.lay_over(
+                branch.name,
+                branch,
+                message=f"{branch.name}: the demo's branch ({(BRANCHES / branch.name).as_posix()}/)",
+                author="demo",
+            )
+            for branch in found
+        }
+
+    def _fill_secrets(self) -> list[str]:
+        """Store a made-up value for each secret the data files declare and no one has set
+        (stored, or in the environment), so that an apply can send it: to a fake vendor, as
+        everything in a demo. The names stored."""
+        if self.app.resources is None:
+            return []
+        declared = self.app.resources.declared.by_name.values()
+        names = sorted({name for d in declared for name in secret_names(dict(d.fields))})
+        store = self.client.services.secrets
+        made = [name for name in names if not os.environ.get(name) and store.get(name) is None]
+        for name in made:
+            store.set(name, f"demo-{secrets.token_urlsafe(12)}", by=self.settings.actor)
+        return made
 
     def call(self, op_id: str, input: Mapping[str, Any], by: str | None = None) -> CallResult:
         """A direct call on the demo's fakes, under the policies, as `by` (default: the default
@@ -194,14 +270,24 @@ class Demo:
         return path
 
     def close(self) -> None:
-        """Stop the worker (running attempts get no drain: the database is thrown away),
-        remove `instance.json` and let go of the lock."""
+        """Stop the worker (running attempts get no drain: the database is thrown away), put
+        back the environment the demo changed, remove `instance.json` and let go of the
+        lock."""
         if self._worker is not None:
             self._worker.stop(timeout=0)
             self._worker = None
         if self._client is not None:
             self._client.close()
             self._client = None
+        for name, value in self._environ.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._environ = {}
+        if self._lockfile is not None and self.app.resources is not None:
+            self.app.resources.lockfile.path = self._lockfile
+            self._lockfile = None
         if self._lock is not None:
             with contextlib.suppress(FileNotFoundError):
                 (self.folder / INSTANCE_FILE).unlink()

@@ -8,7 +8,8 @@ A script is a plain text file, one line at a time:
                                          ... as the principal `--as` names, with its token
     run=remit start chase --input '{}'   the trimmed output kept as $run for later lines
     until approval=remit approvals --pending --quiet
-                                         repeated every 0.2 s, up to 30 s, until it prints
+                                         repeated until it prints, up to 60 s: every 0.2 s
+                                         at first, then less often (every 2 s at most)
     ! remit approve $approval            must fail: a command that succeeds fails the script
     remit run write-off --input '{}' &   run in the background ...
     wait                                 ... until here, where its output is printed
@@ -43,8 +44,12 @@ from typing import Literal, TextIO
 
 from remit.core.errors import RemitError
 
-UNTIL_EVERY = 0.2  # seconds between the tries of an `until` line
-UNTIL_FOR = 30.0  # seconds an `until` line waits before it fails
+UNTIL_EVERY = 0.2  # seconds between the first tries of an `until` line
+# Each wait between tries is this much longer than the last, up to UNTIL_MOST: a command's
+# start costs a core for a second, which a long wait should leave to what it waits for.
+UNTIL_SLOWER = 1.5
+UNTIL_MOST = 2.0
+UNTIL_FOR = 60.0  # seconds an `until` line waits before it fails
 COMMAND_TIMEOUT = 300.0  # seconds one command may take
 STOP_WAIT = 5.0  # seconds `Player.stop` waits for a killed command to be reaped
 
@@ -240,6 +245,7 @@ class Player:
     def _until(self, line: Line) -> None:
         self._print(f"$ until remit {self._shown(line)}")
         deadline = time.monotonic() + UNTIL_FOR
+        pause = UNTIL_EVERY
         while True:
             code, output, errors = self._run(line)
             if code == 0 and output.strip():
@@ -252,7 +258,8 @@ class Player:
                     f"{line.where()} printed nothing for {UNTIL_FOR:g} s"
                     + ("" if code == 0 else f" (it exited {code})")
                 )
-            self.sleep(UNTIL_EVERY)
+            self.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * UNTIL_SLOWER, UNTIL_MOST)
 
     def _wait(self) -> None:
         running, self._background = self._background, []

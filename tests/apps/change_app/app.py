@@ -5,6 +5,7 @@ from .workflows.orders import refund, refund_order
 
 app = App(
     name="shop",
+    repo="https://git.shop.test/shop/ops.git",
     workflows=[refund_order],
     approvals=[refund],
     connectors=[forge.connector, host.connector],
