@@ -91,14 +91,15 @@ def start_change(
 def wait_for_status(
     harness: Harness, change_id: str, *statuses: str, timeout: float = 120
 ) -> Change:
-    """The change once its status is one of `statuses`; fails naming where it stands and its
-    run's error when it does not get there."""
+    """The change once its status is one of `statuses` (one of `WAITING` once its run waits
+    too: the run writes the status a moment before it waits); fails naming where it stands and
+    its run's error when it does not get there."""
     deadline = time.monotonic() + timeout
     while True:
         change = harness.client.changes.get(change_id)
-        if change.status in statuses:
-            return change
         run = harness.client.runs.get(change.run_id)
+        if change.status in statuses and (change.status not in WAITING or run.status == "waiting"):
+            return change
         if run.finished or time.monotonic() > deadline:
             raise AssertionError(
                 f"change {change_id} is {change.status} (run {run.run_id} {run.status}: "

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from remit.budgets.model import PeriodState
+    from remit.changes.store import Change, Deploy
     from remit.client import IdKind
     from remit.connectors.credentials import SecretInfo
     from remit.core.ledger import LedgerRow
@@ -89,6 +90,7 @@ class RemoteClient:
         )
         self._app_name: str | None = None
         self.runs = RemoteRuns(self)
+        self.changes = RemoteChanges(self)
         self.approvals = RemoteApprovals(self)
         self.tasks = RemoteTasks(self)
         self.records = RemoteRecords(self)
@@ -306,6 +308,43 @@ class RemoteRuns:
             "POST", f"/runs/{_part(run_id)}/retry", json={"from_step": from_step}, key=key
         )
         return Retried(**answer)
+
+
+class RemoteChanges:
+    """`changes` through the HTTP API."""
+
+    def __init__(self, remote: RemoteClient) -> None:
+        self._remote = remote
+
+    def open(
+        self,
+        branch: str,
+        *,
+        title: str = "",
+        base: str = "main",
+        by: str | None = None,
+        key: str | None = None,
+    ) -> Change:
+        self._remote._as_token(by)
+        body = {"branch": branch, "title": title, "base": base}
+        return _change(self._remote._send("POST", "/changes", json=body, key=key))
+
+    def list(self, *, branch: str | None = None, limit: int = 50) -> builtins.list[Change]:
+        params = _params(branch=branch, limit=limit)
+        return [_change(each) for each in self._remote._get("/changes", params=params)]
+
+    def get(self, change_id: str) -> Change:
+        return _change(self._remote._get(f"/changes/{_part(change_id)}"))
+
+    def deploys(
+        self, *, host: str | None = None, change_id: str | None = None, limit: int = 50
+    ) -> builtins.list[Deploy]:
+        from remit.changes.store import Deploy
+
+        params = _params(host=host, change_id=change_id, limit=limit)
+        return [
+            Deploy(**_dated(each, ("at",))) for each in self._remote._get("/deploys", params=params)
+        ]
 
 
 class RemoteApprovals:
@@ -684,6 +723,10 @@ def _error(answer: httpx.Response, path: str) -> RemitError:
         return Unauthenticated(message)
     if status == 403:
         return PolicyDenied(message, principal="", action="", resource="")
+    if status == 404 and path.startswith("/changes/"):
+        from remit.ops.changes import ChangeNotFound
+
+        return ChangeNotFound(message)
     if status == 404:
         return _NOT_FOUND.get(path.split("/")[1], _Missing)(message)
     if status == 413:
@@ -737,6 +780,12 @@ def _run(data: Mapping[str, Any]) -> Run:
     times = ("created_at", "updated_at", "finished_at")
     # `GET /runs/{id}` adds the run's `parent` and `waiting` (`runs.parent`, `runs.waiting`).
     return Run(**_dated(data, times, leave=("parent", "waiting")))
+
+
+def _change(data: Mapping[str, Any]) -> Change:
+    from remit.changes.store import Change
+
+    return Change(**_dated(data, ("created_at", "updated_at")))
 
 
 def _approval(data: Mapping[str, Any]) -> Approval[Any]:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from remit.budgets.model import PeriodState
+    from remit.changes.store import Change, Deploy
     from remit.client import IdKind
     from remit.connectors.credentials import SecretInfo
     from remit.core.ledger import LedgerRow
@@ -86,6 +87,25 @@ class RunsSurface(Protocol):
         key: str | None = None,
         by: str | None = None,
     ) -> Retried: ...
+
+
+class ChangesSurface(Protocol):
+    """`client.changes`."""
+
+    def open(
+        self,
+        branch: str,
+        *,
+        title: str = "",
+        base: str = "main",
+        by: str | None = None,
+        key: str | None = None,
+    ) -> Change: ...
+    def list(self, *, branch: str | None = None, limit: int = 50) -> builtins.list[Change]: ...
+    def get(self, change_id: str) -> Change: ...
+    def deploys(
+        self, *, host: str | None = None, change_id: str | None = None, limit: int = 50
+    ) -> builtins.list[Deploy]: ...
 
 
 class ApprovalsSurface(Protocol):
@@ -221,6 +241,8 @@ class Surface(Protocol):
 
     @property
     def runs(self) -> RunsSurface: ...
+    @property
+    def changes(self) -> ChangesSurface: ...
     @property
     def approvals(self) -> ApprovalsSurface: ...
     @property

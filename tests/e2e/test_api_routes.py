@@ -32,8 +32,12 @@ ROUTES = {
     "/budgets": ["get"],
     "/budgets/{scope}/limit": ["put"],
     "/calls": ["post"],
+    "/changes": ["get", "post"],
+    "/changes/{change_id}": ["get"],
     "/deadlines": ["get"],
     "/denials": ["get"],
+    "/deploys": ["get"],
+    "/forge/{remote}/events": ["post"],
     "/health": ["get"],
     "/ledger": ["get"],
     "/login-links": ["post"],
@@ -63,6 +67,9 @@ ROUTES = {
     "/tokens/{token_id}": ["delete"],
     "/workers": ["get"],
 }
+# The routes that need no token: the probe of health, and the forge's webhook, whose
+# signature (checked against the remote's webhook secret) is its authentication.
+TOKENLESS = {"/health", "/forge/{remote}/events"}
 
 
 @pytest.fixture
@@ -135,27 +142,31 @@ def test_every_route_is_in_the_spec_and_needs_a_token(shop: Harness, http: TestC
             for status in answered - {success}:
                 schema = operation["responses"][str(status)]["content"]["application/json"]
                 assert schema["schema"] == {"$ref": "#/components/schemas/ErrorBody"}
-            if path != "/health":
+            if path not in TOKENLESS:
                 assert operation["security"] == [{"HTTPBearer": []}], (method, path)
                 assert "401" in operation["responses"], (method, path)
     for name in ("StartRequest", "DecisionsRequest", "TokenRequest", "CallRequest"):
         assert spec["components"]["schemas"][name]["additionalProperties"] is False
 
     walked = [
-        (method, route.path.format(**dict.fromkeys(route.param_convertors, "x1")))
+        (method, route.path, route.path.format(**dict.fromkeys(route.param_convertors, "x1")))
         for route in _routes(http.app.routes)  # type: ignore[attr-defined]
         for method in route.methods
         if not _console(route.path)  # the console's pages sign in by cookie, not token
     ]
     assert len(walked) == sum(len(methods) for methods in ROUTES.values()) + 1  # and the spec
     anonymous = TestClient(http.app)  # type: ignore[arg-type]
-    for method, path in walked:
-        if path == "/health":
+    for method, route, path in walked:
+        if route in TOKENLESS:
             continue
         answer = anonymous.request(method, path, json={})
         assert answer.status_code == 401, (method, path, answer.text)
         assert answer.headers["WWW-Authenticate"] == 'Bearer realm="remit"'
         assert "send an API token as `Authorization: Bearer rmt_...`" in answer.json()["error"]
+    # The forge's webhook answers without a token: here, that the shop has no forge remote.
+    webhook = anonymous.post("/forge/forge/events", json={})
+    assert webhook.status_code == 404, webhook.text
+    assert "the app has no forge remote `forge`" in webhook.json()["error"]
     assert shop.runs.list() == []
 
 

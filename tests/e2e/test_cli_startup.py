@@ -67,12 +67,13 @@ def test_help_loads_no_heavy_module() -> None:
 def test_help_lists_every_command_under_a_heading_with_its_whole_first_sentence() -> None:
     [printed] = probe(["--help"]).outputs
     headings = [line[:-1] for line in printed.splitlines() if line and not line[0].isspace()]
-    assert headings[-6:] == [
+    assert headings[-7:] == [
         "Runs",
         "People",
         "Ops, data and money",
         "Policies and access",
         "Resources",
+        "Changes",
         "Running the app",
     ]
     commands = printed.split("Runs:\n", 1)[1].splitlines()
@@ -140,6 +141,10 @@ COMMANDS = [
     ["drift"],
     ["import"],
     ["resources"],
+    ["change", "open"],
+    ["change", "show"],
+    ["changes"],
+    ["deploys"],
     ["test"],
     ["init"],
     ["apps"],

@@ -60,6 +60,10 @@ ONE = {
     "/schedules": "read_operations",
     "/tokens": "manage_tokens",
 }
+# Changes are the runs of the built-in `change`, read whole or not at all (`read_runs` on
+# `change`): a list is empty, and one change 403, for a principal who may not read them. The
+# shop has no forge remote, so it has no changes (test_changes_are_read_as_the_runs_of_change).
+CHANGES = {"/changes": "list", "/deploys": "list", "/changes/{change_id}": "read_runs"}
 # Not a read of the app's data: its state for probes, its spec, or a wake-up.
 OPEN = {"/health", "/wake", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
 
@@ -132,7 +136,27 @@ def desk(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sh
 def test_every_read_route_has_a_rule_here(desk: Shop) -> None:
     spec = desk.get("/openapi.json", CAROL).json()
     reads = {path for path, methods in spec["paths"].items() if "get" in methods}
-    assert reads - OPEN == set(LISTS) | set(ONE)
+    assert reads - OPEN == set(LISTS) | set(ONE) | set(CHANGES)
+
+
+def test_changes_are_read_as_the_runs_of_change(desk: Shop) -> None:
+    """mel, named by no policy, may not read the runs of `change`: the lists hold nothing for
+    her, and one change is 403, recorded, whether or not it is there. carol may: the shop, with
+    no forge remote, has no deploys, and says why it has no changes."""
+    mel = "user:mel"
+    for path, rule in CHANGES.items():
+        answer = desk.get(path.replace("{change_id}", "chg_0123456789ab"), mel)
+        if rule == "list":
+            assert (answer.status_code, answer.json()) == (200, []), path
+        else:
+            assert answer.status_code == 403, answer.text
+            assert f"{mel} may not read_runs" in answer.json()["error"]
+    assert desk.denials(mel) == [("read_runs", "change")]
+    assert desk.get("/deploys", CAROL).json() == []
+    for path in ("/changes", "/changes/chg_0123456789ab"):
+        answer = desk.get(path, CAROL)
+        assert answer.status_code == 404, answer.text
+        assert "has no forge remote, so it has no changes" in answer.json()["error"]
 
 
 @pytest.mark.parametrize("who", [MALLORY, ANN])
@@ -204,7 +228,13 @@ class _Counting:
         return self.policy.check(principal, action, resource, context)
 
 
-CONSOLE_LISTS = ("/console/runs", "/console/ledger", "/console/tasks", "/console/inbox")
+CONSOLE_LISTS = (
+    "/console/runs",
+    "/console/ledger",
+    "/console/tasks",
+    "/console/inbox",
+    "/console/changes",
+)
 CONSOLE_ONE = (
     "/console/runs/{run_id}",
     "/console/runs/{run_id}/live",

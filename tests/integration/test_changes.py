@@ -132,6 +132,7 @@ def test_a_change_goes_from_branch_to_deploy(shop: Shop, harness: Harness) -> No
         "change.checked",
         "approval.opened",
         "approval.approved",
+        "change.merging",
         "change.merged",
         "change.deploying",
         "change.deployed",
@@ -283,3 +284,50 @@ def test_only_the_change_workflow_may_call_the_change_ops(shop: Shop) -> None:
 
     with pytest.raises(AppError, match="only remit's built-in `change` calls it"):
         App(name="shop", workflows=[sneaky], connectors=list(shop.app.remotes.values()))
+
+
+def test_what_a_change_does_not_let_through(shop: Shop, harness: Harness) -> None:
+    """The repo's ops are not called directly; an author is who opens the change; a delivery
+    copied under another id, and a push to main delivered late, do nothing; a message that is
+    no forge event is ignored."""
+    h, forge = harness, shop.forge
+    from remit.core.errors import RemitError
+
+    head = forge.push(REPO, "sneak", {"NOTES.md": "x\n"}, "Sneak", author="carol")
+    with pytest.raises(RemitError, match="only the built-in `change` does"):
+        h.call("remit.change.merge", {"number": 1, "head": head}, by="user:carol")
+
+    forged = h.start(
+        "change", {"id": "chg_forged", "branch": "sneak", "author": "user:nobody"}, by="user:carol"
+    ).run_id
+    run = h.wait(forged, timeout=60, until=("failed", "done"))
+    assert run.status == "failed"
+    assert "this run was started by user:carol, and its input names user:nobody" in (
+        run.error or ""
+    )
+
+    change = h.client.changes.open("sneak")
+    h.decide(review_gate(h, change_in(h, change.id, "review")), "rejected", by="user:carol")
+    change_in(h, change.id, "rejected")
+    h.send(change.run_id, "forge", {"oops": 1}, by="agent:forge")
+    until(
+        "the odd message to be noted",
+        lambda: "change.ignored" in kinds(h, change.id),
+    )
+    assert h.runs.get(change.run_id).status == "waiting"
+
+    events = ForgeEvents(h.client)
+    before = forge.head(REPO, "main")
+    assert before is not None
+    first = forge.push(REPO, "main", {"A.md": "a\n"}, "A", author="dev")
+    headers, body = forge.event(
+        "push", REPO, secret=SECRET, branch="main", before=before, after=first
+    )
+    second = forge.push(REPO, "main", {"B.md": "b\n"}, "B", author="dev")
+    late = events.take("forge", headers, body)
+    assert late.action == "ignored"
+    assert f"main is at {second[:12]} now" in late.why
+    copied = {**headers, "X-GitHub-Delivery": "another-id"}
+    again = events.take("forge", copied, body)
+    assert again.duplicate
+    assert again.action == "ignored"

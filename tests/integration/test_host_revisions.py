@@ -26,7 +26,7 @@ from remit.testing import Harness
 from tests.e2e.cli_support import ACME, CRASH_APP, ROOT, Cli
 from tests.forked import run_remit
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
 from acme.connectors import dns, hosting
 

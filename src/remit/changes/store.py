@@ -122,6 +122,15 @@ class Changes:
         )
         return None if row is None else _change(row)
 
+    def merging(self) -> Change | None:
+        """A change going that is merging, or deploying what it merged, if there is one."""
+        query = self._select().where(
+            runs.c.status.not_in(FINISHED),
+            changes.c.status.in_(("merging", "merged", "deploying")),
+        )
+        row = self.db.read("a change merging", lambda conn: conn.execute(query).first())
+        return None if row is None else _change(row)
+
     def merged_by_a_change(self, commit: str) -> str | None:
         """The change whose merge made `commit`, if one did."""
         return self.db.read(
@@ -235,11 +244,15 @@ class Changes:
                     )
                 )
 
-    def deploys(self, *, host: str | None = None, limit: int = 50) -> builtins.list[Deploy]:
-        """The hosts' deploys, newest first."""
+    def deploys(
+        self, *, host: str | None = None, change_id: str | None = None, limit: int = 50
+    ) -> builtins.list[Deploy]:
+        """The hosts' deploys, newest first (of `host`, or by the change `change_id`, only)."""
         query = sa.select(deploys).where(deploys.c.app == self.app)
         if host is not None:
             query = query.where(deploys.c.host == host)
+        if change_id is not None:
+            query = query.where(deploys.c.change_id == change_id)
         query = query.order_by(deploys.c.id.desc()).limit(limit)
         rows = self.db.read("deploys", lambda conn: conn.execute(query).all())
         return [Deploy(**dict(row._mapping)) for row in rows]

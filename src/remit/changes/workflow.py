@@ -29,15 +29,15 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from remit.changes.checks import CHECKS, Where, commits, first_line, mirror_of, run_checks
 from remit.changes.forge import ChangeRequest
 from remit.changes.ops import Forge, RepoApp, merge, open_change, post_status, resolve_source
 from remit.changes.store import RECORD_TYPE, Changes
-from remit.core.errors import ChildFailed, RemitError
+from remit.core.errors import ChangeGoing, ChildFailed, RemitError
 from remit.declare.ops import Op
-from remit.declare.resources import ReadOut, ResourceType, host_health
+from remit.declare.resources import SOURCE_KEY, ReadOut, ResourceType, host_health
 from remit.declare.workflows import Workflow, workflow
 from remit.execution.context import Context
 from remit.people.approvals import ApprovalType
@@ -51,14 +51,14 @@ TOPIC = "forge"
 
 
 class ChangeInput(BaseModel):
-    """`id` names the change (`change/<id>` is its record); `author` is who opened it, who
-    may not approve it. `health_wait`: seconds between a failed health check and the next."""
+    """`id` names the change (`change/<id>` is its record). Its author, who may not approve
+    it, is who starts the run; `author`, when given, must name that principal. `health_wait`: seconds between a failed health check and the next."""
 
     id: str
     branch: str
     base: str = "main"
     title: str = ""
-    author: str
+    author: str = ""
     health_wait: float = 30.0
     health_checks: int = 3
 
@@ -123,15 +123,22 @@ def change_approval_types() -> list[ApprovalType]:
     ]
 
 
-def _hosts(app: RepoApp) -> dict[str, ResourceType]:
-    """The app's declared hosts, by declaration name."""
-    if app.resources is None:
+def _hosts_at(app: RepoApp, revision: str, base: str) -> dict[str, str]:
+    """The hosts a deploy of `revision` puts it on, by declaration name, with their types'
+    ids: those the data files at that revision declare with `source(base)` as their revision
+    (a host pinned to another revision, or following another branch, is not this deploy's)."""
+    resources = app.resources
+    if resources is None:
         return {}
-    return {
-        name: d.type
-        for name, d in sorted(app.resources.declared.by_name.items())
-        if d.type.host is not None
-    }
+    found: dict[str, str] = {}
+    for name, declared in sorted(resources.files(revision).items()):
+        rtype = app.resource_types.get(str(declared["type"]))
+        spec = None if rtype is None else rtype.host
+        if rtype is None or spec is None or spec.revision is None:
+            continue
+        if declared["fields"].get(spec.revision) == {SOURCE_KEY: base}:
+            found[name] = rtype.id
+    return found
 
 
 def change_workflow(app: RepoApp) -> Workflow:
@@ -172,6 +179,13 @@ class _Change:
                 "remote (`Connector(..., remote=Remote(...))`)"
             )
         self.forge: Forge = forge
+        if input.author and input.author != ctx.actor:
+            raise RemitError(
+                f"a change's author is who opens it: this run was started by {ctx.actor}, and "
+                f"its input names {input.author}. Open the change as its author (`remit change "
+                "open BRANCH --as WHO`), and leave `author` out"
+            )
+        self.author = ctx.actor
         self.git_url = ""
         self.on_fakes = False
         self._last: dict[str, Any] = {}
@@ -206,8 +220,8 @@ class _Change:
                     "branch": input.branch,
                     "base": input.base,
                     "title": input.title or input.branch,
-                    "body": f"Opened by {input.author} through remit (change {input.id}).",
-                    "author": input.author,
+                    "body": f"Opened by {self.author} through remit (change {input.id}).",
+                    "author": self.author,
                 },
                 key="open",
             ).model_dump()
@@ -245,14 +259,17 @@ class _Change:
                     head, round_ = now, round_ + 1
                     continue
                 if decision.approved:
-                    break
-                self.note(
-                    "change.rejected",
-                    f"review of {head[:12]} {decision.status}"
-                    + (f" by {decision.decided_by}" if decision.decided_by else ""),
-                    f"rejected:{round_}",
-                    status="rejected",
-                )
+                    merged = self.merge(request, head, round_)
+                    if merged is not None:
+                        break
+                else:
+                    self.note(
+                        "change.rejected",
+                        f"review of {head[:12]} {decision.status}"
+                        + (f" by {decision.decided_by}" if decision.decided_by else ""),
+                        f"rejected:{round_}",
+                        status="rejected",
+                    )
             after = self.wait_for_commit(head, round_)
             if after is None:
                 self.note(
@@ -260,11 +277,6 @@ class _Change:
                 )
                 return {"outcome": "closed", "change": input.id, "head": head}
             head, round_ = after, round_ + 1
-        merged = ChangeRequest.model_validate(
-            ctx.call(
-                merge, {"number": request.number, "head": head}, key=f"merge:{round_}"
-            ).model_dump()
-        )
         revision = merged.merge_commit or head
         self.note(
             "change.merged",
@@ -274,6 +286,24 @@ class _Change:
             merge_commit=revision,
         )
         return self.deploy(revision)
+
+    def merge(self, request: ChangeRequest, head: str, round_: int) -> ChangeRequest | None:
+        """Merge `head` through the forge, under a key; None, noted, when the forge refuses
+        (the head moved, a conflict, the request closed): the run then waits for a commit."""
+        self.note("change.merging", f"merging {head[:12]}", f"merging:{round_}", status="merging")
+        try:
+            answer = self.ctx.call(
+                merge, {"number": request.number, "head": head}, key=f"merge:{round_}"
+            )
+        except RemitError as refused:
+            self.note(
+                "change.merge_refused",
+                f"the forge refused to merge {head[:12]}: {refused}",
+                f"merge-refused:{round_}",
+                status="failing",
+            )
+            return None
+        return ChangeRequest.model_validate(answer.model_dump())
 
     def head_now(self, key: str) -> str:
         found = self.ctx.call(resolve_source, {"ref": self.input.branch}, key=key)
@@ -343,7 +373,7 @@ class _Change:
             change=self.input.id,
             branch=self.input.branch,
             head=head,
-            author=self.input.author,
+            author=self.author,
             url=request.url,
             commits=[f"{c['sha'][:12]} {c['subject']}" for c in found.get("commits", [])],
             checks={name: first_line(result) for name, result in results.items()},
@@ -356,9 +386,16 @@ class _Change:
         request is closed. Other events (comments) are noted and waited past."""
         seen = 0
         while True:
-            event = self.ctx.wait_for(TOPIC, model=ForgeNote)
+            sent = self.ctx.wait_for(TOPIC)
             seen += 1
-            if event is None:
+            try:
+                event = ForgeNote.model_validate(sent)
+            except ValidationError:
+                self.note(
+                    "change.ignored",
+                    f"a message on {TOPIC} that is no forge event was ignored: {str(sent)[:200]}",
+                    f"ignored:{round_}:{seen}",
+                )
                 continue
             if event.kind == "closed":
                 return None
@@ -377,7 +414,11 @@ class _Change:
     def deploy(self, revision: str) -> dict[str, Any]:
         """Apply the hosts at `revision`, check them, and offer a rollback when one fails."""
         ctx, input = self.ctx, self.input
-        hosts = _hosts(self.app)
+        app = self.app
+        hosts_at = self.ctx.step(
+            f"the hosts at {revision[:12]}", lambda: _hosts_at(app, revision, input.base)
+        )
+        hosts = {name: app.resource_types[type_id] for name, type_id in hosts_at.items()}
         if not hosts:
             self.note(
                 "change.deployed",
@@ -433,14 +474,25 @@ class _Change:
                 "failures": failures,
             }
         again = self.apply_and_check(previous, "rollback", hosts)
+        if again:
+            said_again = "; ".join(f"{n}: {w}" for n, w in again.items())
+            self.note(
+                "change.rollback_failed",
+                f"rolling back to {previous[:12]} did not make the hosts healthy: {said_again}",
+                "rollback-failed",
+                status="unhealthy",
+            )
+            return {
+                "outcome": "unhealthy",
+                "change": input.id,
+                "revision": revision,
+                "previous": previous,
+                "failures": failures,
+                "still_failing": again,
+            }
         self.note(
             "change.rolled_back",
-            f"rolled back to {previous[:12]}"
-            + (
-                f"; still failing: {'; '.join(f'{n}: {w}' for n, w in again.items())}"
-                if again
-                else ""
-            ),
+            f"rolled back to {previous[:12]}, healthy",
             "rolled_back",
             status="rolled_back",
             deployed=previous,
@@ -510,11 +562,13 @@ class _Change:
         """Apply the data files at `revision` (a child run of `apply`), then check each host
         until all are healthy on it or the checks run out: what still fails, by host."""
         ctx, input = self.ctx, self.input
-        child = ctx.start("apply", {"revision": revision}, key=kind)
         try:
+            child = ctx.start("apply", {"revision": revision}, key=kind)
             output = ctx.wait(child)
         except ChildFailed as failed:
             return {"apply": str(failed)}
+        except RemitError as refused:  # the apply could not start (the policies, say)
+            return {"apply": f"the {kind}'s apply did not start: {refused}"}
         outcome = output.get("outcome") if isinstance(output, dict) else None
         if outcome != "applied":
             return {"apply": f"apply run {child.run_id} ended {outcome}"}
@@ -566,10 +620,12 @@ def _begin(store: Changes, input: ChangeInput, run_id: str, vendor: str) -> str:
     """Write the change's row, refusing a second change of a branch while one is going."""
     going = store.going(branch=input.branch)
     if going is not None and going.id != input.id:
-        raise RemitError(
+        raise ChangeGoing(
             f"the branch {input.branch} already has a change going, {going.id} (run "
             f"{going.run_id}): carry that one on, or cancel its run (`remit cancel "
-            f"{going.run_id}`)"
+            f"{going.run_id}`)",
+            change_id=going.id,
+            run_id=going.run_id,
         )
     if store.get(input.id) is not None:
         store.write(input.id, run_id=run_id)

@@ -82,6 +82,7 @@ class _RemitGroup(HelpGroup):
         "Ops, data and money": ["call", "data", "ledger", "budgets", "secrets"],
         "Policies and access": ["policies", "denials", "tokens", "login-link", "passwords"],
         "Resources": ["plan", "apply", "drift", "import", "resources"],
+        "Changes": ["change", "changes", "deploys"],
         "Running the app": [
             "init",
             "apps",

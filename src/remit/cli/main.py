@@ -12,6 +12,7 @@ from remit.cli import (  # noqa: F401
     approvals,
     apps,
     budgets,
+    changes,
     credentials,
     demo,
     deploy,

@@ -113,8 +113,8 @@ def serve(
     ] = False,
     app_dir: AppDir = None,
 ) -> None:
-    """Serve the HTTP API until SIGTERM or Ctrl-C; every route but /health and /wake needs an
-    API token.
+    """Serve the HTTP API until SIGTERM or Ctrl-C; every route but /health, /wake and the
+    forge's webhook (signed with its secret) needs an API token.
 
     Without --worker it runs no worker: a decision's run resumes on a worker that serves its
     queue. With --worker it runs one beside the API, as a container on a host that scales to

@@ -25,6 +25,7 @@ from remit.client import Client
 from remit.console.errors import reasons_of, status_of
 from remit.console.pages import (
     budgets,
+    changes,
     inbox,
     ledger,
     operations,
@@ -90,6 +91,7 @@ def install(api: FastAPI, client: Client, *, secure_cookies: bool, fallback: Han
         budgets,
         operations,
         resource_pages,
+        changes,
     ):
         module.add(router, client, page)
     api.include_router(router)

@@ -31,6 +31,7 @@ NAV = (
     ("/console/budgets", "Budgets"),
     ("/console/operations", "Operations"),
     ("/console/resources", "Resources"),
+    ("/console/changes", "Changes"),
 )
 
 

@@ -336,6 +336,16 @@ class KeyReused(RemitError):
         self.first = first
 
 
+class ChangeGoing(RemitError):
+    """A change of a branch was refused: the branch has a change going (`change_id`, in the run
+    `run_id`), and nothing was started."""
+
+    def __init__(self, message: str, *, change_id: str, run_id: str) -> None:
+        super().__init__(message)
+        self.change_id = change_id
+        self.run_id = run_id
+
+
 class SendRefused(RemitError):
     """A message was refused and nothing was written: its run has finished (it waits for
     nothing more), or its topic is not a name a wait can use."""

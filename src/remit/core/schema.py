@@ -416,8 +416,8 @@ changes = sa.Table(
     sa.Index("remit_changes_run", "run_id"),
 )
 
-# Each forge webhook delivery taken (`POST /forge/{remote}/events`): a redelivery of one is
-# answered from here and acts no more.
+# Each forge webhook delivery taken (`POST /forge/{remote}/events`), known by the hash of its
+# signed body (`sha256:…`): a redelivery of one is answered from here and acts no more.
 forge_deliveries = sa.Table(
     "remit_forge_deliveries",
     metadata,

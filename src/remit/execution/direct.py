@@ -299,6 +299,12 @@ class DirectCalls:
             known = sorted(self.app.ops)
             shown = ", ".join(known[:30]) + (", …" if len(known) > 30 else "")
             raise RemitError(f"app `{self.app.name}` has no op `{op_id}` (it has: {shown})")
+        if op.vendor == "remit" and op.resource == "change":
+            raise RemitError(
+                f"`{op.id}` acts on the operations repo at its forge, which only the built-in "
+                "`change` does, with its checks and its review: open a change instead "
+                "(`remit change open BRANCH`)"
+            )
         for rtype in self.app.resource_types.values():
             if rtype.change_op(op.id):
                 raise RemitError(

@@ -35,13 +35,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 import sqlalchemy as sa
 
 from remit.changes.forge import ForgeEvent, parse_event, verify
+from remit.changes.ops import commit_of
 from remit.changes.store import Change, Changes, Deploy
 from remit.changes.workflow import CHANGE, TOPIC, ForgeNote
 from remit.connectors.forges import normal_url
 from remit.core.acting import Acting
-from remit.core.errors import AppError, RemitError
+from remit.core.errors import AppError, ChangeGoing, RemitError
 from remit.core.keys import key_problem
 from remit.core.schema import forge_deliveries
+from remit.policy.cedar import denied
 from remit.resources.workflows import APPLY
 
 if TYPE_CHECKING:
@@ -142,14 +144,17 @@ class ForgeEvents:
             event = parse_event(lowered, body)
         except ValueError as error:
             raise EventRefused(f"the delivery cannot be read: {error}", 400) from None
-        first = self._taken_before(vendor, event.delivery)
+        # A delivery is known by what was signed, its body: the delivery id is a header, which
+        # a copy of an old delivery could change.
+        signed = "sha256:" + hashlib.sha256(body).hexdigest()[:40]
+        first = self._taken_before(vendor, signed)
         if first is not None:
             return Taken(**{**first, "duplicate": True})
-        taken = self._act(vendor, event, same_repo=_same_repo(event.repo, forge.repo_url))
-        self._keep(vendor, taken)
+        taken = self._act(vendor, event, signed, same_repo=_same_repo(event.repo, forge.repo_url))
+        self._keep(vendor, signed, taken)
         return taken
 
-    def _act(self, vendor: str, event: ForgeEvent, *, same_repo: bool) -> Taken:
+    def _act(self, vendor: str, event: ForgeEvent, signed: str, *, same_repo: bool) -> Taken:
         def ignored(why: str) -> Taken:
             return Taken(event.delivery, event.kind, "ignored", why=why)
 
@@ -157,15 +162,30 @@ class ForgeEvents:
             return ignored(f"an event of {event.repo}, not the app's repo")
         changes = Changes(self.client.db, self.client.app.name)
         by = principal_of(vendor)
-        key = f"forge-{event.delivery}"[:200]
+        key = f"forge-{signed}"
         if event.kind == "push" and event.branch == base_branch():
             if not event.after or set(event.after) == {"0"}:
                 return ignored(f"{event.branch} was deleted")
             merged_by = changes.merged_by_a_change(event.after)
             if merged_by is not None:
                 return ignored(f"change {merged_by} merged it, and deploys it itself")
+            merging = changes.merging()
+            if merging is not None:
+                return ignored(
+                    f"change {merging.id} is {merging.status}: it deploys {event.branch} itself"
+                )
             if self.client.app.resources is None:
                 return ignored("the app declares no resources to apply")
+            forge = self.client.app.forge()
+            assert forge is not None
+            now = commit_of(
+                forge,
+                forge.api(fakes=self.client.app.forge_on_fakes).git_url(forge.repo_url),
+                event.branch,
+            )
+            if now != event.after:
+                # A late or repeated delivery: what is on the branch now is what deploys.
+                return ignored(f"{event.branch} is at {now[:12]} now, not {event.after[:12]}")
             run = self.client.runs.start(APPLY, {"revision": event.after}, by=by, key=key)
             return Taken(event.delivery, event.kind, "apply", run_id=run.run_id)
         if event.kind == "push":
@@ -197,7 +217,7 @@ class ForgeEvents:
         )
         return dict(found) if isinstance(found, dict) else None
 
-    def _keep(self, vendor: str, taken: Taken) -> None:
+    def _keep(self, vendor: str, signed: str, taken: Taken) -> None:
         """Keep the delivery, once: two copies racing both acted under one key, so the second
         to get here finds the first's row and leaves it."""
         try:
@@ -205,7 +225,7 @@ class ForgeEvents:
                 conn.execute(
                     forge_deliveries.insert().values(
                         remote=vendor,
-                        delivery=taken.delivery,
+                        delivery=signed,
                         kind=taken.kind,
                         outcome=taken.as_json(),
                         received_at=datetime.now(UTC),
@@ -273,13 +293,26 @@ class ChangesRoom:
         }
         if health_wait is not None:
             input["health_wait"] = health_wait
+        guard = self._client.services.guard
+        may = guard.allowed(who, "start", [CHANGE, APPLY])
+        has_hosts = self._client.app.resources is not None
+        if has_hosts and may is not None and CHANGE in may and APPLY not in may:
+            why = (
+                f"a change's deploy runs `{APPLY}` as its author, so a change {who} opened "
+                f'could merge and never deploy: permit them `start` on Workflow::"{APPLY}" '
+                "too, or have someone who may open the change"
+            )
+            guard.record(who, "start", APPLY, {"change": branch}, why)
+            raise denied(who, "start", APPLY, why)
         store = self._store
         going = store.going(branch=branch)
         if going is not None and going.id != change_id:
-            raise RemitError(
+            raise ChangeGoing(
                 f"the branch {branch} already has a change going, {going.id} (run "
                 f"{going.run_id}, {going.status}): carry that one on, or cancel its run "
-                f"(`remit cancel {going.run_id}`)"
+                f"(`remit cancel {going.run_id}`)",
+                change_id=going.id,
+                run_id=going.run_id,
             )
         handle = self._client.runs.start(CHANGE, input, by=who, key=key)
         found = store.of_run(handle.run_id)
@@ -299,28 +332,22 @@ class ChangesRoom:
         assert found is not None
         return found
 
-    def list(
-        self, *, branch: str | None = None, limit: int = 50, by: str | None = None
-    ) -> builtins.list[Change]:
-        """The changes, newest first."""
+    def list(self, *, branch: str | None = None, limit: int = 50) -> builtins.list[Change]:
+        """The changes, newest first (of `branch` only, when given)."""
         self._check()
-        self._may_read(by)
         return self._store.list(branch=branch, limit=limit)
 
-    def get(self, change_id: str, *, by: str | None = None) -> Change:
+    def get(self, change_id: str) -> Change:
+        """One change; `ChangeNotFound` for an id no change has."""
         self._check()
-        self._may_read(by)
         found = self._store.get(change_id)
         if found is None:
             raise ChangeNotFound(f"no change {change_id}: `remit changes` lists them")
         return found
 
     def deploys(
-        self, *, host: str | None = None, limit: int = 50, by: str | None = None
+        self, *, host: str | None = None, change_id: str | None = None, limit: int = 50
     ) -> builtins.list[Deploy]:
-        """The hosts' deploys, newest first."""
-        self._may_read(by)
-        return self._store.deploys(host=host, limit=limit)
-
-    def _may_read(self, by: str | None) -> None:
-        self._client.services.guard.require(self._client.who(by), "read_runs", CHANGE, {})
+        """The hosts' deploys, newest first (of `host`, or by the change `change_id`, only,
+        when given)."""
+        return self._store.deploys(host=host, change_id=change_id, limit=limit)

@@ -36,8 +36,6 @@ from remit.scenarios.generic import RUN, WHO, generic
 from remit.scenarios.world import RESTING, Mismatch, World, acting, principal
 from remit.serve.fake_repo import FakeRepo, fake_repo
 
-# Set (to the check's name, or `1`) in the processes a change's checks start: there, a scenario
-# that opens a change is skipped.
 # How long a step waits for a change's checks (real processes, on the real clock).
 CHECKS_TIMEOUT = 300.0
 # Where a change stands, and those it only passes through while its run works.

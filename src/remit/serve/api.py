@@ -43,6 +43,12 @@
     GET    /tokens                      the app's API tokens (never the tokens themselves)
     POST   /tokens                      {"for": "user:ann", "name": "...", "expires": "30d"} (201)
     DELETE /tokens/{id}                 revoke one
+    POST   /changes                     {"branch": "fix-dns", "title": "...", "base": "main"},
+                                        optional `Idempotency-Key`: open a change (201)
+    GET    /changes                     ?branch=...&limit=50: the changes, newest first
+    GET    /changes/{id}                one change: its status, checks, merge and deploy
+    GET    /deploys                     ?host=...&limit=50: what each host was deployed with
+    POST   /forge/{remote}/events       the forge's webhook, signed with its secret (no token)
     GET    /records/{type}/{id}/activity  ?limit&after: a business record's timeline, oldest first
     POST   /records/{type}/{id}/archive   {"reason": "..."}: cancel the record's pending gates
     GET    /fakes/{vendor}              what a fake vendor holds (`remit demo` only)
@@ -52,7 +58,8 @@
     GET    /, /console/...              the web console's pages (`remit.console`), signed in
                                         by a one-time link or a password, not by a token
 
-Every route but `/health` and `/wake` needs `Authorization: Bearer rmt_...`, an API token (`remit tokens
+Every route but `/health`, `/wake` and the forge's webhook (whose signature is its
+authentication) needs `Authorization: Bearer rmt_...`, an API token (`remit tokens
 create --for user:ann`): the request acts as the token's principal, under the app's policies,
 and nothing in a body says who acts. No token, or an unknown, expired or revoked one, is 401; an
 act the policies refuse is 403, with their reason, and recorded among the denials. Reads are
@@ -94,6 +101,7 @@ from remit.connectors.base import Fake
 from remit.console import app as console
 from remit.core.errors import RemitError
 from remit.serve.body import BodyLimit
+from remit.serve.change_routes import change_routes, forge_routes
 from remit.serve.errors import ErrorBody, Problem, error_response, error_responses
 from remit.serve.fake_routes import fake_routes
 from remit.serve.models import Health, Woken
@@ -128,10 +136,11 @@ def create_api(
     api = FastAPI(
         title=title or f"remit: {client.app.name}",
         version=version,
-        description="A remit app's runs, approvals, tasks, ledger, budgets, secrets, tokens and "
-        "controls: the client's verbs, each acting as the principal of the request's API "
-        "token under the app's policies. Every route but /health needs `Authorization: Bearer "
-        "<API token>` (`remit tokens create`, or POST /tokens).",
+        description="A remit app's runs, approvals, tasks, changes, ledger, budgets, secrets, "
+        "tokens and controls: the client's verbs, each acting as the principal of the "
+        "request's API token under the app's policies. Every route but /health and the "
+        "forge's webhook (signed with its secret instead) needs `Authorization: Bearer <API "
+        "token>` (`remit tokens create`, or POST /tokens).",
         # The spec is served behind the token like every other route; no browsable page
         # (it would load its scripts from elsewhere).
         openapi_url=None,
@@ -170,6 +179,7 @@ def create_api(
     api.state.remit = client
     routes = router(client)
     signin_routes(routes, client)
+    change_routes(routes, client)
     if fakes is not None:
         fake_routes(routes, fakes)
     for error in (
@@ -190,6 +200,8 @@ def create_api(
         with client.db.engine.connect() as conn:
             conn.execute(sa.text("SELECT 1"))
         return Health(ok=True)
+
+    forge_routes(api, client)
 
     if wake is not None:
         woken = wake

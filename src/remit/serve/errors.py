@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from remit.core.errors import (
     ApprovalNotFound,
+    ChangeGoing,
     DatabaseError,
     DecisionRefused,
     InputInvalid,
@@ -117,7 +118,7 @@ async def error_response(request: Request, error: Exception) -> JSONResponse:
     elif isinstance(error, TaskRefused):
         status, message = 403 if error.by_policy else 409, str(error)
         reasons = [ErrorReason(approval_id=None, reason=r) for r in error.reasons]
-    elif isinstance(error, RetryRefused | SendRefused):
+    elif isinstance(error, RetryRefused | SendRefused | ChangeGoing):
         status, message = 409, str(error)
         reasons = [ErrorReason(approval_id=None, reason=message)]
     elif isinstance(error, TooLarge):
