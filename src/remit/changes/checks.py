@@ -80,26 +80,24 @@ def run_checks(git: Git, where: Where, head: str) -> dict[str, dict[str, Any]]:
     return results
 
 
-# What the branch's own tests are not given: the live database, remit's stored credentials, a
-# server to act on. They run on fakes, on databases of their own.
-_LIVE = (
-    "REMIT_DATABASE_URL",
-    "REMIT_SECRET_KEY",
-    "REMIT_SECRET_KEY_FILE",
-    "REMIT_URL",
-    "REMIT_TOKEN",
-)
+# All the branch's own tests are given of the worker's environment: they run on fakes, on
+# databases of their own, with none of the worker's credentials, tokens or secrets.
+_TESTS_SEE = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
+# The deploy check reads the database and no credential: it is not given remit's secret key.
+_KEYS = ("REMIT_SECRET_KEY", "REMIT_SECRET_KEY_FILE")
 
 
 def _environ(where: Where, tree: Path, check: str) -> dict[str, str]:
-    env = dict(where.environ)
-    env.pop("PYTEST_CURRENT_TEST", None)
-    env[CHECKING] = check
     if check == "test":
-        for name in _LIVE:
-            env.pop(name, None)
-        env["REMIT_FAKES"] = "1"
+        env = {name: where.environ[name] for name in _TESTS_SEE if name in where.environ}
+        env.update({CHECKING: check, "REMIT_FAKES": "1"})
     else:
+        env = dict(where.environ)
+        env.pop("PYTEST_CURRENT_TEST", None)
+        env[CHECKING] = check
+        if check != "plan":
+            for name in _KEYS:
+                env.pop(name, None)
         # The plan and the deploy check read the live database; the plan also asks the vendors,
         # with the worker's stored credentials.
         env["REMIT_DATABASE_URL"] = where.database_url

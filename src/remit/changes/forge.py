@@ -202,7 +202,15 @@ class ForgeDriver(ForgeApi, Driver):
         if change.head != head:
             raise _moved(repo, number, change.head, head)
         sent = {"sha": head, "merge_method": "merge"}
-        merged = self._request("PUT", repo, f"/pulls/{int(number)}/merge", sent, key=key)
+        try:
+            merged = self._request("PUT", repo, f"/pulls/{int(number)}/merge", sent, key=key)
+        except DriverError:
+            # Another try of this merge (a worker that died after sending it) may have merged
+            # it meanwhile: that merge of this head is this one's answer.
+            again = self.read_change(repo, number)
+            if again.state == "merged" and again.head == head:
+                return again
+            raise
         change = self.read_change(repo, number)
         if change.state != "merged":  # the forge may show the merge a moment later
             commit = merged.get("sha") if isinstance(merged, dict) else None

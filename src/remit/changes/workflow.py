@@ -59,8 +59,8 @@ class ChangeInput(BaseModel):
     base: str = "main"
     title: str = ""
     author: str = ""
-    health_wait: float = 30.0
-    health_checks: int = 3
+    health_wait: float = Field(default=30.0, ge=0, le=3600)
+    health_checks: int = Field(default=3, ge=1, le=100)
 
 
 class ReviewDraft(BaseModel):
@@ -87,7 +87,7 @@ class RollbackDraft(BaseModel):
 
 
 class ForgeNote(BaseModel):
-    """A forge event as a change run takes it (`events.py` sends it)."""
+    """A forge event as a change run takes it (`ops/changes.py`, `ForgeEvents`, sends it)."""
 
     kind: str
     delivery: str = ""
@@ -408,7 +408,7 @@ class _Change:
                 self.note(
                     "change.comment",
                     f"{event.actor or 'someone'}: {event.body[:200]}",
-                    f"comment:{event.delivery or f'{round_}:{seen}'}",
+                    f"comment:{round_}:{seen}",
                 )
 
     def deploy(self, revision: str) -> dict[str, Any]:

@@ -118,7 +118,10 @@ class ForgeEvents:
 
     def take(self, vendor: str, headers: dict[str, str], body: bytes) -> Taken:
         app = self.client.app
-        forge = app.forge() if vendor in app.remotes else None
+        try:
+            forge = app.forge() if vendor in app.remotes else None
+        except AppError as error:  # the repo's URL unknown, or no remote serving it
+            raise EventRefused(f"the app's forge cannot take deliveries: {error}", 404) from None
         if forge is None or forge.vendor != vendor:
             known = ", ".join(sorted(app.remotes)) or "none"
             raise EventRefused(
@@ -236,7 +239,8 @@ class ForgeEvents:
 
 
 def _same_repo(a: str, b: str) -> bool:
-    return normal_url(a).rstrip("/") == normal_url(b).rstrip("/")
+    """Whether two URLs name one repo: forges take a repo's owner and name in any case."""
+    return normal_url(a).rstrip("/").lower() == normal_url(b).rstrip("/").lower()
 
 
 class ChangeNotFound(RemitError):
