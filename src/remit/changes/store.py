@@ -118,7 +118,9 @@ class Changes:
             query = query.where(changes.c.number == number)
         row = self.db.read(
             "the change going",
-            lambda conn: conn.execute(query.order_by(changes.c.created_at.desc())).first(),
+            lambda conn: conn.execute(
+                query.order_by(changes.c.created_at.desc(), changes.c.id.desc())
+            ).first(),
         )
         return None if row is None else _change(row)
 
@@ -144,22 +146,25 @@ class Changes:
 
     def write(self, change_id: str, **values: Any) -> None:
         """Insert the change's row, or update it with `values` (a step's write: the same values
-        written again change nothing)."""
+        written again change nothing). The run and the process that opened it may both write
+        it first: the one whose insert finds the row there updates it instead."""
         now = self.clock.now()
+        update = changes.update().where(changes.c.id == change_id).values(updated_at=now, **values)
         with self.db.begin() as conn:
             found = conn.execute(sa.select(changes.c.id).where(changes.c.id == change_id)).first()
-            if found is None:
+            if found is not None:
+                conn.execute(update)
+                return
+        try:
+            with self.db.begin() as conn:
                 conn.execute(
                     changes.insert().values(
                         id=change_id, app=self.app, created_at=now, updated_at=now, **values
                     )
                 )
-            else:
-                conn.execute(
-                    changes.update()
-                    .where(changes.c.id == change_id)
-                    .values(updated_at=now, **values)
-                )
+        except sa.exc.IntegrityError:
+            with self.db.begin() as conn:
+                conn.execute(update)
 
     def note(
         self,

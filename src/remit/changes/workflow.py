@@ -627,8 +627,13 @@ def _begin(store: Changes, input: ChangeInput, run_id: str, vendor: str) -> str:
             change_id=going.id,
             run_id=going.run_id,
         )
-    if store.get(input.id) is not None:
-        store.write(input.id, run_id=run_id)
+    known = store.get(input.id)
+    if known is not None:
+        if known.run_id != run_id:
+            raise RemitError(
+                f"the change {input.id} is run {known.run_id}'s: a change's id names one change. "
+                "Open a change with `remit change open BRANCH`, which names it"
+            )
         return input.id
     store.write(
         input.id,
