@@ -79,7 +79,7 @@ def start_change(
     *,
     title: str = "",
     by: str = "user:ann",
-    timeout: float = 120,
+    timeout: float = 600,
 ) -> Change:
     """Push `files` onto `branch` at the forge, open a change of it as `by`, and return the
     change once its checks are done and it waits (at its review, or for a push)."""
@@ -89,7 +89,7 @@ def start_change(
 
 
 def wait_for_status(
-    harness: Harness, change_id: str, *statuses: str, timeout: float = 120
+    harness: Harness, change_id: str, *statuses: str, timeout: float = 600
 ) -> Change:
     """The change once its status is one of `statuses` (one of `WAITING` once its run waits
     too: the run writes the status a moment before it waits); fails naming where it stands and

@@ -26,7 +26,7 @@ from tests.change_support import Shop, shop_at
 from tests.conftest import BACKENDS, drop_postgres_database, new_postgres_database
 from tests.forked import ForkedProcess, spawn_remit
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
 
 class Desk:
@@ -75,7 +75,7 @@ class Desk:
         path = self.tmp / "serve.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def open_change(self, branch: str, title: str, timeout: float = 120) -> Change:
+    def open_change(self, branch: str, title: str, timeout: float = 600) -> Change:
         """Push a commit onto `branch`, open a change of it, and wait for its run to wait at
         its review."""
         self.shop.forge.push(self.shop.repo, branch, {"NOTES.md": f"{title}\n"}, title, "ann")

@@ -20,7 +20,8 @@ from tests.change_support import Shop, shop_at, wait_for_status
 from tests.e2e.cli_support import Cli
 from tests.e2e.test_cli_remote import Remote, _listening
 
-pytestmark = pytest.mark.slow
+# A change's checks are processes of their own: under load they take minutes, not seconds.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 ANN, CAROL = "user:ann", "user:carol"
 # What a change run reads, set by `shop_at` in this process's environment.
@@ -54,7 +55,7 @@ def approve(harness: Harness, run_id: str) -> None:
     """carol approves the change's review, and the run merges and deploys."""
     [gate] = harness.approvals.list(run_id=run_id, status="pending")
     harness.decide(gate.id, "approved", by=CAROL)
-    run = harness.wait(run_id, timeout=180, until=("done", "failed"))
+    run = harness.wait(run_id, timeout=600, until=("done", "failed"))
     assert run.status == "done", run.error
 
 

@@ -20,7 +20,8 @@ from remit.scenarios import Scenario, ScenarioFailed, read, run_scenario
 from remit.scenarios.changes import CHECKING
 from tests.change_support import CHANGE_APP, REPO, Shop, shop_at
 
-pytestmark = pytest.mark.slow
+# A change's checks are processes of their own: under load they take minutes, not seconds.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 SCENARIOS = read(CHANGE_APP / "scenarios" / "change.feature")
 SCEN_APP = CHANGE_APP.parent / "scen_app"

@@ -20,7 +20,8 @@ from remit.testing import Harness
 from tests.change_support import Shop, shop_at, start_change
 from tests.console_support import sign_in
 
-pytestmark = pytest.mark.slow
+# A change's checks are processes of their own: under load they take minutes, not seconds.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 ANN, CAROL, DAVE = "user:ann", "user:carol", "user:dave"
 # A test of the shop's that fails: a change adding it fails its `test` check.
@@ -127,7 +128,7 @@ def test_the_changes_pages_follow_a_change_from_its_checks_to_its_deploy(
     assert "(change.checked by user:ann)" in activity
 
     harness.decide(gate.id, "approved", by=CAROL)
-    run = harness.wait(change.run_id, timeout=180, until=("done", "failed"))
+    run = harness.wait(change.run_id, timeout=600, until=("done", "failed"))
     assert run.status == "done", run.error
     merged = shop.forge.head(shop.repo, "main")
     assert merged is not None

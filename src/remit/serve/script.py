@@ -8,7 +8,7 @@ A script is a plain text file, one line at a time:
                                          ... as the principal `--as` names, with its token
     run=remit start chase --input '{}'   the trimmed output kept as $run for later lines
     until approval=remit approvals --pending --quiet
-                                         repeated until it prints, up to 60 s: every 0.2 s
+                                         repeated until it prints, up to 180 s: every 0.2 s
                                          at first, then less often (every 2 s at most)
     ! remit approve $approval            must fail: a command that succeeds fails the script
     remit run write-off --input '{}' &   run in the background ...
@@ -49,7 +49,7 @@ UNTIL_EVERY = 0.2  # seconds between the first tries of an `until` line
 # start costs a core for a second, which a long wait should leave to what it waits for.
 UNTIL_SLOWER = 1.5
 UNTIL_MOST = 2.0
-UNTIL_FOR = 60.0  # seconds an `until` line waits before it fails
+UNTIL_FOR = 180.0  # seconds an `until` line waits before it fails
 COMMAND_TIMEOUT = 300.0  # seconds one command may take
 STOP_WAIT = 5.0  # seconds `Player.stop` waits for a killed command to be reaped
 
