@@ -51,21 +51,36 @@ class Shop:
         (self.fakes / "healthy-revisions").write_text("".join(f"{r}\n" for r in revisions))
 
 
-def shop_at(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Shop:
-    """Copy the change app into `tmp_path`, set the environment a change run reads (kept in
-    `os.environ`, so a `remit` process started with it reads the same), make its repo on the
-    fake forge from the copy's files, and load it."""
+def copy_app(tmp_path: Path) -> Path:
+    """A copy of the change app in `tmp_path/change_app`, without what running it left."""
     folder = tmp_path / "change_app"
     shutil.copytree(
         CHANGE_APP, folder, ignore=shutil.ignore_patterns("__pycache__", ".remit", ".pytest_cache")
     )
+    return folder
+
+
+def shop_environ(tmp_path: Path) -> dict[str, str]:
+    """What a change run of the copy in `tmp_path` reads: its fakes' folder (the fake forge's
+    repo is in it), its checks' mirrors, the repo's URL and the webhook secret."""
+    return {
+        "REMIT_FAKES_DIR": str(tmp_path / "fakes"),
+        "REMIT_CHANGES_DIR": str(tmp_path / "changes"),
+        "REMIT_REPO_URL": REPO,
+        "FORGE_WEBHOOK_SECRET": SECRET,
+    }
+
+
+def shop_at(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Shop:
+    """Copy the change app into `tmp_path`, set the environment a change run reads (kept in
+    `os.environ`, so a `remit` process started with it reads the same), make its repo on the
+    fake forge from the copy's files, and load it."""
+    folder = copy_app(tmp_path)
     for name in [name for name in sys.modules if name.partition(".")[0] == "change_app"]:
         monkeypatch.delitem(sys.modules, name)
     fakes = tmp_path / "fakes"
-    monkeypatch.setenv("REMIT_FAKES_DIR", str(fakes))
-    monkeypatch.setenv("REMIT_CHANGES_DIR", str(tmp_path / "changes"))
-    monkeypatch.setenv("REMIT_REPO_URL", REPO)
-    monkeypatch.setenv("FORGE_WEBHOOK_SECRET", SECRET)
+    for name, value in shop_environ(tmp_path).items():
+        monkeypatch.setenv(name, value)
     forge = FakeForge()
     forge.create_repo(REPO, folder)
     return Shop(load_app(folder), forge, REPO, folder, SECRET, fakes)

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from remit._version import __version__
 from remit.budgets.model import Budget
 from remit.changes.ops import OPS as REPO_OPS
-from remit.changes.ops import Forge, find_forge, is_change_op, repo_ops, repo_url
+from remit.changes.ops import Forge, find_forge, repo_ops, repo_url
 from remit.changes.sources import files_reader, resolver
 from remit.changes.workflow import (
     CHANGE,
@@ -455,7 +455,7 @@ class App:
                     f"{used.vendor} connector declares: import the op from the connector"
                 )
         for used in wf.uses:
-            if is_change_op(used.id):
+            if used.acts_on_the_repo:
                 raise AppError(
                     f"workflow `{wf.name}` uses `{used.id}`, which acts on the operations repo "
                     "at its forge: only remit's built-in `change` calls it. Open a change "

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from remit.changes.forge import FakeForge
 from remit.changes.git import Git
 from remit.core.runs import Run
 from remit.core.schema import approvals, changes, deploys
-from tests.change_support import CHANGE_APP, REPO, SECRET
+from tests.change_support import REPO, copy_app, shop_environ
 from tests.processes import Workers
 
 # Serial: each change's checks start processes of their own, and other tests' load would
@@ -34,21 +33,6 @@ pytestmark = [pytest.mark.crash, pytest.mark.serial, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).parents[2]
 KILLS = 10
-
-
-def copy_app(tmp: Path) -> Path:
-    folder = tmp / "change_app"
-    shutil.copytree(CHANGE_APP, folder, ignore=shutil.ignore_patterns("__pycache__", ".remit"))
-    return folder
-
-
-def shop_environ(tmp: Path) -> dict[str, str]:
-    return {
-        "REMIT_FAKES_DIR": str(tmp / "fakes"),
-        "REMIT_REPO_URL": REPO,
-        "FORGE_WEBHOOK_SECRET": SECRET,
-        "REMIT_CHANGES_DIR": str(tmp / "changes"),
-    }
 
 
 @pytest.fixture

@@ -121,13 +121,7 @@ resolve_source = op(
     description="The commit a ref of the operations repo names now.",
 )
 
-CHANGE_OPS: tuple[Op[Any, Any], ...] = (open_change, post_status, comment, merge)
-OPS: tuple[Op[Any, Any], ...] = (*CHANGE_OPS, resolve_source)
-
-
-def is_change_op(op_id: str) -> bool:
-    """Whether `op_id` is one only the built-in `change` workflow may call."""
-    return op_id in {each.id for each in CHANGE_OPS}
+OPS: tuple[Op[Any, Any], ...] = (open_change, post_status, comment, merge, resolve_source)
 
 
 @dataclass(frozen=True)

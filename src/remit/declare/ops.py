@@ -109,6 +109,13 @@ class Op(Generic[In, Out]):
         return self.id.rsplit(".", 1)[1]
 
     @property
+    def acts_on_the_repo(self) -> bool:
+        """True for remit's ops on the operations repo at its forge (`remit.change.*`), which
+        only the built-in `change` workflow calls: no workflow of an app's lists them, and no
+        direct call makes them."""
+        return self.vendor == "remit" and self.resource == "change"
+
+    @property
     def safe_to_repeat(self) -> bool:
         """True when calling again with the same key cannot double the effect."""
         return self.effect == "read" or self.idempotent

@@ -299,7 +299,7 @@ class DirectCalls:
             known = sorted(self.app.ops)
             shown = ", ".join(known[:30]) + (", …" if len(known) > 30 else "")
             raise RemitError(f"app `{self.app.name}` has no op `{op_id}` (it has: {shown})")
-        if op.vendor == "remit" and op.resource == "change":
+        if op.acts_on_the_repo:
             raise RemitError(
                 f"`{op.id}` acts on the operations repo at its forge, which only the built-in "
                 "`change` does, with its checks and its review: open a change instead "
