@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import CodeType, ModuleType
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from remit._version import __version__
 from remit.budgets.model import Budget
@@ -109,6 +109,15 @@ class Queue:
                 raise AppError(f"queue `{self.name}`: {what} must be 1 or more, or None")
 
 
+class OperatorAgentSpec(Protocol):
+    """What an app needs of its operator agent (`remit.agent.OperatorAgent`): the built-in
+    workflow its chats' turns run as."""
+
+    model: str
+
+    def workflow(self, app: App) -> Workflow: ...
+
+
 class App:
     """The workflows, connectors, collections and queues of one app, checked together.
 
@@ -146,9 +155,13 @@ class App:
         llm_prices: Mapping[str, Price | tuple[Any, Any]] | None = None,
         drift_schedule: str | Schedule | None = None,
         repo: str | None = None,
+        agent: OperatorAgentSpec | None = None,
     ) -> None:
         check_name("app", name)
         self.name = name
+        # The operator agent (`remit.agent.OperatorAgent`), whose built-in workflow `chat` the
+        # app then has.
+        self.agent = agent
         # The URL of the operations repo at its forge; REMIT_REPO_URL overrides it, and without
         # either it is the app folder's `origin` (`changes/ops.py`).
         self.repo = repo
@@ -225,6 +238,8 @@ class App:
             self._add(wf)
         if self.remotes:
             self._use_changes()
+        if agent is not None:
+            self._use_agent(agent)
         self._declared_budgets = list(budgets)
         # A budget may name an app's workflow (`ar.chase`) that `load_app` adds later: those
         # are checked when it does (`include`).
@@ -405,6 +420,22 @@ class App:
         self.workflows[CHANGE] = change_workflow(self)
         for declared in change_approval_types():
             self.approval_types[declared.name] = declared
+
+    def _use_agent(self, agent: OperatorAgentSpec) -> None:
+        """Add the operator agent's built-in workflow `chat`: it asks models through the `llm`
+        connector, which the app must list."""
+        if "llm.chat.complete" not in self.ops:
+            raise AppError(
+                f"app `{self.name}` has an operator agent but no `llm` connector, through which "
+                "it asks its model: add it, App(connectors=[llm, ...]) (`from remit import llm`)"
+            )
+        chat = agent.workflow(self)
+        if chat.name in self.workflows:
+            raise AppError(
+                f"app `{self.name}` declares a workflow named `{chat.name}`, the name of remit's "
+                "built-in one for the operator agent's turns: rename yours"
+            )
+        self.workflows[chat.name] = chat
 
     def with_policies(self, folder: Path | str) -> App:
         """A copy of this app governed by the Cedar policies in `folder`; this app is left as

@@ -1,8 +1,8 @@
 """The `llm` connector: chat completions over the OpenAI-compatible HTTP API, billed to budgets.
 
-One op, `llm.chat.complete`: a model, messages, `max_tokens` (the reply's most) and an optional
-temperature in; the reply's text, the model that answered, the tokens counted each way, why it
-stopped, and what it cost out. It is a read: it changes nothing at the vendor, so it is safe to
+One op, `llm.chat.complete`: a model, messages, `max_tokens` (the reply's most), an optional
+temperature and the tools the model may call in; the reply's text and tool calls, the model that
+answered, the tokens counted each way, why it stopped, and what it cost out. It is a read: it changes nothing at the vendor, so it is safe to
 call again, and its tries are retried like any read's. Every call is billed, though, so a call
 the ledger has already recorded is answered from the ledger rather than made again, and a call
 reserves its most before it is made and settles at its cost after (see `budgets.py`).
@@ -16,7 +16,8 @@ pass a limit on a miscount. It settles at the vendor's counts (`usage`) at the s
 
 The driver (`LLMDriver`) POSTs to `{LLM_BASE_URL}/chat/completions` (default OpenAI's) with
 `Authorization: Bearer {LLM_API_KEY}`; both come from the environment or `remit secrets`. The
-fake (`FakeLLM`) answers from a script, then by echoing the last user message.
+fake (`FakeLLM`) answers from a script or a function of the request, then by echoing the last
+user message.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
@@ -62,9 +64,31 @@ _PER_MESSAGE = 8
 _PER_REQUEST = 8
 
 
+class ToolCall(BaseModel):
+    """A call the model asks for: its id (which the tool's answer names), the tool, and the
+    arguments as the model wrote them (JSON text, not yet parsed)."""
+
+    id: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=200)
+    arguments: str = "{}"
+
+
+class ToolSpec(BaseModel):
+    """A tool the model may call: its name, what it does, and its arguments' JSON Schema."""
+
+    name: str = Field(min_length=1, max_length=200)
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+
+
 class ChatMessage(BaseModel):
-    role: Literal["system", "user", "assistant"]
-    content: str
+    """One message: the system's, the user's, the assistant's (with the tool calls it asked
+    for), or a tool's answer to the call `tool_call_id`."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
 
 
 class ChatRequest(BaseModel):
@@ -75,6 +99,7 @@ class ChatRequest(BaseModel):
     # The reply's most, in tokens: what the call reserves at the output price.
     max_tokens: int = Field(default=1024, ge=1, le=1_000_000)
     temperature: float | None = Field(default=None, ge=0, le=2)
+    tools: list[ToolSpec] = Field(default_factory=list)
 
 
 class ChatReply(BaseModel):
@@ -83,6 +108,7 @@ class ChatReply(BaseModel):
 
     content: str
     model: str
+    tool_calls: list[ToolCall] = Field(default_factory=list)
     input_tokens: int = Field(ge=0)
     output_tokens: int = Field(ge=0)
     finish_reason: str = "stop"
@@ -90,9 +116,16 @@ class ChatReply(BaseModel):
 
 
 def prompt_bound(request: ChatRequest) -> int:
-    """The most tokens `request`'s prompt can count as: a token is at least one byte of text."""
-    text = sum(len(message.content.encode()) for message in request.messages)
-    return text + _PER_MESSAGE * len(request.messages) + _PER_REQUEST
+    """The most tokens `request`'s prompt can count as: a token is at least one byte of text
+    (the messages', their tool calls' and the tools' schemas as they are sent)."""
+    text = sum(_message_bytes(message) for message in request.messages)
+    tools = sum(len(tool.model_dump_json().encode()) for tool in request.tools)
+    return text + tools + _PER_MESSAGE * len(request.messages) + _PER_REQUEST
+
+
+def _message_bytes(message: ChatMessage) -> int:
+    calls = sum(len(c.name.encode()) + len(c.arguments.encode()) + 16 for c in message.tool_calls)
+    return len(message.content.encode()) + calls + len((message.tool_call_id or "").encode())
 
 
 def price_of(prices: Mapping[str, Price], model: str) -> Price:
@@ -153,11 +186,15 @@ class LLMDriver(Driver):
         base_url = (call.environ.get("LLM_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         body: dict[str, Any] = {
             "model": input.model,
-            "messages": [message.model_dump() for message in input.messages],
+            "messages": [_wire(message) for message in input.messages],
             "max_tokens": input.max_tokens,
         }
         if input.temperature is not None:
             body["temperature"] = input.temperature
+        if input.tools:
+            body["tools"] = [
+                {"type": "function", "function": tool.model_dump()} for tool in input.tools
+            ]
         headers = {
             "Authorization": f"Bearer {call.credential('LLM_API_KEY')}",
             "Accept": "application/json",
@@ -186,6 +223,20 @@ class LLMDriver(Driver):
                 retryable=False,
                 status=response.status_code,
             ) from None
+
+
+def _wire(message: ChatMessage) -> dict[str, Any]:
+    """A message as the chat-completions API takes it."""
+    wire: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        wire["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+        wire["content"] = message.content or None
+    if message.tool_call_id is not None:
+        wire["tool_call_id"] = message.tool_call_id
+    return wire
 
 
 def _refusal(response: httpx.Response) -> DriverError:
@@ -217,9 +268,18 @@ def _reply(body: dict[str, Any], request: ChatRequest) -> ChatReply:
     if prompt is None or completion is None:
         # No counts to bill by: count the call at its most, never less than it may have cost.
         prompt, completion = prompt_bound(request), request.max_tokens
+    calls = [
+        ToolCall(
+            id=call["id"],
+            name=call["function"]["name"],
+            arguments=call["function"].get("arguments") or "{}",
+        )
+        for call in choice["message"].get("tool_calls") or []
+    ]
     return ChatReply(
         content=choice["message"].get("content") or "",
         model=body.get("model") or request.model,
+        tool_calls=calls,
         input_tokens=int(prompt),
         output_tokens=int(completion),
         finish_reason=choice.get("finish_reason") or "stop",
@@ -228,30 +288,42 @@ def _reply(body: dict[str, Any], request: ChatRequest) -> ChatReply:
 
 @dataclass(frozen=True)
 class FakeReply:
-    """One scripted answer of `FakeLLM`: its text and, if given, its token counts (otherwise a
-    token per four characters, as English text roughly runs)."""
+    """One scripted answer of `FakeLLM`: its text, the tools it calls, and, if given, its token
+    counts (otherwise a token per four characters, as English text roughly runs)."""
 
-    content: str
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
     input_tokens: int | None = None
     output_tokens: int | None = None
     finish_reason: str = "stop"
 
 
+# A function model: the request in, the reply out (or an exception raised).
+Respond = Callable[[ChatRequest], "FakeReply | str"]
+
+
 class FakeLLM(Fake):
     """Chat completions in memory. Answers with `responses` in order (a `FakeReply`, a string,
-    or an exception to raise, such as a `DriverError`), then by echoing the last user message.
-    A reply longer than `max_tokens` is cut there (`finish_reason` "length"). `delay` seconds
-    pass before each answer; `requests` holds every request answered or failed."""
+    or an exception to raise, such as a `DriverError`), then with `respond(request)` when given
+    (a function model: a scripted conversation that reads the tools' answers), else by echoing
+    the last user message. A reply longer than `max_tokens` is cut there (`finish_reason`
+    "length"). `delay` seconds pass before each answer; `requests` holds every request answered
+    or failed, and with `record` each is also appended to that file as a JSON line, so a test
+    sees the requests of every process (a worker killed and started again)."""
 
     def __init__(
         self,
         responses: Iterable[FakeReply | str | Exception] = (),
         *,
+        respond: Respond | None = None,
+        record: Path | str | None = None,
         delay: float = 0.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.responses: list[FakeReply | str | Exception] = list(responses)
+        self.respond = respond
+        self.record = Path(record) if record is not None else None
         self.delay = delay
         self.requests: list[ChatRequest] = []
         self._script = threading.Lock()
@@ -268,11 +340,16 @@ class FakeLLM(Fake):
     def complete(self, input: ChatRequest, call: CallContext) -> ChatReply:
         with self._script:
             self.requests.append(input)
+            if self.record is not None:
+                with self.record.open("a") as record:
+                    record.write(input.model_dump_json() + "\n")
             scripted = self.responses.pop(0) if self.responses else None
         if self.delay:
             time.sleep(self.delay)
         if isinstance(scripted, Exception):
             raise scripted
+        if scripted is None and self.respond is not None:
+            scripted = self.respond(input)
         if scripted is None:
             users = [m.content for m in input.messages if m.role == "user"]
             scripted = FakeReply(users[-1] if users else input.messages[-1].content)
@@ -281,16 +358,18 @@ class FakeLLM(Fake):
         content, finish = scripted.content, scripted.finish_reason
         output_tokens = scripted.output_tokens
         if output_tokens is None:
-            output_tokens = math.ceil(len(content) / 4)
+            written = content + "".join(c.name + c.arguments for c in scripted.tool_calls)
+            output_tokens = math.ceil(len(written) / 4)
         if output_tokens > input.max_tokens:
             content = content[: input.max_tokens * 4]
             output_tokens, finish = input.max_tokens, "length"
         input_tokens = scripted.input_tokens
         if input_tokens is None:
-            input_tokens = sum(math.ceil(len(m.content) / 4) + 3 for m in input.messages) + 3
+            input_tokens = sum(math.ceil(_message_bytes(m) / 4) + 3 for m in input.messages) + 3
         return ChatReply(
             content=content,
             model=input.model,
+            tool_calls=scripted.tool_calls,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             finish_reason=finish,

@@ -15,6 +15,9 @@
     ├── KeyReused             a key sent again with another request than its first; nothing done
     ├── SendRefused           a message to a run that has finished, or on a topic it cannot take
     ├── ChildFailed           a child run a workflow waited for failed or was cancelled
+    ├── ChatNotFound          no chat with that id, or the app has no operator agent
+    ├── ChatBusy              a chat's turn is going; its next message waits for it
+    ├── NoDraft               a chat has no draft to confirm, discard or try (or not one that can be tried)
     ├── Unauthenticated       an API token is missing, unknown, expired or revoked
     ├── InitRefused           `remit init` would overwrite something or make an unloadable name
     └── OpError               an operation call did not succeed (raised inside a run)
@@ -344,6 +347,23 @@ class ChangeGoing(RemitError):
         super().__init__(message)
         self.change_id = change_id
         self.run_id = run_id
+
+
+class ChatNotFound(RemitError):
+    """No chat with that id (or the app has no operator agent, `App(agent=...)`)."""
+
+
+class ChatBusy(RemitError):
+    """A message to a chat whose turn is still going (`run_id`): nothing was written."""
+
+    def __init__(self, message: str, *, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class NoDraft(RemitError):
+    """A chat's draft was asked for (to confirm, discard or try) and there is none, or not one
+    that can be tried: nothing was done."""
 
 
 class SendRefused(RemitError):

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "23"
+SCHEMA_VERSION = "24"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -444,6 +444,45 @@ deploys = sa.Table(
     sa.Column("detail", sa.Text, nullable=False),
     sa.Column("at", UTCDateTime, nullable=False),
     sa.Index("remit_deploys_host", "app", "host", "id"),
+)
+
+# Each person's chats with the operator agent (`remit.agent`): the model that answers (`engine`),
+# the act it proposes and the owner has not yet confirmed or discarded (`draft`), and the run of
+# the turn going, if one is (`turn`, with `status` thinking).
+chats = sa.Table(
+    "remit_chats",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("app", sa.String(100), nullable=False),
+    sa.Column("owner", sa.String(200), nullable=False),
+    sa.Column("engine", sa.String(200), nullable=False),
+    sa.Column("title", sa.Text, nullable=False),
+    sa.Column("draft", sa.JSON),
+    sa.Column("status", sa.String(16), nullable=False),  # idle, thinking
+    sa.Column("turn", sa.String(64)),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Index("remit_chats_owner", "app", "owner", "updated_at"),
+)
+
+# A chat's messages in order (`seq` from 1): what the person asked, the agent's answers and the
+# reads it made, what became of each draft. `history` holds the model's own messages of a turn
+# (pydantic-ai's JSON), which the next turn gives the model again.
+chat_messages = sa.Table(
+    "remit_chat_messages",
+    metadata,
+    sa.Column("chat_id", sa.String(64), primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("data", sa.JSON, nullable=False),
+    sa.Column("history", sa.JSON),
+    sa.Column("by", sa.String(200), nullable=False),
+    sa.Column("run_id", sa.String(64)),
+    # What wrote it, once however often its step ran: `<run id>:<what>`, or the request's key.
+    sa.Column("key", sa.String(300)),
+    sa.Column("at", UTCDateTime, nullable=False),
+    sa.UniqueConstraint("chat_id", "key", name="remit_chat_messages_key"),
 )
 
 # One row per scheduled workflow of an app. Every instant of its schedule up to `swept_through`

@@ -26,6 +26,9 @@ and what they may read, through the HTTP API and the web console (`remit/reads.p
     Action::"read_runs"       on Workflow::"<name>"     context { }
     Action::"read_approvals"  on ApprovalType::"<name>" context { }
     Action::"read_operations" on App::"<app>"           context { }
+    Action::"read_chats"      on App::"<app>"           context { owner }
+
+(`read_chats` is reading another person's chats with the operator agent; one's own needs none.)
 
 Principals are `User::"<name>"` and `Agent::"<name>"` (`user:<name>` and `agent:<name>` on the
 command line), members of the groups `policies/principals.toml` lists. The Cedar schema is
@@ -78,6 +81,7 @@ Action = Literal[
     "read_runs",
     "read_approvals",
     "read_operations",
+    "read_chats",
 ]
 ACTIONS: tuple[Action, ...] = typing.get_args(Action)
 RESOURCE_TYPES: dict[Action, str] = {
@@ -99,6 +103,7 @@ RESOURCE_TYPES: dict[Action, str] = {
     "read_runs": "Workflow",
     "read_approvals": "ApprovalType",
     "read_operations": "App",
+    "read_chats": "App",
 }
 PRINCIPAL_TYPES = {"user": "User", "agent": "Agent"}
 PRINCIPALS_FILE = "principals.toml"
@@ -555,6 +560,7 @@ def build_schema(
         "read_runs": _record({}),
         "read_approvals": _record({}),
         "read_operations": _record({}),
+        "read_chats": _record({"owner": string}),
         "set_budget": _record(
             {"period": string, "limit": {"type": "Extension", "name": "decimal"}}
         ),

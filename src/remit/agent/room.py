@@ -1,0 +1,399 @@
+"""`Chats(client)`: a person's chats with the operator agent, and what they do with its drafts.
+
+A person sees their own chats. Reading another's is the policy action `read_chats` on the app
+(with the chat's owner in its context), and each such read is written to the audit trail. Only
+a chat's owner speaks in it, confirms, discards or tries its draft.
+
+Each message starts a turn: a run of the built-in workflow `chat`, started as the person (so
+`Action::"start"` on `Workflow::"chat"` says who may use the agent). A chat has one turn going
+at a time.
+
+Confirming a draft runs its act through the client as the person, under the policies, with a
+key derived from the draft (a confirm sent twice acts once), and writes an audit row with `via`
+`chat/<id>`. A refusal is written to the chat with the policy's reason and raised; the draft
+stays, for someone who may to take over, or to be discarded.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import time
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from remit.agent.models import Chat, ChatMessage, ChatView, Draft
+from remit.agent.store import ChatStore
+from remit.agent.workflow import CHAT
+from remit.core.acting import no_nul
+from remit.core.audit import audit_row
+from remit.core.errors import ChatBusy, ChatNotFound, NoDraft, RemitError
+from remit.core.schema import chats
+from remit.policy.cedar import PolicyDenied, denied
+
+if TYPE_CHECKING:
+    from remit.agent.sandbox import SandboxResult
+    from remit.client import Client
+
+# The longest question a person may ask, in characters.
+MOST_TEXT = 8000
+# How long a chat's title may be.
+MOST_TITLE = 200
+
+
+class Chats:
+    """The chats of `client`'s app (see the module)."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    @property
+    def store(self) -> ChatStore:
+        self._agent()
+        return ChatStore(self._client.db, self._client.app.name, clock=self._client.clock)
+
+    def open(self, *, title: str = "", by: str | None = None) -> Chat:
+        """Open a chat as `by`, for whoever may start `chat`."""
+        who = self._client.person(by)
+        no_nul("chats.open", title=title)
+        if len(title) > MOST_TITLE:
+            raise RemitError(f"a chat's title is at most {MOST_TITLE} characters, not {len(title)}")
+        agent = self._agent()
+        self._client.services.guard.require(
+            who, "start", CHAT, {"input": {"chat_id": "", "seq": 1}}
+        )
+        return self.store.create(who, agent.model, title.strip() or "New chat")
+
+    def list(
+        self, *, owner: str | None = None, limit: int = 50, by: str | None = None
+    ) -> builtins.list[Chat]:
+        """`owner`'s chats (default: `by`'s own), newest first."""
+        who = self._client.person(by)
+        whose = owner or who
+        if whose != who:
+            self._may_read_others(who, whose, target=f"chats/{whose}")
+        return [self._settled(chat) for chat in self.store.list(whose, limit=limit)]
+
+    def get(self, chat_id: str, *, by: str | None = None) -> ChatView:
+        """The chat with its messages."""
+        chat = self._readable(chat_id, by)
+        return ChatView(chat=chat, messages=self.store.messages(chat.id))
+
+    def messages(
+        self, chat_id: str, *, after: int = 0, by: str | None = None
+    ) -> builtins.list[ChatMessage]:
+        """The chat's messages after `after` (its `seq`), oldest first."""
+        chat = self._readable(chat_id, by)
+        return self.store.messages(chat.id, after=after)
+
+    def say(self, chat_id: str, text: str, *, by: str | None = None) -> str:
+        """Ask the agent `text` in the chat, and return the run id of the turn that answers.
+        A draft not yet confirmed is discarded first (the person asked something else)."""
+        chat = self._own(chat_id, by)
+        text = text.strip()
+        no_nul("chats.say", text=text)
+        if not text or len(text) > MOST_TEXT:
+            raise RemitError(
+                f"a message to the agent is 1 to {MOST_TEXT} characters, not {len(text)}"
+            )
+        if chat.status == "thinking":
+            raise _busy(chat)
+        guard = self._client.services.guard
+        guard.require(chat.owner, "start", CHAT, {"input": {"chat_id": chat.id, "seq": 1}})
+        if chat.draft is not None:
+            self._settle_draft(chat, chat.draft, "discarded", "you asked something else first")
+        asked = self.store.add(
+            chat.id,
+            "user",
+            text,
+            by=chat.owner,
+            key=f"ask:{uuid.uuid4().hex}",
+            chat={"status": "thinking"},
+            when=chats.c.status == "idle",
+        )
+        if asked is None:
+            raise _busy(self.store.get(chat.id))
+        try:
+            handle = self._client.runs.start(
+                CHAT, {"chat_id": chat.id, "seq": asked.seq}, by=chat.owner
+            )
+        except BaseException as error:
+            self.store.add(
+                chat.id,
+                "note",
+                f"The question was not taken up: {error}",
+                by="agent",
+                key=f"unasked:{asked.seq}",
+                chat={"status": "idle", "turn": None},
+            )
+            raise
+        self.store.update(chat.id, turn=handle.run_id, when=chats.c.status == "thinking")
+        return handle.run_id
+
+    def wait(self, chat_id: str, *, timeout: float = 120.0, by: str | None = None) -> ChatView:
+        """The chat once its turn has ended (at most `timeout` seconds; then as it is)."""
+        until = time.monotonic() + timeout
+        while True:
+            view = self.get(chat_id, by=by)
+            if view.chat.status == "idle" or time.monotonic() >= until:
+                return view
+            time.sleep(0.2)
+
+    def confirm(self, chat_id: str, *, by: str | None = None) -> ChatMessage:
+        """Run the chat's draft as its owner, under the policies, and return the `act` message
+        saying what became of it. A policy's refusal is written and raised (`PolicyDenied`)."""
+        chat = self._own(chat_id, by)
+        draft = _draft_of(chat)
+        try:
+            outcome = self._act(chat, draft)
+        except PolicyDenied as refusal:
+            self.store.add(
+                chat.id,
+                "act",
+                f"Refused: {refusal}",
+                by=chat.owner,
+                key=f"refused:{uuid.uuid4().hex}",
+                data={
+                    "act": draft.act,
+                    "args": draft.args,
+                    "outcome": "refused",
+                    "reason": str(refusal),
+                },
+            )
+            raise
+        except RemitError as error:
+            return self._settle_draft(chat, draft, "failed", str(error))
+        return self._settle_draft(chat, draft, "done", outcome.pop("said"), outcome)
+
+    def discard(self, chat_id: str, *, by: str | None = None) -> ChatMessage:
+        """Drop the chat's draft; the agent is told it was not done."""
+        chat = self._own(chat_id, by)
+        return self._settle_draft(chat, _draft_of(chat), "discarded", "the person discarded it")
+
+    def sandbox(self, chat_id: str, *, by: str | None = None) -> ChatMessage:
+        """Try the chat's drafted start on fresh fakes, in a throwaway database of its own (the
+        live ledger, budgets and fakes never see it), and return the `sandbox` message with
+        what the run did. The draft stays, to be confirmed or not."""
+        from remit.agent.sandbox import try_workflow
+
+        chat = self._own(chat_id, by)
+        draft = _draft_of(chat)
+        if draft.act != "start":
+            raise NoDraft(
+                f"chat {chat.id}'s draft is to {draft.act}, not to start a run: only a start "
+                "can be tried in a sandbox"
+            )
+        folder = self._client.app.folder
+        if folder is None:
+            raise RemitError("a sandbox runs the app from its folder: load it with `remit --app`")
+        workflow = str(draft.args.get("workflow") or "")
+        given = draft.args.get("input")
+        result = try_workflow(folder, workflow, given if isinstance(given, dict) else {})
+        return self._added(
+            chat,
+            "sandbox",
+            _sandbox_text(result),
+            key=f"sandbox:{uuid.uuid4().hex}",
+            data=result.model_dump(mode="json"),
+        )
+
+    # What the room checks.
+
+    def _agent(self) -> Any:
+        agent = getattr(self._client.app, "agent", None)
+        if agent is None:
+            raise ChatNotFound(
+                f"app `{self._client.app.name}` has no operator agent: declare one with "
+                'App(agent=OperatorAgent(model=...)) (README, "Operator agent")'
+            )
+        return agent
+
+    def _readable(self, chat_id: str, by: str | None) -> Chat:
+        who = self._client.person(by)
+        chat = self.store.get(chat_id)
+        if chat.owner != who:
+            self._may_read_others(who, chat.owner, target=chat.id)
+        return self._settled(chat)
+
+    def _own(self, chat_id: str, by: str | None) -> Chat:
+        who = self._client.person(by)
+        chat = self._readable(chat_id, by)
+        if chat.owner != who:
+            raise denied(
+                who, "start", CHAT, f"chat {chat.id} is {chat.owner}'s: only they speak in it"
+            )
+        return chat
+
+    def _may_read_others(self, who: str, owner: str, *, target: str) -> None:
+        guard = self._client.services.guard
+        guard.require(who, "read_chats", self._client.app.name, {"owner": owner})
+        with self._client.db.begin() as conn:
+            audit_row(
+                conn,
+                at=self._client.clock.now(),
+                actor=who,
+                action="read_chats",
+                target=target,
+                meta={"owner": owner},
+            )
+
+    def _settled(self, chat: Chat) -> Chat:
+        """`chat`, idle if its turn's run ended without ending the turn (cancelled, or failed
+        before its last step), with a note saying so."""
+        if chat.status != "thinking" or chat.turn is None:
+            return chat
+        run = self._client.services.runs.find(chat.turn)
+        if run is None or not run.finished:
+            return chat
+        why = run.error or run.status
+        self.store.add(
+            chat.id,
+            "note",
+            f"The turn ended without an answer (its run {run.run_id} {run.status}: {why})",
+            by="agent",
+            key=f"{run.run_id}:end",
+            chat={"status": "idle", "turn": None},
+            when=chats.c.turn == run.run_id,
+        )
+        return self.store.get(chat.id)
+
+    # Acting on a draft.
+
+    def _act(self, chat: Chat, draft: Draft) -> dict[str, Any]:
+        """Run `draft` through the client as the chat's owner; what it did."""
+        client, who, args = self._client, chat.owner, draft.args
+        key = "chat-" + hashlib.sha256(f"{chat.id}\n{draft.tool_call_id}".encode()).hexdigest()[:24]
+        if draft.act == "start":
+            handle = client.runs.start(
+                str(args.get("workflow")), _mapping(args.get("input")), by=who, key=key
+            )
+            return {"said": f"Started {handle.run_id}", "run_id": handle.run_id}
+        if draft.act == "decide":
+            approval = str(args.get("approval_id"))
+            edit = args.get("edit")
+            client.approvals.decide(
+                approval,
+                str(args.get("decision")),
+                key=key,
+                edits={approval: _mapping(edit)} if edit else None,
+                reason=args.get("reason") or None,
+                by=who,
+                via=f"chat/{chat.id}",
+            )
+            found = client.approvals.get(approval)
+            return {"said": f"{found.status.capitalize()} {approval}", "run_id": found.run_id}
+        if draft.act == "resolve":
+            client.tasks.resolve(
+                str(args.get("task_id")), done=bool(args.get("done")), key=key, by=who
+            )
+            return {"said": f"Answered task {args.get('task_id')}"}
+        if draft.act == "retry":
+            retried = client.runs.retry(str(args.get("run_id")), key=key, by=who)
+            return {
+                "said": f"Retried {args.get('run_id')}",
+                "run_id": getattr(retried, "run_id", None),
+            }
+        if draft.act == "cancel":
+            run = client.runs.cancel(str(args.get("run_id")), by=who)
+            return {"said": f"Cancelled {run.run_id}", "run_id": run.run_id}
+        client.runs.send(
+            str(args.get("run_id")), str(args.get("topic")), args.get("payload"), key=key, by=who
+        )
+        return {"said": f"Sent to {args.get('run_id')} on {args.get('topic')}"}
+
+    def _settle_draft(
+        self,
+        chat: Chat,
+        draft: Draft,
+        outcome: str,
+        said: str,
+        extra: Mapping[str, Any] | None = None,
+    ) -> ChatMessage:
+        """Write what became of `draft` (its tool's answer for the model, an audit row) and
+        clear it from the chat."""
+        text = {
+            "done": f"Done: {said}",
+            "failed": f"Failed: {said}",
+            "discarded": f"Discarded: {draft.summary}",
+        }[outcome]
+        answer = {
+            "kind": "request",
+            "parts": [
+                {
+                    "part_kind": "tool-return",
+                    "tool_name": _tool_name(draft),
+                    "tool_call_id": draft.tool_call_id,
+                    "content": f"{outcome}: {said}",
+                }
+            ],
+        }
+        data = {
+            "act": draft.act,
+            "args": draft.args,
+            "outcome": outcome,
+            "summary": draft.summary,
+            "via": f"chat/{chat.id}",
+            **(extra or {}),
+        }
+        written = self.store.add(
+            chat.id,
+            "act",
+            text,
+            by=chat.owner,
+            key=f"act:{draft.tool_call_id}",
+            data=data,
+            history=[answer],
+            chat={"draft": None},
+        )
+        assert written is not None
+        if outcome != "discarded":
+            with self._client.db.begin() as conn:
+                audit_row(
+                    conn,
+                    at=self._client.clock.now(),
+                    actor=chat.owner,
+                    action=f"chat.{draft.act}",
+                    target=str(data.get("run_id") or draft.args.get("approval_id") or chat.id),
+                    meta={"via": f"chat/{chat.id}", "outcome": outcome, "args": draft.args},
+                )
+        return written
+
+    def _added(
+        self, chat: Chat, role: Any, text: str, *, key: str, data: dict[str, Any]
+    ) -> ChatMessage:
+        written = self.store.add(chat.id, role, text, by=chat.owner, key=key, data=data)
+        assert written is not None
+        return written
+
+
+def _draft_of(chat: Chat) -> Draft:
+    if chat.draft is None:
+        raise NoDraft(f"chat {chat.id} has no draft: ask the agent to propose an act first")
+    return chat.draft
+
+
+def _busy(chat: Chat) -> ChatBusy:
+    return ChatBusy(
+        f"chat {chat.id} is still answering (run {chat.turn}): wait for its answer, then ask",
+        run_id=chat.turn or "",
+    )
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RemitError(f"the draft's input is {type(value).__name__}, not a JSON object")
+    return value
+
+
+def _tool_name(draft: Draft) -> str:
+    from remit.agent.tools import ACT_TOOLS
+
+    return next(name for name, (act, _) in ACT_TOOLS.items() if act == draft.act)
+
+
+def _sandbox_text(result: SandboxResult) -> str:
+    calls = ", ".join(call.op for call in result.calls) or "no calls"
+    return f"Tried {result.workflow} on fresh fakes: {result.status}; it made {calls}"
