@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from remit._version import __version__
 
 if TYPE_CHECKING:
+    from remit.agent import Chats, OperatorAgent
     from remit.app import App, Queue, load_app
     from remit.budgets.model import Budget
     from remit.changes.forge import ChangeRequest, FakeForge, ForgeDriver, Remote
@@ -152,6 +153,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "secret",
         "source",
     ),
+    "remit.agent": ("Chats", "OperatorAgent"),
     "remit.connectors.llm": (
         "ChatMessage",
         "ChatReply",
@@ -235,6 +237,7 @@ __all__ = [
     "ChangeRequest",
     "ChatMessage",
     "ChatReply",
+    "Chats",
     "Child",
     "ChildFailed",
     "ChildHandle",
@@ -276,6 +279,7 @@ __all__ = [
     "OpError",
     "OpNotDeclared",
     "OpUncertain",
+    "OperatorAgent",
     "PolicyDenied",
     "Price",
     "Queue",

@@ -28,7 +28,7 @@ from remit.agent.store import ChatStore
 from remit.agent.workflow import CHAT
 from remit.core.acting import no_nul
 from remit.core.audit import audit_row
-from remit.core.errors import ChatBusy, ChatNotFound, NoDraft, RemitError
+from remit.core.errors import ChatBusy, ChatNotFound, DecisionRefused, NoDraft, RemitError
 from remit.core.schema import chats
 from remit.policy.cedar import PolicyDenied, denied
 
@@ -142,12 +142,13 @@ class Chats:
 
     def confirm(self, chat_id: str, *, by: str | None = None) -> ChatMessage:
         """Run the chat's draft as its owner, under the policies, and return the `act` message
-        saying what became of it. A policy's refusal is written and raised (`PolicyDenied`)."""
+        saying what became of it. A refusal (the policies', `PolicyDenied`; or a decision's,
+        `DecisionRefused`, with every reason) is written and raised, and the draft stays."""
         chat = self._own(chat_id, by)
         draft = _draft_of(chat)
         try:
             outcome = self._act(chat, draft)
-        except PolicyDenied as refusal:
+        except (PolicyDenied, DecisionRefused) as refusal:
             self.store.add(
                 chat.id,
                 "act",
@@ -189,7 +190,9 @@ class Chats:
             raise RemitError("a sandbox runs the app from its folder: load it with `remit --app`")
         workflow = str(draft.args.get("workflow") or "")
         given = draft.args.get("input")
-        result = try_workflow(folder, workflow, given if isinstance(given, dict) else {})
+        result = try_workflow(
+            folder, workflow, given if isinstance(given, dict) else {}, by=chat.owner
+        )
         return self._added(
             chat,
             "sandbox",

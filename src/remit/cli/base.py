@@ -78,7 +78,7 @@ class HelpGroup(typer.core.TyperGroup):
 class _RemitGroup(HelpGroup):
     sections: ClassVar[dict[str, list[str]]] = {
         "Runs": ["start", "run", "runs", "show", "send", "state", "cancel", "retry"],
-        "People": ["approvals", "approve", "reject", "tasks", "task", "activity"],
+        "People": ["approvals", "approve", "reject", "tasks", "task", "activity", "chat", "chats"],
         "Ops, data and money": ["call", "data", "ledger", "budgets", "secrets"],
         "Policies and access": ["policies", "denials", "tokens", "login-link", "passwords"],
         "Resources": ["plan", "apply", "drift", "import", "resources"],
@@ -96,6 +96,7 @@ class _RemitGroup(HelpGroup):
             "schedules",
             "deploy",
             "test",
+            "try",
             "telegram",
             "wakeup",
             "demo",

@@ -298,8 +298,9 @@ class FakeReply:
     finish_reason: str = "stop"
 
 
-# A function model: the request in, the reply out (or an exception raised).
-Respond = Callable[[ChatRequest], "FakeReply | str"]
+# A function model: the request in, the reply out (or an exception raised); None leaves the
+# request to the echo.
+Respond = Callable[[ChatRequest], "FakeReply | str | None"]
 
 
 class FakeLLM(Fake):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -325,3 +326,19 @@ def app_folder(path: str | Path) -> Path:
     if not folder.is_dir():
         raise AppError(f"--app {path}: no such folder; point --app at the folder of your app")
     return folder
+
+
+@contextlib.contextmanager
+def environment_set(values: Mapping[str, str]) -> Iterator[None]:
+    """`values` set in this process's environment for the block, and put back as they were
+    after (unset where they were unset)."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -30,6 +30,7 @@ from remit.changes.git import ZERO
 from remit.changes.store import Change, Changes
 from remit.connectors.resources import FAKES_DIR
 from remit.core.errors import AppError
+from remit.core.settings import environment_set
 from remit.ops.changes import ForgeEvents
 from remit.scenarios.features import Scenario, Step
 from remit.scenarios.generic import RUN, WHO, generic
@@ -80,16 +81,8 @@ def own_fakes(app: App) -> Iterator[None]:
             for connector in app.remotes.values():
                 assert connector.remote is not None
                 values[connector.remote.webhook_secret] = secrets.token_hex(16)
-        before = {name: os.environ.get(name) for name in values}
-        os.environ.update(values)
-        try:
+        with environment_set(values):
             yield
-        finally:
-            for name, value in before.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
 
 def opens_a_change(scenario: Scenario) -> bool:
