@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from remit import OperatorAgent, llm
 from remit.agent import Chats
 from remit.app import App, load_app
 from remit.connectors.llm import ChatRequest, FakeLLM, FakeReply, ToolCall
@@ -299,3 +300,47 @@ def test_a_drafted_start_is_tried_in_a_sandbox_the_live_instance_never_sees(
     run_id = done.data["run_id"]
     assert acme.wait(run_id).status == "done"
     assert [r.op_id for r in acme.client.calls.ledger(run_id)].count("mail.messages.send") == 1
+
+
+def test_a_stored_chat_survives_a_restart_and_is_shown_again(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REMIT_FAKES_DIR", str(tmp_path / "fakes"))
+    with Harness(load_app(ACME), database_url=database_url, actor="user:ann") as first:
+        _write_off(first)
+        chats = Chats(first.client)
+        chat = chats.open(by="user:carol", title="inv_1003")
+        _ask(chats, chat.id, WHY, "user:carol")
+        _ask(chats, chat.id, APPROVE, "user:carol")
+        shown = chats.get(chat.id, by="user:carol")
+
+    with Harness(load_app(ACME), database_url=database_url, actor="user:ann") as second:
+        chats = Chats(second.client)
+        assert chats.get(chat.id, by="user:carol") == shown
+        assert [c.id for c in chats.list(by="user:carol")] == [chat.id]
+        # The draft made before the restart is confirmed after it, and the next turn goes on
+        # from the stored conversation.
+        assert chats.confirm(chat.id, by="user:carol").data["outcome"] == "done"
+        _ask(chats, chat.id, "thanks", "user:carol")
+        last = chats.get(chat.id, by="user:carol").messages[-1]
+        assert last.role == "assistant"
+        assert "I can say why" in last.text
+
+
+def test_a_turn_past_its_cost_bound_ends_with_a_note_and_calls_no_model(database_url: str) -> None:
+    model = FakeLLM(respond=lambda request: FakeReply("never asked"))
+    bounded = App(
+        name="bounded",
+        workflows=[],
+        connectors=[llm],
+        agent=OperatorAgent(model="fake", max_turn_usd="0.0001"),
+    )
+    with Harness(bounded, database_url=database_url, implementations={"llm": model}) as harness:
+        chats = Chats(harness.client)
+        chat = chats.open(by="user:ops")
+        _ask(chats, chat.id, "how are things?", "user:ops")
+
+        last = chats.get(chat.id, by="user:ops").messages[-1]
+        assert last.role == "note"
+        assert "of its bound of $0.0001" in last.text
+        assert model.requests == []
