@@ -84,10 +84,17 @@ def _why_waiting(request: ChatRequest, invoice: str, answers: dict[str, Any]) ->
         )
     verdict = answers["explain_policy"]
     may = "may" if verdict.get("allowed") else "may not"
+    rejecting = verdict.get("if_rejected") or {}
+    instead = (
+        f" They may reject it: {rejecting['reason']}, which limits what they may approve."
+        if rejecting.get("allowed")
+        else ""
+    )
     return FakeReply(
         f"The {run['workflow']} of {invoice} (run {run['run_id']}) waits at the approval "
         f"{gate['approval_id']}: {gate['title']}. It is assigned to {gate['assignee'] or 'no one'}. "
         f"{run['started_by']}, who started it, {may} approve it as drafted: {verdict['reason']}."
+        f"{instead}"
     )
 
 

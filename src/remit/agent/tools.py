@@ -150,13 +150,26 @@ class Reads:
 
         if action not in ACTIONS:
             raise ValueError(f"{action!r} is not an action the policies know: {', '.join(ACTIONS)}")
-        verdict = self.client.app.policy.check(principal, action, resource, context or {})
-        return {
+        policy = self.client.app.policy
+        verdict = policy.check(principal, action, resource, context or {})
+        said: dict[str, Any] = {
             "allowed": verdict.allowed,
             "held_for_approval": verdict.held,
             "reason": verdict.reason,
             "policies": list(verdict.policies),
         }
+        if (
+            not verdict.allowed
+            and action == "decide"
+            and (context or {}).get("decision") != "rejected"
+        ):
+            # What they may do instead: a refused approval is often a rejection allowed, by a
+            # policy whose condition the approval failed.
+            rejecting = policy.check(
+                principal, action, resource, {**(context or {}), "decision": "rejected"}
+            )
+            said["if_rejected"] = {"allowed": rejecting.allowed, "reason": rejecting.reason}
+        return said
 
     def _waits(self, run_id: str) -> list[dict[str, Any]]:
         waits: list[dict[str, Any]] = []
