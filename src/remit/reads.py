@@ -13,6 +13,10 @@ The policies decide reads as they decide acts, with three actions:
                                                           ledger rows of direct calls, and runs
                                                           of workflows the app no longer has
 
+The runs of the operator agent's built-in `chat` hold a person's chat (its question, what the
+agent read for them, its answer), so they are read as the chat is: by whoever started them, or
+with `Action::"read_chats"` on the app, whatever `read_runs` says.
+
 A list holds only the rows the principal may read. The policies are asked once for each
 distinct resource (each workflow, each approval type), never once a row, and what they allow
 becomes a condition of the list's query, so a page is as full as the principal's reading
@@ -31,8 +35,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import sqlalchemy as sa
 
+from remit.core.audit import audit_row
 from remit.core.schema import activity, approvals, ledger, runs, tasks
-from remit.policy.cedar import HELD, denied
+from remit.policy.cedar import CHAT, HELD, denied
 
 if TYPE_CHECKING:
     from remit.client import Client, IdKind
@@ -55,8 +60,22 @@ class Reader:
 
     @cached_property
     def workflows(self) -> frozenset[str] | None:
-        """The workflows whose runs the principal may read."""
-        return self.client.services.guard.allowed(self.principal, "read_runs", self._declared)
+        """The workflows whose runs the principal may read (those of `chat` apart: see
+        `chats`)."""
+        allowed = self.client.services.guard.allowed(self.principal, "read_runs", self._declared)
+        if allowed is None or CHAT not in self.client.app.workflows:
+            return allowed
+        if self.chats:
+            return allowed | {CHAT}
+        return allowed - {CHAT}
+
+    @cached_property
+    def chats(self) -> bool:
+        """Whether the principal may read others' chats, and so every run of `chat`."""
+        allowed = self.client.services.guard.allowed(
+            self.principal, "read_chats", [self.client.app.name]
+        )
+        return allowed is None or bool(allowed)
 
     @cached_property
     def approval_types(self) -> frozenset[str] | None:
@@ -83,8 +102,12 @@ class Reader:
 
     def runs_only(self) -> sa.ColumnElement[bool] | None:
         """The runs the principal may read, as a condition on the runs table: those of the
-        workflows they may read, and of workflows the app no longer has for the operations."""
-        return _within(runs.c.workflow, self.workflows, self._declared, operations=self.operations)
+        workflows they may read, and of workflows the app no longer has for the operations,
+        and the turns of their own chats."""
+        only = _within(runs.c.workflow, self.workflows, self._declared, operations=self.operations)
+        if only is None or self.workflows is None or CHAT in self.workflows:
+            return only
+        return sa.or_(only, sa.and_(runs.c.workflow == CHAT, runs.c.started_by == self.principal))
 
     def approvals_only(self) -> sa.ColumnElement[bool] | None:
         """The approvals the principal may read: of the types they may read, and of types the
@@ -166,7 +189,7 @@ class Reader:
     def run(self, run_id: str) -> Run:
         """The run, if the principal may read it (`PolicyDenied` otherwise)."""
         found = self.client.runs.get(run_id)
-        self._require("read_runs", found.workflow, self.workflows, self._declared)
+        self._require_run_row(found)
         return found
 
     def approval(self, approval_id: str) -> Approval[Any]:
@@ -195,7 +218,27 @@ class Reader:
         if found is None:
             self.require_operations()
         else:
-            self._require("read_runs", found.workflow, self.workflows, self._declared)
+            self._require_run_row(found)
+
+    def _require_run_row(self, run: Run) -> None:
+        """Refuse unless the principal may read `run`: a turn of a chat is its starter's, or
+        read with `read_chats`."""
+        workflow, started_by = run.workflow, run.started_by
+        if workflow != CHAT or started_by == self.principal or self.workflows is None:
+            self._require("read_runs", workflow, self.workflows, self._declared)
+            return
+        if not self.chats:
+            self._refuse("read_chats", self.client.app.name)
+        # Another's chat read: recorded, as `remit.agent` records each.
+        with self.client.db.begin() as conn:
+            audit_row(
+                conn,
+                at=self.client.clock.now(),
+                actor=self.principal,
+                action="read_chats",
+                target=run.run_id,
+                meta={"owner": started_by},
+            )
 
     def _require(
         self, action: Any, resource: str, allowed: frozenset[str] | None, declared: list[str]

@@ -6,18 +6,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from remit import OperatorAgent, llm
 from remit.agent import Chats
+from remit.agent.tools import Reads
 from remit.app import App, load_app
 from remit.connectors.llm import ChatRequest, FakeLLM, FakeReply, ToolCall
+from remit.core import schema
 from remit.core.audit import audit_of
 from remit.core.errors import ChatBusy, DecisionRefused, NoDraft
 from remit.policy.cedar import PolicyDenied
+from remit.reads import Reader
 from remit.testing import Harness
 
 ACME = Path(__file__).resolve().parents[2] / "examples" / "acme"
@@ -344,3 +349,140 @@ def test_a_turn_past_its_cost_bound_ends_with_a_note_and_calls_no_model(database
         assert last.role == "note"
         assert "of its bound of $0.0001" in last.text
         assert model.requests == []
+
+
+def _drafted(acme: Harness, chats: Chats, by: str) -> tuple[str, str]:
+    """A chat of `by`'s with a draft to decide inv_1003's write-off: its id and the draft's."""
+    _write_off(acme)
+    chat = chats.open(by=by)
+    _ask(chats, chat.id, WHY, by)
+    _ask(chats, chat.id, APPROVE, by)
+    draft = chats.get(chat.id, by=by).chat.draft
+    assert draft is not None
+    return chat.id, draft.id
+
+
+def test_a_confirmation_names_the_draft_it_saw_and_one_acts_at_a_time(acme: Harness) -> None:
+    chats = Chats(acme.client)
+    chat_id, draft_id = _drafted(acme, chats, "user:carol")
+
+    with pytest.raises(NoDraft, match="the draft you saw was settled or replaced"):
+        chats.confirm(chat_id, draft_id="drf_0000000000000000", by="user:carol")
+    # A confirmation holds the draft while it acts: no other, no discard, no new question.
+    assert chats.store.claim(chat_id, draft_id)
+    with pytest.raises(ChatBusy):
+        chats.confirm(chat_id, draft_id=draft_id, by="user:carol")
+    with pytest.raises(ChatBusy):
+        chats.discard(chat_id, by="user:carol")
+    with pytest.raises(ChatBusy):
+        chats.say(chat_id, "and now?", by="user:carol")
+    [approval] = acme.client.approvals.list(status="pending")
+    assert approval.status == "pending"
+
+
+def test_the_turns_of_a_chat_are_read_as_the_chat_is(acme: Harness) -> None:
+    chats = Chats(acme.client)
+    chat = chats.open(by="user:sam")
+    turn = chats.say(chat.id, "confidential: what is waiting?", by="user:sam")
+    chats.wait(chat.id, by="user:sam", timeout=60)
+    reader = Reader(acme.client, "user:carol")  # a controller reads every workflow's runs
+
+    with pytest.raises(PolicyDenied):
+        reader.run(turn)
+    assert turn not in [run.run_id for run in reader.runs(limit=50)]
+    assert turn in [run.run_id for run in Reader(acme.client, "user:sam").runs(limit=50)]
+    # An admin may (read_chats), and it is recorded.
+    assert Reader(acme.client, "user:sam").run(turn).run_id == turn
+
+
+def test_a_turn_started_on_anothers_chat_reads_nothing_of_it_and_leaves_it_alone(
+    acme: Harness,
+) -> None:
+    chats = Chats(acme.client)
+    chat = chats.open(by="user:sam")
+    _ask(chats, chat.id, "private question", "user:sam")
+    before = chats.get(chat.id, by="user:sam")
+
+    intruder = acme.start("chat", {"chat_id": chat.id, "seq": 1}, by="user:ann")
+    ended = acme.wait(intruder.run_id)
+
+    assert ended.status == "failed"
+    assert "another person's" in (ended.error or "")
+    steps = acme.client.runs.steps(intruder.run_id)
+    assert "private question" not in json.dumps([step.output for step in steps], default=str)
+    assert chats.get(chat.id, by="user:sam") == before
+
+
+def test_a_question_whose_turn_never_started_is_given_up_after_a_while(acme: Harness) -> None:
+    chats = Chats(acme.client)
+    chat = chats.open(by="user:carol")
+    long_ago = acme.client.clock.now() - timedelta(minutes=5)
+    chats.store.update(chat.id, status="thinking", asked=1, turn="run_never_started")
+    with acme.client.db.begin() as conn:
+        conn.execute(
+            sa.update(schema.chats).where(schema.chats.c.id == chat.id).values(updated_at=long_ago)
+        )
+
+    view = chats.get(chat.id, by="user:carol")
+
+    assert view.chat.status == "idle"
+    assert view.messages[-1].text == (
+        "The question was not taken up: its run run_never_started was never started"
+    )
+
+
+def test_a_model_that_keeps_answering_badly_ends_the_turn_with_a_note(database_url: str) -> None:
+    def wrong(request: ChatRequest) -> FakeReply:
+        return FakeReply(tool_calls=[ToolCall(id="", name="find_runs", arguments="[not json")])
+
+    with Harness(
+        load_app(ACME), database_url=database_url, implementations={"llm": FakeLLM(respond=wrong)}
+    ) as harness:
+        chats = Chats(harness.client)
+        chat = chats.open(by="user:carol")
+        turn = chats.say(chat.id, "anything", by="user:carol")
+        view = chats.wait(chat.id, by="user:carol", timeout=60)
+
+        assert view.chat.status == "idle"
+        assert view.messages[-1].role == "note"
+        assert view.messages[-1].text.startswith("No answer: the model's reply could not be used")
+        assert harness.wait(turn).status == "done"
+
+
+def test_a_model_that_repeats_its_call_ids_still_gets_each_draft_settled(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REMIT_FAKES_DIR", str(tmp_path / "fakes"))
+
+    def same_id(request: ChatRequest) -> FakeReply:
+        if request.messages[-1].role == "user":
+            cancel = json.dumps({"run_id": "run_x"})
+            return FakeReply(
+                tool_calls=[ToolCall(id="call_1", name="cancel_run", arguments=cancel)]
+            )
+        return FakeReply("ok")
+
+    with Harness(
+        load_app(ACME), database_url=database_url, implementations={"llm": FakeLLM(respond=same_id)}
+    ) as harness:
+        chats = Chats(harness.client)
+        chat = chats.open(by="user:carol")
+        drafts = []
+        for _ in range(3):
+            _ask(chats, chat.id, "cancel run_x", "user:carol")
+            draft = chats.get(chat.id, by="user:carol").chat.draft
+            assert draft is not None
+            drafts.append(draft.id)
+            assert chats.discard(chat.id, by="user:carol").data["draft_id"] == draft.id
+
+        assert len(set(drafts)) == 3
+        assert chats.get(chat.id, by="user:carol").chat.draft is None
+
+
+def test_the_agent_asks_the_policies_only_of_the_person_or_of_who_started_what_they_read(
+    acme: Harness,
+) -> None:
+    reads = Reads(acme.client, Reader(acme.client, "user:ann"))
+    assert reads.explain_policy("user:ann", "start", "ar.write-off")["allowed"] is True
+    with pytest.raises(ValueError, match="not of user:sam"):
+        reads.explain_policy("user:sam", "read_chats", "acme")

@@ -8,6 +8,7 @@ chat, ask, confirm or discard the draft, try a drafted start in a sandbox.
 
 from remit.agent.models import Chat, ChatMessage, ChatView, Draft
 from remit.agent.room import Chats
-from remit.agent.workflow import CHAT, OperatorAgent
+from remit.agent.workflow import OperatorAgent
+from remit.policy.cedar import CHAT
 
 __all__ = ["CHAT", "Chat", "ChatMessage", "ChatView", "Chats", "Draft", "OperatorAgent"]

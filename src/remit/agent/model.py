@@ -95,8 +95,13 @@ def model_response(reply: ChatReply) -> ModelResponse:
     parts: list[Any] = []
     if reply.content:
         parts.append(TextPart(content=reply.content))
-    for call in reply.tool_calls:
-        parts.append(ToolCallPart(call.name, _arguments(call.arguments), tool_call_id=call.id))
+    seen: set[str] = set()
+    for n, call in enumerate(reply.tool_calls):
+        # A vendor may leave a call's id out, or give two calls one id: each needs its own, for
+        # its answer to name.
+        call_id = call.id if call.id and call.id not in seen else f"{call.id or 'call'}_{n}"
+        seen.add(call_id)
+        parts.append(ToolCallPart(call.name, _arguments(call.arguments), tool_call_id=call_id))
     return ModelResponse(
         parts=parts,
         usage=RequestUsage(input_tokens=reply.input_tokens, output_tokens=reply.output_tokens),

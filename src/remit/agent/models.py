@@ -16,9 +16,11 @@ Role = Literal["user", "assistant", "tool", "act", "sandbox", "note"]
 class Draft(BaseModel):
     """An act the agent proposes, waiting for the chat's owner to confirm or discard it.
 
-    `args` are the act's arguments as the client's verb takes them; `summary` is the line a
-    person reads; a start may be tried on fresh fakes first (`sandbox_ok`)."""
+    `id` is remit's (one draft a turn), which a confirmation names so that it confirms the draft
+    the person saw; `args` are the act's arguments as the client's verb takes them; `summary`
+    is the line a person reads; a start may be tried on fresh fakes first (`sandbox_ok`)."""
 
+    id: str
     tool_call_id: str
     act: Act
     args: dict[str, Any] = Field(default_factory=dict)
@@ -35,6 +37,8 @@ class Chat(BaseModel):
     engine: str
     title: str
     draft: Draft | None = None
+    # The draft being confirmed (its id), while a confirmation acts on it.
+    acting: str | None = None
     status: Literal["idle", "thinking"] = "idle"
     turn: str | None = None
     created_at: datetime

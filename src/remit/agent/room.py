@@ -11,7 +11,8 @@ at a time.
 Confirming a draft runs its act through the client as the person, under the policies, with a
 key derived from the draft (a confirm sent twice acts once), and writes an audit row with `via`
 `chat/<id>`. A refusal is written to the chat with the policy's reason and raised; the draft
-stays, for someone who may to take over, or to be discarded.
+stays, to be discarded or asked about. A confirmation names the draft the person saw (its id),
+and claims it before acting: a draft is acted on once, and never after it was settled.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 from remit.agent.models import Chat, ChatMessage, ChatView, Draft
 from remit.agent.store import ChatStore
-from remit.agent.workflow import CHAT
 from remit.core.acting import no_nul
 from remit.core.audit import audit_row
 from remit.core.errors import ChatBusy, ChatNotFound, DecisionRefused, NoDraft, RemitError
 from remit.core.schema import chats
-from remit.policy.cedar import PolicyDenied, denied
+from remit.ops.runs import keyed_run_id
+from remit.policy.cedar import CHAT, PolicyDenied, denied
 
 if TYPE_CHECKING:
     from remit.agent.sandbox import SandboxResult
@@ -40,6 +41,9 @@ if TYPE_CHECKING:
 MOST_TEXT = 8000
 # How long a chat's title may be.
 MOST_TITLE = 200
+# Seconds after which a question whose turn's run was never started is given up for dead (the
+# process that asked died between the two).
+ABANDONED = 60.0
 
 
 class Chats:
@@ -84,7 +88,7 @@ class Chats:
         self, chat_id: str, *, after: int = 0, by: str | None = None
     ) -> builtins.list[ChatMessage]:
         """The chat's messages after `after` (its `seq`), oldest first."""
-        chat = self._readable(chat_id, by)
+        chat = self._readable(chat_id, by, audited=after == 0)
         return self.store.messages(chat.id, after=after)
 
     def say(self, chat_id: str, text: str, *, by: str | None = None) -> str:
@@ -99,53 +103,75 @@ class Chats:
             )
         if chat.status == "thinking":
             raise _busy(chat)
+        if chat.acting is not None:
+            raise ChatBusy(
+                f"chat {chat.id}'s draft {chat.acting} is being confirmed: ask once it is",
+                run_id=chat.turn or "",
+            )
         guard = self._client.services.guard
         guard.require(chat.owner, "start", CHAT, {"input": {"chat_id": chat.id, "seq": 1}})
         if chat.draft is not None:
             self._settle_draft(chat, chat.draft, "discarded", "you asked something else first")
+        # The turn's run id is known before its run is started (a start under a key), so the
+        # chat names it in the same write that asks: a process that dies between the two
+        # leaves a chat `_settled` can tell is not answering.
+        seq = self.store.next_seq(chat.id)
+        key = f"{chat.id}.{seq}"
+        turn = keyed_run_id(self._client.app.name, chat.owner, key)
         asked = self.store.add(
             chat.id,
             "user",
             text,
             by=chat.owner,
             key=f"ask:{uuid.uuid4().hex}",
-            chat={"status": "thinking"},
-            when=chats.c.status == "idle",
+            chat={"status": "thinking", "asked": seq, "turn": turn},
+            when=(chats.c.status == "idle") & chats.c.acting.is_(None),
+            seq=seq,
         )
-        if asked is None:
+        if asked is None or asked.seq != seq or asked.role != "user":
             raise _busy(self.store.get(chat.id))
         try:
-            handle = self._client.runs.start(
-                CHAT, {"chat_id": chat.id, "seq": asked.seq}, by=chat.owner
-            )
+            self._client.runs.start(CHAT, {"chat_id": chat.id, "seq": seq}, by=chat.owner, key=key)
         except BaseException as error:
             self.store.add(
                 chat.id,
                 "note",
                 f"The question was not taken up: {error}",
                 by="agent",
-                key=f"unasked:{asked.seq}",
+                key=f"{turn}:end",
                 chat={"status": "idle", "turn": None},
+                when=chats.c.asked == seq,
             )
             raise
-        self.store.update(chat.id, turn=handle.run_id, when=chats.c.status == "thinking")
-        return handle.run_id
+        return turn
 
     def wait(self, chat_id: str, *, timeout: float = 120.0, by: str | None = None) -> ChatView:
         """The chat once its turn has ended (at most `timeout` seconds; then as it is)."""
         until = time.monotonic() + timeout
+        self._readable(chat_id, by)
         while True:
-            view = self.get(chat_id, by=by)
+            chat = self._readable(chat_id, by, audited=False)
+            view = ChatView(chat=chat, messages=self.store.messages(chat.id))
             if view.chat.status == "idle" or time.monotonic() >= until:
                 return view
             time.sleep(0.2)
 
-    def confirm(self, chat_id: str, *, by: str | None = None) -> ChatMessage:
-        """Run the chat's draft as its owner, under the policies, and return the `act` message
-        saying what became of it. A refusal (the policies', `PolicyDenied`; or a decision's,
-        `DecisionRefused`, with every reason) is written and raised, and the draft stays."""
+    def confirm(
+        self, chat_id: str, *, draft_id: str | None = None, by: str | None = None
+    ) -> ChatMessage:
+        """Run the chat's draft (the one `draft_id` names, if given: the draft the person saw) as
+        its owner, under the policies, and return the `act` message saying what became of it.
+        A refusal (the policies', `PolicyDenied`; or a decision's, `DecisionRefused`, with every
+        reason) is written and raised, and the draft stays, to discard or ask about. One
+        confirmation of a draft acts at a time (`ChatBusy` for another meanwhile)."""
         chat = self._own(chat_id, by)
-        draft = _draft_of(chat)
+        draft = _draft_of(chat, draft_id)
+        if not self.store.claim(chat.id, draft.id):
+            raise ChatBusy(
+                f"chat {chat.id}'s draft {draft.id} is being confirmed, or was just settled: "
+                "look at the chat again",
+                run_id=chat.turn or "",
+            )
         try:
             outcome = self._act(chat, draft)
         except (PolicyDenied, DecisionRefused) as refusal:
@@ -160,26 +186,41 @@ class Chats:
                     "args": draft.args,
                     "outcome": "refused",
                     "reason": str(refusal),
+                    "draft_id": draft.id,
                 },
+                chat={"acting": None, "acting_since": None},
             )
             raise
         except RemitError as error:
             return self._settle_draft(chat, draft, "failed", str(error))
+        except BaseException:
+            self.store.update(chat.id, acting=None, acting_since=None)
+            raise
         return self._settle_draft(chat, draft, "done", outcome.pop("said"), outcome)
 
-    def discard(self, chat_id: str, *, by: str | None = None) -> ChatMessage:
+    def discard(
+        self, chat_id: str, *, draft_id: str | None = None, by: str | None = None
+    ) -> ChatMessage:
         """Drop the chat's draft; the agent is told it was not done."""
         chat = self._own(chat_id, by)
-        return self._settle_draft(chat, _draft_of(chat), "discarded", "the person discarded it")
+        draft = _draft_of(chat, draft_id)
+        if chat.acting is not None:
+            raise ChatBusy(
+                f"chat {chat.id}'s draft {draft.id} is being confirmed: it cannot be discarded",
+                run_id=chat.turn or "",
+            )
+        return self._settle_draft(chat, draft, "discarded", "the person discarded it")
 
-    def sandbox(self, chat_id: str, *, by: str | None = None) -> ChatMessage:
+    def sandbox(
+        self, chat_id: str, *, draft_id: str | None = None, by: str | None = None
+    ) -> ChatMessage:
         """Try the chat's drafted start on fresh fakes, in a throwaway database of its own (the
         live ledger, budgets and fakes never see it), and return the `sandbox` message with
         what the run did. The draft stays, to be confirmed or not."""
         from remit.agent.sandbox import try_workflow
 
         chat = self._own(chat_id, by)
-        draft = _draft_of(chat)
+        draft = _draft_of(chat, draft_id)
         if draft.act != "start":
             raise NoDraft(
                 f"chat {chat.id}'s draft is to {draft.act}, not to start a run: only a start "
@@ -198,7 +239,7 @@ class Chats:
             "sandbox",
             _sandbox_text(result),
             key=f"sandbox:{uuid.uuid4().hex}",
-            data=result.model_dump(mode="json"),
+            data={**result.model_dump(mode="json"), "draft_id": draft.id},
         )
 
     # What the room checks.
@@ -212,25 +253,29 @@ class Chats:
             )
         return agent
 
-    def _readable(self, chat_id: str, by: str | None) -> Chat:
+    def _readable(self, chat_id: str, by: str | None, *, audited: bool = True) -> Chat:
+        """The chat, if `by` owns it or may read others' (`read_chats`, written to the audit
+        trail unless `audited` is False: a page that polls records its first read)."""
         who = self._client.person(by)
         chat = self.store.get(chat_id)
         if chat.owner != who:
-            self._may_read_others(who, chat.owner, target=chat.id)
+            self._may_read_others(who, chat.owner, target=chat.id, audited=audited)
         return self._settled(chat)
 
     def _own(self, chat_id: str, by: str | None) -> Chat:
         who = self._client.person(by)
-        chat = self._readable(chat_id, by)
+        chat = self.store.get(chat_id)
         if chat.owner != who:
             raise denied(
                 who, "start", CHAT, f"chat {chat.id} is {chat.owner}'s: only they speak in it"
             )
-        return chat
+        return self._settled(chat)
 
-    def _may_read_others(self, who: str, owner: str, *, target: str) -> None:
+    def _may_read_others(self, who: str, owner: str, *, target: str, audited: bool = True) -> None:
         guard = self._client.services.guard
         guard.require(who, "read_chats", self._client.app.name, {"owner": owner})
+        if not audited:
+            return
         with self._client.db.begin() as conn:
             audit_row(
                 conn,
@@ -242,22 +287,32 @@ class Chats:
             )
 
     def _settled(self, chat: Chat) -> Chat:
-        """`chat`, idle if its turn's run ended without ending the turn (cancelled, or failed
-        before its last step), with a note saying so."""
+        """`chat`, idle if its turn will not answer: its run ended without ending the turn
+        (cancelled, or failed before its last step), or never started (the process asking died
+        first, `ABANDONED` seconds ago). A note says so."""
         if chat.status != "thinking" or chat.turn is None:
             return chat
         run = self._client.services.runs.find(chat.turn)
-        if run is None or not run.finished:
+        if run is None:
+            waited = (self._client.clock.now() - chat.updated_at).total_seconds()
+            if waited < ABANDONED:
+                return chat
+            said = f"The question was not taken up: its run {chat.turn} was never started"
+        elif run.finished:
+            said = (
+                f"The turn ended without an answer (its run {run.run_id} {run.status}: "
+                f"{run.error or run.status})"
+            )
+        else:
             return chat
-        why = run.error or run.status
         self.store.add(
             chat.id,
             "note",
-            f"The turn ended without an answer (its run {run.run_id} {run.status}: {why})",
+            said,
             by="agent",
-            key=f"{run.run_id}:end",
-            chat={"status": "idle", "turn": None},
-            when=chats.c.turn == run.run_id,
+            key=f"{chat.turn}:end",
+            chat={"status": "idle"},
+            when=chats.c.turn == chat.turn,
         )
         return self.store.get(chat.id)
 
@@ -266,7 +321,7 @@ class Chats:
     def _act(self, chat: Chat, draft: Draft) -> dict[str, Any]:
         """Run `draft` through the client as the chat's owner; what it did."""
         client, who, args = self._client, chat.owner, draft.args
-        key = "chat-" + hashlib.sha256(f"{chat.id}\n{draft.tool_call_id}".encode()).hexdigest()[:24]
+        key = "chat-" + hashlib.sha256(f"{chat.id}\n{draft.id}".encode()).hexdigest()[:24]
         if draft.act == "start":
             handle = client.runs.start(
                 str(args.get("workflow")), _mapping(args.get("input")), by=who, key=key
@@ -339,27 +394,33 @@ class Chats:
             "via": f"chat/{chat.id}",
             **(extra or {}),
         }
+        audit = None
+        if outcome != "discarded":
+            audit = {
+                "actor": chat.owner,
+                "action": f"chat.{draft.act}",
+                "target": str(data.get("run_id") or draft.args.get("approval_id") or chat.id),
+                "meta": {"via": f"chat/{chat.id}", "outcome": outcome, "args": draft.args},
+            }
+        # A discard waits for no confirmation going; a confirmation settles its own claim.
+        when = chats.c.acting.is_(None) if outcome == "discarded" else chats.c.acting == draft.id
         written = self.store.add(
             chat.id,
             "act",
             text,
             by=chat.owner,
-            key=f"act:{draft.tool_call_id}",
-            data=data,
+            key=f"act:{draft.id}",
+            data={**data, "draft_id": draft.id},
             history=[answer],
-            chat={"draft": None},
+            chat={"draft": None, "acting": None, "acting_since": None},
+            when=when,
+            audit=audit,
         )
-        assert written is not None
-        if outcome != "discarded":
-            with self._client.db.begin() as conn:
-                audit_row(
-                    conn,
-                    at=self._client.clock.now(),
-                    actor=chat.owner,
-                    action=f"chat.{draft.act}",
-                    target=str(data.get("run_id") or draft.args.get("approval_id") or chat.id),
-                    meta={"via": f"chat/{chat.id}", "outcome": outcome, "args": draft.args},
-                )
+        if written is None:
+            raise ChatBusy(
+                f"chat {chat.id}'s draft {draft.id} is being confirmed: it cannot be discarded",
+                run_id=chat.turn or "",
+            )
         return written
 
     def _added(
@@ -370,9 +431,14 @@ class Chats:
         return written
 
 
-def _draft_of(chat: Chat) -> Draft:
+def _draft_of(chat: Chat, draft_id: str | None = None) -> Draft:
     if chat.draft is None:
         raise NoDraft(f"chat {chat.id} has no draft: ask the agent to propose an act first")
+    if draft_id is not None and chat.draft.id != draft_id:
+        raise NoDraft(
+            f"chat {chat.id}'s draft is now {chat.draft.id}, not {draft_id}: the draft you saw "
+            "was settled or replaced, so look at the chat again"
+        )
     return chat.draft
 
 

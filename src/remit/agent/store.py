@@ -9,6 +9,7 @@ take the next `seq` one after the other.
 from __future__ import annotations
 
 import builtins
+import json
 import uuid
 from datetime import datetime
 from typing import Any
@@ -16,10 +17,18 @@ from typing import Any
 import sqlalchemy as sa
 
 from remit.agent.models import Chat, ChatMessage, Draft, Role
+from remit.core.audit import audit_row
 from remit.core.clock import Clock, SystemClock
 from remit.core.database import Database
 from remit.core.errors import ChatNotFound
 from remit.core.schema import chat_messages, chats
+
+# Seconds after which a confirmation's claim on a draft is taken for dead (its process died
+# mid-act); another confirmation may then act, under the same keys.
+STALE_CLAIM = 120.0
+# The most bytes of earlier turns' messages given to the model again: a long chat keeps its
+# latest turns whole.
+MOST_HISTORY = 60_000
 
 
 class ChatStore:
@@ -93,7 +102,19 @@ class ChatStore:
             .order_by(chat_messages.c.seq)
         )
         rows = self.db.read("read a chat's history", lambda conn: conn.execute(query).all())
-        return [part for row in rows if row[0] for part in row[0]]
+        turns = [list(row[0]) for row in rows if row[0]]
+        # The latest turns, up to `MOST_HISTORY` bytes; never starting with a tool's answer
+        # whose call was left out.
+        kept: list[list[Any]] = []
+        size = 0
+        for turn in reversed(turns):
+            size += len(json.dumps(turn, default=str))
+            if size > MOST_HISTORY and kept:
+                break
+            kept.insert(0, turn)
+        while len(kept) > 1 and _answers_a_call(kept[0]):
+            kept.pop(0)
+        return [message for turn in kept for message in turn]
 
     def add(
         self,
@@ -108,10 +129,14 @@ class ChatStore:
         run_id: str | None = None,
         chat: dict[str, Any] | None = None,
         when: sa.ColumnElement[bool] | None = None,
+        seq: int | None = None,
+        audit: dict[str, Any] | None = None,
     ) -> ChatMessage | None:
         """Append a message under `key` and return it, or the message `key` already wrote.
         `chat`: columns of the chat's row to set in the same transaction. `when`: a condition
-        on the chat's row; unmet, nothing is written and None is returned."""
+        on the chat's row; unmet, nothing is written and None is returned, as when `seq` is
+        given and is not the next. `audit`: an audit row (actor, action, target, meta) written
+        with the message, and only with a message newly written."""
         now = self.clock.now()
         with self.db.begin() as conn:
             locked = conn.execute(
@@ -133,6 +158,8 @@ class ChatStore:
                     chat_messages.c.chat_id == chat_id
                 )
             ).scalar()
+            if seq is not None and seq != (last or 0) + 1:
+                return None
             values = {
                 "chat_id": chat_id,
                 "seq": (last or 0) + 1,
@@ -149,7 +176,44 @@ class ChatStore:
             conn.execute(
                 chats.update().where(chats.c.id == chat_id).values(updated_at=now, **(chat or {}))
             )
+            if audit is not None:
+                audit_row(conn, at=now, **audit)
         return _message(values)
+
+    def next_seq(self, chat_id: str) -> int:
+        """The `seq` the chat's next message takes, as things stand."""
+        last = self.db.read(
+            "read a chat's last message",
+            lambda conn: conn.execute(
+                sa.select(sa.func.max(chat_messages.c.seq)).where(
+                    chat_messages.c.chat_id == chat_id
+                )
+            ).scalar(),
+        )
+        return int(last or 0) + 1
+
+    def claim(self, chat_id: str, draft_id: str) -> bool:
+        """Mark the chat's draft `draft_id` as being confirmed, if it is the chat's draft and
+        no confirmation holds it (or one held it for `STALE_CLAIM` seconds: its process died).
+        Whether this caller holds it now."""
+        now = self.clock.now()
+        with self.db.begin() as conn:
+            row = conn.execute(
+                sa.select(chats.c.draft, chats.c.acting, chats.c.acting_since)
+                .where(chats.c.id == chat_id)
+                .with_for_update()
+            ).first()
+            if row is None or not row.draft or row.draft.get("id") != draft_id:
+                return False
+            held = row.acting is not None and row.acting_since is not None
+            if held and (now - row.acting_since).total_seconds() < STALE_CLAIM:
+                return False
+            conn.execute(
+                chats.update()
+                .where(chats.c.id == chat_id)
+                .values(acting=draft_id, acting_since=now)
+            )
+        return True
 
     def update(
         self, chat_id: str, *, when: sa.ColumnElement[bool] | None = None, **values: Any
@@ -163,6 +227,13 @@ class ChatStore:
         return bool(done)
 
 
+def _answers_a_call(turn: list[Any]) -> bool:
+    """Whether `turn` begins with tools' answers (their calls are in the turn before)."""
+    first = turn[0] if turn else {}
+    parts = first.get("parts", []) if isinstance(first, dict) else []
+    return any(part.get("part_kind") == "tool-return" for part in parts)
+
+
 def _chat(row: Any) -> Chat:
     draft = row["draft"]
     return Chat(
@@ -171,6 +242,7 @@ def _chat(row: Any) -> Chat:
         engine=row["engine"],
         title=row["title"],
         draft=Draft.model_validate(draft) if draft else None,
+        acting=row["acting"],
         status=row["status"],
         turn=row["turn"],
         created_at=row["created_at"],

@@ -82,8 +82,9 @@ class Reads:
         }
 
     def why_waiting(self, run_id: str) -> dict[str, Any]:
-        """What a run waits for and for whom: its open approvals (type, assignee, draft, who
-        may decide by the policies), tasks and other waits."""
+        """What a run waits for and for whom: its open approvals (type, title, assignee, draft,
+        the fields a decider may edit, expiry), its open tasks and other waits (a message, its
+        child runs)."""
         run = self.reader.run(self.client.find_id("run", run_id))
         return {**_run_line(run), "waiting_for": self._waits(run.run_id)}
 
@@ -124,9 +125,9 @@ class Reads:
                 "limit_usd": state.limit_usd,
                 "spent_usd": state.spent_usd,
                 "reserved_usd": state.reserved_usd,
-                "left_usd": left,
+                "left_usd": max(Decimal(0), state.limit_usd - state.spent_usd - state.reserved_usd),
             }
-            for state, left in self.client.budgets.periods(limit=MOST_ROWS)
+            for state, _ in self.client.budgets.periods(limit=MOST_ROWS)
         ]
 
     def deadlines(self) -> list[dict[str, Any]]:
@@ -145,8 +146,16 @@ class Reads:
         """Whether the policies allow `principal` (user:ann) to take `action` (start, decide,
         call, cancel, retry, ...) on `resource` (a workflow, approval type or op), with
         `context` (for decide: decision, draft, input), and which policy says so. Asks only:
-        records nothing."""
+        records nothing. Asked about another principal, it answers for one who started a
+        run the person may read, or for anyone to a person who may read the operations."""
         from remit.policy.cedar import ACTIONS
+
+        other = principal != self.reader.principal and not self.reader.operations
+        if other and not self.reader.runs(started_by=principal, limit=1):
+            raise ValueError(
+                f"you may ask what the policies say of yourself ({self.reader.principal}) or "
+                f"of who started a run you may read, not of {principal}"
+            )
 
         if action not in ACTIONS:
             raise ValueError(f"{action!r} is not an action the policies know: {', '.join(ACTIONS)}")

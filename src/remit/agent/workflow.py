@@ -20,6 +20,7 @@ from the ledger, a finished read from its step, and no message is written twice 
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import threading
 import typing
@@ -35,14 +36,14 @@ from remit.agent.store import ChatStore
 from remit.agent.tools import ACT_TOOLS, READ_TOOLS, Reads, answer_text, summary
 from remit.connectors.llm import ChatCost, ChatReply, ChatRequest, chat_complete
 from remit.core.errors import BudgetExceeded, OpError, RemitError
+from remit.core.schema import chats
 from remit.declare.workflows import Workflow, workflow
 from remit.execution.context import AsyncContext
+from remit.policy.cedar import CHAT, denied
 
 if TYPE_CHECKING:
     from remit.app import App
     from remit.client import Client
-
-CHAT = "chat"
 
 
 class ChatTurn(BaseModel):
@@ -108,7 +109,15 @@ class OperatorAgent:
         self.max_turn_usd = Decimal(str(max_turn_usd))
         if self.max_turn_usd <= 0:
             raise RemitError(f"OperatorAgent: max_turn_usd={max_turn_usd!r} must be over 0")
-        self.tools = {tool.__name__: tool for tool in tools}
+        self.tools: dict[str, Callable[..., Any]] = {}
+        for tool in tools:
+            name = getattr(tool, "__name__", "")
+            if not name.isidentifier():
+                raise RemitError(
+                    f"OperatorAgent: the tool {tool!r} needs a name the model can call: give a "
+                    "function defined with `def`"
+                )
+            self.tools[name] = tool
         for name in self.tools:
             if name in READ_TOOLS or name in ACT_TOOLS:
                 raise RemitError(
@@ -140,17 +149,16 @@ class _Turn:
 
     async def run(self) -> dict[str, Any]:
         from pydantic_ai import Agent, DeferredToolRequests, Tool
-        from pydantic_ai.exceptions import UsageLimitExceeded
+        from pydantic_ai.exceptions import AgentRunError, UsageLimitExceeded
         from pydantic_ai.messages import ModelMessagesTypeAdapter
         from pydantic_ai.usage import UsageLimits
 
         read = await self.ctx.step("read-chat", self._read_chat)
+        if "refused" in read:
+            # Someone started a turn on a chat not theirs: it reads nothing of it, and writes
+            # nothing to it.
+            raise denied(self.ctx.actor, "start", CHAT, read["refused"])
         owner = read["owner"]
-        if owner != self.ctx.actor:
-            return await self._end(
-                "note",
-                f"this turn was started by {self.ctx.actor}, not by the chat's owner {owner}",
-            )
         reads = Reads(*_client_as(self.app, self.ctx, owner))
         tools: list[Any] = [
             Tool(self._read_tool(name, getattr(reads, name)), name=name) for name in READ_TOOLS
@@ -187,6 +195,12 @@ class _Turn:
             )
         except OpError as error:
             return await self._end("note", f"No answer: the model's call failed: {error}")
+        except AgentRunError as error:
+            # The model misbehaved past what the loop retries (arguments wrong again, an empty
+            # reply): the turn ends, saying so; the run does not fail.
+            return await self._end(
+                "note", f"No answer: the model's reply could not be used: {error}"
+            )
         made = ModelMessagesTypeAdapter.dump_python(result.new_messages(), mode="json")
         output = result.output
         if isinstance(output, DeferredToolRequests) and output.approvals:
@@ -195,6 +209,8 @@ class _Turn:
 
     def _read_chat(self) -> dict[str, Any]:
         chat = self.store.get(self.input.chat_id)
+        if chat.owner != self.ctx.actor:
+            return {"refused": f"chat {chat.id} is another person's: only its owner asks in it"}
         asked = self.store.messages(chat.id, after=self.input.seq - 1)
         if not asked or asked[0].seq != self.input.seq or asked[0].role != "user":
             raise RemitError(f"chat {chat.id} has no question at message {self.input.seq}")
@@ -231,6 +247,8 @@ class _Turn:
                     value: Any = body(**args)
                 except (RemitError, ValueError) as error:
                     value = {"refused": str(error)}
+                except Exception as error:  # an app's tool, a read that failed: the model is told
+                    value = {"error": f"{type(error).__name__}: {error}"}
                 shown = ", ".join(f"{k}={v}" for k, v in args.items() if v not in (None, ""))
                 turn.store.add(
                     turn.input.chat_id,
@@ -261,8 +279,8 @@ class _Turn:
         act, _ = ACT_TOOLS[first.tool_name]
         args = dict(output.validated_args.get(first.tool_call_id) or first.args_as_dict())
         draft = {
+            "id": "drf_" + hashlib.sha256(self.ctx.run_id.encode()).hexdigest()[:16],
             "tool_call_id": first.tool_call_id,
-            "tool_name": first.tool_name,
             "act": act,
             "args": args,
             "summary": summary(act, args),
@@ -297,6 +315,9 @@ class _Turn:
                 history=history,
                 run_id=self.ctx.run_id,
                 chat=columns,
+                # The chat moved on (another question, or the turn was given up for dead): this
+                # answer is not the chat's any more.
+                when=chats.c.asked == self.input.seq,
             )
             return {"seq": written.seq if written else None, "role": role}
 

@@ -38,7 +38,6 @@ from remit.cli.base import (
     status_text,
     styled,
 )
-from remit.core.settings import environment_set
 from remit.core.text import printable
 
 if TYPE_CHECKING:
@@ -161,6 +160,7 @@ def _own_fakes(folder: Path) -> Iterator[None]:
     never in the live instance's folders."""
     from remit.changes.checks import CHANGES_DIR
     from remit.connectors.resources import FAKES_DIR
+    from remit.core.settings import environment_set
 
     values = {FAKES_DIR: str(folder / "fakes"), CHANGES_DIR: str(folder / "changes")}
     with environment_set(values):

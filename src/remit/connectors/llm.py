@@ -68,7 +68,7 @@ class ToolCall(BaseModel):
     """A call the model asks for: its id (which the tool's answer names), the tool, and the
     arguments as the model wrote them (JSON text, not yet parsed)."""
 
-    id: str = Field(min_length=1, max_length=200)
+    id: str = Field(default="", max_length=200)
     name: str = Field(min_length=1, max_length=200)
     arguments: str = "{}"
 
@@ -270,7 +270,7 @@ def _reply(body: dict[str, Any], request: ChatRequest) -> ChatReply:
         prompt, completion = prompt_bound(request), request.max_tokens
     calls = [
         ToolCall(
-            id=call["id"],
+            id=call.get("id") or "",
             name=call["function"]["name"],
             arguments=call["function"].get("arguments") or "{}",
         )

@@ -458,7 +458,12 @@ chats = sa.Table(
     sa.Column("engine", sa.String(200), nullable=False),
     sa.Column("title", sa.Text, nullable=False),
     sa.Column("draft", sa.JSON),
+    # The draft being confirmed (its id) and since when: one confirm acts at a time.
+    sa.Column("acting", sa.String(64)),
+    sa.Column("acting_since", UTCDateTime),
     sa.Column("status", sa.String(16), nullable=False),  # idle, thinking
+    # The question the turn going answers (its message's `seq`), and the turn's run.
+    sa.Column("asked", sa.Integer),
     sa.Column("turn", sa.String(64)),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("updated_at", UTCDateTime, nullable=False),

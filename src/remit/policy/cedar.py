@@ -111,6 +111,9 @@ PRINCIPALS_FILE = "principals.toml"
 HOLD = "hold"
 # The built-in workflow and approval type a held call waits in.
 HELD = "call"
+# The built-in workflow of the operator agent's turns (`remit.agent`): its runs hold a person's
+# chat, so they are read as the chat is (`remit.reads`), not by `read_runs`.
+CHAT = "chat"
 # Principals that are remit itself (the expiry sweep, schedules): never checked, and refused
 # as `--as` or `by` on every surface.
 
