@@ -35,6 +35,7 @@ from remit.core.errors import (
     Unauthenticated,
 )
 from remit.core.settings import Settings
+from remit.remote_chats import RemoteChats, chat_error
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -101,6 +102,7 @@ class RemoteClient:
         self.sessions = RemoteSessions(self)
         self.ops = RemoteOps(self)
         self.schedules = RemoteSchedules(self)
+        self.chats = RemoteChats(self)
 
     def close(self) -> None:
         self._http.close()
@@ -723,6 +725,8 @@ def _error(answer: httpx.Response, path: str) -> RemitError:
         return Unauthenticated(message)
     if status == 403:
         return PolicyDenied(message, principal="", action="", resource="")
+    if path.startswith("/chats") and (found := chat_error(status, message, path)) is not None:
+        return found
     if status == 404 and path.startswith("/changes/"):
         from remit.ops.changes import ChangeNotFound
 

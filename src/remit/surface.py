@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from remit.agent.models import Chat, ChatMessage, ChatView
     from remit.budgets.model import PeriodState
     from remit.changes.store import Change, Deploy
     from remit.client import IdKind
@@ -106,6 +107,32 @@ class ChangesSurface(Protocol):
     def deploys(
         self, *, host: str | None = None, change_id: str | None = None, limit: int = 50
     ) -> builtins.list[Deploy]: ...
+
+
+class ChatsSurface(Protocol):
+    """A person's chats with the operator agent: `remit.agent.Chats(client)` on the database,
+    `RemoteClient.chats` through the HTTP API. (Not a room of `Surface`: `remit.agent` sits
+    above `remit.client`, so a local client has no `chats`; the command line makes one.)"""
+
+    def open(self, *, title: str = "", by: str | None = None) -> Chat: ...
+    def list(
+        self, *, owner: str | None = None, limit: int = 50, by: str | None = None
+    ) -> builtins.list[Chat]: ...
+    def get(self, chat_id: str, *, by: str | None = None) -> ChatView: ...
+    def messages(
+        self, chat_id: str, *, after: int = 0, by: str | None = None
+    ) -> builtins.list[ChatMessage]: ...
+    def say(self, chat_id: str, text: str, *, by: str | None = None) -> str: ...
+    def wait(self, chat_id: str, *, timeout: float = 120.0, by: str | None = None) -> ChatView: ...
+    def confirm(
+        self, chat_id: str, *, draft_id: str | None = None, by: str | None = None
+    ) -> ChatMessage: ...
+    def discard(
+        self, chat_id: str, *, draft_id: str | None = None, by: str | None = None
+    ) -> ChatMessage: ...
+    def sandbox(
+        self, chat_id: str, *, draft_id: str | None = None, by: str | None = None
+    ) -> ChatMessage: ...
 
 
 class ApprovalsSurface(Protocol):

@@ -59,6 +59,41 @@ def browser_context_args(request: pytest.FixtureRequest) -> dict[str, Any]:
 expect.set_options(timeout=15_000)
 
 
+def serve_with_worker(
+    app: Path, env: dict[str, str], log: Path, timeout: float = 90
+) -> tuple[ForkedProcess, str]:
+    """`remit serve --worker` of `app` on a free port, once it listens and serves its queues:
+    the process and its URL."""
+    with log.open("wb") as handle:
+        proc = spawn_remit(
+            ["--app", str(app), "serve", "--worker", "--port", "0"],
+            env=env,
+            output=handle,
+            script=True,
+        )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        found = re.search(r"on (http://127\.0\.0\.1:\d+)", text)
+        if found and "serving its queues" in text:
+            return proc, found.group(1)
+        if proc.poll() is not None:
+            raise AssertionError(f"remit serve exited {proc.returncode}:\n{text}")
+        time.sleep(0.05)
+    raise AssertionError(f"remit serve did not listen within {timeout}s:\n{log.read_text()}")
+
+
+def stop_serving(proc: ForkedProcess | None) -> None:
+    """Stop a `remit serve` as SIGTERM does, killing it if it takes more than 30 s."""
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class Console:
     """`remit serve --worker` on the console app and a database of its own, with a client on
     the same database for what a test sets up and checks behind the browser's back."""
@@ -82,25 +117,10 @@ class Console:
         self.client = Client.connect(CONSOLE_APP, database_url, by="user:ann")
 
     def start(self, timeout: float = 90) -> str:
-        log = self.tmp / "serve.log"
-        with log.open("wb") as handle:
-            self.proc = spawn_remit(
-                ["--app", str(CONSOLE_APP), "serve", "--worker", "--port", "0"],
-                env=self.env,
-                output=handle,
-                script=True,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            text = self.log()
-            found = re.search(r"on (http://127\.0\.0\.1:\d+)", text)
-            if found and "serving its queues" in text:
-                self.url = found.group(1)
-                return self.url
-            if self.proc.poll() is not None:
-                raise AssertionError(f"remit serve exited {self.proc.returncode}:\n{text}")
-            time.sleep(0.05)
-        raise AssertionError(f"remit serve did not listen within {timeout}s:\n{self.log()}")
+        self.proc, self.url = serve_with_worker(
+            CONSOLE_APP, self.env, self.tmp / "serve.log", timeout
+        )
+        return self.url
 
     def log(self) -> str:
         path = self.tmp / "serve.log"
@@ -133,13 +153,7 @@ class Console:
         return run
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_serving(self.proc)
         self.client.close()
 
 

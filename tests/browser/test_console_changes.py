@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,10 +19,10 @@ from playwright.sync_api import Page, expect
 
 from remit import Client
 from remit.changes.store import Change
-from tests.browser.conftest import Shots
+from tests.browser.conftest import Shots, serve_with_worker, stop_serving
 from tests.change_support import Shop, shop_at
 from tests.conftest import BACKENDS, drop_postgres_database, new_postgres_database
-from tests.forked import ForkedProcess, spawn_remit
+from tests.forked import ForkedProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
@@ -52,24 +50,9 @@ class Desk:
         self.client = Client.connect(shop.folder, database_url, by="user:ann")
 
     def start(self, timeout: float = 90) -> None:
-        with (self.tmp / "serve.log").open("wb") as log:
-            self.proc = spawn_remit(
-                ["--app", str(self.shop.folder), "serve", "--worker", "--port", "0"],
-                env=self.env,
-                output=log,
-                script=True,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            text = self.log()
-            found = re.search(r"on (http://127\.0\.0\.1:\d+)", text)
-            if found and "serving its queues" in text:
-                self.url = found.group(1)
-                return
-            if self.proc.poll() is not None:
-                raise AssertionError(f"remit serve exited {self.proc.returncode}:\n{text}")
-            time.sleep(0.05)
-        raise AssertionError(f"remit serve did not listen within {timeout}s:\n{self.log()}")
+        self.proc, self.url = serve_with_worker(
+            self.shop.folder, self.env, self.tmp / "serve.log", timeout
+        )
 
     def log(self) -> str:
         path = self.tmp / "serve.log"
@@ -94,13 +77,7 @@ class Desk:
         return f"{self.url}/console/sign-in?code={code}"
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_serving(self.proc)
         self.client.close()
 
 

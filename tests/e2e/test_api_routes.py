@@ -34,6 +34,13 @@ ROUTES = {
     "/calls": ["post"],
     "/changes": ["get", "post"],
     "/changes/{change_id}": ["get"],
+    "/chats": ["get", "post"],
+    "/chats/{chat_id}": ["get"],
+    "/chats/{chat_id}/draft/confirm": ["post"],
+    "/chats/{chat_id}/draft/discard": ["post"],
+    "/chats/{chat_id}/draft/sandbox": ["post"],
+    "/chats/{chat_id}/events": ["get"],
+    "/chats/{chat_id}/messages": ["get", "post"],
     "/deadlines": ["get"],
     "/denials": ["get"],
     "/deploys": ["get"],
@@ -70,6 +77,9 @@ ROUTES = {
 # The routes that need no token: the probe of health, and the forge's webhook, whose
 # signature (checked against the remote's webhook secret) is its authentication.
 TOKENLESS = {"/health", "/forge/{remote}/events"}
+# The routes that answer with something else than JSON when they succeed: a chat's turn as
+# server-sent events.
+STREAMS = {"/chats/{chat_id}/events": "text/event-stream"}
 
 
 @pytest.fixture
@@ -137,8 +147,9 @@ def test_every_route_is_in_the_spec_and_needs_a_token(shop: Harness, http: TestC
         for method, operation in methods.items():
             answered = {int(status) for status in operation["responses"]}
             success = min(answered)
-            assert success in (200, 201), (method, path)
-            assert operation["responses"][str(success)]["content"]["application/json"]["schema"]
+            assert success in (200, 201, 202), (method, path)
+            media = STREAMS.get(path, "application/json")
+            assert operation["responses"][str(success)]["content"][media]["schema"]
             for status in answered - {success}:
                 schema = operation["responses"][str(status)]["content"]["application/json"]
                 assert schema["schema"] == {"$ref": "#/components/schemas/ErrorBody"}

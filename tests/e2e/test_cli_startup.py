@@ -145,7 +145,12 @@ COMMANDS = [
     ["change", "show"],
     ["changes"],
     ["deploys"],
+    ["chat", "talk"],  # `remit chat [CHAT_ID]`, the interactive chat
+    ["chat", "ask"],
+    ["chat", "show"],
+    ["chats"],
     ["test"],
+    ["try"],
     ["init"],
     ["apps"],
     ["demo"],

@@ -89,6 +89,13 @@ def test_the_demo_shows_each_step_and_ends_well(tmp_path: Path) -> None:
         "== 10. a change to the repo, from its branch to the desk's container",
         "of desk-notes into main: opened",
         "approved by user:carol\n",
+        # 11. the operator agent: a question answered from the instance, a start tried in a
+        # sandbox and confirmed
+        "== 11. carol asks the operator agent why the write-off of inv_1001 waits",
+        "read: why_waiting(run_id=run_",
+        "waits at the approval apr_",
+        "sandbox: Tried ar.chase-invoice on fresh fakes: done",
+        "act: Done: Started run_",
         "demo/tour.remit: every line behaved",
     ):
         assert step in shown, step

@@ -64,6 +64,15 @@ ONE = {
 # `change`): a list is empty, and one change 403, for a principal who may not read them. The
 # shop has no forge remote, so it has no changes (test_changes_are_read_as_the_runs_of_change).
 CHANGES = {"/changes": "list", "/deploys": "list", "/changes/{change_id}": "read_runs"}
+# Chats with the operator agent are their owner's, another's read as `read_chats` allows
+# (tests/e2e/test_api_chats.py). The shop has no operator agent, so it has no chats
+# (test_an_app_with_no_agent_has_no_chats_to_read).
+CHATS = {
+    "/chats",
+    "/chats/{chat_id}",
+    "/chats/{chat_id}/messages",
+    "/chats/{chat_id}/events",
+}
 # Not a read of the app's data: its state for probes, its spec, or a wake-up.
 OPEN = {"/health", "/wake", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
 
@@ -136,7 +145,19 @@ def desk(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sh
 def test_every_read_route_has_a_rule_here(desk: Shop) -> None:
     spec = desk.get("/openapi.json", CAROL).json()
     reads = {path for path, methods in spec["paths"].items() if "get" in methods}
-    assert reads - OPEN == set(LISTS) | set(ONE) | set(CHANGES)
+    assert reads - OPEN == set(LISTS) | set(ONE) | set(CHANGES) | CHATS
+
+
+def test_an_app_with_no_agent_has_no_chats_to_read(desk: Shop) -> None:
+    """Every read of chats is 404 on the shop, which declares no operator agent, saying so,
+    whoever asks, and refuses no one: there is nothing to refuse."""
+    hal = "user:hal"  # named by no policy, as mallory
+    for who in (hal, CAROL):
+        for path in CHATS:
+            answer = desk.get(path.replace("{chat_id}", "chat_0123456789ab"), who)
+            assert answer.status_code == 404, (path, answer.text)
+            assert "app `shop` has no operator agent" in answer.json()["error"], path
+    assert desk.denials(hal) == []
 
 
 def test_changes_are_read_as_the_runs_of_change(desk: Shop) -> None:
@@ -234,6 +255,7 @@ CONSOLE_LISTS = (
     "/console/tasks",
     "/console/inbox",
     "/console/changes",
+    "/console/ask",
 )
 CONSOLE_ONE = (
     "/console/runs/{run_id}",

@@ -24,6 +24,7 @@ from remit.core.errors import ChatBusy, DecisionRefused, NoDraft
 from remit.policy.cedar import PolicyDenied
 from remit.reads import Reader
 from remit.testing import Harness
+from tests.chat_support import acme_desk
 
 ACME = Path(__file__).resolve().parents[2] / "examples" / "acme"
 WHY = "why is the write-off of inv_1003 waiting?"
@@ -31,22 +32,17 @@ APPROVE = "approve it at 400"
 
 
 @pytest.fixture
-def acme(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
-    monkeypatch.setenv("REMIT_FAKES_DIR", str(tmp_path / "fakes"))
-    app: App = load_app(ACME)
-    with Harness(app, database_url=database_url, actor="user:ann") as harness:
+def acme(database_url: str, tmp_path: Path) -> Iterator[Harness]:
+    with acme_desk(database_url, tmp_path / "fakes", actor="user:ann") as harness:
         yield harness
 
 
 @pytest.fixture
-def gullible(
-    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Harness]:
+def gullible(database_url: str, tmp_path: Path) -> Iterator[Harness]:
     """Acme with a model that does whatever a tool's answer tells it to."""
-    monkeypatch.setenv("REMIT_FAKES_DIR", str(tmp_path / "fakes"))
     model = FakeLLM(respond=_obeys_what_it_reads)
-    with Harness(
-        load_app(ACME), database_url=database_url, actor="user:ann", implementations={"llm": model}
+    with acme_desk(
+        database_url, tmp_path / "fakes", actor="user:ann", implementations={"llm": model}
     ) as harness:
         yield harness
 

@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from remit.client import Client
 from remit.console.errors import reasons_of, status_of
 from remit.console.pages import (
+    ask,
     budgets,
     changes,
     inbox,
@@ -92,6 +93,7 @@ def install(api: FastAPI, client: Client, *, secure_cookies: bool, fallback: Han
         operations,
         resource_pages,
         changes,
+        ask,
     ):
         module.add(router, client, page)
     api.include_router(router)

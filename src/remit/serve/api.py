@@ -48,6 +48,15 @@
     GET    /changes                     ?branch=...&limit=50: the changes, newest first
     GET    /changes/{id}                one change: its status, checks, merge and deploy
     GET    /deploys                     ?host=...&limit=50: what each host was deployed with
+    POST   /chats                       {"title": "..."}: open a chat with the operator agent (201)
+    GET    /chats                       ?owner=user:ann&limit=50: the chats, newest first
+    GET    /chats/{id}                  one chat with its messages and its draft
+    POST   /chats/{id}/messages         {"text": "..."}: ask the agent; starts its turn (202)
+    GET    /chats/{id}/messages         ?after=N: the messages after the N-th
+    GET    /chats/{id}/events           ?after=N: the turn as it goes, as server-sent events
+    POST   /chats/{id}/draft/confirm    do what the agent proposes, under the policies
+    POST   /chats/{id}/draft/discard    drop it, doing nothing
+    POST   /chats/{id}/draft/sandbox    try a drafted start on fresh fakes first
     POST   /forge/{remote}/events       the forge's webhook, signed with its secret (no token)
     GET    /records/{type}/{id}/activity  ?limit&after: a business record's timeline, oldest first
     POST   /records/{type}/{id}/archive   {"reason": "..."}: cancel the record's pending gates
@@ -102,6 +111,7 @@ from remit.console import app as console
 from remit.core.errors import RemitError
 from remit.serve.body import BodyLimit
 from remit.serve.change_routes import change_routes, forge_routes
+from remit.serve.chat_routes import chat_routes
 from remit.serve.errors import ErrorBody, Problem, error_response, error_responses
 from remit.serve.fake_routes import fake_routes
 from remit.serve.models import Health, Woken
@@ -180,6 +190,7 @@ def create_api(
     routes = router(client)
     signin_routes(routes, client)
     change_routes(routes, client)
+    chat_routes(routes, client)
     if fakes is not None:
         fake_routes(routes, fakes)
     for error in (

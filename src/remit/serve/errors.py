@@ -18,10 +18,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from remit.core.errors import (
     ApprovalNotFound,
     ChangeGoing,
+    ChatBusy,
+    ChatNotFound,
     DatabaseError,
     DecisionRefused,
     InputInvalid,
     KeyReused,
+    NoDraft,
     RemitError,
     RetryRefused,
     RunNotFound,
@@ -118,8 +121,18 @@ async def error_response(request: Request, error: Exception) -> JSONResponse:
     elif isinstance(error, TaskRefused):
         status, message = 403 if error.by_policy else 409, str(error)
         reasons = [ErrorReason(approval_id=None, reason=r) for r in error.reasons]
-    elif isinstance(error, RetryRefused | SendRefused | ChangeGoing):
+    elif isinstance(error, RetryRefused | SendRefused | ChangeGoing | NoDraft):
         status, message = 409, str(error)
+        reasons = [ErrorReason(approval_id=None, reason=message)]
+    elif isinstance(error, ChatBusy):
+        # The turn's run is named, for the caller to follow or wait for.
+        status, message = 409, str(error)
+        if error.run_id not in message:
+            message = f"{message} (its turn is the run {error.run_id})"
+        reasons = [ErrorReason(approval_id=None, reason=message)]
+    elif isinstance(error, ChatNotFound):
+        # No such chat, or an app with no operator agent: the error says which.
+        status, message = 404, str(error)
         reasons = [ErrorReason(approval_id=None, reason=message)]
     elif isinstance(error, TooLarge):
         status, message = 413 if error.unit == "bytes" else 422, str(error)
