@@ -20,7 +20,14 @@ from remit.app import App, load_app
 from remit.connectors.llm import ChatRequest, FakeLLM, FakeReply, ToolCall
 from remit.core import schema
 from remit.core.audit import audit_of
-from remit.core.errors import ChatBusy, DecisionRefused, NoDraft
+from remit.core.errors import (
+    ChatBusy,
+    DecisionRefused,
+    InputInvalid,
+    NoDraft,
+    RemitError,
+    TooLarge,
+)
 from remit.policy.cedar import PolicyDenied
 from remit.reads import Reader
 from remit.testing import Harness
@@ -482,3 +489,16 @@ def test_the_agent_asks_the_policies_only_of_the_person_or_of_who_started_what_t
     assert reads.explain_policy("user:ann", "start", "ar.write-off")["allowed"] is True
     with pytest.raises(ValueError, match="not of user:sam"):
         reads.explain_policy("user:sam", "read_chats", "acme")
+
+
+def test_a_message_past_the_limits_is_refused_and_nothing_is_written(acme: Harness) -> None:
+    chats = Chats(acme.client)
+    chat = chats.open(by="user:carol")
+    with pytest.raises(TooLarge, match="a message to the agent is 8,001 characters"):
+        chats.say(chat.id, "x" * 8001, by="user:carol")
+    with pytest.raises(InputInvalid):
+        chats.say(chat.id, "nul \x00 here", by="user:carol")
+    with pytest.raises(RemitError, match="needs some text"):
+        chats.say(chat.id, "   ", by="user:carol")
+    view = chats.get(chat.id, by="user:carol")
+    assert (view.messages, view.chat.status) == ([], "idle")

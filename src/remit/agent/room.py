@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from remit.agent.models import Chat, ChatMessage, ChatView, Draft
 from remit.agent.store import ChatStore
-from remit.core.acting import no_nul
+from remit.core import limits
 from remit.core.audit import audit_row
 from remit.core.errors import ChatBusy, ChatNotFound, DecisionRefused, NoDraft, RemitError
 from remit.core.schema import chats
@@ -60,9 +60,7 @@ class Chats:
     def open(self, *, title: str = "", by: str | None = None) -> Chat:
         """Open a chat as `by`, for whoever may start `chat`."""
         who = self._client.person(by)
-        no_nul("chats.open", title=title)
-        if len(title) > MOST_TITLE:
-            raise RemitError(f"a chat's title is at most {MOST_TITLE} characters, not {len(title)}")
+        limits.check_text(title, what="a chat's title", target="chats.open", limit=MOST_TITLE)
         agent = self._agent()
         self._client.services.guard.require(
             who, "start", CHAT, {"input": {"chat_id": "", "seq": 1}}
@@ -96,11 +94,9 @@ class Chats:
         A draft not yet confirmed is discarded first (the person asked something else)."""
         chat = self._own(chat_id, by)
         text = text.strip()
-        no_nul("chats.say", text=text)
-        if not text or len(text) > MOST_TEXT:
-            raise RemitError(
-                f"a message to the agent is 1 to {MOST_TEXT} characters, not {len(text)}"
-            )
+        limits.check_text(text, what="a message to the agent", target="chats.say", limit=MOST_TEXT)
+        if not text:
+            raise RemitError("a message to the agent needs some text: what to ask or tell it")
         if chat.status == "thinking":
             raise _busy(chat)
         if chat.acting is not None:
