@@ -14,7 +14,16 @@ import pytest
 
 from remit import ChatReply, DriverError, MissingCredential
 from remit.connectors.base import CallContext
-from remit.connectors.llm import DEFAULT_PRICES, ChatCost, ChatRequest, LLMDriver, chat_complete
+from remit.connectors.llm import (
+    DEFAULT_PRICES,
+    ChatCost,
+    ChatMessage,
+    ChatRequest,
+    LLMDriver,
+    ToolCall,
+    ToolSpec,
+    chat_complete,
+)
 
 COMPLETION = {
     "id": "chatcmpl-1",
@@ -173,3 +182,72 @@ def test_a_missing_key_names_the_credential(vendor: Vendor) -> None:
     with pytest.raises(MissingCredential, match="LLM_API_KEY"):
         LLMDriver().complete(ASKED, call({"LLM_BASE_URL": vendor.url}))
     assert vendor.seen == []
+
+
+def test_tools_go_on_the_wire_and_the_calls_the_model_asks_for_come_back(vendor: Vendor) -> None:
+    called = {
+        **COMPLETION,
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_9",
+                            "type": "function",
+                            "function": {"name": "show_run", "arguments": '{"run_id": "run_1"}'},
+                        }
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+    }
+    vendor.answers.append((200, called))
+    asked = ChatRequest(
+        model="gpt-4o-mini",
+        messages=[
+            ChatMessage(role="user", content="why does run_1 wait?"),
+            ChatMessage(
+                role="assistant",
+                tool_calls=[ToolCall(id="call_8", name="find_runs", arguments="{}")],
+            ),
+            ChatMessage(role="tool", content='[{"run_id": "run_1"}]', tool_call_id="call_8"),
+        ],
+        tools=[ToolSpec(name="show_run", description="One run.", parameters=SCHEMA)],
+    )
+
+    reply = complete(vendor, asked)
+
+    body = vendor.seen[0]["body"]
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "function": {"name": "show_run", "description": "One run.", "parameters": SCHEMA},
+        }
+    ]
+    assert body["messages"][1] == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_8",
+                "type": "function",
+                "function": {"name": "find_runs", "arguments": "{}"},
+            }
+        ],
+    }
+    assert body["messages"][2] == {
+        "role": "tool",
+        "content": '[{"run_id": "run_1"}]',
+        "tool_call_id": "call_8",
+    }
+    assert (reply.content, reply.finish_reason) == ("", "tool_calls")
+    assert reply.tool_calls == [
+        ToolCall(id="call_9", name="show_run", arguments='{"run_id": "run_1"}')
+    ]
+
+
+SCHEMA = {"type": "object", "properties": {"run_id": {"type": "string"}}, "required": ["run_id"]}
