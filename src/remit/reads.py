@@ -224,7 +224,9 @@ class Reader:
         """Refuse unless the principal may read `run`: a turn of a chat is its starter's, or
         read with `read_chats`."""
         workflow, started_by = run.workflow, run.started_by
-        if workflow != CHAT or started_by == self.principal or self.workflows is None:
+        if workflow == CHAT and started_by == self.principal:
+            return  # a turn of their own chat
+        if workflow != CHAT or self.workflows is None:
             self._require("read_runs", workflow, self.workflows, self._declared)
             return
         if not self.chats:

@@ -396,6 +396,46 @@ def test_the_turns_of_a_chat_are_read_as_the_chat_is(acme: Harness) -> None:
     assert turn in [run.run_id for run in Reader(acme.client, "user:sam").runs(limit=50)]
     # An admin may (read_chats), and it is recorded.
     assert Reader(acme.client, "user:sam").run(turn).run_id == turn
+    # A clerk reads the turns of her own chat, though she may not read others'.
+    mine = chats.open(by="user:ann")
+    her_turn = chats.say(mine.id, "what is waiting?", by="user:ann")
+    chats.wait(mine.id, by="user:ann", timeout=60)
+    clerk = Reader(acme.client, "user:ann")
+    assert clerk.run(her_turn).started_by == "user:ann"
+    assert [row.run_id for row in clerk.ledger(her_turn)] == [her_turn]
+    with pytest.raises(PolicyDenied):
+        clerk.run(turn)
+
+
+def test_a_run_of_chat_the_chat_did_not_start_answers_nothing_in_it(acme: Harness) -> None:
+    chats = Chats(acme.client)
+    chat = chats.open(by="user:carol")
+    _ask(chats, chat.id, "what is waiting?", "user:carol")
+    before = chats.get(chat.id, by="user:carol")
+
+    direct = acme.start("chat", {"chat_id": chat.id, "seq": 1}, by="user:carol")
+
+    ended = acme.wait(direct.run_id)
+    assert ended.status == "failed"
+    assert "turns are started by asking in it" in (ended.error or "")
+    assert chats.get(chat.id, by="user:carol") == before
+
+
+def test_a_confirmation_whose_process_died_lets_go_of_the_draft_after_a_while(
+    acme: Harness,
+) -> None:
+    chats = Chats(acme.client)
+    chat_id, draft_id = _drafted(acme, chats, "user:carol")
+    assert chats.store.claim(chat_id, draft_id)
+    with pytest.raises(ChatBusy):
+        chats.discard(chat_id, by="user:carol")
+    long_ago = acme.client.clock.now() - timedelta(minutes=5)
+    chats.store.update(chat_id, acting_since=long_ago)
+
+    discarded = chats.discard(chat_id, draft_id=draft_id, by="user:carol")
+
+    assert discarded.data["outcome"] == "discarded"
+    assert chats.get(chat_id, by="user:carol").chat.draft is None
 
 
 def test_a_turn_started_on_anothers_chat_reads_nothing_of_it_and_leaves_it_alone(

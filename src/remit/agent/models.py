@@ -37,8 +37,9 @@ class Chat(BaseModel):
     engine: str
     title: str
     draft: Draft | None = None
-    # The draft being confirmed (its id), while a confirmation acts on it.
+    # The draft being confirmed (its id), while a confirmation acts on it, and since when.
     acting: str | None = None
+    acting_since: datetime | None = None
     status: Literal["idle", "thinking"] = "idle"
     turn: str | None = None
     created_at: datetime

@@ -19,17 +19,28 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+import threading
 import time
 import uuid
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+import sqlalchemy as sa
+
 from remit.agent.models import Chat, ChatMessage, ChatView, Draft
-from remit.agent.store import ChatStore
+from remit.agent.store import STALE_CLAIM, ChatStore
 from remit.core import limits
 from remit.core.audit import audit_row
-from remit.core.errors import ChatBusy, ChatNotFound, DecisionRefused, NoDraft, RemitError
-from remit.core.schema import chats
+from remit.core.errors import (
+    ChatBusy,
+    ChatNotFound,
+    DecisionRefused,
+    NoDraft,
+    RemitError,
+    TaskRefused,
+)
+from remit.core.schema import audit, chats
 from remit.ops.runs import keyed_run_id
 from remit.policy.cedar import CHAT, PolicyDenied, denied
 
@@ -41,6 +52,12 @@ if TYPE_CHECKING:
 MOST_TEXT = 8000
 # How long a chat's title may be.
 MOST_TITLE = 200
+# A reader's reads of another's chat are recorded once in this many seconds (a page that polls
+# would record a row at each look).
+AUDIT_EVERY = 600.0
+# The most sandboxes one process runs at once: each is a process of its own, for up to minutes.
+MOST_SANDBOXES = 2
+_SANDBOXES = threading.BoundedSemaphore(MOST_SANDBOXES)
 # Seconds after which a question whose turn's run was never started is given up for dead (the
 # process that asked died between the two).
 ABANDONED = 60.0
@@ -77,16 +94,22 @@ class Chats:
             self._may_read_others(who, whose, target=f"chats/{whose}")
         return [self._settled(chat) for chat in self.store.list(whose, limit=limit)]
 
-    def get(self, chat_id: str, *, by: str | None = None) -> ChatView:
-        """The chat with its messages."""
-        chat = self._readable(chat_id, by)
+    def get(self, chat_id: str, *, by: str | None = None, audited: bool = True) -> ChatView:
+        """The chat with its messages. Another's is read with `read_chats` and written to the
+        audit trail, at most once in `AUDIT_EVERY` seconds a reader and chat (unless `audited`
+        is False: what polls a chat already read)."""
+        chat = self._readable(chat_id, by, audited=audited)
         return ChatView(chat=chat, messages=self.store.messages(chat.id))
 
+    def chat(self, chat_id: str, *, by: str | None = None, audited: bool = True) -> Chat:
+        """The chat without its messages (its status and draft), read as `get` reads it."""
+        return self._readable(chat_id, by, audited=audited)
+
     def messages(
-        self, chat_id: str, *, after: int = 0, by: str | None = None
+        self, chat_id: str, *, after: int = 0, by: str | None = None, audited: bool = True
     ) -> builtins.list[ChatMessage]:
-        """The chat's messages after `after` (its `seq`), oldest first."""
-        chat = self._readable(chat_id, by, audited=after == 0)
+        """The chat's messages after `after` (its `seq`), oldest first, read as `get` reads."""
+        chat = self._readable(chat_id, by, audited=audited)
         return self.store.messages(chat.id, after=after)
 
     def say(self, chat_id: str, text: str, *, by: str | None = None) -> str:
@@ -99,7 +122,7 @@ class Chats:
             raise RemitError("a message to the agent needs some text: what to ask or tell it")
         if chat.status == "thinking":
             raise _busy(chat)
-        if chat.acting is not None:
+        if self._held(chat):
             raise ChatBusy(
                 f"chat {chat.id}'s draft {chat.acting} is being confirmed: ask once it is",
                 run_id=chat.turn or "",
@@ -121,7 +144,7 @@ class Chats:
             by=chat.owner,
             key=f"ask:{uuid.uuid4().hex}",
             chat={"status": "thinking", "asked": seq, "turn": turn},
-            when=(chats.c.status == "idle") & chats.c.acting.is_(None),
+            when=(chats.c.status == "idle") & self._unclaimed(),
             seq=seq,
         )
         if asked is None or asked.seq != seq or asked.role != "user":
@@ -129,15 +152,16 @@ class Chats:
         try:
             self._client.runs.start(CHAT, {"chat_id": chat.id, "seq": seq}, by=chat.owner, key=key)
         except BaseException as error:
-            self.store.add(
-                chat.id,
-                "note",
-                f"The question was not taken up: {error}",
-                by="agent",
-                key=f"{turn}:end",
-                chat={"status": "idle", "turn": None},
-                when=chats.c.asked == seq,
-            )
+            if self._client.services.runs.find(turn) is None:
+                self.store.add(
+                    chat.id,
+                    "note",
+                    f"The question was not taken up: {error}",
+                    by="agent",
+                    key=f"{turn}:unasked",
+                    chat={"status": "idle"},
+                    when=chats.c.asked == seq,
+                )
             raise
         return turn
 
@@ -147,9 +171,8 @@ class Chats:
         self._readable(chat_id, by)
         while True:
             chat = self._readable(chat_id, by, audited=False)
-            view = ChatView(chat=chat, messages=self.store.messages(chat.id))
-            if view.chat.status == "idle" or time.monotonic() >= until:
-                return view
+            if chat.status == "idle" or time.monotonic() >= until:
+                return ChatView(chat=chat, messages=self.store.messages(chat.id))
             time.sleep(0.2)
 
     def confirm(
@@ -170,7 +193,7 @@ class Chats:
             )
         try:
             outcome = self._act(chat, draft)
-        except (PolicyDenied, DecisionRefused) as refusal:
+        except (PolicyDenied, DecisionRefused, TaskRefused) as refusal:
             self.store.add(
                 chat.id,
                 "act",
@@ -185,12 +208,15 @@ class Chats:
                     "draft_id": draft.id,
                 },
                 chat={"acting": None, "acting_since": None},
+                when=chats.c.acting == draft.id,
             )
             raise
         except RemitError as error:
             return self._settle_draft(chat, draft, "failed", str(error))
         except BaseException:
-            self.store.update(chat.id, acting=None, acting_since=None)
+            self.store.update(
+                chat.id, acting=None, acting_since=None, when=chats.c.acting == draft.id
+            )
             raise
         return self._settle_draft(chat, draft, "done", outcome.pop("said"), outcome)
 
@@ -200,7 +226,7 @@ class Chats:
         """Drop the chat's draft; the agent is told it was not done."""
         chat = self._own(chat_id, by)
         draft = _draft_of(chat, draft_id)
-        if chat.acting is not None:
+        if self._held(chat):
             raise ChatBusy(
                 f"chat {chat.id}'s draft {draft.id} is being confirmed: it cannot be discarded",
                 run_id=chat.turn or "",
@@ -227,9 +253,18 @@ class Chats:
             raise RemitError("a sandbox runs the app from its folder: load it with `remit --app`")
         workflow = str(draft.args.get("workflow") or "")
         given = draft.args.get("input")
-        result = try_workflow(
-            folder, workflow, given if isinstance(given, dict) else {}, by=chat.owner
-        )
+        if not _SANDBOXES.acquire(blocking=False):
+            raise ChatBusy(
+                f"{MOST_SANDBOXES} sandboxes are running in this process already: try again in "
+                "a minute",
+                run_id=chat.turn or "",
+            )
+        try:
+            result = try_workflow(
+                folder, workflow, given if isinstance(given, dict) else {}, by=chat.owner
+            )
+        finally:
+            _SANDBOXES.release()
         return self._added(
             chat,
             "sandbox",
@@ -239,6 +274,18 @@ class Chats:
         )
 
     # What the room checks.
+
+    def _held(self, chat: Chat) -> bool:
+        """Whether a confirmation holds the chat's draft (one that held it `STALE_CLAIM`
+        seconds is taken for dead: its process died mid-act)."""
+        if chat.acting is None or chat.acting_since is None:
+            return False
+        return (self._client.clock.now() - chat.acting_since).total_seconds() < STALE_CLAIM
+
+    def _unclaimed(self) -> sa.ColumnElement[bool]:
+        """`_held`, negated, as a condition on the chat's row."""
+        stale = self._client.clock.now() - timedelta(seconds=STALE_CLAIM)
+        return chats.c.acting.is_(None) | (chats.c.acting_since < stale)
 
     def _agent(self) -> Any:
         agent = getattr(self._client.app, "agent", None)
@@ -272,7 +319,21 @@ class Chats:
         guard.require(who, "read_chats", self._client.app.name, {"owner": owner})
         if not audited:
             return
+        now = self._client.clock.now()
+        since = now - timedelta(seconds=AUDIT_EVERY)
         with self._client.db.begin() as conn:
+            recorded = conn.execute(
+                sa.select(audit.c.id)
+                .where(
+                    audit.c.target == target,
+                    audit.c.actor == who,
+                    audit.c.action == "read_chats",
+                    audit.c.at >= since,
+                )
+                .limit(1)
+            ).first()
+            if recorded is not None:
+                return
             audit_row(
                 conn,
                 at=self._client.clock.now(),
@@ -319,6 +380,8 @@ class Chats:
         client, who, args = self._client, chat.owner, draft.args
         key = "chat-" + hashlib.sha256(f"{chat.id}\n{draft.id}".encode()).hexdigest()[:24]
         if draft.act == "start":
+            if args.get("workflow") == CHAT:
+                raise RemitError(f"`{CHAT}` runs a chat's turns: a person asks in the chat instead")
             handle = client.runs.start(
                 str(args.get("workflow")), _mapping(args.get("input")), by=who, key=key
             )
@@ -399,7 +462,7 @@ class Chats:
                 "meta": {"via": f"chat/{chat.id}", "outcome": outcome, "args": draft.args},
             }
         # A discard waits for no confirmation going; a confirmation settles its own claim.
-        when = chats.c.acting.is_(None) if outcome == "discarded" else chats.c.acting == draft.id
+        when = self._unclaimed() if outcome == "discarded" else chats.c.acting == draft.id
         written = self.store.add(
             chat.id,
             "act",

@@ -90,9 +90,12 @@ class ChatStore:
         rows = self.db.read("read a chat's messages", lambda conn: conn.execute(query).all())
         return [_message(row._mapping) for row in rows]
 
-    def history(self, chat_id: str, *, through: int) -> builtins.list[Any]:
+    def history(
+        self, chat_id: str, *, through: int, most: int = MOST_HISTORY
+    ) -> builtins.list[Any]:
         """The model's messages of the chat's earlier turns, in order, up to message `through`:
-        each turn's as its answer (or draft) stored them, then what became of each draft."""
+        each turn's as its answer (or draft) stored them, then what became of each draft; the
+        latest of them, up to `most` bytes."""
         query = (
             sa.select(chat_messages.c.history)
             .where(
@@ -103,13 +106,13 @@ class ChatStore:
         )
         rows = self.db.read("read a chat's history", lambda conn: conn.execute(query).all())
         turns = [list(row[0]) for row in rows if row[0]]
-        # The latest turns, up to `MOST_HISTORY` bytes; never starting with a tool's answer
+        # The latest turns, up to `most` bytes; never starting with a tool's answer
         # whose call was left out.
         kept: list[list[Any]] = []
         size = 0
         for turn in reversed(turns):
             size += len(json.dumps(turn, default=str))
-            if size > MOST_HISTORY and kept:
+            if size > most and kept:
                 break
             kept.insert(0, turn)
         while len(kept) > 1 and _answers_a_call(kept[0]):
@@ -243,6 +246,7 @@ def _chat(row: Any) -> Chat:
         title=row["title"],
         draft=Draft.model_validate(draft) if draft else None,
         acting=row["acting"],
+        acting_since=row["acting_since"],
         status=row["status"],
         turn=row["turn"],
         created_at=row["created_at"],

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from remit.agent.model import RemitModel
-from remit.agent.store import ChatStore
+from remit.agent.store import MOST_HISTORY, ChatStore
 from remit.agent.tools import ACT_TOOLS, READ_TOOLS, Reads, answer_text, summary
 from remit.connectors.llm import ChatCost, ChatReply, ChatRequest, chat_complete
 from remit.core.errors import BudgetExceeded, OpError, RemitError
@@ -211,6 +211,10 @@ class _Turn:
         chat = self.store.get(self.input.chat_id)
         if chat.owner != self.ctx.actor:
             return {"refused": f"chat {chat.id} is another person's: only its owner asks in it"}
+        if chat.turn != self.ctx.run_id:
+            # A run of `chat` the chat did not start (`remit start chat`, a fork): it would
+            # answer beside the chat's own turn.
+            return {"refused": f"chat {chat.id}'s turns are started by asking in it"}
         asked = self.store.messages(chat.id, after=self.input.seq - 1)
         if not asked or asked[0].seq != self.input.seq or asked[0].role != "user":
             raise RemitError(f"chat {chat.id} has no question at message {self.input.seq}")
@@ -218,8 +222,20 @@ class _Turn:
             "owner": chat.owner,
             "engine": chat.engine,
             "text": asked[0].text,
-            "history": self.store.history(chat.id, through=self.input.seq - 1),
+            "history": self.store.history(
+                chat.id, through=self.input.seq - 1, most=self._history_bytes(chat.engine)
+            ),
         }
+
+    def _history_bytes(self, engine: str) -> int:
+        """The most bytes of earlier turns the model is given again: a third of the turn's
+        bound at the model's input price (a byte counts as a token at most), and never more
+        than `MOST_HISTORY`."""
+        price = self.app.llm_prices.get(engine)
+        if price is None or price.input <= 0:
+            return MOST_HISTORY
+        affordable = self.agent.max_turn_usd / 3 * 1_000_000 / price.input
+        return max(1000, min(MOST_HISTORY, int(affordable)))
 
     async def _complete(self, request: ChatRequest) -> ChatReply:
         most = ChatCost().max_cost(request, self.app.llm_prices)
@@ -302,7 +318,7 @@ class _Turn:
         draft: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         def step() -> dict[str, Any]:
-            columns: dict[str, Any] = {"status": "idle", "turn": None}
+            columns: dict[str, Any] = {"status": "idle"}
             if draft is not None:
                 columns["draft"] = draft
             written = self.store.add(
