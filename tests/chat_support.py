@@ -5,8 +5,8 @@ words kept here in one place, and the write-off it is about.
 carol, a controller, opens a chat about ann's write-off of inv_1003, which waits at its
 approval: she asks why it waits, and the agent names the gate (assigned to her); she says to approve it at 400,
 and the agent drafts the decision (act `decide`, amount 40000 cents, its id `drf_…`); she reads
-it, then confirms it, naming the draft she saw; the chat records an `act` message with outcome
-`done`, and the write-off run goes on to done."""
+it, then confirms it, naming the draft she saw (a confirmation always names it); the chat
+records an `act` message with outcome `done`, and the write-off run goes on to done."""
 
 from __future__ import annotations
 
@@ -50,6 +50,8 @@ GONE_DRAFT = "drf_0000000000000000"
 # What `remit chat ask TEXT --yes` says, refusing to confirm a draft the person has not read.
 BLIND_YES = "--yes confirms a draft you have read: ask first"
 BLIND_NO = "--no discards a draft you have read: ask first"
+# What `remit chat ask --yes` says without --draft: it confirms only a draft named.
+UNNAMED_YES = "--yes confirms the draft you read, so name it: --draft DRAFT_ID"
 # How long a turn of the scripted model may take, under a loaded machine.
 TURN_SECONDS = 120.0
 

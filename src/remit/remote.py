@@ -35,7 +35,7 @@ from remit.core.errors import (
     Unauthenticated,
 )
 from remit.core.settings import Settings
-from remit.remote_chats import RemoteChats, chat_error
+from remit.remote_chats import RemoteChats, chat_error_of
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -725,7 +725,7 @@ def _error(answer: httpx.Response, path: str) -> RemitError:
         return Unauthenticated(message)
     if status == 403:
         return PolicyDenied(message, principal="", action="", resource="")
-    if path.startswith("/chats") and (found := chat_error(status, message, path)) is not None:
+    if path.startswith("/chats") and (found := chat_error_of(answer, path)) is not None:
         return found
     if status == 404 and path.startswith("/changes/"):
         from remit.ops.changes import ChangeNotFound

@@ -18,6 +18,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from remit import Client
+from remit.agent import Chats
 from tests.browser.conftest import Shots, serve_with_worker, stop_serving
 from tests.chat_support import (
     ANN,
@@ -146,3 +147,58 @@ def test_ask_see_the_draft_confirm_and_see_the_run(page: Page, desk: Desk, js: b
     act.get_by_role("link", name=run_id).click()
     expect(page).to_have_url(re.compile(rf"/console/runs/{run_id}$"))
     expect(page.locator("#status")).to_have_text("done")
+
+
+# Counts the EventSources the page has open (ask.js's streams), across hx-boost's swaps.
+COUNT_STREAMS = """
+(() => {
+  const Real = window.EventSource;
+  if (!Real) { return; }
+  window.__streams = new Set();
+  function Counted(url, options) {
+    const source = new Real(url, options);
+    window.__streams.add(source);
+    const close = source.close.bind(source);
+    source.close = () => { window.__streams.delete(source); close(); };
+    return source;
+  }
+  Counted.prototype = Real.prototype;
+  Counted.CONNECTING = Real.CONNECTING;
+  Counted.OPEN = Real.OPEN;
+  Counted.CLOSED = Real.CLOSED;
+  window.EventSource = Counted;
+})();
+"""
+
+
+def test_leaving_a_thinking_chat_closes_its_stream(page: Page, desk: Desk, js: bool) -> None:
+    """hx-boost swaps the page without unloading ask.js: the chat's stream is closed when the
+    person goes to another page, and coming back follows the chat with one stream, not two."""
+    if not js:
+        pytest.skip("the stream is ask.js's: without JavaScript the page reloads itself")
+    chats = Chats(desk.client)
+    chat_id = chats.open(by=CAROL).id
+    # A turn that goes on as long as the test looks (no run answers it).
+    assert chats.store.update(chat_id, status="thinking")
+    page.add_init_script(COUNT_STREAMS)
+    page.goto(desk.link(CAROL))
+    page.get_by_role("button", name="Sign in").click()
+    expect(page).to_have_url(re.compile(r"/console/runs$"))
+
+    def streams() -> int:
+        return int(page.evaluate("window.__streams ? window.__streams.size : -1"))
+
+    for _ in range(2):
+        page.get_by_role("link", name="Ask", exact=True).click()
+        expect(page).to_have_url(re.compile(r"/console/ask$"))
+        page.locator(f"#chat-{chat_id} a").click()
+        expect(page).to_have_url(re.compile(rf"/console/ask/{chat_id}$"))
+        expect(page.locator("#thinking")).to_be_visible()
+        page.wait_for_function("window.__streams && window.__streams.size === 1")
+        page.wait_for_timeout(500)
+        assert streams() == 1
+        # Away to the runs: the body is swapped (hx-boost), the script stays, the stream ends.
+        page.get_by_role("link", name="Runs", exact=True).click()
+        expect(page).to_have_url(re.compile(r"/console/runs$"))
+        page.wait_for_function("window.__streams && window.__streams.size === 0")
+    assert chats.store.update(chat_id, status="idle")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from remit.agent.models import Chat, ChatMessage, ChatView
+from remit.agent.store import ChatStore
 from tests.chat_support import (
     ANN,
     APPROVE,
@@ -25,6 +26,7 @@ from tests.chat_support import (
     GONE_DRAFT,
     NO_DRAFT,
     STALE_DRAFT,
+    UNNAMED_YES,
     WAITS_FOR,
     WHY,
     WRITE_OFF,
@@ -114,20 +116,47 @@ def test_carol_asks_and_confirms_from_the_command_line(cli: Cli) -> None:
     assert CAROL in listed[1]
     assert [line.split()[0] for line in listed[1:] if line.startswith(" chat_")] == [chat_id]
 
-    # Once read, `--yes` alone confirms the latest chat's draft, the one just read: the act is
+    # `--yes` names the draft read: without --draft it is refused, nothing done, and the error
+    # says where the whole command is (the hint under the draft).
+    unnamed = cli("chat", "ask", "--yes", "--as", CAROL, check=False)
+    assert unnamed.returncode == 1, unnamed
+    assert UNNAMED_YES in unnamed.stderr
+    assert "copy the hint line" in unnamed.stderr
+    assert cli("chat", "show", chat_id, "--json", "--as", CAROL).stdout == before
+
+    # Once read, `--yes --draft` confirms it (here in the latest chat, no id given): the act is
     # printed, the run goes on.
-    confirmed = lines(cli("chat", "ask", "--yes", "--as", CAROL).stdout)
+    confirmed = lines(cli("chat", "ask", "--yes", "--draft", draft_id, "--as", CAROL).stdout)
     assert confirmed[0] == f"chat {chat_id}"
     assert f"draft: {draft_id} " in "\n".join(confirmed)
     [act_line] = [line for line in confirmed if line.startswith("act: ")]
     assert approval_id in act_line
     cli.wait_for(run_id, "done")
-    again = cli("chat", "ask", chat_id, "--yes", "--as", CAROL)
+    again = cli("chat", "ask", chat_id, "--no", "--as", CAROL)
     assert "no draft: the agent proposes nothing to confirm" in again.stdout
     # The draft confirmed, named again, is settled: refused, not done twice.
     twice = cli("chat", "ask", chat_id, "--yes", "--draft", draft_id, "--as", CAROL, check=False)
     assert twice.returncode == 1, twice
     assert NO_DRAFT in twice.stderr
+
+    # An act confirmed that fails (a drafted start of a workflow the app does not have): its
+    # `act` message printed, then exit 1.
+    failing = {
+        "id": "drf_0123456789abcdef",
+        "tool_call_id": "call_failing",
+        "act": "start",
+        "args": {"workflow": "no.such", "input": {}},
+        "summary": "Start no.such",
+        "sandbox_ok": True,
+    }
+    assert ChatStore(cli.db, "acme").update(chat_id, draft=failing)
+    failed = cli(
+        "chat", "ask", chat_id, "--yes", "--draft", failing["id"], "--as", CAROL, check=False
+    )
+    assert failed.returncode == 1, failed
+    assert "act: Failed: " in failed.stdout
+    assert "the act was not done (failed)" in failed.stderr
+    assert "no.such" in failed.stderr
 
     shown = cli("chat", "show", chat_id, "--as", CAROL).stdout
     assert shown.startswith(f"chat {chat_id}")
@@ -139,9 +168,9 @@ def test_carol_asks_and_confirms_from_the_command_line(cli: Cli) -> None:
     )
     assert view.chat.id == chat_id
     assert view.messages[0].role == "user"
-    assert view.messages[-1].role == "act"
-    assert view.messages[-1].data["outcome"] == "done"
-    assert view.messages[-1].data["draft_id"] == draft_id
+    [done] = [m for m in view.messages if m.role == "act" and m.data["outcome"] == "done"]
+    assert done.data["draft_id"] == draft_id
+    assert view.messages[-1].data["outcome"] == "failed"
     [listed_json] = json.loads(cli("chats", "--json", "--as", CAROL).stdout)
     assert Chat.model_validate(listed_json).id == chat_id
 
@@ -182,6 +211,37 @@ def test_the_interactive_chat_asks_before_it_acts(cli: Cli) -> None:
     assert "act: Discarded" in talked
     cli.wait_for(other, "waiting")
 
+    # Ctrl-D at the question leaves the draft alone and ends; a message the room refuses (too
+    # long) is said, and the chat goes on.
+    talked = cli("chat", "--new", "--as", CAROL, stdin=f"{'x' * 8001}\n{WHY}\n{APPROVE}\n").stdout
+    assert "is 8,001 characters" in talked
+    assert WAITS_FOR in talked
+    assert "the draft stays: `remit chat ask chat_" in talked
+    kept = talked.split()[1].rstrip(":")
+    view = ChatView.model_validate(
+        json.loads(cli("chat", "show", kept, "--json", "--as", CAROL).stdout)
+    )
+    assert view.chat.draft is not None
+    assert not [m for m in view.messages if m.role == "act"]
+    cli.wait_for(other, "waiting")
+
+    # sam, an admin, reads carol's chat but may not confirm its draft: the reason is printed,
+    # the draft stays.
+    talked = cli("chat", kept, "--as", "user:sam", stdin="y\n\n").stdout
+    assert "refused: user:sam may not" in talked
+    assert "the draft stays" in talked
+    shown = ChatView.model_validate(
+        json.loads(cli("chat", "show", kept, "--json", "--as", CAROL).stdout)
+    )
+    assert shown.chat.draft == view.chat.draft
+
+    # A chat whose turn goes is followed before the next message is asked for.
+    assert ChatStore(cli.db, "acme").update(kept, status="thinking", turn=None)
+    talked = cli("chat", kept, "--timeout", "1", "--as", CAROL, stdin="hello\n").stdout
+    assert "the agent is thinking" in talked
+    assert "still thinking after 1 s" in talked
+    assert "you> " not in talked
+
 
 def test_ask_through_remit_serve_as_the_tokens_principal(cli: Cli, tmp_path: Path) -> None:
     carol = cli("tokens", "create", "--for", CAROL, "--as", "user:sam").stdout.strip()
@@ -209,9 +269,15 @@ def test_ask_through_remit_serve_as_the_tokens_principal(cli: Cli, tmp_path: Pat
     assert len(
         json.loads(server("chat", "show", chat.id, "--json", token=carol).stdout)["messages"]
     ) == len(turn["messages"])
-    drafted = json.loads(server("chat", "ask", chat.id, APPROVE, "--json", token=carol).stdout)
-    draft_id = drafted["chat"]["draft"]["id"]
+    # --quiet prints the draft's id alone, for a script to confirm once read.
+    draft_id = server("chat", "ask", chat.id, APPROVE, "--quiet", token=carol).stdout.strip()
+    assert re.fullmatch(r"drf_\w+", draft_id), draft_id
+    drafted = json.loads(server("chat", "show", chat.id, "--json", token=carol).stdout)
+    assert drafted["chat"]["draft"]["id"] == draft_id
     assert not [m for m in drafted["messages"] if m["role"] == "act"]
+    unnamed = server("chat", "ask", chat.id, "--yes", token=carol, check=False)
+    assert unnamed.returncode == 1, unnamed
+    assert UNNAMED_YES in unnamed.stderr
     stale = server("chat", "ask", chat.id, "--yes", "--draft", GONE_DRAFT, token=carol, check=False)
     assert stale.returncode == 1, stale
     assert STALE_DRAFT in stale.stderr

@@ -8,15 +8,18 @@ ann a clerk). Driven over HTTP (starlette's TestClient on `create_api`)."""
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from markupsafe import escape
 
 from remit import Client
 from remit.agent import Chats
+from remit.core.schema import audit
 from remit.serve.api import create_api
 from remit.testing import Harness
 from tests.chat_support import (
@@ -138,9 +141,15 @@ def test_carol_asks_sees_the_draft_and_confirms_it_in_the_console(
     assert store.update(chat_id, acting=None, acting_since=None)
     assert harness.client.approvals.get(approval_id).status == "pending"
 
+    # A confirm must name the draft the page showed: a form without it does nothing.
+    bare = http.post(f"{url}/draft/confirm", data={"csrf": csrf})
+    assert bare.status_code == 422
+    assert "This form names no draft" in bare.text
+    assert harness.client.approvals.get(approval_id).status == "pending"
+
     done = http.post(f"{url}/draft/confirm", data={"csrf": csrf, "draft_id": shown.id})
     assert done.status_code == 200
-    assert re.search(r'id="flash"[^>]*>Confirmed: ', done.text)
+    assert re.search(r'id="flash"[^>]*>Confirmed: Approved ', done.text)
     assert 'id="draft"' not in done.text
     assert 'class="msg-act outcome-done"' in done.text
     wait_for_run(harness.client, run_id, "done")
@@ -154,12 +163,67 @@ def test_carol_asks_sees_the_draft_and_confirms_it_in_the_console(
     assert bare.status_code == 409
     assert NO_DRAFT in bare.text
 
+    # An act confirmed that fails (a drafted start of a workflow the app does not have): the
+    # page says it failed, not that it was confirmed.
+    failing = shown.model_copy(
+        update={
+            "id": "drf_0123456789abcdef",
+            "act": "start",
+            "args": {"workflow": "no.such", "input": {}},
+            "summary": "Start no.such",
+            "sandbox_ok": True,
+        }
+    )
+    assert store.update(chat_id, draft=failing.model_dump(mode="json"))
+    failed = http.post(f"{url}/draft/confirm", data={"csrf": csrf, "draft_id": failing.id})
+    assert failed.status_code == 200
+    assert re.search(r'id="flash"[^>]*>Failed: [^<]*no\.such', failed.text), failed.text
+    assert 'class="msg-act outcome-failed"' in failed.text
+
     # ann sees her own chats only; carol's chat is not hers to read.
     sign_in(http, harness, ANN, by=CAROL)
     assert chat_id not in http.get("/console/ask").text
     refused = http.get(url)
     assert refused.status_code == 403
     assert "Refused by the policies" in refused.text
+    assert http.get(f"{url}/events").status_code == 403
+
+
+def test_the_events_of_a_thinking_chat_are_read_without_an_audit_row_a_poll(
+    harness: Harness, http: TestClient
+) -> None:
+    """sam, an admin, opens carol's chat while it thinks: the page and the stream's first read
+    are recorded, once; the stream's polls are not."""
+    chats = Chats(harness.client)
+    chat_id = chats.open(by=CAROL).id
+    assert chats.store.update(chat_id, status="thinking")
+    sign_in(http, harness, "user:sam", by=CAROL)
+    page = http.get(f"/console/ask/{chat_id}")
+    assert page.status_code == 200
+    assert 'data-thinking="true"' in page.text
+    assert "only they may write to it" in page.text
+
+    def reads() -> int:
+        with harness.client.db.engine.connect() as conn:
+            return len(
+                conn.execute(
+                    sa.select(audit.c.id).where(
+                        audit.c.action == "read_chats", audit.c.target == chat_id
+                    )
+                ).all()
+            )
+
+    assert reads() == 1
+    # The chat goes idle a moment later (its turn over): the stream, polling, then ends.
+    timer = threading.Timer(1.0, chats.store.update, args=(chat_id,), kwargs={"status": "idle"})
+    timer.start()
+    try:
+        events = http.get(f"/console/ask/{chat_id}/events")
+    finally:
+        timer.join()
+    assert events.status_code == 200
+    assert events.text.rstrip().split("\n\n")[-1].startswith("event: idle")
+    assert reads() == 1
 
 
 def test_while_the_agent_thinks_the_page_says_so_and_reloads_without_javascript(

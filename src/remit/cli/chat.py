@@ -38,6 +38,7 @@ from remit.core.text import printable
 
 if TYPE_CHECKING:
     from remit.agent.models import Chat, ChatMessage, ChatView, Draft
+    from remit.core.errors import RemitError
     from remit.surface import ChatsSurface
 
 # What the interactive chat asks, and the answers it takes to a draft.
@@ -60,8 +61,8 @@ _ROLE_COLOURS = {
     "note": "yellow",
 }
 _OUTCOME_COLOURS = {"done": "green", "refused": "red", "failed": "red", "discarded": "yellow"}
-# How often a command following a turn asks what came.
-_FOLLOW_POLL = 0.25
+# How often a command following a turn asks what came (through `remit serve`, a request each).
+_FOLLOW_POLL = 0.5
 # How long a command waits for a turn by default.
 TURN_SECONDS = 180.0
 
@@ -123,6 +124,8 @@ def talk(
     """Talk with the operator agent: each line you type is a message; the agent's reads and
     answer are printed as they come, and an act it proposes is confirmed (y), discarded (N) or
     tried in the sandbox first (t). An empty line, `exit` or Ctrl-D ends it."""
+    from remit.core.errors import RemitError
+
     if new and chat_id is not None:
         raise typer.BadParameter("give a chat's id or --new, not both")
     with chats_of(app_dir) as chats:
@@ -137,8 +140,27 @@ def talk(
                 _print_message(message)
             seen = max((m.seq for m in view.messages), default=0)
         while True:
+            if chat.status == "thinking":
+                # A turn goes (one asked elsewhere, or one that outlasted --timeout): follow
+                # it before asking for the next message, which it would refuse.
+                out.print(Text("  the agent is thinking…"))
+                view, seen = _follow(chats, chat.id, seen, as_, timeout)
+                chat = view.chat
+                if chat.status == "thinking":
+                    out.print(
+                        Text(
+                            printable(
+                                f"  still thinking after {timeout:g} s (is a worker running? "
+                                f"`remit worker`): `remit chat {chat.id}` goes on later"
+                            )
+                        )
+                    )
+                    return
+                continue
             if chat.draft is not None:
-                chat, seen = _ask_about(chats, chat, seen, as_)
+                chat, seen, ended = _ask_about(chats, chat, seen, as_)
+                if ended:
+                    return
                 continue
             try:
                 text = input(PROMPT).strip()
@@ -147,18 +169,25 @@ def talk(
                 return
             if text in ("", "exit", "quit"):
                 return
-            chats.say(chat.id, text, by=as_)
+            try:
+                chats.say(chat.id, text, by=as_)
+            except RemitError as refused:
+                # A turn going (ChatBusy), a message too long...: said, and the chat goes on.
+                out.print(styled(f"  {refused}", "yellow"), soft_wrap=True)
+                chat = chats.get(chat.id, by=as_).chat
+                continue
             view, seen = _follow(chats, chat.id, seen, as_, timeout)
             chat = view.chat
 
 
 def _ask_about(
     chats: "ChatsSurface", chat: "Chat", seen: int, by: str | None
-) -> tuple["Chat", int]:
+) -> tuple["Chat", int, bool]:
     """Show the chat's draft and do what the person answers: confirm it (y), try it in the
-    sandbox first (t), else discard it. A refusal by the policies is printed; the draft stays,
-    and the chat goes on."""
-    from remit.core.errors import ChatBusy, DecisionRefused, NoDraft
+    sandbox first (t), else discard it; at the end of the input (Ctrl-D), nothing: the draft
+    stays, and the chat ends (the last of the three: True). A refusal is printed with its
+    reason; the draft stays, and the chat goes on."""
+    from remit.core.errors import ChatBusy, DecisionRefused, NoDraft, TaskRefused
     from remit.policy.cedar import PolicyDenied
 
     assert chat.draft is not None
@@ -166,7 +195,12 @@ def _ask_about(
     try:
         answer = input(CONFIRM).strip().lower()
     except EOFError:
-        answer = ""
+        out.print()
+        out.print(
+            Text(printable(f"  the draft stays: {_confirm_hint(chat.id, chat.draft).strip()}")),
+            soft_wrap=True,
+        )
+        return chat, seen, True
     shown = chat.draft.id  # what is acted on is the draft shown, not one made since
     try:
         if answer in ("y", "yes"):
@@ -175,19 +209,22 @@ def _ask_about(
             chats.sandbox(chat.id, draft_id=shown, by=by)
         else:
             chats.discard(chat.id, draft_id=shown, by=by)
-    except (PolicyDenied, DecisionRefused):
-        pass  # the room recorded the refusal, with the reason, as an `act` message
+    except (PolicyDenied, DecisionRefused, TaskRefused) as refused:
+        # The room recorded most refusals as an `act` message, printed below; not one the
+        # policies made before it acted (not the chat's owner, say): the reason, here.
+        out.print(styled(f"  refused: {refused}", "red"), soft_wrap=True)
     except (NoDraft, ChatBusy) as stale:
         # Settled or replaced elsewhere meanwhile (or being confirmed there): nothing done
         # here; the chat as it is now is shown, a new draft asked about afresh.
         out.print(styled(f"  {stale}", "yellow"), soft_wrap=True)
     seen = _print_after(chats, chat.id, seen, by)
     chat = chats.get(chat.id, by=by).chat
-    if answer in ("y", "yes") and chat.draft is not None and chat.draft.id == shown:
-        # Refused: the draft stays for the next turn to change; not asked about again.
+    if chat.draft is not None and chat.draft.id == shown and answer not in ("t", "try"):
+        # Refused (or not settled): the draft stays for the next turn to change; not asked
+        # about again.
         out.print(Text("  the draft stays: say what to change, or an empty line to end"))
-        return chat.model_copy(update={"draft": None}), seen
-    return chat, seen
+        return chat.model_copy(update={"draft": None}), seen, False
+    return chat, seen, False
 
 
 @chat_cli.command("ask")
@@ -212,8 +249,8 @@ def ask(
         bool,
         typer.Option(
             "--yes",
-            help="Confirm the chat's draft, which you have read (exit 1 if refused): with no "
-            "message only, never in the command that asks.",
+            help="Confirm the draft you have read, named with --draft (exit 1 if it is refused "
+            "or fails): with no message only, never in the command that asks.",
         ),
     ] = False,
     no: Annotated[
@@ -231,9 +268,9 @@ def ask(
         str | None,
         typer.Option(
             "--draft",
-            help="The draft to act on with --yes, --no or --try: its id (drf_…) as you saw it "
-            "(on the `draft:` line, or `chat.draft.id` in --json). Another draft, or one settled "
-            "since, is refused (exit 1).",
+            help="The draft to act on: its id (drf_…) as you saw it (on the `draft:` line, in "
+            "the hint under it, `chat.draft.id` in --json, or --quiet's output). Required with "
+            "--yes. Another draft, or one settled since, is refused (exit 1).",
             show_default=False,
         ),
     ] = None,
@@ -245,20 +282,33 @@ def ask(
             help="Print one JSON object: the chat and the messages this command added.",
         ),
     ] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            help="Print only the id of the chat's draft at the end (nothing when it has none), "
+            'for a script: draft=$(remit chat ask "…" --quiet), then, once read, '
+            "remit chat ask --yes --draft $draft.",
+        ),
+    ] = False,
     as_: ActAs = None,
     app_dir: AppDir = None,
 ) -> None:
     """Send the operator agent one message and print its answer: the reads it made, what it
-    said, and the act it proposes (its draft), if any. Then, once you have read the draft,
-    `remit chat ask [CHAT_ID] --yes` confirms it, under the policies (exit 1 with their reason
-    when they refuse it), and --no discards it: with no message, for a draft is confirmed only
-    once seen. --try tries a proposed start on fresh fakes (with a message too: it changes
-    nothing live). A worker must run the agent's turn."""
-    from remit.core.errors import DecisionRefused, RemitError
+    said, and the act it proposes (its draft), if any, with the command that confirms it. Then,
+    once you have read the draft, `remit chat ask [CHAT_ID] --yes --draft DRAFT_ID` confirms
+    it, under the policies (exit 1, with the reason, when it is refused or fails), and --no
+    discards it: with no message, for a draft is confirmed only once seen. --try tries a
+    proposed start on fresh fakes (with a message too: it changes nothing live). A worker must
+    run the agent's turn."""
+    from remit.core.errors import DecisionRefused, RemitError, TaskRefused
     from remit.policy.cedar import PolicyDenied
 
     if yes and no:
         raise typer.BadParameter("give --yes (confirm the draft) or --no (discard it), not both")
+    if as_json and quiet:
+        raise typer.BadParameter("give --json (the chat and its messages) or --quiet, not both")
     given = [each for each in (chat_or_text, text) if each is not None]
     acts = yes or no or try_
     if draft_id is not None and not acts:
@@ -266,6 +316,12 @@ def ask(
     chat_id, said = _chat_and_text(given, new=new, acts=acts)
     if said is not None:
         _no_blind_act(said, yes=yes, no=no, draft_id=draft_id)
+    if yes and draft_id is None:
+        raise RemitError(
+            "--yes confirms the draft you read, so name it: --draft DRAFT_ID (copy the hint "
+            "line printed under the draft, `remit chat ask CHAT_ID --yes --draft drf_…`, which "
+            "is the whole command); nothing was done"
+        )
     with chats_of(app_dir) as chats:
         if chat_id is None and not new:
             latest = chats.list(limit=1, by=as_)
@@ -274,12 +330,13 @@ def ask(
             if said is None:
                 raise RemitError(
                     "you have no chat, so no draft to act on: ask first (`remit chat ask "
-                    '"…"`), read the draft, then `remit chat ask --yes` confirms it'
+                    '"…"`), read the draft, then `remit chat ask --yes --draft DRAFT_ID` '
+                    "confirms it"
                 )
             chat_id = chats.open(by=as_).id
         seen = max((m.seq for m in chats.messages(chat_id, by=as_)), default=0)
         first = seen
-        printing = not as_json
+        printing = not (as_json or quiet)
         if printing:
             out.print(Text(printable(f"chat {chat_id}")))
         run_id: str | None = None
@@ -289,10 +346,10 @@ def ask(
         else:
             view = chats.get(chat_id, by=as_)
         draft = view.chat.draft
-        # The draft acted on: the one named, else the one just read (and printed), so that a
-        # draft replaced meanwhile is refused, not acted on unseen.
+        # The draft acted on: the one named, else (--no, --try) the one just read and printed,
+        # so that a draft replaced meanwhile is refused, not acted on unseen.
         acting_on = draft_id or (draft.id if draft is not None else None)
-        refused: RemitError | None = None
+        failed: RemitError | None = None
         if draft is not None or draft_id is not None:
             if printing and draft is not None:
                 _print_draft(draft)
@@ -303,18 +360,20 @@ def ask(
                 out.print(Text(f"  --try: a {draft.act} is not tried in the sandbox, only a start"))
             try:
                 if yes:
-                    chats.confirm(chat_id, draft_id=acting_on, by=as_)
+                    acted = chats.confirm(chat_id, draft_id=acting_on, by=as_)
+                    failed = _not_done(acted)
                 elif no:
                     chats.discard(chat_id, draft_id=acting_on, by=as_)
-            except (PolicyDenied, DecisionRefused) as error:
-                refused = error  # recorded in the chat as an `act` message, printed below
+            except (PolicyDenied, DecisionRefused, TaskRefused) as error:
+                failed = error  # recorded in the chat as an `act` message, printed below
             seen = _print_after(chats, chat_id, seen, as_, printing=printing)
             if printing and draft is not None and not (yes or no):
                 out.print(Text(printable(_confirm_hint(chat_id, draft))))
         elif acts and printing:
             out.print(Text("no draft: the agent proposes nothing to confirm"))
-        if as_json:
+        if as_json or quiet:
             view = chats.get(chat_id, by=as_)
+        if as_json:
             print_json(
                 {
                     "run_id": run_id,
@@ -322,13 +381,27 @@ def ask(
                     "messages": [m for m in view.messages if m.seq > first],
                 }
             )
-    if refused is not None:
-        raise refused  # its reason, printed as every refusal is, and exit 1
+        elif quiet and view.chat.draft is not None:
+            out.print(view.chat.draft.id, soft_wrap=True)
+    if failed is not None:
+        raise failed  # its reason, printed as every error is, and exit 1
     if view.chat.status != "idle":
         raise RemitError(
             f"the agent is still thinking after {timeout:g} s: `remit chat show {chat_id}` "
             "shows its answer once it comes (is a worker running? `remit worker`)"
         )
+
+
+def _not_done(acted: "ChatMessage") -> "RemitError | None":
+    """The error to exit 1 with when the confirmed act was not done (its `act` message,
+    printed, says why); None when it was."""
+    from remit.core.errors import RemitError
+
+    outcome = str(acted.data.get("outcome") or "")
+    if outcome == "done":
+        return None
+    why = acted.data.get("reason") or acted.text
+    return RemitError(f"the act was not done ({outcome or 'no outcome'}): {why}")
 
 
 def _no_blind_act(said: str, *, yes: bool, no: bool, draft_id: str | None) -> None:
@@ -343,7 +416,8 @@ def _no_blind_act(said: str, *, yes: bool, no: bool, draft_id: str | None) -> No
         verb = "confirms" if yes else "discards"
         raise RemitError(
             f"{flag} {verb} a draft you have read: ask first (`remit chat ask {quoted}`), read "
-            f"the draft, then `remit chat ask {flag}` {verb} it; nothing was sent"
+            f"the draft, then `remit chat ask {flag} --draft DRAFT_ID` (the line printed under "
+            f"the draft) {verb} it; nothing was sent"
         )
     if draft_id is not None:
         raise RemitError(
@@ -444,12 +518,17 @@ def _follow(
     printing: bool = True,
 ) -> tuple["ChatView", int]:
     """Follow the chat's turn until it is idle (or `timeout` seconds): each message after
-    `seen` printed as it comes. The chat is read before its messages, so that once it reads
-    idle every message of the turn is among those read after it."""
+    `seen` printed as it comes. One read a poll: the chat with its messages, the chat read
+    before them, so that once it reads idle every message of the turn is among them."""
     deadline = time.monotonic() + timeout
     while True:
         view = chats.get(chat_id, by=by)
-        seen = _print_after(chats, chat_id, seen, by, printing=printing)
+        for message in view.messages:
+            if message.seq <= seen:
+                continue
+            if printing and message.role != "user":
+                _print_message(message)
+            seen = message.seq
         if view.chat.status == "idle" or time.monotonic() >= deadline:
             return view, seen
         time.sleep(_FOLLOW_POLL)

@@ -1,18 +1,23 @@
 """A chat's server-sent events, as the HTTP API (`GET /chats/{id}/events`, behind a token) and
 the console's Ask page (`/console/ask/{id}/events`, behind the session) stream them alike.
 
-The stream polls the room (`Chats.get`, then `Chats.messages`) every 0.25 s: the chat first,
-so that once it reads idle every message of the turn is among those read after it."""
+The stream polls the room (`Chats.chat`, then `Chats.messages`) every 0.25 s: the chat first,
+so that once it reads idle every message of the turn is among those read after it. Its polls
+are not written to the audit trail: the route reads the chat once, audited, before it streams.
+A read refused meanwhile (the policies changed, say) ends the stream with an `error` event."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from starlette.concurrency import run_in_threadpool
 
 from remit.agent.room import Chats
+from remit.core.errors import ChatNotFound
+from remit.policy.cedar import PolicyDenied
 
 EVENT_STREAM = "text/event-stream"
 # How often the stream asks the room what changed, how long it goes on at most, and how long
@@ -38,24 +43,31 @@ async def chat_stream(
     the event's id, so that a reconnecting browser's `Last-Event-ID` takes up where it left
     off), the chat again whenever its status, draft, turn or title changes, and last `idle`
     (the chat) once no turn goes, at once for a chat that is idle already. A comment every
-    15 s while nothing changes. It ends at `idle`, after `limit` seconds, or when `gone()` says
-    the browser has left."""
+    15 s while nothing changes. It ends at `idle`, after `limit` seconds, when `gone()` says
+    the browser has left, or with an `error` event (`{"error": why}`) when the chat may no
+    longer be read (the policies refuse it now, or it is gone)."""
     ends = time.monotonic() + limit
     quiet_since = time.monotonic()
     shown: str | None = None
     while True:
-        view = await run_in_threadpool(chats.get, chat_id, by=by)
-        fresh = await run_in_threadpool(chats.messages, chat_id, after=after, by=by)
+        try:
+            chat = await run_in_threadpool(chats.chat, chat_id, by=by, audited=False)
+            fresh = await run_in_threadpool(
+                chats.messages, chat_id, after=after, by=by, audited=False
+            )
+        except (PolicyDenied, ChatNotFound) as refused:
+            yield event("error", json.dumps({"error": str(refused)}))
+            return
         for message in fresh:
             after = max(after, message.seq)
             yield event("message", message.model_dump_json(), ident=str(message.seq))
-        state = view.chat.model_dump_json(include=_WATCHED)
+        state = chat.model_dump_json(include=_WATCHED)
         changed = state != shown
         if changed:
             shown = state
-            yield event("chat", view.chat.model_dump_json())
-        if view.chat.status == "idle":
-            yield event("idle", view.chat.model_dump_json())
+            yield event("chat", chat.model_dump_json())
+        if chat.status == "idle":
+            yield event("idle", chat.model_dump_json())
             return
         now = time.monotonic()
         if fresh or changed:

@@ -83,6 +83,22 @@ class DraftRequest(RequestBody):
     )
 
 
+class ConfirmRequest(RequestBody):
+    """The draft to confirm: the one the person saw (its id), always named, for a draft is
+    done only once read."""
+
+    noun: ClassVar[str] = "a confirmation"
+    made: ClassVar[str] = "the draft is confirmed"
+
+    draft_id: str = Field(
+        min_length=1,
+        max_length=64,
+        json_schema_extra=NUL_FREE,
+        description="The draft's id (drf_…), as the chat showed it (`chat.draft.id`): another "
+        "draft, or one already settled, is refused (409) and nothing is done.",
+    )
+
+
 class TurnView(BaseModel):
     """A turn the message started: its run, and the chat, thinking until the run ends."""
 
@@ -137,7 +153,7 @@ def chat_routes(routes: APIRouter, client: Client) -> None:
         the turn; `GET /chats/{id}` shows it once the chat is idle again."""
         chats = room()
         run_id = chats.say(chat_id, body.text, by=who)
-        return TurnView(run_id=run_id, chat=chats.get(chat_id, by=who).chat)
+        return TurnView(run_id=run_id, chat=chats.chat(chat_id, by=who))
 
     @routes.get(
         "/chats/{chat_id}/messages", responses=error_responses(400, 401, 403, 404, 422, 503)
@@ -176,11 +192,13 @@ def chat_routes(routes: APIRouter, client: Client) -> None:
     ) -> StreamingResponse:
         """Follow the chat as it goes: each new message, its status and draft as they change,
         until the chat is idle (at once, for a chat no turn goes in), and for at most 300 s. A
-        reconnecting browser's `Last-Event-ID` takes up where it left off."""
+        reconnecting browser's `Last-Event-ID` takes up where it left off. A chat that may no
+        longer be read meanwhile ends the stream with an `error` event (`{"error": why}`)."""
         chats = room()
-        # Read once before streaming: an unknown chat, or another's, is an error answer, not
-        # a stream that ends.
-        await run_in_threadpool(chats.get, chat_id, by=who)
+        # Read once before streaming, and audited (another's chat read as the policies allow):
+        # an unknown chat, or another's, is an error answer, not a stream that ends. The
+        # stream's polls are not audited again.
+        await run_in_threadpool(chats.chat, chat_id, by=who)
         since = max(after, last_seq(last_event_id))
         return StreamingResponse(
             chat_stream(chats, chat_id, who, after=since, gone=request.is_disconnected),
@@ -192,14 +210,17 @@ def chat_routes(routes: APIRouter, client: Client) -> None:
         "/chats/{chat_id}/draft/confirm",
         responses=error_responses(400, 401, 403, 404, 409, 422, 503),
     )
-    def confirm(chat_id: ChatId, who: Who, body: DraftRequest | None = None) -> ChatMessage:
+    def confirm(chat_id: ChatId, who: Who, body: ConfirmRequest) -> ChatMessage:
         """Do what the chat's draft proposes, as its owner and under the policies: the answer
-        is the `act` message saying what became of it. The body, optional, names the draft the
-        person saw (`{"draft_id": "drf_…"}`); without it, the chat's draft as it is now. A
-        refusal by the policies is 403 with their reason, recorded in the chat too; the draft
-        stays. No draft, or not the one named (settled or replaced since): 409, nothing done.
-        Another confirmation of the same draft still acting: 409 too."""
-        return room().confirm(chat_id, draft_id=_draft_id(body), by=who)
+        is the `act` message saying what became of it (`data.outcome` `done`, or `failed`
+        with the reason: look at it). The body names the draft the person saw
+        (`{"draft_id": "drf_…"}`, required: a draft is confirmed only once read). A refusal
+        by the policies is 403 with their reason, another refusal (the approval decided
+        already, say) 409, each recorded in the chat too; the draft stays. No draft, or not
+        the one named (settled or replaced since): 409, nothing done. Another confirmation of
+        the same draft still acting: 409 too. An error's `code` says which (`DecisionRefused`,
+        `NoDraft`, `ChatBusy`...)."""
+        return room().confirm(chat_id, draft_id=body.draft_id, by=who)
 
     @routes.post(
         "/chats/{chat_id}/draft/discard",

@@ -57,6 +57,13 @@ class ErrorBody(BaseModel):
     reasons: list[ErrorReason] = Field(
         default_factory=list, description="Every reason, one per approval or field."
     )
+    code: str | None = Field(
+        default=None,
+        description="What kind of error it is, for a program to tell apart without reading "
+        "the words: the name of remit's error (`ChatBusy`, `NoDraft`, `ChatNotFound`, "
+        "`DecisionRefused`, `PolicyDenied`, `UnknownWorkflow`...). Sent by the routes of "
+        "chats (`/chats`); absent elsewhere.",
+    )
 
 
 class Problem(Exception):
@@ -168,8 +175,19 @@ async def error_response(request: Request, error: Exception) -> JSONResponse:
         log.error("%s %s failed", request.method, request.url, exc_info=error)
         status = 500
         message = f"the server failed ({type(error).__name__}); its log has the details"
-    body = ErrorBody(error=message, reasons=reasons)
-    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
+    body = ErrorBody(error=message, reasons=reasons, code=_code(request, error))
+    answer = body.model_dump(mode="json")
+    if body.code is None:
+        del answer["code"]
+    return JSONResponse(answer, status_code=status, headers=headers)
+
+
+def _code(request: Request, error: Exception) -> str | None:
+    """The error's kind, for a program to map it on (see `ErrorBody.code`): remit's error's
+    name, on the routes of chats."""
+    if not isinstance(error, RemitError) or not request.url.path.startswith("/chats"):
+        return None
+    return type(error).__name__
 
 
 def _invalid(

@@ -9,11 +9,15 @@ follows the chat's events from `/console/ask/{id}/events` (the API's stream, beh
 cookie rather than a token) and appends each message as it comes, then reloads the page once
 the turn is over, to show the draft with its forms.
 
-Each of the draft's forms names the draft it showed (a hidden `draft_id`): a draft settled or
-replaced meanwhile (say in another tab) is not acted on, and the chat is shown again as it is
-now (409), as it is when a confirmation of the draft is already acting. A confirm the policies
-refuse shows the chat again (403) with their reason; the room has recorded the refusal in the
-chat, and the draft stays. An app with no operator agent says so."""
+Each of the draft's forms names the draft it showed (a hidden `draft_id`, which a confirmation
+requires): a draft settled or replaced meanwhile (say in another tab) is not acted on, and the
+chat is shown again as it is now (409), as it is when a confirmation of the draft is already
+acting. A confirm the policies refuse shows the chat again (403) with their reason; the room has
+recorded the refusal in the chat, and the draft stays. A confirmed act that failed says so
+("Failed: …"), not "Confirmed". An app with no operator agent says so.
+
+The events route reads the chat once (audited, as the page is) before it streams, off the
+event loop; the stream's polls are not audited (`remit.console.chat_events`)."""
 
 # No `from __future__ import annotations`: FastAPI reads each route's `Annotated[...,
 # Depends(page.sessions...)]` when the route is made, and `page` is local to `add`.
@@ -23,9 +27,10 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 
-from remit.agent.models import ChatView
+from remit.agent.models import ChatMessage, ChatView
 from remit.agent.room import Chats
 from remit.client import Client
 from remit.console.chat_events import EVENT_STREAM, chat_stream, last_seq
@@ -33,15 +38,24 @@ from remit.console.errors import reasons_of, status_of
 from remit.console.pages.inbox import posted
 from remit.console.render import Page
 from remit.console.session import Viewer
-from remit.core.errors import ChatBusy, ChatNotFound, DecisionRefused, NoDraft, RemitError
+from remit.core.errors import (
+    ChatBusy,
+    ChatNotFound,
+    DecisionRefused,
+    NoDraft,
+    RemitError,
+    TaskRefused,
+)
 from remit.policy.cedar import PolicyDenied
 
 # How many of the person's chats the page lists, newest first.
 PAGE_SIZE = 30
 # The longest message the form takes (the room's limit).
 MAX_TEXT = 8000
-# What the forms under a chat do, and what the flash says once done.
+# What the forms under a chat do, and what the flash says once done: a confirmation by what
+# became of the act (the `act` message's outcome).
 DRAFT_VERBS = {"confirm": "Confirmed", "discard": "Discarded", "sandbox": "Tried in the sandbox"}
+OUTCOMES = {"done": "Confirmed", "failed": "Failed", "refused": "Refused"}
 
 
 def add(router: APIRouter, client: Client, page: Page) -> None:
@@ -119,7 +133,9 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
         after = request.query_params.get("after") or ""
         since = max(last_seq(after), last_seq(last_event_id))
         try:
-            chats.get(chat_id, by=viewer.principal)  # an unknown chat, or another's: no stream
+            # An unknown chat, or another's: no stream. The one audited read (the stream's
+            # polls are not), off the event loop.
+            await run_in_threadpool(chats.chat, chat_id, by=viewer.principal)
         except ChatNotFound as error:
             return Response(str(error), status_code=404, media_type="text/plain")
         except PolicyDenied as refused:
@@ -200,9 +216,20 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
                     f"{verb!r} is not something to do with a draft: confirm, discard or sandbox"
                 ],
             )
+        shown = _draft_id(form)
+        if verb == "confirm" and shown is None:
+            # A page that did not name its draft (an older one's form): nothing is confirmed
+            # unseen.
+            return show(
+                request,
+                viewer,
+                chat_id,
+                status=422,
+                refusal=["This form names no draft: read the draft below, then confirm it."],
+            )
         try:
-            done = act[verb](chat_id, draft_id=_draft_id(form), by=viewer.principal)
-        except (PolicyDenied, DecisionRefused) as refused:
+            done = act[verb](chat_id, draft_id=shown, by=viewer.principal)
+        except (PolicyDenied, DecisionRefused, TaskRefused) as refused:
             # The room recorded the refusal in the chat; the draft stays.
             return show(
                 request, viewer, chat_id, status=status_of(refused), refusal=reasons_of(refused)
@@ -213,7 +240,19 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
             return show(request, viewer, chat_id, status=409, refusal=[str(stale)])
         except ChatNotFound as error:
             return missing(request, viewer, error)
-        return page.redirect(chat_url(chat_id), flash=f"{DRAFT_VERBS[verb]}: {done.text}")
+        return page.redirect(chat_url(chat_id), flash=_flash(verb, done))
+
+
+def _flash(verb: str, done: ChatMessage) -> str:
+    """What the page says of the draft's act: a confirmation by what became of it ("Failed:
+    …" for an act that was not done), with the `act` message's words."""
+    if verb != "confirm":
+        return f"{DRAFT_VERBS[verb]}: {done.text}"
+    outcome = str(done.data.get("outcome") or "")
+    said = done.text
+    for prefix in ("Done: ", "Failed: ", "Refused: "):
+        said = said.removeprefix(prefix)
+    return f"{OUTCOMES.get(outcome, outcome.capitalize() or 'Confirmed')}: {said}"
 
 
 def _text(form: FormData) -> str:
