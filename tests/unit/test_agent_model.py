@@ -3,6 +3,10 @@ and the op's reply as the loop's response."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 from pydantic_ai.messages import (
     ModelRequest,
     ModelResponse,
@@ -17,6 +21,8 @@ from pydantic_ai.tools import ToolDefinition
 
 from remit.agent.model import chat_request, model_response
 from remit.connectors.llm import ChatMessage, ChatReply, ToolCall, ToolSpec
+
+ACME = Path(__file__).resolve().parents[2] / "examples" / "acme"
 
 
 def test_the_loops_messages_become_one_chat_request_with_its_tools() -> None:
@@ -76,3 +82,20 @@ def test_a_reply_becomes_the_loops_response_each_call_with_an_id_of_its_own() ->
         ("ledger", "call_2", "not json"),
     ]
     assert (response.usage.input_tokens, response.usage.output_tokens) == (10, 4)
+
+
+def test_loading_an_app_with_an_agent_loads_no_agent_library() -> None:
+    # Pydantic AI takes seconds to import: only a worker running a turn pays for it.
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from remit.app import load_app; load_app(sys.argv[1]); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'pydantic_ai', 'pydantic_graph'}))",
+            str(ACME),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert loaded.stdout.strip() == "[]"

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from remit.agent.model import RemitModel
 from remit.agent.store import MOST_HISTORY, ChatStore
 from remit.agent.tools import ACT_TOOLS, READ_TOOLS, Reads, answer_text, summary
 from remit.connectors.llm import ChatCost, ChatReply, ChatRequest, chat_complete
@@ -148,10 +147,14 @@ class _Turn:
         self.tools_run = 0
 
     async def run(self) -> dict[str, Any]:
+        # Pydantic AI loads in seconds: only a worker running a turn loads it, not every
+        # process that loads the app.
         from pydantic_ai import Agent, DeferredToolRequests, Tool
         from pydantic_ai.exceptions import AgentRunError, UsageLimitExceeded
         from pydantic_ai.messages import ModelMessagesTypeAdapter
         from pydantic_ai.usage import UsageLimits
+
+        from remit.agent.model import RemitModel
 
         read = await self.ctx.step("read-chat", self._read_chat)
         if "refused" in read:
