@@ -86,7 +86,7 @@ def test_cancel_a_queued_run(cli: Cli) -> None:
         (["start", "ar.chase-invoice", "--input", "{}"], "invoice_id: Field required"),
         (
             ["start", "chase-everyone"],
-            "has no workflow `chase-everyone` (it has: apply, ar.chase-invoice, ar.credit-line, ar.credit-note, ar.dunning, ar.follow-up, ar.write-off, call, change, drift)",
+            "has no workflow `chase-everyone` (it has: apply, ar.chase-invoice, ar.credit-line, ar.credit-note, ar.dunning, ar.follow-up, ar.write-off, call, change, chat, drift)",
         ),
         (["show", "run_missing"], "no run `run_missing`"),
         (["cancel", "run_missing"], "no run `run_missing`"),
