@@ -96,6 +96,7 @@ def test_policies_are_shown_explained_and_a_broken_file_reported(cli: Cli, tmp_p
         "read_runs",
         "read_approvals",
         "read_operations",
+        "read_chats",
     }
 
     broken = tmp_path / "acme"
