@@ -110,7 +110,9 @@ def chat_routes(routes: APIRouter, client: Client) -> None:
     """The routes of chats, behind the token (see the module's docstring)."""
     room = _Room(client)
 
-    @routes.post("/chats", status_code=201, responses=error_responses(401, 404, 413, 422, 503))
+    @routes.post(
+        "/chats", status_code=201, responses=error_responses(400, 401, 403, 404, 413, 422, 503)
+    )
     def open_chat(body: OpenChatRequest, who: Who) -> ChatView:
         """Open a chat with the operator agent, owned by the token's principal."""
         chats = room()
