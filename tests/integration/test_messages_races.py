@@ -229,9 +229,10 @@ def test_sends_racing_the_step_that_begins_to_wait_each_move_the_run_once(
 
 
 class HeldTake:
-    """The worker's `take` (the body of a `ctx.wait_for` step), held once on its first call:
+    """The worker's `take` (the body of a `ctx.wait_for` step), held on its first call
     `before` its transaction, or `after` it committed (the step said pending, the run still
-    `running`), until the test lets it go."""
+    `running`), until the test lets it go. A later call (the next attempt's) is held before
+    its transaction too, so that it sees every message the test sends meanwhile."""
 
     def __init__(self, h: Harness, where: str) -> None:
         self.waits = h.worker.runtime.waits
@@ -243,7 +244,7 @@ class HeldTake:
 
     def __call__(self, *args: Any) -> dict[str, Any]:
         first = not self.reached.is_set()
-        if first and self.where == "before":
+        if self.where == "before" or not first:
             self.hold()
         taken = self.take(*args)
         if first and self.where == "after":

@@ -170,7 +170,7 @@ def create_api(
             f"this server does not answer to the name {host!r}: call it by one of "
             f"{', '.join(sorted(names))} (`remit serve --allowed-host` adds a name)"
         )
-        return JSONResponse(ErrorBody(error=message).model_dump(mode="json"), status_code=400)
+        return JSONResponse(ErrorBody(error=message).sent(), status_code=400)
 
     if around is not None:
         before, after = around

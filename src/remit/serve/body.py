@@ -90,7 +90,7 @@ class BodyLimit:
 async def _answer(send: Send, status: int, message: str, *, close: bool) -> None:
     """An error answer in the API's form, `{"error": ..., "reasons": [...]}`."""
     body = ErrorBody(error=message, reasons=[ErrorReason(approval_id=None, reason=message)])
-    payload = json.dumps(body.model_dump(mode="json")).encode()
+    payload = json.dumps(body.sent()).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(payload)).encode()),

@@ -210,7 +210,7 @@ def chat_routes(routes: APIRouter, client: Client) -> None:
 
     @routes.post(
         "/chats/{chat_id}/draft/confirm",
-        responses=error_responses(400, 401, 403, 404, 409, 422, 503),
+        responses=error_responses(400, 401, 403, 404, 409, 413, 422, 503),
     )
     def confirm(chat_id: ChatId, who: Who, body: ConfirmRequest) -> ChatMessage:
         """Do what the chat's draft proposes, as its owner and under the policies: the answer
@@ -226,7 +226,7 @@ def chat_routes(routes: APIRouter, client: Client) -> None:
 
     @routes.post(
         "/chats/{chat_id}/draft/discard",
-        responses=error_responses(400, 401, 403, 404, 409, 422, 503),
+        responses=error_responses(400, 401, 403, 404, 409, 413, 422, 503),
     )
     def discard(chat_id: ChatId, who: Who, body: DraftRequest | None = None) -> ChatMessage:
         """Drop the chat's draft, as its owner: nothing is done. The body, optional, names the
@@ -236,7 +236,7 @@ def chat_routes(routes: APIRouter, client: Client) -> None:
 
     @routes.post(
         "/chats/{chat_id}/draft/sandbox",
-        responses=error_responses(400, 401, 403, 404, 409, 422, 503),
+        responses=error_responses(400, 401, 403, 404, 409, 413, 422, 503),
     )
     def sandbox(chat_id: ChatId, who: Who, body: DraftRequest | None = None) -> ChatMessage:
         """Try the drafted start on fresh fakes in a throwaway database, as its owner: the

@@ -65,6 +65,10 @@ class ErrorBody(BaseModel):
         "chats (`/chats`); absent elsewhere.",
     )
 
+    def sent(self) -> dict[str, Any]:
+        """The body as it goes on the wire: `code` only where there is one."""
+        return self.model_dump(mode="json", exclude={"code"} if self.code is None else None)
+
 
 class Problem(Exception):
     """An error response this module answers with directly."""
@@ -176,10 +180,7 @@ async def error_response(request: Request, error: Exception) -> JSONResponse:
         status = 500
         message = f"the server failed ({type(error).__name__}); its log has the details"
     body = ErrorBody(error=message, reasons=reasons, code=_code(request, error))
-    answer = body.model_dump(mode="json")
-    if body.code is None:
-        del answer["code"]
-    return JSONResponse(answer, status_code=status, headers=headers)
+    return JSONResponse(body.sent(), status_code=status, headers=headers)
 
 
 def _code(request: Request, error: Exception) -> str | None:
