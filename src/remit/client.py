@@ -9,7 +9,7 @@
 The client is a small root with a room for each thing it acts on, each built once:
 
 - `client.runs`: start, get, list, handle, steps, attempts, record, cancel, retry;
-- `client.approvals`: list, get, decidable, decide, audit;
+- `client.approvals`: list, get, decidable, decide, withdraw, audit;
 - `client.tasks`: list, get, resolve, audit;
 - `client.records`: a business record's activity, and archiving it;
 - `client.calls`: an op called directly, a data collection's verbs, the ledger;
@@ -120,7 +120,12 @@ class Client:
         # REMIT_FAKES), and the environment drivers see.
         self.implementations = implementations
         self.environ = environ
-        self.db = Database(settings.database_url, pool_size=pool_size)
+        self.db = Database(
+            settings.database_url,
+            pool_size=pool_size,
+            idle_transaction_timeout=settings.idle_transaction_timeout,
+            lock_timeout=settings.lock_timeout,
+        )
         if prepare:
             self.db.prepare()
         # The stores and services the rooms act through (the rooms are built on first use).
@@ -230,7 +235,7 @@ class Client:
 
     @cached_property
     def approvals(self) -> ApprovalsRoom:
-        """The gates runs wait at: list, get, decidable, decide, audit."""
+        """The gates runs wait at: list, get, decidable, decide, withdraw, audit."""
         from remit.people.rooms import ApprovalsRoom
 
         return ApprovalsRoom(self)

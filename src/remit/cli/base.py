@@ -304,13 +304,29 @@ BehindProxy = Annotated[
 ]
 
 
-def load(app_dir: Path | None) -> tuple["App", "Settings"]:
+def load(app_dir: Path | None, *, create_database: bool = False) -> tuple["App", "Settings"]:
     """The app in `app_dir` (else the folder `remit --app` named) and its settings from the
-    environment, with this process's logging set up as they say."""
+    environment, with this process's logging set up as they say. `create_database`: make the
+    Postgres database the settings name when the server has none of that name (`remit
+    worker` and `remit serve`, which a fresh deploy starts first)."""
     from remit.app import load_app
 
     folder, settings = _settings(app_dir)
+    if create_database:
+        _create_database(settings)
     return load_app(folder), settings
+
+
+def _create_database(settings: "Settings") -> None:
+    """Create the Postgres database `settings` name if it is missing, saying so on one line."""
+    from remit.core.database import Database
+
+    db = Database(settings.database_url, pool_size=1)
+    try:
+        if db.create_if_missing():
+            err.print(f"created the database {db.url.database} at {db.shown_url} (it was missing)")
+    finally:
+        db.dispose()
 
 
 def app_folder_of(app_dir: Path | None) -> Path:
@@ -385,6 +401,7 @@ def local_client(
     pool_size: int = 4,
     command: str | None = None,
     serving: bool = False,
+    create_database: bool = False,
 ) -> Iterator["Client"]:
     """A `remit.Client` on the app in `app_dir` (its settings from the environment), closed on
     leaving. The app's code is imported when a verb first needs it (listing runs does not).
@@ -392,12 +409,15 @@ def local_client(
     `command` names a command that works only on the app's folder and database: it is refused
     when `--url` (`REMIT_URL`) is given rather than run on a database the caller did not mean.
     A write that cannot wake the app's stopped worker fails the command once it has printed
-    what it did (`NOT_WOKEN`), unless the command is `serving` others' writes, which log it."""
+    what it did (`NOT_WOKEN`), unless the command is `serving` others' writes, which log it.
+    `create_database`: as `load` says."""
     from remit.client import Client
 
     if command is not None:
         here_only(command)
     folder, settings = _settings(app_dir)
+    if create_database:
+        _create_database(settings)
     with Client(folder, settings, pool_size=pool_size) as client:
         if not serving:
             client.on_write = lambda: client.ops.wake_if_stopped()
@@ -558,6 +578,7 @@ _STATUS_COLOURS = {
     "dead": "red",
     "uncertain": "magenta",
     "cancelled": "yellow",
+    "withdrawn": "yellow",
 }
 
 

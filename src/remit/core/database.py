@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 
-from remit.core.errors import DatabaseError
+from remit.core.errors import DatabaseError, RowLocked
 from remit.core.schema import PARTIAL_INDEXES, SCHEMA_VERSION, meta, metadata
 from remit.core.sqlite_file import open_sqlite_file, private_file
 
@@ -41,6 +41,14 @@ _outage_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 
 # Any fixed 64-bit number: the Postgres advisory lock that serialises `prepare()`.
 _PREPARE_LOCK = 0x72656D6974  # "remit"
+
+# How remit's connections name themselves to Postgres (`pg_stat_activity.application_name`),
+# so a session that holds a lock others wait for can be told apart from DBOS's and a person's.
+APPLICATION_NAME = "remit"
+# Postgres's code for a lock not granted within `lock_timeout`.
+_LOCK_NOT_AVAILABLE = "55P03"
+# Postgres's code for CREATE DATABASE of a name another process made first.
+_DUPLICATE_DATABASE = "42P04"
 
 
 def portable_serializer() -> DBOSPortableJSONSerializer:
@@ -82,9 +90,18 @@ class Database:
     `Database` is made (see `sqlite_file.py`): a corrupt file raises `DatabaseError` here.
     """
 
-    def __init__(self, raw_url: str, *, pool_size: int = 8) -> None:
+    def __init__(
+        self,
+        raw_url: str,
+        *,
+        pool_size: int = 8,
+        idle_transaction_timeout: float = 60.0,
+        lock_timeout: float = 10.0,
+    ) -> None:
         self.url = normalize_url(raw_url)
         self.is_sqlite = self.url.get_backend_name() == "sqlite"
+        self.idle_transaction_timeout = idle_transaction_timeout
+        self.lock_timeout = lock_timeout
         self._waits_out_outages = False
         if self.is_sqlite:
             assert self.url.database is not None
@@ -93,8 +110,25 @@ class Database:
             sa.event.listen(self.engine, "connect", _sqlite_connect)
         else:
             self.engine = sa.create_engine(
-                self.url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+                self.url,
+                pool_size=pool_size,
+                max_overflow=pool_size,
+                pool_pre_ping=True,
+                connect_args=self.connect_args,
             )
+
+    @property
+    def connect_args(self) -> dict[str, Any]:
+        """What each of remit's Postgres connections is opened with: its name, and the bound
+        on a session left idle inside a transaction (`idle_transaction_timeout`, seconds; 0
+        leaves the server's setting). Such a session holds its locks till it ends, blocking
+        every decision on the runs it locked; past the bound Postgres ends it, and its
+        transaction with it."""
+        args: dict[str, Any] = {"application_name": APPLICATION_NAME}
+        if self.idle_transaction_timeout > 0:
+            ms = max(1, round(self.idle_transaction_timeout * 1000))
+            args["options"] = f"-c idle_in_transaction_session_timeout={ms}"
+        return args
 
     @property
     def shown_url(self) -> str:
@@ -122,6 +156,104 @@ class Database:
             if self.is_sqlite:
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
             yield conn
+
+    @contextlib.contextmanager
+    def begin_bounded(self, what: str) -> Iterator[sa.Connection]:
+        """`begin`, for a transaction that must not wait long for a row lock: a person's answer
+        (a decision, a task's answer, a retry) or a reconciler's pass, which would otherwise
+        hang behind a session that holds the run's row (one left idle inside a transaction,
+        say). On Postgres each lock it takes waits at most `lock_timeout` seconds; past that
+        the transaction rolls back, having written nothing, and `RowLocked` names `what` was
+        refused and the session that holds the lock. SQLite has one writer at a time and no
+        row locks: there the transaction waits for the write lock as any other does, up to
+        its busy timeout (30 s)."""
+        if self.is_sqlite or self.lock_timeout <= 0:
+            with self.begin() as conn:
+                yield conn
+            return
+        try:
+            with self.begin() as conn:
+                ms = max(1, round(self.lock_timeout * 1000))
+                conn.exec_driver_sql(f"SET LOCAL lock_timeout = {ms}")
+                yield conn
+        except sa.exc.OperationalError as error:
+            if getattr(error.orig, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
+                raise
+            raise RowLocked(
+                f"{what}: {_locked_what(error)} is locked by {self._holders(error)}, and "
+                f"{self.lock_timeout:g} s (REMIT_LOCK_TIMEOUT) passed waiting for it. Nothing "
+                "was written: try again in a moment"
+            ) from None
+
+    def _holders(self, error: sa.exc.OperationalError) -> str:
+        """Who holds the lock `error` waited for, as well as Postgres can tell once the wait
+        has ended: the other sessions holding locks on the table it names, oldest transaction
+        first."""
+        table = _locked_table(error)
+        query = sa.text(
+            "SELECT a.pid, a.application_name, a.state, a.usename,"
+            " extract(epoch FROM now() - a.xact_start) AS age, left(a.query, 120) AS query"
+            " FROM pg_stat_activity a WHERE a.pid <> pg_backend_pid()"
+            " AND a.xact_start IS NOT NULL AND a.pid IN"
+            " (SELECT l.pid FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+            "  WHERE l.granted AND (:table = '' OR c.relname = :table))"
+            " ORDER BY a.xact_start LIMIT 3"
+        )
+        try:
+            with self.engine.connect() as conn:
+                rows = conn.execute(query, {"table": table or ""}).all()
+        except sa.exc.SQLAlchemyError:
+            rows = []
+        if not rows:
+            return "another session (it has let go since)"
+        shown = [
+            f"session {row.pid} ({row.application_name or 'no application name'}, "
+            f"user {row.usename}, {row.state}, its transaction open {row.age:.0f} s, "
+            f"last statement: {' '.join(str(row.query).split())})"
+            for row in rows
+        ]
+        return " or ".join(shown)
+
+    def create_if_missing(self) -> bool:
+        """Create the Postgres database the URL names, when the server has none of that name;
+        whether this call created it. Made from the server's `postgres` database, as the URL's
+        user, who needs the right to create databases. SQLite makes its file itself."""
+        if self.is_sqlite or not self.url.database:
+            return False
+        name = self.url.database
+        try:
+            with self.engine.connect():
+                return False
+        except sa.exc.OperationalError as error:
+            if f'database "{name}" does not exist' not in str(error.orig):
+                raise DatabaseError(
+                    f"cannot reach the database at {self.shown_url} ({one_line(error)}): check "
+                    "REMIT_DATABASE_URL, and that the server is up and takes connections there"
+                ) from error
+        server = sa.create_engine(
+            self.url.set(database="postgres"), isolation_level="AUTOCOMMIT", poolclass=sa.NullPool
+        )
+        quoted = '"' + name.replace('"', '""') + '"'
+        try:
+            with server.connect() as conn:
+                conn.exec_driver_sql(f"CREATE DATABASE {quoted}")
+        except sa.exc.ProgrammingError as error:
+            if getattr(error.orig, "sqlstate", None) == _DUPLICATE_DATABASE:
+                return False  # another process made it first
+            raise DatabaseError(
+                f"the database {name} does not exist at {self.shown_url}, and creating it was "
+                f"refused ({one_line(error)}): create it (createdb {name}), or give the URL's "
+                "user the right to (ALTER ROLE ... CREATEDB)"
+            ) from error
+        except sa.exc.OperationalError as error:
+            raise DatabaseError(
+                f"the database {name} does not exist at {self.shown_url}, and the server's "
+                f"postgres database, from which remit would create it, cannot be reached "
+                f"({one_line(error)}): create it yourself (createdb {name})"
+            ) from error
+        finally:
+            server.dispose()
+        return True
 
     def insert(self, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
         """An INSERT into `table` in this database's dialect, which takes `on_conflict_do_nothing`
@@ -365,6 +497,25 @@ def one_line(error: sa.exc.DBAPIError | sa.exc.SQLAlchemyError) -> str:
     line of its own, indented) joined with `; `."""
     said = str(getattr(error, "orig", None) or error)
     return "; ".join(line.strip() for line in said.splitlines() if line.strip())
+
+
+def _locked_table(error: sa.exc.OperationalError) -> str | None:
+    """The table whose row a lock timeout waited for, from Postgres's context line (`while
+    locking tuple (0,5) in relation "remit_runs"`), if it gave one."""
+    said = str(error.orig)
+    marker = 'in relation "'
+    if marker not in said:
+        return None
+    return said.split(marker, 1)[1].split('"', 1)[0]
+
+
+def _locked_what(error: sa.exc.OperationalError) -> str:
+    table = _locked_table(error)
+    return {
+        "remit_runs": "the run",
+        "remit_approvals": "the approval",
+        "remit_tasks": "the task",
+    }.get(table or "", f"a row of {table}" if table else "a row it needs")
 
 
 def count(result: sa.CursorResult[Any]) -> int:

@@ -147,6 +147,13 @@ class DatabaseError(RemitError):
     """The database URL is unusable, or the database could not be prepared."""
 
 
+class RowLocked(RemitError):
+    """A transaction that answers a person (a decision, a task's answer, a retry) or a
+    reconciler's pass waited past `REMIT_LOCK_TIMEOUT` for a row another session holds
+    locked. Nothing was written; the message names the session that holds the lock, where
+    Postgres could tell. Trying again is safe."""
+
+
 class OpError(RemitError):
     """An operation call did not succeed. `retryable` says whether calling again can help."""
 
@@ -395,9 +402,12 @@ class DecisionRefused(RemitError):
     everything to fix.
     """
 
-    def __init__(self, reasons: list[tuple[str, str]], *, by_policy: bool = False) -> None:
+    def __init__(
+        self, reasons: list[tuple[str, str]], *, by_policy: bool = False, what: str = "decision"
+    ) -> None:
         listed = "; ".join(f"{approval_id} {reason}" for approval_id, reason in reasons)
-        super().__init__(f"decision refused, nothing was written: {listed}")
+        # `what` was refused: a decision, or the withdrawal of a gate by whoever asked for it.
+        super().__init__(f"{what} refused, nothing was written: {listed}")
         self.reasons = reasons
         # Every reason is the policies' refusal (the caller may not; nothing else is wrong).
         self.by_policy = by_policy

@@ -81,6 +81,12 @@ class Settings:
       worker that stops when idle (default 2).
     - `idle_horizon`: `REMIT_IDLE_HORIZON`, seconds: a worker whose next deadline is nearer
       than this is not idle, since it would stop only to start again (default 60).
+    - `idle_transaction_timeout`: `REMIT_IDLE_TRANSACTION_TIMEOUT`, seconds a Postgres session
+      of remit's (or of a worker's DBOS) may sit idle inside a transaction before the server
+      ends it, letting go of its locks (default 60; 0 leaves the server's setting).
+    - `lock_timeout`: `REMIT_LOCK_TIMEOUT`, seconds a person's answer, a retry or a
+      reconciler's pass waits for a row lock on Postgres before it is refused with
+      `RowLocked`, naming who holds it (default 10; 0 waits as long as it takes).
     """
 
     database_url: str
@@ -120,6 +126,8 @@ class Settings:
     wakeup_account_token: str | None = field(default=None, repr=False)
     idle_check_interval: float = 2.0
     idle_horizon: float = 60.0
+    idle_transaction_timeout: float = 60.0
+    lock_timeout: float = 10.0
 
     @classmethod
     def from_env(cls, app_dir: Path | str, environ: Mapping[str, str] | None = None) -> Settings:
@@ -174,6 +182,10 @@ class Settings:
             wakeup_account_token=_account_token(env),
             idle_check_interval=_number(env, "REMIT_IDLE_CHECK_INTERVAL", 2.0, float),
             idle_horizon=_number(env, "REMIT_IDLE_HORIZON", 60.0, float, zero=True),
+            idle_transaction_timeout=_number(
+                env, "REMIT_IDLE_TRANSACTION_TIMEOUT", 60.0, float, zero=True
+            ),
+            lock_timeout=_number(env, "REMIT_LOCK_TIMEOUT", 10.0, float, zero=True),
         )
 
 

@@ -325,7 +325,7 @@ class Reconciler:
     def _enqueue_first(self, run: Run) -> str | None:
         """Enqueue a first attempt DBOS never received, under the run's lock, so a start
         finishing meanwhile or another pass cannot enqueue it twice (DBOS refuses the id)."""
-        with self.db.begin() as conn:
+        with self.db.begin_bounded(f"reconciler: enqueue {run.run_id}") as conn:
             current = lock(conn, run.run_id)
             if current is None or not current.on(run.workflow_id, ("queued",)):
                 return None  # moved on meanwhile
@@ -334,7 +334,7 @@ class Reconciler:
         return run.workflow_id
 
     def _moved(self, run_id: str, workflow_id: str, start: int) -> Resume | None:
-        with self.db.begin() as conn:
+        with self.db.begin_bounded(f"reconciler: move {run_id} on") as conn:
             current = lock(conn, run_id)
             if current is None or not current.on(workflow_id, ("queued", "running")):
                 return None  # moved on meanwhile

@@ -163,7 +163,7 @@ class Retries:
 
     def _retry_once(self, run: Run, start: int, *, by: str, key: str | None) -> Resume:
         now = self.clock.now()
-        with self.db.begin() as conn:
+        with self.db.begin_bounded(f"retry {run.run_id}") as conn:
             current = lock(conn, run.run_id)
             assert current is not None, "a run is never deleted"
             if not current.on(run.workflow_id, RETRYABLE):

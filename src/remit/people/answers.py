@@ -148,7 +148,7 @@ class Answers:
         policy = PolicyChecks(self.guard)
         for tries_left in (2, 1, 0):
             try:
-                result, to_fork = self.db.retrying(what, lambda: self._once(answer, policy))
+                result, to_fork = self.db.retrying(what, lambda: self._once(what, answer, policy))
                 break
             except sa.exc.IntegrityError:
                 # Another answer under this key committed first: the next try replays it.
@@ -160,7 +160,9 @@ class Answers:
         self.resumer.fork_all(to_fork)
         return result
 
-    def _once(self, answer: Answer[L, R], policy: PolicyChecks) -> tuple[R, builtins.list[Resume]]:
+    def _once(
+        self, what: str, answer: Answer[L, R], policy: PolicyChecks
+    ) -> tuple[R, builtins.list[Resume]]:
         policy.clear()
         now = self.clock.now()
         keyed = answer.keyed()
@@ -171,7 +173,9 @@ class Answers:
                 check_reuse(conn, keyed.scope, keyed.key, keyed.body, what=keyed.what)
             return answer.replay(conn)
 
-        with self.db.begin() as conn:
+        # Bounded: a session that holds the run's row (left idle in a transaction, say) makes
+        # the answer fail with who holds it, rather than hang the person's request.
+        with self.db.begin_bounded(what) as conn:
             replayed = first_answer(conn)
             if replayed is None:
                 runs = lock_all(conn, answer.run_ids(conn))

@@ -27,6 +27,7 @@ from remit.core.errors import (
     NoDraft,
     RemitError,
     RetryRefused,
+    RowLocked,
     RunNotFound,
     SendRefused,
     TaskNotFound,
@@ -92,7 +93,9 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         "names the limit and the setting that raises it; nothing was written.",
         422: "The body or the query does not parse (every field is listed), or the "
         "Idempotency-Key was sent before with another request.",
-        503: "The database did not answer; send the request again.",
+        503: "The database did not answer, or a row it needed stayed locked by another "
+        "session past `REMIT_LOCK_TIMEOUT` (the error names it); nothing was written: send the "
+        "request again.",
     }
     return {status: {"model": ErrorBody, "description": described[status]} for status in statuses}
 
@@ -163,6 +166,10 @@ async def error_response(request: Request, error: Exception) -> JSONResponse:
         # The error names the id (`no run `x`: ...`); the route that lists them follows.
         status = 404
         message = f"{str(error).split(':', 1)[0]}: {_LISTED[type(error)]}"
+    elif isinstance(error, RowLocked):
+        # Another session holds the row: the message names it; trying again is safe.
+        status, headers, message = 503, {"Retry-After": "1"}, str(error)
+        reasons = [ErrorReason(approval_id=approval_id, reason=message)]
     elif isinstance(error, DatabaseError | sa.exc.OperationalError | sa.exc.InterfaceError):
         log.warning("%s %s: the database did not answer: %s", request.method, request.url, error)
         status, headers = 503, {"Retry-After": "1"}

@@ -252,6 +252,8 @@ class Worker:
             "serializer": portable_serializer(),
             "max_executor_threads": self.settings.threads,
             "sys_db_pool_size": min(self.settings.threads, 16),
+            # DBOS's own connections get the bound remit's have (`Database.connect_args`).
+            "sys_db_idle_transaction_timeout_sec": self.settings.idle_transaction_timeout,
             "run_migrations": False,
             "log_level": self.settings.log_level,
             "notification_listener_polling_interval_sec": self.settings.poll_interval,
