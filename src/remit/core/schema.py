@@ -11,7 +11,7 @@ from sqlalchemy.engine import Dialect
 
 # Bump when a table changes. A database stamped with another number is prepared again; a
 # change to an existing table needs its own migration step in `Database.prepare`.
-SCHEMA_VERSION = "24"
+SCHEMA_VERSION = "25"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -601,6 +601,21 @@ secrets = sa.Table(
     sa.Column("ciphertext", sa.Text, nullable=False),
     sa.Column("set_at", UTCDateTime, nullable=False),
     sa.Column("set_by", sa.String(200), nullable=False),
+)
+
+# What each `ctx.transaction` committed: its step's outcome, written in the same transaction as
+# the app's own writes. A step that runs again (its worker died before DBOS recorded it, or a
+# retry carries on from before it) finds its row and answers from it, writing nothing again.
+app_writes = sa.Table(
+    "remit_app_writes",
+    metadata,
+    sa.Column("run_id", sa.String(100), primary_key=True),
+    # The step's position in the run (its DBOS step id, the same in every attempt).
+    sa.Column("position", sa.Integer, primary_key=True),
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("workflow_id", sa.String(120), nullable=False),
+    sa.Column("outcome", sa.JSON, nullable=False),
+    sa.Column("at", UTCDateTime, nullable=False),
 )
 
 # The records of an app's collections: one row per collection and key, the record as JSON.

@@ -21,6 +21,7 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
+import sqlalchemy as sa
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from remit.connectors.llm import ChatMessage, ChatReply, chat_complete
@@ -42,6 +43,7 @@ from remit.core.runs import RunInfo
 from remit.core.text import describe_seconds
 from remit.declare.ops import Op
 from remit.declare.workflows import Workflow
+from remit.execution.app_writes import AppWrites
 from remit.execution.calls import CallMemo, KeyTaken, OpCaller
 from remit.execution.checkpoint import Checkpoint
 from remit.execution.journal import (
@@ -176,6 +178,35 @@ class _Base:
             return self._timers.open(self._run, step_id, float(seconds))
 
         return float(seconds), body
+
+    def _transaction_body(
+        self,
+        name: str,
+        fn: Callable[[sa.Connection], Any],
+        cause: list[BaseException],
+    ) -> Callable[[], dict[str, Any]]:
+        """The body of a `ctx.transaction` step (see `app_writes.py`)."""
+        problem = key_problem(name, what="transaction name", longest=200, example="book-invoice")
+        if problem is not None:
+            raise InputInvalid(problem, target="ctx.transaction", errors=[])
+
+        @telemetry.traced_step("transaction", name)
+        def body() -> dict[str, Any]:
+            from dbos import DBOS
+
+            position = DBOS.step_id
+            assert position is not None, "a transaction runs as a DBOS step"
+            return AppWrites(self._caller.tasks.db).write(
+                self._run,
+                position,
+                name,
+                fn,
+                now=self._caller.clock.now,
+                done=lambda value: self._redacted(step_outcome(name, value)),
+                failed=lambda error: self._redacted(step_error(name, error), error, cause),
+            )
+
+        return body
 
     @property
     def app_database(self) -> tuple[Database, str]:
@@ -503,6 +534,31 @@ class Context(_Base):
         outcome = self._steps.reserve().run(step_mark(name), {"name": name}, body)
         return step_value(name, outcome, output, cause[0] if cause else None)
 
+    @overload
+    def transaction(self, name: str, fn: Callable[[sa.Connection], Any]) -> Any: ...
+    @overload
+    def transaction(
+        self, name: str, fn: Callable[[sa.Connection], Any], *, output: type[T]
+    ) -> T: ...
+    def transaction(
+        self, name: str, fn: Callable[[sa.Connection], Any], *, output: Any = None
+    ) -> Any:
+        """Run `fn(conn)` once as a step that writes to the app's own tables, exactly once.
+
+        `conn` is a SQLAlchemy connection to the app's database (remit's own), inside one
+        transaction that first checks the run is still on this attempt, and commits the
+        writes together with the step's record: a worker killed at any point leaves them
+        made once or not at all, and a step that runs again answers from the record. Return
+        JSON (with `output=SomeType` it is parsed back); raise to roll back (the run sees
+        `StepFailed`). Statements on remit's or DBOS's tables are refused. See README,
+        "The app's own tables".
+        """
+        self._before_step()
+        cause: list[BaseException] = []
+        body = self._transaction_body(name, fn, cause)
+        outcome = self._steps.reserve().run(step_mark(name), {"name": name}, body)
+        return step_value(name, outcome, output, cause[0] if cause else None)
+
     def call(
         self, op: Op[Any, Out], input: Any = None, /, *, key: str | None = None, **fields: Any
     ) -> Out:
@@ -701,6 +757,17 @@ class AsyncContext(_Base):
                 checkpoint = step_error(name, error)
                 return await asyncio.to_thread(self._redacted, checkpoint, error, cause)
 
+        outcome = await self._steps.reserve().run_async(step_mark(name), {"name": name}, body)
+        return step_value(name, outcome, output, cause[0] if cause else None)
+
+    async def transaction(
+        self, name: str, fn: Callable[[sa.Connection], Any], *, output: Any = None
+    ) -> Any:
+        """Run `fn(conn)` (sync: it runs in a thread) once as a step that writes to the app's
+        own tables, exactly once; see `Context.transaction`."""
+        self._before_step()
+        cause: list[BaseException] = []
+        body = in_thread(self._transaction_body(name, fn, cause))
         outcome = await self._steps.reserve().run_async(step_mark(name), {"name": name}, body)
         return step_value(name, outcome, output, cause[0] if cause else None)
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 from pydantic import BaseModel
 
 from remit import (
@@ -181,6 +182,33 @@ def settle(ctx: Context, input: PayoutIn) -> dict[str, Any]:
     }
 
 
+class BookIn(BaseModel):
+    invoice: str
+    amount: int
+
+
+@workflow(name="book", input=BookIn)
+def book(ctx: Context, input: BookIn) -> dict[str, Any]:
+    """Books the invoice in the app's own table, `crash_bookings`, with `ctx.transaction`:
+    a kill inside the transaction (`booking`) or after it (`booked`), or at any moment
+    (`CRASH_JITTER_MS`), must leave one row for the run, never two."""
+
+    def insert(conn: sa.Connection) -> dict[str, Any]:
+        jitter()
+        conn.execute(
+            sa.text("INSERT INTO crash_bookings (run_id, invoice, amount) VALUES (:r, :i, :a)"),
+            {"r": ctx.run_id, "i": input.invoice, "a": input.amount},
+        )
+        hold("booking")
+        jitter()
+        return {"invoice": input.invoice}
+
+    booked: dict[str, Any] = ctx.transaction("book", insert)
+    jitter()
+    ctx.step("booked", lambda: hold("booked"))
+    return booked
+
+
 # Later versions of `payout`, for the redeploy tests: `CRASH_VARIANT` picks the code a worker
 # runs, and each variant's code gives it its own version.
 
@@ -272,6 +300,6 @@ _VARIANTS = {
 }
 app = App(
     name="crash-app",
-    workflows=[_VARIANTS[os.environ.get("CRASH_VARIANT", "")], settle],
+    workflows=[_VARIANTS[os.environ.get("CRASH_VARIANT", "")], settle, book],
     connectors=[bank],
 )
