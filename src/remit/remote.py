@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from remit.ops.runs import Step
     from remit.ops.schedules import ScheduleState
     from remit.people.activity import Activity
-    from remit.people.approvals import Approval, DecideResult
+    from remit.people.approvals import Approval, Decided, DecideResult
     from remit.people.tasks import Resolved, Task
     from remit.policy.guard import Denial
     from remit.policy.signin import LinkInfo
@@ -375,7 +375,7 @@ class RemoteApprovals:
         by: str | None = None,
         via: str = "api",
     ) -> DecideResult:
-        from remit.people.approvals import Decided, DecideResult
+        from remit.people.approvals import DecideResult
 
         self._remote._as_token(by)
         body = {
@@ -385,18 +385,31 @@ class RemoteApprovals:
             "reason": reason,
         }
         answer = self._remote._send("POST", "/approvals/decisions", json=body, key=key)
-        decided = [
-            Decided(
-                approval_id=each["id"],
-                run_id=each["run_id"],
-                key=each["key"],
-                status=each["status"],
-                resumed_workflow_id=each["resumed_workflow_id"],
-            )
-            for each in answer["approvals"]
-        ]
+        decided = [_decided(each) for each in answer["approvals"]]
         return DecideResult(
             replayed=answer["replayed"], batch_id=answer["batch_id"], decided=decided
+        )
+
+    def withdraw(
+        self,
+        approval_id: str,
+        *,
+        key: str | None = None,
+        reason: str | None = None,
+        by: str | None = None,
+        via: str = "api",
+    ) -> DecideResult:
+        from remit.people.approvals import DecideResult
+
+        self._remote._as_token(by)
+        answer = self._remote._send(
+            "POST",
+            f"/approvals/{_part(approval_id)}/withdraw",
+            json={"reason": reason},
+            key=key,
+        )
+        return DecideResult(
+            replayed=answer["replayed"], batch_id=None, decided=[_decided(answer["approval"])]
         )
 
 
@@ -790,6 +803,19 @@ def _change(data: Mapping[str, Any]) -> Change:
     from remit.changes.store import Change
 
     return Change(**_dated(data, ("created_at", "updated_at")))
+
+
+def _decided(data: Mapping[str, Any]) -> Decided:
+    """What a decision or a withdrawal did to one approval, from the approval it answered."""
+    from remit.people.approvals import Decided
+
+    return Decided(
+        approval_id=data["id"],
+        run_id=data["run_id"],
+        key=data["key"],
+        status=data["status"],
+        resumed_workflow_id=data["resumed_workflow_id"],
+    )
 
 
 def _approval(data: Mapping[str, Any]) -> Approval[Any]:

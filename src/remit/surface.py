@@ -153,6 +153,15 @@ class ApprovalsSurface(Protocol):
         by: str | None = None,
         via: str = "api",
     ) -> DecideResult: ...
+    def withdraw(
+        self,
+        approval_id: str,
+        *,
+        key: str | None = None,
+        reason: str | None = None,
+        by: str | None = None,
+        via: str = "api",
+    ) -> DecideResult: ...
 
 
 class TasksSurface(Protocol):

@@ -28,6 +28,7 @@ ROUTES = {
     "/approvals/decisions": ["post"],
     "/approvals/{approval_id}": ["get"],
     "/approvals/{approval_id}/decision": ["post"],
+    "/approvals/{approval_id}/withdraw": ["post"],
     "/audit": ["get"],
     "/budgets": ["get"],
     "/budgets/{scope}/limit": ["put"],

@@ -81,6 +81,7 @@ def test_policies_are_shown_explained_and_a_broken_file_reported(cli: Cli, tmp_p
         "start",
         "call",
         "decide",
+        "withdraw",
         "retry",
         "resolve",
         "cancel",

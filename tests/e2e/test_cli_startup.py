@@ -110,6 +110,7 @@ COMMANDS = [
     ["ledger"],
     ["workers"],
     ["approvals"],
+    ["approvals", "withdraw"],
     ["approve"],
     ["reject"],
     ["serve"],

@@ -1,4 +1,5 @@
-"""`remit approvals`, `approve` and `reject`: the commands of `client.approvals`."""
+"""`remit approvals`, `approve`, `reject` and `approvals withdraw`: the commands of
+`client.approvals`."""
 
 # No `from __future__ import annotations`: Typer reads these annotations (see cli/base.py).
 
@@ -16,6 +17,7 @@ from remit.cli.base import (
     PlainTable,
     cli,
     client_of,
+    command_group,
     ids_or_rows,
     json_input,
     moment,
@@ -30,9 +32,16 @@ from remit.cli.base import (
 if TYPE_CHECKING:
     pass
 
+approvals_cli = command_group(
+    "The gates runs wait at: list them, or withdraw one you asked for.",
+    invoke_without_command=True,
+)
+cli.add_typer(approvals_cli, name="approvals")
 
-@cli.command()
+
+@approvals_cli.callback()
 def approvals(
+    ctx: typer.Context,
     pending: Annotated[
         bool, typer.Option("--pending", help="Only approvals still pending.")
     ] = False,
@@ -43,6 +52,8 @@ def approvals(
     app_dir: AppDir = None,
 ) -> None:
     """List approvals, newest first."""
+    if ctx.invoked_subcommand is not None:
+        return
     ids_or_rows(quiet, as_json)
     with client_of(app_dir) as remit:
         if run is not None:
@@ -182,3 +193,34 @@ def _decide(
             out.print(f"  draft  {json.dumps(approval.edited_draft_json)}")
         if each.resumed_workflow_id:
             out.print(f"  run {each.run_id} resumes on attempt {each.resumed_workflow_id}")
+
+
+@approvals_cli.command()
+def withdraw(
+    approval_id: Annotated[
+        str, typer.Argument(help="The approval's id (or an unambiguous prefix).")
+    ],
+    reason: Reason = None,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--key",
+            help="The withdrawal's key: the same key again replays the first (default: new).",
+        ),
+    ] = None,
+    as_: ActAs = None,
+    app_dir: AppDir = None,
+) -> None:
+    """Withdraw a pending approval you asked for (as the policies allow) and resume its run,
+    which reads the gate as withdrawn: no one may decide it after."""
+    with client_of(app_dir) as remit:
+        found = remit.find_id("approval", approval_id)
+        result = remit.approvals.withdraw(
+            found, key=key or f"cli:{uuid.uuid4().hex}", reason=reason, by=as_, via="cli"
+        )
+        approval = remit.approvals.get(found)
+    (each,) = result.decided
+    again = " (replayed: this key had already withdrawn it)" if result.replayed else ""
+    out.print(f"{approval.id} {status_text(each.status).markup} by {approval.decided_by}{again}")
+    if each.resumed_workflow_id:
+        out.print(f"  run {each.run_id} resumes on attempt {each.resumed_workflow_id}")

@@ -125,7 +125,11 @@ class Runtime:
         )
         self.notifications = Notifications(db, notifiers, clock=clock)
         self.gates = Gates(
-            db, app.approval_types, channels=self.notifications.channels, clock=clock
+            db,
+            app.approval_types,
+            channels=self.notifications.channels,
+            clock=clock,
+            policy=lambda: app.policy,
         )
         self.timers = Timers(db, suspend_after=suspend_after, clock=clock)
         # Messages, child runs and published state; the worker gives it a way to start

@@ -33,7 +33,8 @@ class Activity:
     """One thing that happened about a record.
 
     `kind` says what: `run.started`, `run.done`, `run.failed`, `run.cancelled`,
-    `approval.opened`, `approval.approved` (`rejected`, `expired`, `cancelled`),
+    `approval.opened`, `approval.approved` (`rejected`, `expired`, `cancelled`), or
+    `approval.withdrawn` (whoever asked for the gate took it back),
     `task.opened`, `task.done`, `task.not_done` or `record.archived`. `actor` is who did it
     (`remit:run` for a run that ended on its own, `remit:ledger` for a write whose outcome
     became unknown); `run_id` the run it happened in, `target` the approval or task it is

@@ -12,6 +12,15 @@ with its audit row, and moves each waiting run to its next attempt, forked from 
 (`outbox.py`: DBOS copies the steps before it, and an outbox row covers a decider that dies
 before the fork).
 
+`withdraw()` is how whoever asked for a gate takes it back while it is pending: it goes the
+same way as a decision (the same transaction, locks, audit row and resume), writing
+`withdrawn`, as the policies let the one withdrawing (`withdraw` on the approval's type, told
+who started the run). The run reads `withdrawn` as its gate's outcome (`Decision.withdrawn`),
+and no one may decide the gate afterwards.
+
+A gate may be assigned to one principal (`assignee="user:carol"`) or to a group of
+`policies/principals.toml` (`assignee="group:controllers"`), any member of which may decide it.
+
 An `Approval` read back carries its draft parsed as its type's model (`draft`), and the JSON
 stored (`draft_json`), which is what the command line, the HTTP API and notifiers show.
 
@@ -56,11 +65,18 @@ from remit.core.errors import (
 )
 from remit.core.fence import FINISHED
 from remit.core.limits import check_json, check_text
+from remit.core.principals import SYSTEM_PREFIX
 from remit.core.schema import activity, approvals, decisions, notifications, runs
 from remit.core.waiting import first_waiting
 from remit.declare.workflows import check_name
 from remit.people.answers import Answer, Answers, KeyedRequest, Replayed, Turn, as_json
-from remit.policy.refusals import DecideCall, check_call, refusals
+from remit.policy.refusals import (
+    WITHDRAWN,
+    DecideCall,
+    check_call,
+    refusals,
+    withdraw_refusals,
+)
 
 if TYPE_CHECKING:
     from dbos import DBOSClient
@@ -73,7 +89,7 @@ log = logging.getLogger("remit.approvals")
 # list may be of any type.
 D = TypeVar("D", bound=BaseModel, default=Any)
 
-ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "cancelled"]
+ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "cancelled", "withdrawn"]
 EXPIRY_ACTOR = "remit:expiry"
 
 
@@ -212,6 +228,11 @@ class Decision(Generic[D]):
     def approved(self) -> bool:
         return self.status == "approved"
 
+    @property
+    def withdrawn(self) -> bool:
+        """Whoever asked for the gate took it back before anyone decided it."""
+        return self.status == WITHDRAWN
+
 
 @dataclass(frozen=True)
 class Decided:
@@ -333,6 +354,43 @@ class Approvals(Answers):
             wanted, decision, by, via, decision_key, dict(edits or {}), reason, is_admin
         )
         return self._give(f"decide {decision_key}", _Decision(call, self.types))
+
+    def withdraw(
+        self,
+        approval_id: str,
+        *,
+        by: str,
+        via: str,
+        key: str,
+        reason: str | None = None,
+    ) -> DecideResult:
+        """Withdraw the pending gate `approval_id` as `by`, who asked for it, and resume its
+        run, which reads the gate as `withdrawn`.
+
+        It is given as a decision is (the same transaction, audit row, activity row and
+        resume), checked as `withdraw` on the approval's type: the policies are told who
+        started the run (`requester`) and whether `by` is they (`is_requester`). `key` makes
+        the call idempotent as a decision key does. Raises `DecisionRefused` (a withdrawal,
+        nothing written) when the gate is no longer pending, its run has finished, or the
+        policies refuse it.
+        """
+        if by.startswith(SYSTEM_PREFIX):
+            raise RemitError(
+                f"withdraw(): {by} is remit's own: a gate is withdrawn by the person or agent "
+                "who asked for it (user:<name> or agent:<name>)"
+            )
+        check_call(
+            [approval_id],
+            WITHDRAWN,
+            by=by,
+            via=via,
+            decision_key=key,
+            edits=None,
+            allowed=(WITHDRAWN,),
+        )
+        check_decision([approval_id], None, reason)
+        call = DecideCall([approval_id], WITHDRAWN, by, via, key, {}, reason, False)
+        return self._give(f"withdraw {key}", _Withdrawal(call, self.types))
 
     def archive(
         self,
@@ -477,7 +535,8 @@ class _Decision(Answer[list[Approval[Any]], DecideResult]):
             "reason": call.reason,
         }
         edited = " with edits" if call.edits else ""
-        verb = {"approved": "approve", "rejected": "reject"}.get(call.decision, call.decision)
+        verbs = {"approved": "approve", "rejected": "reject", WITHDRAWN: "withdraw"}
+        verb = verbs.get(call.decision, call.decision)
         summary = f"{verb} {', '.join(call.ids)}{edited} as {call.by}"
         return KeyedRequest("decision", call.decision_key, "decision key", body, summary)
 
@@ -508,9 +567,14 @@ class _Decision(Answer[list[Approval[Any]], DecideResult]):
         result = DecideResult(replayed=True, batch_id=first.batch_id, decided=decided)
         return Replayed(result, [d.resumed_workflow_id for d in decided if d.resumed_workflow_id])
 
+    def refused(self, turn: Turn, locked: list[Approval[Any]]) -> dict[str, dict[str, Any]]:
+        """Raise `DecisionRefused` with every reason the call is refused for; else the edited
+        drafts, by approval id."""
+        return refusals(self.call, locked, turn.runs, self.types, turn.policy)
+
     def give(self, turn: Turn, locked: list[Approval[Any]]) -> DecideResult:
         call, conn = self.call, turn.conn
-        edited = refusals(call, locked, turn.runs, self.types, turn.policy)
+        edited = self.refused(turn, locked)
         batch_id = uuid.uuid4().hex if len(call.ids) > 1 else None
         conn.execute(
             decisions.insert().values(
@@ -555,6 +619,21 @@ class _Decision(Answer[list[Approval[Any]], DecideResult]):
             for row in locked
         ]
         return DecideResult(replayed=False, batch_id=batch_id, decided=decided)
+
+
+@dataclass(frozen=True)
+class _Withdrawal(_Decision):
+    """A withdrawal as an answer: a decision of `withdrawn`, refused for what refuses a
+    withdrawal (`withdraw_refusals`) rather than a decision."""
+
+    def refused(self, turn: Turn, locked: list[Approval[Any]]) -> dict[str, dict[str, Any]]:
+        # Who started each run: it never changes, and the runs are locked already.
+        rows = turn.conn.execute(
+            sa.select(runs.c.run_id, runs.c.started_by).where(runs.c.run_id.in_(sorted(turn.runs)))
+        )
+        requesters = {row.run_id: row.started_by for row in rows}
+        withdraw_refusals(self.call, locked, turn.runs, requesters, turn.policy)
+        return {}
 
 
 @dataclass(frozen=True)

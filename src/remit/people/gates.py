@@ -6,13 +6,17 @@ is decided (`approvals.py`), the run's next attempt, forked from this step, read
 A gate may concern one of the business's records (`ctx.approval(..., record=("invoice", id))`,
 else its run's): its opening is written to that record's activity in the transaction that
 makes it.
+
+A gate assigned to a group (`assignee="group:controllers"`) names a group of the app's
+`policies/principals.toml`: one it does not list fails the run at the gate, saying so, before
+anything is written.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +32,10 @@ from remit.core.keys import key_problem
 from remit.core.limits import check_json
 from remit.core.runs import RunInfo
 from remit.core.schema import approvals, notifications
+from remit.policy.refusals import GROUP_PREFIX
 
 if TYPE_CHECKING:
-    pass
+    from remit.policy.cedar import Policy
 
 from remit.people.approvals import Approval, ApprovalType, Decision, approval_of
 
@@ -42,7 +47,10 @@ def new_approval_id() -> str:
 
 
 class Gates:
-    """The gate side: what a run's attempt does at `ctx.approval`."""
+    """The gate side: what a run's attempt does at `ctx.approval`.
+
+    `policy` returns the app's policies, whose `principals.toml` lists the groups a gate may be
+    assigned to (None: a group assignee is not checked here)."""
 
     def __init__(
         self,
@@ -51,11 +59,33 @@ class Gates:
         *,
         channels: Iterable[str] = (),
         clock: Clock | None = None,
+        policy: Callable[[], Policy] | None = None,
     ) -> None:
         self.db = db
         self.types = dict(types)
         self.channels = tuple(channels)
         self.clock = clock or SystemClock()
+        self.policy = policy
+
+    def check_assignee(self, key: str, assignee: str | None) -> None:
+        """Refuse an assignee that names a group `principals.toml` does not list, saying which
+        groups it does."""
+        if assignee is None or not assignee.startswith(GROUP_PREFIX) or self.policy is None:
+            return
+        policy = self.policy()
+        group = assignee.removeprefix(GROUP_PREFIX)
+        if group in policy.groups:
+            return
+        listed = ", ".join(f"group:{name}" for name in sorted(policy.groups)) or "none"
+        where = (
+            "the app has no policies/principals.toml"
+            if policy.folder is None
+            else f"{policy.folder.name}/principals.toml lists no group `{group}`"
+        )
+        raise AppError(
+            f"approval `{key}` is assigned to {assignee}, but {where} (its groups: {listed}): "
+            "assign it to a group [groups] lists, or add the group there"
+        )
 
     def prepare(
         self,
@@ -130,6 +160,8 @@ class Gates:
                 hold(conn, run.run_id, run.workflow_id)
                 row = _by_key(conn, run.run_id, key, self.types)
                 if row is None:
+                    # Checked as the gate opens, not when a later attempt reads it back.
+                    self.check_assignee(key, assignee)
                     row = self._create(
                         conn,
                         run,

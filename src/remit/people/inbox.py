@@ -1,10 +1,13 @@
 """A principal's inbox: the pending gates they may decide, oldest first.
 
 A gate is in someone's inbox when its run has not finished, the assignee rule lets them decide
-it (it is assigned to no one, to them, or they are an admin), and the app's policies let them
-approve or reject it as its draft stands, asked as `decide()` asks them. Asking here records
-no denial: a gate the policies keep from someone is simply not theirs to see. `decide()` asks
-again, with any edits, when they decide.
+it (it is assigned to no one, to them, to a group they are in, or they are an admin), and the
+app's policies let them approve or reject it as its draft stands, asked as `decide()` asks
+them. Asking here records no denial: a gate the policies keep from someone is simply not theirs
+to see. `decide()` asks again, with any edits, when they decide.
+
+`may_withdraw` says, the same way, whether someone may withdraw a pending gate: what the web
+console asks before it shows them the button.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from remit.core.database import Database
 from remit.core.fence import FINISHED
 from remit.core.principals import SYSTEM_PREFIX
 from remit.core.runs import Run, RunStore
-from remit.policy.refusals import decide_context
+from remit.policy.refusals import decide_context, is_assignee, withdraw_context
 
 if TYPE_CHECKING:
     from remit.people.approvals import Approval
@@ -54,7 +57,11 @@ def decidable(
     for approval in sorted(pending, key=lambda a: (a.created_at, a.id)):
         if approval.status != "pending":
             continue
-        if approval.assignee is not None and approval.assignee != by and not admin:
+        if (
+            approval.assignee is not None
+            and not admin
+            and not is_assignee(by, approval.assignee, guard.policy)
+        ):
             continue
         run = runs.find(approval.run_id)
         if run is None or run.status in FINISHED:
@@ -81,3 +88,15 @@ def _allowed(
     draft = approval.edited_draft_json or approval.draft_json
     context = decide_context(decision, approval.type, draft, workflow=workflow, input=input)
     return guard.policy.check(by, "decide", approval.type, context).allowed
+
+
+def may_withdraw(guard: Guard, by: str, approval: Approval[Any], run: Run) -> bool:
+    """Whether the policies let `by` withdraw the pending gate `approval` of `run`, asked as
+    `withdraw()` asks them; asking records no denial."""
+    if approval.status != "pending" or run.status in FINISHED or by.startswith(SYSTEM_PREFIX):
+        return False
+    if not guard.policy.enabled:
+        return True
+    draft = approval.edited_draft_json or approval.draft_json
+    context = withdraw_context(by, run.started_by, draft, workflow=run.workflow, input=run.input)
+    return guard.policy.check(by, "withdraw", approval.type, context).allowed

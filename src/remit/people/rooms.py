@@ -5,6 +5,7 @@ happened about one of the business's records, and archiving it)."""
 from __future__ import annotations
 
 import builtins
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -112,6 +113,43 @@ class ApprovalsRoom:
         )
         self._client.written()
         return decided
+
+    def withdraw(
+        self,
+        approval_id: str,
+        *,
+        key: str | None = None,
+        reason: str | None = None,
+        by: str | None = None,
+        via: str = "api",
+    ) -> DecideResult:
+        """Withdraw a pending gate as whoever asked for it, as the policies allow (`withdraw`),
+        and resume its run, which reads the gate as `withdrawn` (see `Approvals.withdraw`).
+        `key` makes it idempotent (default: a new one): the same key again replays the first
+        result."""
+        not_in_a_workflow("approvals.withdraw")
+        no_nul("approvals.withdraw", approval_id=approval_id)
+        withdrawn = self._client.services.approvals.withdraw(
+            approval_id,
+            by=self._client.person(by),
+            via=via,
+            key=key or f"withdraw:{uuid.uuid4().hex}",
+            reason=reason,
+        )
+        self._client.written()
+        return withdrawn
+
+    def may_withdraw(self, approval_id: str, *, by: str | None = None) -> bool:
+        """Whether the policies let `by` withdraw the pending gate `approval_id` now (asking
+        records no denial); False for a gate no longer pending."""
+        from remit.people.inbox import may_withdraw
+
+        approval = self._client.services.approvals.get(approval_id)
+        run = self._client.services.runs.find(approval.run_id)
+        if run is None:
+            return False
+        guard = self._client.services.guard
+        return may_withdraw(guard, self._client.person(by), approval, run)
 
     def audit(self, approval_id: str) -> builtins.list[dict[str, Any]]:
         """Who did what to the approval, oldest first."""

@@ -5,7 +5,8 @@ Four parts live here, none of which needs a server:
 
 - the callback data codec: what a button carries back (`r1:<a|r>:<approval id>:<nonce>`),
   within Telegram's 64 bytes;
-- routing: who is told of a gate (its assignee, else every member the policies let decide it);
+- routing: who is told of a gate (its assignee, each member of the group it is assigned to,
+  else every member the policies let decide it);
 - the `[telegram]` table of `policies/principals.toml`, mapping principals to Telegram user ids:
 
       [telegram]
@@ -38,6 +39,7 @@ from remit.connectors.credentials import Credentials, Secrets
 from remit.core.errors import RemitError
 from remit.people.notify import ApprovalNotice
 from remit.policy.cedar import HELD, PRINCIPALS_FILE, Policy, Principal
+from remit.policy.refusals import GROUP_PREFIX
 
 log = logging.getLogger("remit.telegram")
 
@@ -185,14 +187,20 @@ def decide_context(notice: ApprovalNotice, decision: str) -> dict[str, Any]:
 
 
 def recipients(notice: ApprovalNotice, policy: Policy) -> list[str]:
-    """The principals to tell of a gate: its assignee if it has one; else every member of the
-    policies' groups that they let approve or reject it (one who may only reject still gets the
-    buttons). An app without policies names no members, so no one."""
-    if notice.assignee:
+    """The principals to tell of a gate: its assignee if it is one principal; else each member
+    of the group it is assigned to (`group:<name>`), or with no assignee each member of the
+    policies' groups, that the policies let approve or reject it (one who may only reject
+    still gets the buttons). An app without policies names no members, so no one."""
+    if notice.assignee and not notice.assignee.startswith(GROUP_PREFIX):
         return [notice.assignee]
+    members = (
+        sorted(policy.groups.get(notice.assignee.removeprefix(GROUP_PREFIX), ()))
+        if notice.assignee
+        else policy.members
+    )
     return [
         member
-        for member in policy.members
+        for member in members
         if any(
             policy.check(member, "decide", notice.type, decide_context(notice, decision)).allowed
             for decision in ("approved", "rejected")
@@ -508,10 +516,11 @@ class TelegramNotifier:
         to = recipients(notice, policy)
         if not to:
             log.warning(
-                "approval %s (%s) has no one to tell on Telegram: it has no assignee and the "
-                "policies let no member of principals.toml's groups decide it",
+                "approval %s (%s) has no one to tell on Telegram: the policies let no member "
+                "of %s decide it",
                 notice.approval_id,
                 notice.type,
+                notice.assignee or "principals.toml's groups",
             )
             return
         ids = telegram_ids(policy)

@@ -11,6 +11,8 @@ an agent takes is one of these actions, each on its own kind of resource:
     Action::"call"          on Op::"<vendor.resource.op>" context { input }
     Action::"decide"        on ApprovalType::"<name>"     context { decision, workflow, input,
                                                                     draft, op, call }
+    Action::"withdraw"      on ApprovalType::"<name>"     context { requester, is_requester,
+                                                                    workflow, input, draft }
     Action::"pause"         on App::"<app>"               context { }
     Action::"resume"        on App::"<app>"               context { }
     Action::"reconcile"     on App::"<app>"               context { }
@@ -66,6 +68,7 @@ Action = Literal[
     "start",
     "call",
     "decide",
+    "withdraw",
     "retry",
     "resolve",
     "cancel",
@@ -88,6 +91,7 @@ RESOURCE_TYPES: dict[Action, str] = {
     "start": "Workflow",
     "call": "Op",
     "decide": "ApprovalType",
+    "withdraw": "ApprovalType",
     "retry": "Workflow",
     "resolve": "Op",
     "cancel": "Workflow",
@@ -217,6 +221,9 @@ class Policy:
     _contexts: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The people and agents `principals.toml` names in its groups (`user:ann`, ...).
     members: list[str] = field(default_factory=list)
+    # Each group `principals.toml` names, with the people and agents in it, directly or
+    # through the groups it holds: who may decide a gate assigned to `group:<name>`.
+    groups: dict[str, frozenset[str]] = field(default_factory=dict)
     # The actions some policy that may apply to them reads `context` in: for the others the
     # answer does not depend on the context (see `check`).
     _reads_context: frozenset[str] = frozenset(ACTIONS)
@@ -317,6 +324,7 @@ class Policy:
             for e in entities
             if e["uid"]["type"] in PRINCIPAL_TYPES.values()
         )
+        self.groups = _groups(entities)
         try:
             self._entities = cedarpy.Entities.from_json_str(json.dumps(entities))
         except ValueError as error:
@@ -324,6 +332,11 @@ class Policy:
                 f"{folder.name}/{PRINCIPALS_FILE}: the groups cannot be read as a hierarchy "
                 f"(a group that is, through others, a member of itself?): {_one_line(error)}"
             ) from None
+
+    def in_group(self, principal: str, group: str) -> bool:
+        """Whether `principal` (`user:ann`) is in the group `group` (its name, without
+        `group:`), directly or through a group within it."""
+        return principal in self.groups.get(group, frozenset())
 
     @property
     def files(self) -> list[str]:
@@ -530,6 +543,10 @@ class Catalog:
     # remit's own ops (`wakeup.*`), whose input fields give way to the app's: a field the app
     # types otherwise is typed as the app has it, not left out of every context.
     own_ops: frozenset[str] = frozenset()
+    # The people the data files declare (`resources/people.py`): principals (`user:ann`), and
+    # groups with their members, the other source beside `principals.toml`.
+    declared_principals: frozenset[str] = frozenset()
+    declared_groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def build_schema(
@@ -578,6 +595,17 @@ def build_schema(
                 "draft": drafts,
                 "op": string,
                 "call": op_inputs,
+            }
+        ),
+        # `requester` started the run (`user:ann`); `is_requester`: the principal asking is
+        # they, which a policy cannot compare on its own (a principal is no string).
+        "withdraw": _record(
+            {
+                "requester": string,
+                "is_requester": {"type": "Boolean"},
+                "workflow": string,
+                "input": workflow_inputs,
+                "draft": drafts,
             }
         ),
     }
@@ -746,39 +774,36 @@ def _convert_record(typed: Mapping[str, Any], values: Mapping[str, Any]) -> dict
     return record
 
 
+def _groups(entities: Iterable[Mapping[str, Any]]) -> dict[str, frozenset[str]]:
+    """Each group of the entity graph with the people and agents in it, directly or through
+    the groups it holds (`user:ann`, `agent:ar-bot`)."""
+    parents = {
+        (e["uid"]["type"], e["uid"]["id"]): [(p["type"], p["id"]) for p in e["parents"]]
+        for e in entities
+    }
+    found: dict[str, set[str]] = {ident: set() for kind, ident in parents if kind == "Group"}
+    for (kind, ident), direct in parents.items():
+        if kind not in PRINCIPAL_TYPES.values():
+            continue
+        seen: set[tuple[str, str]] = set()
+        todo = list(direct)
+        while todo:
+            group = todo.pop()
+            if group in seen:
+                continue
+            seen.add(group)
+            found.setdefault(group[1], set()).add(f"{kind.lower()}:{ident}")
+            todo += parents.get(group, [])
+    return {group: frozenset(members) for group, members in found.items()}
+
+
 def _entities(principals_file: Path, catalog: Catalog) -> list[dict[str, Any]]:
-    """The entity graph: groups and their members from `principals.toml`, and the app's ops
+    """The entity graph: groups and their members from `principals.toml` and from the data
+    files' declared people (each principal and group from one of the two), and the app's ops
     (with their vendor, effect and idempotence), workflows and approval types."""
     found: dict[tuple[str, str], set[tuple[str, str]]] = {}
-    if principals_file.exists():
-        name = f"{principals_file.parent.name}/{principals_file.name}"
-        try:
-            declared = tomllib.loads(principals_file.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as error:
-            raise _Broken(f"{name}: {_one_line(error)}") from None
-        groups = declared.get("groups", {})
-        unknown = sorted(set(declared) - {"groups", "telegram"})
-        if unknown or not isinstance(groups, dict):
-            raise _Broken(
-                f"{name}: holds a [groups] table, each group a list of members "
-                f'(e.g. clerks = ["user:ann", "agent:ops-bot", "group:controllers"]), and '
-                f"optionally a [telegram] table of principals' Telegram user ids; not "
-                f"{', '.join(f'[{table}]' for table in unknown) or 'that [groups]'}"
-            )
-        for group, members in groups.items():
-            if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
-                raise _Broken(f"{name}: group `{group}` must be a list of member names")
-            found.setdefault(("Group", group), set())
-            for member in members:
-                if member.startswith("group:"):
-                    uid = ("Group", member.removeprefix("group:"))
-                else:
-                    try:
-                        who = Principal.parse(member)
-                    except RemitError as error:
-                        raise _Broken(f"{name}: group `{group}`: {error}") from None
-                    uid = (who.kind, who.name)
-                found.setdefault(uid, set()).add(("Group", group))
+    _principals_toml(principals_file, found)
+    _declared_people(catalog, found, f"{principals_file.parent.name}/{principals_file.name}")
     entities: list[dict[str, Any]] = [
         {
             "uid": {"type": kind, "id": ident},
@@ -797,3 +822,69 @@ def _entities(principals_file: Path, catalog: Catalog) -> list[dict[str, Any]]:
     for ident in sorted(catalog.approval_types):
         entities.append({"uid": {"type": "ApprovalType", "id": ident}, "attrs": {}, "parents": []})
     return entities
+
+
+def _principals_toml(
+    principals_file: Path, found: dict[tuple[str, str], set[tuple[str, str]]]
+) -> None:
+    """Add the groups and members of `principals.toml`, when the app has one, to `found`."""
+    if not principals_file.exists():
+        return
+    name = f"{principals_file.parent.name}/{principals_file.name}"
+    try:
+        declared = tomllib.loads(principals_file.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise _Broken(f"{name}: {_one_line(error)}") from None
+    groups = declared.get("groups", {})
+    unknown = sorted(set(declared) - {"groups", "telegram"})
+    if unknown or not isinstance(groups, dict):
+        raise _Broken(
+            f"{name}: holds a [groups] table, each group a list of members "
+            f'(e.g. clerks = ["user:ann", "agent:ops-bot", "group:controllers"]), and '
+            f"optionally a [telegram] table of principals' Telegram user ids; not "
+            f"{', '.join(f'[{table}]' for table in unknown) or 'that [groups]'}"
+        )
+    for group, members in groups.items():
+        if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+            raise _Broken(f"{name}: group `{group}` must be a list of member names")
+        found.setdefault(("Group", group), set())
+        for member in members:
+            if member.startswith("group:"):
+                uid = ("Group", member.removeprefix("group:"))
+            else:
+                try:
+                    who = Principal.parse(member)
+                except RemitError as error:
+                    raise _Broken(f"{name}: group `{group}`: {error}") from None
+                uid = (who.kind, who.name)
+            found.setdefault(uid, set()).add(("Group", group))
+
+
+def _declared_people(
+    catalog: Catalog, found: dict[tuple[str, str], set[tuple[str, str]]], toml: str
+) -> None:
+    """Add the groups the data files declare to `found` (the graph `principals.toml` made),
+    refusing a group or a principal that both name: each has one source."""
+    named = {uid for parents in found.values() for uid in parents} | set(found)
+    for principal in sorted(catalog.declared_principals):
+        who = Principal.parse(principal)
+        if (who.kind, who.name) in named:
+            raise _Broken(
+                f"{principal} is declared in the data files (a remit.person) and listed in "
+                f"{toml}: each principal has one source; remove them from {toml} and list "
+                "them in declared groups, or remove the declaration"
+            )
+    for group, members in sorted(catalog.declared_groups.items()):
+        if ("Group", group) in named:
+            raise _Broken(
+                f"the group `{group}` is declared in the data files (a remit.group) and named "
+                f"in {toml}: each group has one source; remove it from one of them"
+            )
+        found.setdefault(("Group", group), set())
+        for member in members:
+            if member.startswith("group:"):
+                uid = ("Group", member.removeprefix("group:"))
+            else:
+                who = Principal.parse(member)
+                uid = (who.kind, who.name)
+            found.setdefault(uid, set()).add(("Group", group))

@@ -6,6 +6,14 @@ A decision by a person or agent is checked against the app's policies as `decide
 approval's type, with the decision, the draft as it would stand after the edits, and the run's
 workflow and input as context; a task's answer as `resolve` on the task's op (see `tasks.py`).
 A refusal by policy is one more reason, recorded as a denial once the answer is refused.
+
+A gate withdrawn by whoever asked for it (`Approvals.withdraw`) is refused for the same reasons
+a decision is about the gate itself (it is no longer pending, its run has finished), and is
+checked as `withdraw` on the approval's type, with who started the run as context
+(`withdraw_refusals`); the assignee rule is the deciders', and does not apply to it.
+
+A gate assigned to a group (`assignee="group:controllers"`) is decided by any member of the
+group `policies/principals.toml` lists (`is_assignee`), or an admin.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from remit.core.fence import FINISHED, LockedRun
 from remit.core.keys import key_problem
 from remit.core.principals import SYSTEM_PREFIX, check_principal
 from remit.core.text import unsafe
-from remit.policy.cedar import Action, denied
+from remit.policy.cedar import Action, Policy, denied
 
 if TYPE_CHECKING:
     from remit.policy.guard import Guard
@@ -82,6 +90,11 @@ class ApprovalType(Protocol):
 
 # What `decide()` may write.
 DECISIONS: tuple[str, ...] = ("approved", "rejected", "expired", "cancelled")
+# What a gate withdrawn by whoever asked for it reads as: written by `withdraw()`, never by a
+# decision.
+WITHDRAWN = "withdrawn"
+# How an assignee names a group of `principals.toml` rather than one principal.
+GROUP_PREFIX = "group:"
 # Channels that decide for no person: neither the assignee rule nor policies apply to them.
 SYSTEM_VIA = frozenset({"expiry", "system"})
 
@@ -134,6 +147,10 @@ class PolicyChecks:
         self.found.append((by, action, resource, {**context, kind: target}, verdict.reason))
         return str(denied(by, action, resource, verdict.reason))
 
+    def assigned(self, by: str, assignee: str) -> bool:
+        """Whether `by` is the gate's assignee `assignee`, or a member of the group it names."""
+        return is_assignee(by, assignee, None if self.guard is None else self.guard.policy)
+
     def clear(self) -> None:
         self.found.clear()
 
@@ -145,6 +162,14 @@ class PolicyChecks:
         self.found.clear()
 
 
+def is_assignee(by: str, assignee: str, policy: Policy | None) -> bool:
+    """Whether `by` is `assignee`, or a member of the group `assignee` names (`group:<name>`,
+    as `policy`'s `principals.toml` lists it; with no policies, no group has a member)."""
+    if assignee.startswith(GROUP_PREFIX):
+        return policy is not None and policy.in_group(by, assignee.removeprefix(GROUP_PREFIX))
+    return by == assignee
+
+
 def check_call(
     ids: list[str],
     decision: str,
@@ -153,12 +178,20 @@ def check_call(
     via: str,
     decision_key: str,
     edits: Mapping[str, Any] | None,
+    allowed: tuple[str, ...] = DECISIONS,
 ) -> None:
-    """Mistakes in the call itself, before any database work."""
+    """Mistakes in the call itself, before any database work. `allowed`: what the call may
+    write (`decide()`'s decisions, or `withdraw()`'s `withdrawn`)."""
     if not ids:
         raise RemitError("decide() needs at least one approval id")
-    if decision not in DECISIONS:
-        raise RemitError(f"decision {decision!r} is not one of {', '.join(DECISIONS)}")
+    if decision == WITHDRAWN and decision not in allowed:
+        raise RemitError(
+            "a gate is withdrawn by whoever asked for it, not decided as withdrawn: use "
+            "`remit approvals withdraw ID`, POST /approvals/{id}/withdraw or "
+            "client.approvals.withdraw(id)"
+        )
+    if decision not in allowed:
+        raise RemitError(f"decision {decision!r} is not one of {', '.join(allowed)}")
     check_principal(by, where="decide(): by")
     if not isinstance(via, str) or not via.strip() or len(via) > 50 or unsafe(via):
         raise RemitError("decide(): via must be 1 to 50 characters with no control characters")
@@ -177,28 +210,23 @@ def refusals(
     policy: PolicyChecks,
 ) -> dict[str, dict[str, Any]]:
     """Every reason to refuse the batch, raised together; else the parsed edits."""
-    reasons: list[tuple[str, str]] = []
-    found = {row.id: row for row in locked}
-    for approval_id in call.ids:
-        if approval_id not in found:
-            reasons.append((approval_id, "is not an approval: `remit approvals` lists them"))
+    reasons = _missing(call, locked)
     for approval_id in sorted(set(call.edits) - set(call.ids)):
         reasons.append((approval_id, "has an edit but is not in the batch"))
     parsed: dict[str, dict[str, Any]] = {}
     for row in locked:
-        if row.status != "pending":
-            by = f" by {row.decided_by}" if row.decided_by else ""
-            reasons.append((row.id, f"is already {row.status}{by}"))
         run = locked_runs.get(row.run_id)
-        if run is not None and run.status in FINISHED and row.status == "pending":
-            reasons.append((row.id, f"belongs to run {row.run_id}, which is {run.status}"))
+        reasons += [(row.id, why) for why in _standing(row, run)]
         if (
             call.via not in SYSTEM_VIA
             and row.assignee is not None
-            and row.assignee != call.by
             and not call.admin
+            and not policy.assigned(call.by, row.assignee)
         ):
-            reasons.append((row.id, f"is assigned to {row.assignee}; {call.by} is not an admin"))
+            member = " in it nor" if row.assignee.startswith(GROUP_PREFIX) else ""
+            reasons.append(
+                (row.id, f"is assigned to {row.assignee}; {call.by} is not{member} an admin")
+            )
         edit = call.edits.get(row.id)
         if edit is not None:
             problem, value = parse_edit(types.get(row.type), row, edit, call.decision)
@@ -206,15 +234,9 @@ def refusals(
                 reasons.append((row.id, problem))
             elif value is not None:
                 parsed[row.id] = value
-        if (call.via in SYSTEM_VIA) != call.by.startswith(SYSTEM_PREFIX):
-            reasons.append(
-                (
-                    row.id,
-                    f"{call.by} via {call.via}: `{SYSTEM_PREFIX}` principals and the channels "
-                    f"{', '.join(sorted(SYSTEM_VIA))} are remit's own, and go together; decide "
-                    "as user:<name> or agent:<name>",
-                )
-            )
+        mismatch = _system_mismatch(call)
+        if mismatch is not None:
+            reasons.append((row.id, mismatch))
         elif call.via not in SYSTEM_VIA:
             draft = parsed.get(row.id) or row.edited_draft_json or row.draft_json
             refused = policy.refusal(
@@ -230,6 +252,86 @@ def refusals(
     if reasons:
         raise DecisionRefused(reasons, by_policy=len(policy.found) == len(reasons))
     return parsed
+
+
+def withdraw_refusals(
+    call: DecideCall,
+    locked: Sequence[Approval],
+    locked_runs: Mapping[str, LockedRun],
+    requesters: Mapping[str, str],
+    policy: PolicyChecks,
+) -> None:
+    """Every reason to refuse withdrawing the gates of `call` (as `withdrawn`), raised
+    together. `requesters` maps each run to whoever started it: the one who asked for its
+    gates, whom the policies are told of (`withdraw` on the approval's type)."""
+    reasons = _missing(call, locked)
+    for row in locked:
+        run = locked_runs.get(row.run_id)
+        reasons += [(row.id, why) for why in _standing(row, run)]
+        mismatch = _system_mismatch(call)
+        if mismatch is not None:
+            reasons.append((row.id, mismatch))
+            continue
+        requester = requesters.get(row.run_id, "")
+        context = withdraw_context(
+            call.by,
+            requester,
+            row.edited_draft_json or row.draft_json,
+            workflow="" if run is None else run.workflow,
+            input={} if run is None else run.input,
+        )
+        refused = policy.refusal(call.by, "withdraw", row.type, context, about=("approval", row.id))
+        if refused is not None:
+            reasons.append((row.id, refused))
+    if reasons:
+        by_policy = len(policy.found) == len(reasons)
+        raise DecisionRefused(reasons, by_policy=by_policy, what="withdrawal")
+
+
+def withdraw_context(
+    by: str, requester: str, draft: Mapping[str, Any], *, workflow: str, input: Any
+) -> dict[str, Any]:
+    """What the policies are told when `by` withdraws a gate whose draft stands as `draft`, in
+    a run of `workflow` started with `input` by `requester`."""
+    return {
+        "requester": requester,
+        "is_requester": by == requester,
+        "workflow": workflow,
+        "input": input,
+        "draft": dict(draft),
+    }
+
+
+def _missing(call: DecideCall, locked: Sequence[Approval]) -> list[tuple[str, str]]:
+    """The ids of `call` that name no approval, each with its reason."""
+    found = {row.id for row in locked}
+    return [
+        (approval_id, "is not an approval: `remit approvals` lists them")
+        for approval_id in call.ids
+        if approval_id not in found
+    ]
+
+
+def _standing(row: Approval, run: LockedRun | None) -> list[str]:
+    """Why no one may decide or withdraw the gate `row` as it stands: it is no longer pending,
+    or its run has finished."""
+    if row.status != "pending":
+        by = f" by {row.decided_by}" if row.decided_by else ""
+        return [f"is already {row.status}{by}"]
+    if run is not None and run.status in FINISHED:
+        return [f"belongs to run {row.run_id}, which is {run.status}"]
+    return []
+
+
+def _system_mismatch(call: DecideCall) -> str | None:
+    """Why `call` mixes remit's own principals and channels with a person's, if it does."""
+    if (call.via in SYSTEM_VIA) == call.by.startswith(SYSTEM_PREFIX):
+        return None
+    return (
+        f"{call.by} via {call.via}: `{SYSTEM_PREFIX}` principals and the channels "
+        f"{', '.join(sorted(SYSTEM_VIA))} are remit's own, and go together; decide "
+        "as user:<name> or agent:<name>"
+    )
 
 
 def _own_rules(

@@ -99,6 +99,20 @@ class DecisionRequest(_Decision):
     )
 
 
+class WithdrawRequest(RequestBody):
+    """A gate withdrawn by whoever asked for it, and why."""
+
+    noun: ClassVar[str] = "a withdrawal"
+    made: ClassVar[str] = "the gate is withdrawn"
+
+    reason: str | None = Field(
+        default=None,
+        max_length=10_000,
+        json_schema_extra=NUL_FREE,
+        description="Why, kept with it.",
+    )
+
+
 class DecisionsRequest(_Decision):
     """One decision on several approvals: all of them are decided, or none is."""
 

@@ -54,6 +54,7 @@ from remit.serve.models import (
     StepView,
     TaskDetail,
     TaskView,
+    WithdrawRequest,
     WorkerView,
     approval_fields,
 )
@@ -229,7 +230,7 @@ def _run_routes(routes: APIRouter, client: Client) -> None:
 
 
 def _approval_routes(routes: APIRouter, client: Client) -> None:
-    """Approvals: list, show, decide one, decide several."""
+    """Approvals: list, show, decide one, decide several, withdraw one."""
     approvals = client.services.approvals
 
     @routes.get("/approvals", responses=error_responses(401, 422, 503))
@@ -286,6 +287,31 @@ def _approval_routes(routes: APIRouter, client: Client) -> None:
             reason=body.reason,
             by=who,
             via="http",
+        )
+        return DecisionResponse(
+            replayed=result.replayed, approval=ApprovalView.of(approvals.get(approval_id))
+        )
+
+    @routes.post(
+        "/approvals/{approval_id}/withdraw",
+        responses=error_responses(400, 401, 403, 404, 409, 413, 422, 503),
+    )
+    def withdraw(
+        approval_id: ApprovalId,
+        who: Who,
+        idempotency_key: OptionalKey = None,
+        body: Annotated[WithdrawRequest | None, Body()] = None,
+    ) -> DecisionResponse:
+        """Withdraw a pending approval as whoever asked for it, as the policies allow
+        (`withdraw` on its type, told who started the run), and resume its run, which reads
+        the gate as `withdrawn`. 409 when it is no longer pending (a withdrawn gate is decided
+        by no one after). With an Idempotency-Key, the same request again returns the first
+        result."""
+        approval_id = _find(client, approval_id).id
+        reason = None if body is None else body.reason
+        check_decision([approval_id], None, reason)
+        result = client.approvals.withdraw(
+            approval_id, key=idempotency_key, reason=reason, by=who, via="http"
         )
         return DecisionResponse(
             replayed=result.replayed, approval=ApprovalView.of(approvals.get(approval_id))

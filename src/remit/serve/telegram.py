@@ -19,8 +19,10 @@ bounded set of recent `update_id`s answers a repeated update without asking the 
 
 Every update handled is answered 200, whatever came of it (Telegram sends again any update
 answered otherwise); the tapper is told through `answerCallbackQuery`, and the message is
-edited to say who decided and how, or why nothing was decided. An error reaching the
-database is not handled: Telegram sends the update again.
+edited to say who decided and how, or why nothing was decided. A tap on a gate withdrawn
+meanwhile by whoever asked for it decides nothing: the tapper is told it was withdrawn, and by
+whom, and the message loses its buttons. An error reaching the database is not handled:
+Telegram sends the update again.
 """
 
 from __future__ import annotations
@@ -303,7 +305,7 @@ class _Desk:
         return f"{notice_text(notice, heading=f'Approval {approval.status}')}\n\n{how}", False
 
 
-_DONE = {"approved": "Approved", "rejected": "Rejected"}
+_DONE = {"approved": "Approved", "rejected": "Rejected", "withdrawn": "Withdrawn"}
 
 
 def _reason(reason: str) -> str:

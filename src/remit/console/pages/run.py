@@ -1,6 +1,8 @@
 """The page of one run: its status, input and output, each attempt with the version that ran it,
 the timeline of its steps and of what it waited for (`console/timeline.py`), each op call with
-its ledger row, its approvals, tasks, activity and audit rows, the failures remit keeps of it and
+its ledger row, its approvals (with a Withdraw button by each pending one the viewer may
+withdraw: the policies' `withdraw`, which the example gives whoever started the run), tasks,
+activity and audit rows, the failures remit keeps of it and
 where its log lines are, and the buttons that cancel or retry it where that can be done; the run
 that started it, what it waits for (a message, its child runs), what it published, the messages
 sent to it and the runs it started.
@@ -13,6 +15,7 @@ ledger, messages, children, buttons) asks for itself again every three seconds (
 # Depends(page.sessions...)]` when the route is made, and `page` is local to `add`.
 
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
@@ -57,6 +60,14 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
             activity=[] if record is None else reader.activity(*record),
             audit=client.ops.audit(run_id),
             kept=_failures(live["steps"], live["ledger"]),
+            withdrawable={
+                a.id
+                for a in live["approvals"]
+                if a.status == "pending"
+                and client.approvals.may_withdraw(a.id, by=viewer.principal)
+            },
+            # The withdraw forms' key: the same form sent twice withdraws once.
+            withdraw_key=f"console:{uuid.uuid4().hex}",
             **live,
         )
 
@@ -70,6 +81,29 @@ def add(router: APIRouter, client: Client, page: Page) -> None:
     def cancel(run_id: str, viewer: Annotated[Viewer, Depends(page.sessions.acting)]) -> Response:
         run = client.runs.cancel(run_id, by=viewer.principal)
         return page.redirect(f"/console/runs/{run_id}", flash=f"Run {run_id} is {run.status}.")
+
+    @router.post("/console/approvals/{approval_id}/withdraw")
+    def withdraw(
+        approval_id: str,
+        viewer: Annotated[Viewer, Depends(page.sessions.acting)],
+        form: Annotated[FormData, Depends(posted)],
+    ) -> Response:
+        # Only a gate the viewer may read: another is not found, as on every page.
+        approval = Reader(client, viewer.principal).approval(approval_id)
+        key, reason = form.get("key"), form.get("reason")
+        result = client.approvals.withdraw(
+            approval.id,
+            key=key if isinstance(key, str) and key else None,
+            reason=reason.strip() or None if isinstance(reason, str) else None,
+            by=viewer.principal,
+            via="console",
+        )
+        again = " (already withdrawn by this form)" if result.replayed else ""
+        return page.redirect(
+            f"/console/runs/{approval.run_id}",
+            flash=f"Withdrew {approval.title} ({approval.id}){again}: the run carries on, "
+            "reading it as withdrawn.",
+        )
 
     @router.post("/console/runs/{run_id}/retry")
     def retry(
