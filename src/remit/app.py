@@ -57,6 +57,7 @@ from remit.policy.cedar import HELD, Catalog, Policy
 from remit.resources import files as resource_files
 from remit.resources.lockfile import FILE as LOCKFILE
 from remit.resources.lockfile import Lockfile
+from remit.resources.people import declared_people
 from remit.resources.workflows import (
     APPLY,
     APPROVAL,
@@ -357,6 +358,7 @@ class App:
             ops={op_id: (op.input, op.effect, op.idempotent) for op_id, op in self.ops.items()},
             approval_types={name: t.draft for name, t in self.approval_types.items()},
             own_ops=frozenset(op.id for op in wakeup_connector.ops),
+            **declared_people(self.resources),
         )
         self.policy = Policy.load(folder, catalog)
 

@@ -54,7 +54,7 @@ def worker(
 
     here_only("worker")
 
-    app, settings = load(app_dir)
+    app, settings = load(app_dir, create_database=True)
     _notices_in_the_log()
     if executor_id:
         settings = _replace(settings, executor_id=executor_id)
@@ -104,13 +104,15 @@ def serve(
         ),
     ] = False,
     stop_when_idle: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            "--stop-when-idle",
+            "--stop-when-idle/--no-stop-when-idle",
             help="With --worker: stop the worker when idle, having registered its next "
-            "deadline with the wakeup service; GET /wake and any write start it again.",
+            "deadline with the wakeup; GET /wake and any write start it again. Default: "
+            "only when the data files declare a wakeup.",
+            show_default=False,
         ),
-    ] = False,
+    ] = None,
     app_dir: AppDir = None,
 ) -> None:
     """Serve the HTTP API until SIGTERM or Ctrl-C; every route but /health, /wake and the
@@ -118,7 +120,8 @@ def serve(
 
     Without --worker it runs no worker: a decision's run resumes on a worker that serves its
     queue. With --worker it runs one beside the API, as a container on a host that scales to
-    zero does; --stop-when-idle lets that worker stop when idle (see README, "Scale to zero").
+    zero does; --stop-when-idle, or a wakeup declared in the data files, lets that worker
+    stop when idle (see README, "Scale to zero").
     """
     from remit.serve.api import LOCAL_NAMES, create_api
     from remit.serve.server import check_exposure
@@ -129,13 +132,18 @@ def serve(
 
         raise RemitError("--stop-when-idle stops the worker of --worker: give both")
     # As many connections as requests it answers at once, up to 16 (each waits on one).
-    with local_client(app_dir, pool_size=16, command="serve", serving=True) as remit:
+    with local_client(
+        app_dir, pool_size=16, command="serve", serving=True, create_database=True
+    ) as remit:
         app, settings = remit.app, remit.settings
         address = host or settings.http_host
         tls = check_exposure(address, cert=tls_cert, key=tls_key, behind_proxy=behind_proxy)
         names = [*LOCAL_NAMES, address, *(allowed_host or [])]
         scheme = "https" if tls else "http"
-        supervisor = _supervisor(remit, stop_when_idle=stop_when_idle) if with_worker else None
+        stops = with_worker and _stops_when_idle(app, stop_when_idle)
+        # What turned it on, for the refusal when nothing could start the worker again.
+        why = "--stop-when-idle" if stop_when_idle else "the wakeup the data files declare"
+        supervisor = _supervisor(remit, stop_when_idle=stops, why=why) if with_worker else None
         if supervisor is not None:
             _notices_in_the_log()
         api = create_api(
@@ -162,7 +170,7 @@ def serve(
                     f"{scheme}{url.removeprefix('http')} (its spec at /openapi.json; send "
                     "`Authorization: Bearer <token>`, from `remit tokens create`), and its "
                     "web console at / (`remit login-link --for user:<name>` signs in)"
-                    + ("" if supervisor is None else _worker_line(supervisor, stop_when_idle))
+                    + ("" if supervisor is None else _worker_line(supervisor, stops))
                 ),
             )
         finally:
@@ -181,14 +189,16 @@ def _notices_in_the_log() -> None:
         logging.getLogger("remit.notify").setLevel(logging.INFO)
 
 
-def _supervisor(remit: "Client", *, stop_when_idle: bool) -> "Supervisor":
+def _supervisor(
+    remit: "Client", *, stop_when_idle: bool, why: str = "--stop-when-idle"
+) -> "Supervisor":
     """The worker of `remit serve --worker`, started: each write through the API wakes it."""
     from remit.serve.supervisor import Supervisor
     from remit.serve.worker import Worker
 
-    if stop_when_idle:
-        _check_wakeup(remit.settings, "--stop-when-idle")
     app, settings = remit.app, remit.settings
+    if stop_when_idle:
+        _check_wakeup(app, settings, why)
     first = Worker(app, settings)
     made = [first]
 
@@ -218,13 +228,24 @@ def _worker_line(supervisor: "Supervisor", stop_when_idle: bool) -> str:
     return f"\nworker [bold]{name}[/] serving its queues{when}"
 
 
-def _check_wakeup(settings: "Settings", flag: str) -> None:
-    """Refuse to stop when idle with no wakeup service to start the worker again."""
+def _stops_when_idle(app: "App", asked: bool | None) -> bool:
+    """Whether the worker of `serve --worker` stops when idle: as the flag says, else when
+    the data files declare a wakeup (a contradiction of the two is refused)."""
+    from remit.resources.wakeups import declarations_of, stops_when_idle
+
+    return stops_when_idle(declarations_of(app), asked, flag="--no-stop-when-idle")
+
+
+def _check_wakeup(app: "App", settings: "Settings", flag: str) -> None:
+    """Refuse to stop when idle with no wakeup service to start the worker again: remit's
+    own (`REMIT_WAKEUP_URL`), unless the data files declare a wakeup that registers through an
+    op of its own vendor."""
     from remit.core.errors import RemitError
+    from remit.resources.wakeups import declarations_of, needs_wakeup_service
 
     # The worker registers its wakes with the instance's token alone (`remit wakeup connect`
     # stores it); the account's token is needed only to connect.
-    if not settings.wakeup_url:
+    if needs_wakeup_service(declarations_of(app)) and not settings.wakeup_url:
         raise RemitError(
             f"{flag} needs a wakeup service to start the worker again at its next deadline: "
             "set REMIT_WAKEUP_URL, and run `remit wakeup connect URL` once (see README, Scale "
@@ -241,7 +262,7 @@ def _exit_when_idle(app: "App", settings: "Settings") -> None:
     from remit.serve.supervisor import Supervisor
     from remit.serve.worker import Worker
 
-    _check_wakeup(settings, "--exit-when-idle")
+    _check_wakeup(app, settings, "--exit-when-idle")
     idle = threading.Event()
     remit = Client(app, settings, pool_size=2)
     remit.on_write = None

@@ -46,11 +46,13 @@ from remit.core.text import excerpt, printable, unsafe
 from remit.core.wakeup_tokens import ACCOUNT_PREFIX, INSTANCE_PREFIX, INSTANCE_TOKEN_SECRET
 from remit.declare.ops import op
 from remit.declare.resources import (
+    DatabaseOutputs,
     Reference,
     ResourceType,
     WakeupSpec,
     resource_type,
 )
+from remit.declare.steps import Given, steps
 
 if TYPE_CHECKING:
     # httpx is imported where the driver calls the service: every app has this connector, and
@@ -209,6 +211,16 @@ class InstanceFields(BaseModel):
     last_error: str | None = Field(default=None, description="why the last call of /wake failed")
 
 
+def _health(state: Mapping[str, Any]) -> DatabaseOutputs:
+    """A `wakeup.instance` is healthy once the service holds it and its last call of `/wake`
+    was answered."""
+    if not isinstance(state.get("id"), str):
+        return DatabaseOutputs(healthy=False, why="the wakeup service holds no such instance")
+    if state.get("last_error"):
+        return DatabaseOutputs(healthy=False, why=f"its last wake failed: {state['last_error']}")
+    return DatabaseOutputs(healthy=True)
+
+
 instance = resource_type(
     "wakeup.instance",
     schema=InstanceFields,
@@ -216,7 +228,7 @@ instance = resource_type(
     vendor_owned=("id", "at", "last_error"),
     references={"host": Reference(fields=("url",))},
     # Not stateless: the service holds the instance's registered wake, which a delete loses.
-    wakeup=WakeupSpec(host="host", register=register_wake.id),
+    wakeup=WakeupSpec(host="host", register=register_wake.id, outputs=_health),
 )
 # The ops that register the instance token, whose 409 means another account holds it.
 _REGISTERING = frozenset({create_instance.id, instance.ops["create"].id, instance.ops["update"].id})
@@ -673,11 +685,48 @@ class FakeWakeup(_InstanceType, Fake):
         return held
 
 
+# The scenarios' sentences about the instance's wakeup, said against `FakeWakeup`.
+wakeup_steps = steps(VENDOR)
+
+
+@wakeup_steps.given("a wakeup for {host}")
+def a_wakeup_for(host: str) -> Given:
+    """Set up a wakeup for the instance at `host` (its public URL): the instance registered
+    at the fake service (`wakeup.instances.create`, the registration that applying a declared
+    `wakeup.instance` makes); its output, `{id, url}`, is kept as `$wakeup`."""
+    return Given(op=create_instance, input={"url": host}, name="wakeup")
+
+
+def _held(fake: FakeWakeup, host: str) -> FakeInstance:
+    url = check_url(host, what="host")
+    found = [held for held in fake.instances.values() if held.url == url]
+    held = ", ".join(sorted(each.url for each in fake.instances.values())) or "none"
+    assert found, f"the wakeup service holds no instance at {url} (it holds: {held})"
+    return found[0]
+
+
+@wakeup_steps.then("the wakeup for {host} holds no wake")
+def holds_no_wake(fake: FakeWakeup, host: str) -> None:
+    held = _held(fake, host)
+    assert held.at is None, f"the wakeup for {held.url} holds a wake at {held.at.isoformat()}"
+
+
+@wakeup_steps.then("the wakeup for {host} wakes it at {at}")
+def wakes_at(fake: FakeWakeup, host: str, at: str) -> None:
+    """`at` as a scenario writes a time: `2026-12-01 10:00 UTC`, or ISO 8601 with an offset."""
+    utc = at.endswith(" UTC")
+    wanted = datetime.fromisoformat(at.removesuffix(" UTC") + ("+00:00" if utc else ""))
+    held = _held(fake, host)
+    shown = "no wake" if held.at is None else f"a wake at {held.at.isoformat()}"
+    assert held.at == wanted, f"the wakeup for {held.url} holds {shown}, not one at {at}"
+
+
 wakeup_connector = Connector(
     VENDOR,
     ops=OPS,
     driver=WakeupDriver,
     fake=FakeWakeup,
     resources=[instance],
+    steps=wakeup_steps,
     description="The wakeup service, which starts this instance again when its next deadline comes.",
 )

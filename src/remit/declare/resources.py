@@ -37,6 +37,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from remit.core.errors import AppError
 from remit.declare.ops import Op, op
+from remit.declare.wakeups import takes_a_wake
 
 PlanAction = Literal["create", "update", "replace", "delete", "none"]
 PLAN_ACTIONS: tuple[str, ...] = get_args(PlanAction)
@@ -216,10 +217,16 @@ class HostSpec:
 @dataclass(frozen=True)
 class WakeupSpec:
     """A type that is an instance's wakeup: `host` names the field that references the host it
-    wakes, `register` the op a stopping worker registers its next deadline through."""
+    wakes, `register` the op a stopping worker registers its next deadline through (its input
+    takes `{at}`), and `outputs(state).healthy` whether it is healthy. Declaring one in the data
+    files makes the worker of `remit serve --worker` stop when idle (`resources/wakeups.py`)."""
 
     host: str
     register: str
+    # A function, so no two specs would compare equal by it: left out of the comparison.
+    outputs: Callable[[Mapping[str, Any]], DatabaseOutputs] | None = field(
+        default=None, compare=False
+    )
 
 
 def database_url_secret(export: str) -> str:
@@ -412,6 +419,8 @@ class ResourceType:
                 problems.append(
                     f"its wakeup's register, `{self.wakeup.register}`, is not an op of `{self.vendor}`"
                 )
+            if self.wakeup.outputs is not None and not callable(self.wakeup.outputs):
+                problems.append("its wakeup's outputs must be a function of the state")
         if problems:
             raise AppError(f"{where}: " + "; ".join(problems))
 
@@ -551,6 +560,12 @@ def check_contract_ops(rtype: ResourceType, ops: Mapping[str, Op[Any, Any]]) -> 
         raise AppError(
             f"{where}: its wakeup's register, `{rtype.wakeup.register}`, is no op of its "
             "connector: declare it"
+        )
+    if rtype.wakeup is not None and not takes_a_wake(ops[rtype.wakeup.register]):
+        raise AppError(
+            f"{where}: its wakeup's register, `{rtype.wakeup.register}`, must take {{at}} and "
+            "keep it (the worker calls it with the time to wake at, ISO 8601 with an offset): "
+            "give its input model a field `at: datetime`"
         )
 
 

@@ -164,7 +164,10 @@ class OpsRoom:
             self._client.db, self._client.app_name, clock=self._client.clock
         ).wants_wake():
             return
-        if self._client.settings.wakeup_url is None:
+        from remit.resources.wakeups import declarations_of, needs_wakeup_service
+
+        declared = declarations_of(self._client.app)
+        if needs_wakeup_service(declared) and self._client.settings.wakeup_url is None:
             why = f"{SERVICE_URL} is not set: set it to the wakeup service's address, as the worker has it"
         else:
             try:
@@ -181,11 +184,13 @@ class OpsRoom:
         )
 
     def register_wake(self, at: datetime) -> CallResult:
-        """Ask the wakeup service to wake this instance at `at` (timezone-aware), replacing
-        the wake registered before: the op `wakeup.instances.register`, called as
-        `remit:wakeup` with no policy asked, and recorded in the ledger and the audit. Each call
-        is made afresh (its own key), so a time registered again after another re-arms it."""
+        """Ask the instance's wakeup to wake it at `at` (timezone-aware), replacing the wake
+        registered before: the `register` op of the wakeup the data files declare, else
+        remit's own `wakeup.instances.register`, called as `remit:wakeup` with no policy asked,
+        and recorded in the ledger and the audit. Each call is made afresh (its own key), so a
+        time registered again after another re-arms it."""
         not_in_a_workflow("ops.register_wake")
-        from remit.connectors.wakeup import register_wake
+        from remit.resources.wakeups import declarations_of, register_op
 
-        return self._client.services.direct.call_as_remit(register_wake.id, {"at": at.isoformat()})
+        op_id = register_op(declarations_of(self._client.app))
+        return self._client.services.direct.call_as_remit(op_id, {"at": at.isoformat()})

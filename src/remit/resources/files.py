@@ -18,6 +18,8 @@ from typing import Any
 
 from remit.core.errors import AppError
 from remit.declare.resources import SOURCE_KEY, Declaration, ResourceType, is_marker
+from remit.resources.people import PEOPLE_TYPES, check_people
+from remit.resources.wakeups import check_wakeups
 
 FOLDER = "resources"
 # A name is part of the keys apply calls with, which are at most 100 characters.
@@ -91,6 +93,8 @@ def load(folder: Path, package: str, types: Mapping[str, ResourceType]) -> Decla
 def _declared(
     found: dict[str, Declaration], where: dict[str, str], types: Mapping[str, ResourceType]
 ) -> Declared:
+    # The people's types are every app's: remit's own, held by no vendor.
+    types = {**types, **PEOPLE_TYPES}
     for name, declaration in found.items():
         at = f" ({where[name]})" if where.get(name) else ""
         if not _NAME.fullmatch(name):
@@ -126,6 +130,8 @@ def _declared(
                     f"resource `{name}`{at}: `{field_name}` references `{other}.{other_field}`, "
                     "a write-only field, which is never read back"
                 )
+    check_wakeups(found, where, types)
+    check_people(found, where)
     return Declared(by_name=found, order=_ordered(found), where=where)
 
 

@@ -29,6 +29,7 @@ from remit.declare.resources import (
 )
 from remit.resources.files import Declared
 from remit.resources.lockfile import Binding
+from remit.resources.people import is_local
 
 # How the planner calls an op: (op, input as JSON, a key naming the call) → the output.
 Caller = Callable[[Op[Any, Any], dict[str, Any], str], BaseModel]
@@ -263,6 +264,10 @@ def plan(
                 f"files declare `{name}` a {rtype.id}: rename the declaration, or remove its "
                 "binding from remit.lock if the old object should be left alone"
             )
+        if is_local(rtype):
+            # Held by no vendor (a person, a group): what it declares is all there is.
+            known[name] = dict(declaration.fields)
+            continue
         desired, unknown = resolve(declaration.fields, known)
         answer = call(
             rtype.ops["plan"],

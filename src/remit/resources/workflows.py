@@ -50,6 +50,7 @@ from remit.resources.bindings import Bindings
 from remit.resources.files import Declared, source_refs, with_sources, without_sources
 from remit.resources.findings import Findings
 from remit.resources.lockfile import Binding, Lockfile
+from remit.resources.people import PEOPLE_TYPES, is_local
 from remit.resources.planner import Caller, Change, Plan, plan, resolve
 
 APPLY = "apply"
@@ -206,14 +207,15 @@ class Resources:
 
     def declared_of(self, files: Mapping[str, Mapping[str, Any]]) -> Declared:
         """Declarations as JSON (`files`) as the app's `Declared`, checked and ordered."""
-        missing = sorted({f["type"] for f in files.values()} - set(self.types))
+        types = {**self.types, **PEOPLE_TYPES}
+        missing = sorted({f["type"] for f in files.values()} - set(types))
         if missing:
             raise RemitError(
                 f"the data files read declare {', '.join(missing)}, which no connector of the "
                 "app declares now: put the connector back, or start a new apply"
             )
         return Declared.of(
-            {n: Declaration(self.types[f["type"]], f["fields"]) for n, f in files.items()},
+            {n: Declaration(types[f["type"]], f["fields"]) for n, f in files.items()},
             self.types,
         )
 
@@ -330,7 +332,11 @@ class _Walk:
         self.ops = ops
         db, app = ctx.app_database
         self.store = Bindings(db, app, resources.lockfile)
-        self.known: dict[str, Mapping[str, Any] | None] = {}
+        # What references resolve to: the declared people (held by no vendor) as declared,
+        # and each resource as apply leaves it.
+        self.known: dict[str, Mapping[str, Any] | None] = {
+            name: dict(d.fields) for name, d in declared.by_name.items() if is_local(d.type)
+        }
         self.applied: list[dict[str, Any]] = []
         # By declaration: the last create an earlier apply began (`_earlier_creates`).
         self.earlier: dict[str, dict[str, Any]] = {}

@@ -21,8 +21,10 @@ from pydantic import BaseModel
 
 from remit.app import App
 from remit.connectors.base import Fake
+from remit.connectors.wakeup import ACCOUNT_TOKEN
 from remit.core.clock import ManualClock
 from remit.core.errors import AppError
+from remit.core.wakeup_tokens import ACCOUNT_PREFIX, INSTANCE_PREFIX, INSTANCE_TOKEN_SECRET
 from remit.declare.steps import Given, StepDefinition
 from remit.scenarios import features
 from remit.scenarios.changes import own_fakes
@@ -214,6 +216,15 @@ def call_through(caller: Calls | Call) -> Call:
     return call
 
 
+# What the fakes see as the environment in a scenario: the instance's made-up tokens at the
+# fake wakeup service, so `Given a wakeup for ...` registers the instance there. Nothing in a
+# scenario reaches a live vendor, so no real token is ever needed.
+SCENARIO_ENVIRON = {
+    INSTANCE_TOKEN_SECRET: f"{INSTANCE_PREFIX}scenario",
+    ACCOUNT_TOKEN: f"{ACCOUNT_PREFIX}scenario",
+}
+
+
 def start_of(scenario: Scenario) -> datetime | None:
     """When the scenario's clock starts: at the first time it names (`Given it is ...`)."""
     for step in scenario.steps:
@@ -240,7 +251,11 @@ def run_scenario(
     with (
         own_fakes(app),
         Harness(
-            app, database_url=database_url, clock=clock, sweep_interval=sweep_interval
+            app,
+            database_url=database_url,
+            clock=clock,
+            sweep_interval=sweep_interval,
+            environ=SCENARIO_ENVIRON,
         ) as harness,
     ):
         world = World(app, harness, clock, app_name=app_name)

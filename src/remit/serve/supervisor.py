@@ -1,8 +1,10 @@
 """The worker of `remit serve --worker` and `remit worker --exit-when-idle`: started, stopped
 when idle, and started again when woken.
 
-With `stop_when_idle`, every `REMIT_IDLE_CHECK_INTERVAL` seconds the supervisor asks its
-`StopRule` (`ops/idle.py`) whether to stop. When it says so, the worker drains and releases
+With `stop_when_idle` (or a wakeup declared in the app's data files), every
+`REMIT_IDLE_CHECK_INTERVAL` seconds the supervisor asks its `StopRule` (`ops/idle.py`) whether
+to stop, having registered the next deadline through the wakeup's `register` op
+(`client.ops.register_wake`). When it says so, the worker drains and releases
 everything it holds: DBOS, its threads, and every database connection, the API's included
 (a request while stopped opens what it needs and closes it again, `after_request`). A stopped
 worker is a DBOS instance destroyed, so a wake (`GET /wake`, or a write through the API)
@@ -35,6 +37,7 @@ from remit.client import Client
 from remit.core.errors import RemitError
 from remit.core.text import describe_seconds
 from remit.ops.idle import StopRule, WakeupState
+from remit.resources.wakeups import declarations_of, stops_when_idle
 from remit.serve.worker import Worker
 
 log = logging.getLogger("remit.supervisor")
@@ -54,6 +57,8 @@ class Supervisor:
     thread, once a worker has stopped for being idle (`remit worker --exit-when-idle` ends the
     process there); `on_stranded(count)` once a stop left attempts running (the process must
     end). `tell` hears each start and stop in a line (default: the log, at INFO).
+    `stop_when_idle` None stops the worker when idle if the app's data files declare a wakeup
+    (`resources/wakeups.py`); True or False says so outright.
     """
 
     def __init__(
@@ -61,7 +66,7 @@ class Supervisor:
         make_worker: Callable[[], Worker],
         remit: Client,
         *,
-        stop_when_idle: bool,
+        stop_when_idle: bool | None = None,
         on_idle: Callable[[], None] | None = None,
         on_stranded: Callable[[int], None] | None = None,
         tell: Callable[[str], None] = log.info,
@@ -69,7 +74,9 @@ class Supervisor:
         self.make_worker = make_worker
         self.remit = remit
         self.settings = remit.settings
-        self.stop_when_idle = stop_when_idle
+        self.stop_when_idle = stops_when_idle(
+            declarations_of(remit.app), stop_when_idle, flag="stop_when_idle=False"
+        )
         self.on_idle = on_idle
         self.on_stranded = on_stranded
         self.tell = tell
