@@ -120,12 +120,7 @@ class Client:
         # REMIT_FAKES), and the environment drivers see.
         self.implementations = implementations
         self.environ = environ
-        self.db = Database(
-            settings.database_url,
-            pool_size=pool_size,
-            idle_transaction_timeout=settings.idle_transaction_timeout,
-            lock_timeout=settings.lock_timeout,
-        )
+        self.db = Database.of(settings, pool_size=pool_size)
         if prepare:
             self.db.prepare()
         # The stores and services the rooms act through (the rooms are built on first use).

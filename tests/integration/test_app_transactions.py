@@ -29,6 +29,7 @@ class Booking(BaseModel):
     amount: int
     fail_after: bool = False
     statement: str = ""
+    commit_inside: bool = False
 
 
 def _book(ctx: Context | AsyncContext, input: Booking) -> Any:
@@ -40,6 +41,8 @@ def _book(ctx: Context | AsyncContext, input: Booking) -> Any:
         )
         if input.statement:
             conn.execute(sa.text(input.statement))
+        if input.commit_inside:
+            conn.commit()
         if input.amount < 0:
             raise ValueError(f"a booking of {input.amount} is refused")
         total = conn.execute(sa.text("SELECT sum(amount) FROM bookings")).scalar_one()
@@ -65,6 +68,19 @@ def book(ctx: Context, input: Booking) -> dict[str, Any]:
     return booked
 
 
+# Set by a test: the code deployed now has a step before the transaction it did not have.
+CHANGED: set[str] = set()
+
+
+@workflow(name="book-changing", input=Booking)
+def book_changing(ctx: Context, input: Booking) -> dict[str, Any]:
+    if "step-before" in CHANGED:
+        ctx.step("new-step", lambda: "added by a deploy")
+    booked: dict[str, Any] = ctx.transaction("book", _book(ctx, input))
+    ctx.step("export", _after(ctx, input))
+    return booked
+
+
 @workflow(name="book-async", input=Booking)
 async def book_async(ctx: AsyncContext, input: Booking) -> dict[str, Any]:
     booked: dict[str, Any] = await ctx.transaction("book", _book(ctx, input))
@@ -85,12 +101,13 @@ def book_typed(ctx: Context, input: Booking) -> dict[str, Any]:
 
 
 def books_app() -> App:
-    return App(name="books", workflows=[book, book_async, book_typed])
+    return App(name="books", workflows=[book, book_async, book_typed, book_changing])
 
 
 @pytest.fixture
 def h(database_url: str) -> Iterator[Harness]:
     calls.clear()
+    CHANGED.clear()
     db = Database(database_url)
     with db.begin() as conn:
         conn.execute(
@@ -150,6 +167,36 @@ def test_a_retry_from_before_the_transaction_answers_from_its_record_writing_not
     assert any(s.name.endswith("book") and not s.copied for s in again)
 
 
+def test_new_code_that_moves_a_transaction_whose_step_was_not_recorded_is_refused(
+    h: Harness,
+) -> None:
+    """Killed between the transaction's commit and DBOS's record of its step, a run carried on
+    by code with a step inserted before it would run the transaction at a new position: its
+    record, at the old one, stops the run as a changed op call's ledger row does."""
+    run = h.start("book-changing", {"invoice": "INV-7", "amount": 3, "fail_after": True})
+    assert h.wait(run.run_id).status == "failed"
+    workflow_id = h.runs.get(run.run_id).workflow_id
+    outputs = "operation_outputs" if h.client.db.is_sqlite else "dbos.operation_outputs"
+    with h.client.db.begin() as conn:
+        position = conn.execute(
+            sa.text("SELECT position FROM remit_app_writes WHERE run_id = :r"), {"r": run.run_id}
+        ).scalar_one()
+        # What a kill in that window leaves: the writes and their record, no DBOS step.
+        conn.execute(
+            sa.text(f"DELETE FROM {outputs} WHERE workflow_uuid = :w AND function_id >= :p"),
+            {"w": workflow_id, "p": position},
+        )
+    CHANGED.add("step-before")
+
+    h.client.runs.retry(run.run_id, by="user:test")
+    stopped = h.wait(run.run_id)
+
+    assert stopped.status == "failed"
+    assert "ran `book` (a step), and the code now runs `new-step`" in (stopped.error or "")
+    assert rows(h) == [(run.run_id, "INV-7", 3)]
+    assert calls == [run.run_id]
+
+
 def test_a_function_that_raises_rolls_back_and_a_retry_writes_once(h: Harness) -> None:
     run = h.start("book", {"invoice": "INV-4", "amount": -5})
     failed = h.wait(run.run_id)
@@ -166,7 +213,6 @@ def test_a_function_that_raises_rolls_back_and_a_retry_writes_once(h: Harness) -
     [
         ("UPDATE remit_runs SET status = 'done'", "remit_runs"),
         ('DELETE FROM "remit_ledger"', "remit_ledger"),
-        ("SELECT count(*) FROM operation_outputs", "operation_outputs"),
         ("UPDATE dbos.workflow_status SET status = 'SUCCESS'", "dbos"),
     ],
 )
@@ -182,6 +228,19 @@ def test_statements_on_remits_or_dboss_tables_are_refused_and_nothing_commits(
     ), said
     assert "remit's or DBOS's own tables" in said
     assert rows(h) == []
+
+
+@pytest.mark.parametrize("how", ["commit_inside", "statement"])
+def test_a_function_that_would_commit_itself_is_stopped_before_it_does(
+    h: Harness, how: str
+) -> None:
+    given: dict[str, Any] = {"invoice": "INV-8", "amount": 8}
+    given.update({"commit_inside": True} if how == "commit_inside" else {"statement": "COMMIT"})
+    run = h.start("book", given)
+    failed = h.wait(run.run_id)
+    assert failed.status == "failed"
+    assert "would end its transaction itself" in (failed.error or ""), failed.error
+    assert rows(h) == []  # the insert before it never committed
 
 
 def test_a_name_that_is_no_key_is_refused_before_any_step(database_url: str) -> None:

@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,7 +29,8 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from remit import Client
-from remit.core.errors import RowLocked
+from remit.core.database import Database
+from remit.core.errors import DatabaseError, RowLocked
 from remit.core.fence import lock
 from remit.core.settings import Settings
 from remit.serve.api import create_api
@@ -96,6 +98,9 @@ def test_a_decision_blocked_by_a_held_row_fails_naming_the_holder_and_writes_not
             assert answered.status_code == 503, answered.text
             assert answered.headers["Retry-After"] == "1"
             assert "reporting-script" in answered.json()["error"]
+            # A withdrawal takes the same transaction, bounded the same way.
+            with pytest.raises(RowLocked):
+                guarded.approvals.withdraw(gate.id, by="user:test")
             # Nothing was written: the gate still waits, and so does the run.
             assert h.approvals.get(gate.id).status == "pending"
             assert h.runs.get(run.run_id).status == "waiting"
@@ -196,15 +201,32 @@ def test_remit_worker_creates_the_database_the_url_names_and_says_so(tmp_path: P
         lines = [line for line in log.read_text().splitlines() if "created the database" in line]
         shown = url.replace("postgresql+psycopg://", "postgresql://")
         assert lines == [f"created the database {name} at {shown} (it was missing)"], lines
-        # The database is there and prepared: a second start says nothing of creating it.
-        done = subprocess.run(
-            [sys.executable, "-m", "remit", "--app", str(CRASH_APP), "runs"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stderr
-        assert "created the database" not in done.stdout + done.stderr
+        # Made once: it is there now, and nothing makes it again.
+        again = Database(url)
+        assert again.create_if_missing() is False
+        again.dispose()
     finally:
         drop_postgres_database(url)
+
+
+def test_processes_starting_at_once_on_a_missing_database_all_go_on() -> None:
+    name = f"remit_new_{uuid.uuid4().hex[:10]}"
+    url = postgres_admin_url().set(database=name).render_as_string(hide_password=False)
+    databases = [Database(url) for _ in range(4)]
+    try:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            made = list(pool.map(lambda db: db.create_if_missing(), databases))
+        assert sorted(made) == [False, False, False, True]
+    finally:
+        for db in databases:
+            db.dispose()
+        drop_postgres_database(url)
+
+
+def test_a_server_that_refuses_the_user_is_no_missing_database_to_create() -> None:
+    url = postgres_admin_url().set(database="postgres", username="no_such_role_here")
+    db = Database(url.render_as_string(hide_password=False))
+    with pytest.raises(DatabaseError) as refused:
+        db.create_if_missing()
+    assert "no_such_role_here" in str(refused.value)
+    db.dispose()

@@ -321,7 +321,7 @@ def _create_database(settings: "Settings") -> None:
     """Create the Postgres database `settings` name if it is missing, saying so on one line."""
     from remit.core.database import Database
 
-    db = Database(settings.database_url, pool_size=1)
+    db = Database.of(settings, pool_size=1)
     try:
         if db.create_if_missing():
             err.print(f"created the database {db.url.database} at {db.shown_url} (it was missing)")

@@ -69,7 +69,7 @@ def _session(app: "App", settings: "Settings", actor: str) -> tuple["Caller", "B
     from remit.ops.runtime import implementations_for
     from remit.resources.direct import direct_caller
 
-    db = Database(settings.database_url, pool_size=1)
+    db = Database.of(settings, pool_size=1)
     db.prepare()
     implementations, credentials = implementations_for(app, db, settings)
     call = direct_caller(implementations, credentials, actor=actor, timeout=settings.op_timeout)

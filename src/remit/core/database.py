@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from dbos import DBOSClient, DBOSPortableJSONSerializer
     from sqlalchemy.dialects import postgresql, sqlite
 
+    from remit.core.settings import Settings
+
 log = logging.getLogger("remit.store")
 
 T = TypeVar("T")
@@ -47,8 +49,6 @@ _PREPARE_LOCK = 0x72656D6974  # "remit"
 APPLICATION_NAME = "remit"
 # Postgres's code for a lock not granted within `lock_timeout`.
 _LOCK_NOT_AVAILABLE = "55P03"
-# Postgres's code for CREATE DATABASE of a name another process made first.
-_DUPLICATE_DATABASE = "42P04"
 
 
 def portable_serializer() -> DBOSPortableJSONSerializer:
@@ -109,26 +109,39 @@ class Database:
             self.engine = sa.create_engine(self.url, connect_args={"timeout": 30})
             sa.event.listen(self.engine, "connect", _sqlite_connect)
         else:
+            # A name the URL gives (`?application_name=`) is kept.
+            named = "application_name" in self.url.query
             self.engine = sa.create_engine(
                 self.url,
                 pool_size=pool_size,
                 max_overflow=pool_size,
                 pool_pre_ping=True,
-                connect_args=self.connect_args,
+                connect_args={} if named else {"application_name": APPLICATION_NAME},
             )
+            if self.idle_transaction_timeout > 0 and not _sets_idle_timeout(self.url):
+                sa.event.listen(self.engine, "connect", self._bound_idle_transactions)
 
-    @property
-    def connect_args(self) -> dict[str, Any]:
-        """What each of remit's Postgres connections is opened with: its name, and the bound
-        on a session left idle inside a transaction (`idle_transaction_timeout`, seconds; 0
-        leaves the server's setting). Such a session holds its locks till it ends, blocking
-        every decision on the runs it locked; past the bound Postgres ends it, and its
-        transaction with it."""
-        args: dict[str, Any] = {"application_name": APPLICATION_NAME}
-        if self.idle_transaction_timeout > 0:
-            ms = max(1, round(self.idle_transaction_timeout * 1000))
-            args["options"] = f"-c idle_in_transaction_session_timeout={ms}"
-        return args
+    def _bound_idle_transactions(self, dbapi_conn: Any, _record: Any) -> None:
+        """Set each new Postgres connection's bound on a session left idle inside a transaction
+        (`idle_transaction_timeout`, seconds). Such a session holds its locks till it ends,
+        blocking every decision on the runs it locked; past the bound Postgres ends it, and its
+        transaction with it. Set once the connection is made, not as a startup option: a URL's
+        own `options` (a search_path, say) stay as given, and a pooler that refuses startup
+        options takes it."""
+        ms = max(1, round(self.idle_transaction_timeout * 1000))
+        with dbapi_conn.cursor() as cursor:
+            cursor.execute(f"SET idle_in_transaction_session_timeout = {ms}")
+        dbapi_conn.commit()  # the pool rolls a connection back when it is returned
+
+    @classmethod
+    def of(cls, settings: Settings, *, pool_size: int = 8) -> Database:
+        """The database `settings` name, with the guards they set."""
+        return cls(
+            settings.database_url,
+            pool_size=pool_size,
+            idle_transaction_timeout=settings.idle_transaction_timeout,
+            lock_timeout=settings.lock_timeout,
+        )
 
     @property
     def shown_url(self) -> str:
@@ -187,16 +200,22 @@ class Database:
 
     def _holders(self, error: sa.exc.OperationalError) -> str:
         """Who holds the lock `error` waited for, as well as Postgres can tell once the wait
-        has ended: the other sessions holding locks on the table it names, oldest transaction
-        first."""
+        has ended: the other sessions of this database holding row locks on the table it
+        names, oldest transaction first. Sessions of other roles show only to a role that may
+        see them (a superuser, or one granted `pg_read_all_stats`). Their last statements
+        are logged, not put in the message, which may go to an API caller."""
         table = _locked_table(error)
         query = sa.text(
             "SELECT a.pid, a.application_name, a.state, a.usename,"
-            " extract(epoch FROM now() - a.xact_start) AS age, left(a.query, 120) AS query"
+            " extract(epoch FROM now() - a.xact_start) AS age, left(a.query, 200) AS query"
             " FROM pg_stat_activity a WHERE a.pid <> pg_backend_pid()"
-            " AND a.xact_start IS NOT NULL AND a.pid IN"
+            " AND a.datname = current_database() AND a.xact_start IS NOT NULL AND a.pid IN"
             " (SELECT l.pid FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
-            "  WHERE l.granted AND (:table = '' OR c.relname = :table))"
+            "  WHERE l.granted AND l.database = (SELECT oid FROM pg_database"
+            "   WHERE datname = current_database())"
+            "  AND l.mode IN ('RowShareLock', 'RowExclusiveLock', 'ShareRowExclusiveLock',"
+            "   'ExclusiveLock', 'AccessExclusiveLock')"
+            "  AND (:table = '' OR c.relname = :table))"
             " ORDER BY a.xact_start LIMIT 3"
         )
         try:
@@ -205,19 +224,29 @@ class Database:
         except sa.exc.SQLAlchemyError:
             rows = []
         if not rows:
-            return "another session (it has let go since)"
+            return "another session (gone since, or of a role this one may not see)"
+        for row in rows:
+            log.warning(
+                "session %s (%s, user %s, %s) holds a lock on %s; its last statement: %s",
+                row.pid,
+                row.application_name,
+                row.usename,
+                row.state,
+                table or "a table",
+                " ".join(str(row.query).split()),
+            )
         shown = [
             f"session {row.pid} ({row.application_name or 'no application name'}, "
-            f"user {row.usename}, {row.state}, its transaction open {row.age:.0f} s, "
-            f"last statement: {' '.join(str(row.query).split())})"
+            f"user {row.usename}, {row.state}, its transaction open {row.age:.0f} s)"
             for row in rows
         ]
         return " or ".join(shown)
 
     def create_if_missing(self) -> bool:
         """Create the Postgres database the URL names, when the server has none of that name;
-        whether this call created it. Made from the server's `postgres` database, as the URL's
-        user, who needs the right to create databases. SQLite makes its file itself."""
+        whether this call created it. Asked and made from the server's `postgres` database, as
+        the URL's user, who needs the right to create databases. Of several processes making
+        it at once, one does and the others find it made. SQLite makes its file itself."""
         if self.is_sqlite or not self.url.database:
             return False
         name = self.url.database
@@ -225,31 +254,36 @@ class Database:
             with self.engine.connect():
                 return False
         except sa.exc.OperationalError as error:
-            if f'database "{name}" does not exist' not in str(error.orig):
-                raise DatabaseError(
-                    f"cannot reach the database at {self.shown_url} ({one_line(error)}): check "
-                    "REMIT_DATABASE_URL, and that the server is up and takes connections there"
-                ) from error
+            unreachable = error
         server = sa.create_engine(
             self.url.set(database="postgres"), isolation_level="AUTOCOMMIT", poolclass=sa.NullPool
         )
+        exists = sa.text("SELECT 1 FROM pg_database WHERE datname = :name")
         quoted = '"' + name.replace('"', '""') + '"'
         try:
             with server.connect() as conn:
-                conn.exec_driver_sql(f"CREATE DATABASE {quoted}")
-        except sa.exc.ProgrammingError as error:
-            if getattr(error.orig, "sqlstate", None) == _DUPLICATE_DATABASE:
-                return False  # another process made it first
-            raise DatabaseError(
-                f"the database {name} does not exist at {self.shown_url}, and creating it was "
-                f"refused ({one_line(error)}): create it (createdb {name}), or give the URL's "
-                "user the right to (ALTER ROLE ... CREATEDB)"
-            ) from error
+                if conn.execute(exists, {"name": name}).first() is not None:
+                    # There, and still not reachable: not a missing database.
+                    raise DatabaseError(
+                        f"cannot reach the database at {self.shown_url} "
+                        f"({one_line(unreachable)}): check REMIT_DATABASE_URL, and that the "
+                        "server takes connections there"
+                    ) from unreachable
+                try:
+                    conn.exec_driver_sql(f"CREATE DATABASE {quoted}")
+                except sa.exc.DBAPIError as error:
+                    if conn.execute(exists, {"name": name}).first() is not None:
+                        return False  # another process made it meanwhile
+                    raise DatabaseError(
+                        f"the database {name} does not exist at {self.shown_url}, and creating "
+                        f"it was refused ({one_line(error)}): create it (createdb {name}), or "
+                        "give the URL's user the right to (ALTER ROLE ... CREATEDB)"
+                    ) from error
         except sa.exc.OperationalError as error:
             raise DatabaseError(
-                f"the database {name} does not exist at {self.shown_url}, and the server's "
-                f"postgres database, from which remit would create it, cannot be reached "
-                f"({one_line(error)}): create it yourself (createdb {name})"
+                f"cannot reach the database at {self.shown_url} ({one_line(unreachable)}), nor "
+                f"the server's postgres database to see whether it exists ({one_line(error)}): "
+                "check REMIT_DATABASE_URL, and that the server is up and takes connections there"
             ) from error
         finally:
             server.dispose()
@@ -358,6 +392,8 @@ class Database:
             application_name=app_name,
             system_database_pool_size=pool_size,
             lazy=lazy,
+            # Its connections get the bound remit's have (0: the server's setting).
+            sys_db_idle_transaction_timeout_sec=self.idle_transaction_timeout or -1.0,
         )
 
     def prepare(self) -> None:
@@ -497,6 +533,11 @@ def one_line(error: sa.exc.DBAPIError | sa.exc.SQLAlchemyError) -> str:
     line of its own, indented) joined with `; `."""
     said = str(getattr(error, "orig", None) or error)
     return "; ".join(line.strip() for line in said.splitlines() if line.strip())
+
+
+def _sets_idle_timeout(url: sa.URL) -> bool:
+    """Whether the URL sets the idle-in-transaction bound itself (`?options=-c ...`)."""
+    return "idle_in_transaction_session_timeout" in str(url.query.get("options", ""))
 
 
 def _locked_table(error: sa.exc.OperationalError) -> str | None:

@@ -56,17 +56,30 @@ DBOS_TABLES = frozenset(
     }
 )
 
-# A name right after a keyword that reads or writes a table: FROM, JOIN, INTO, UPDATE, TABLE,
-# TRUNCATE, REFERENCES (ONLY may come between), quoted or not, with its schema if it has one.
+# A table's name where a statement names a table: after FROM, JOIN, INTO, UPDATE, TABLE,
+# TRUNCATE, REFERENCES or USING (ONLY may come between), quoted or not, with its schema if it
+# has one; and each table of a FROM list (`FROM a x, b AS y`).
 _NAME = r'(?:"[^"]+"|[A-Za-z_][\w$]*)'
-_TABLE_AFTER_KEYWORD = re.compile(
-    rf"\b(?:from|join|into|update|table|truncate|references)\s+(?:only\s+)?"
-    rf"({_NAME}(?:\s*\.\s*{_NAME})?)",
+_QUALIFIED = rf"{_NAME}(?:\s*\.\s*{_NAME})?"
+_TABLE = re.compile(
+    rf"\b(?:from|join|into|update|table|truncate|references|using)\s+(?:only\s+)?"
+    rf"({_QUALIFIED})",
     re.IGNORECASE,
 )
-# remit's tables and DBOS's schema are refused wherever they are named.
-_ALWAYS = re.compile(r'(?<![\w$])"?(remit_[\w$]+|dbos)"?\s*(?:\.|(?![\w$]))', re.IGNORECASE)
-_STRING = re.compile(r"'(?:[^']|'')*'")
+_KEYWORD = (
+    r"(?:where|join|inner|left|right|full|cross|natural|on|using|group|order|limit|offset|"
+    r"union|returning|set|window|having|for|lateral)\b"
+)
+_ALIASED = rf"{_QUALIFIED}(?:\s+(?:as\s+)?(?!{_KEYWORD}){_NAME})?"
+_FROM_LIST = re.compile(rf"\bfrom\s+({_ALIASED}(?:\s*,\s*{_ALIASED})+)", re.IGNORECASE)
+# DBOS's schema on Postgres, wherever a name is qualified by it.
+_DBOS_SCHEMA = re.compile(r'(?<![\w$])"?dbos"?\s*\.', re.IGNORECASE)
+# A statement that ends or begins a transaction itself.
+_TRANSACTION_CONTROL = re.compile(
+    r"^\s*(?:commit|end|abort|begin|start\s+transaction|rollback(?!\s+to\b))\b", re.IGNORECASE
+)
+# What is no name: string literals and comments.
+_NOT_NAMES = re.compile(r"'(?:[^']|'')*'|--[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
 class TransactionRefused(RemitError):
@@ -100,6 +113,12 @@ class AppWrites:
                 return self._once(conn, run, position, name, fn, now=now, done=done)
         except _RolledBack as back:
             return back.outcome
+        except sa.exc.IntegrityError as error:
+            # Another execution of the same step (DBOS runs an attempt twice at most briefly,
+            # on a recovery) recorded first: this one's writes rolled back; its record answers.
+            with self.db.engine.connect() as conn:
+                recorded = _recorded(conn, run.run_id, position, name)
+            return recorded if recorded is not None else failed(error)
         except Exception as error:
             return failed(error)
 
@@ -120,16 +139,9 @@ class AppWrites:
                 "tables once (a direct call has no run to fence on)"
             )
         hold(conn, run.run_id, run.workflow_id)
-        recorded = conn.execute(
-            sa.select(app_writes.c.outcome).where(
-                app_writes.c.run_id == run.run_id,
-                app_writes.c.position == position,
-                app_writes.c.name == name,
-            )
-        ).scalar_one_or_none()
+        recorded = _recorded(conn, run.run_id, position, name)
         if recorded is not None:
-            answer: dict[str, Any] = recorded
-            return answer
+            return recorded
         with _guarded(conn, name) as refusals:
             value = fn(conn)
         if refusals:
@@ -155,6 +167,18 @@ class AppWrites:
         return outcome
 
 
+def _recorded(conn: sa.Connection, run_id: str, position: int, name: str) -> dict[str, Any] | None:
+    """The outcome the step at `position` recorded with its writes, if it committed."""
+    recorded: dict[str, Any] | None = conn.execute(
+        sa.select(app_writes.c.outcome).where(
+            app_writes.c.run_id == run_id,
+            app_writes.c.position == position,
+            app_writes.c.name == name,
+        )
+    ).scalar_one_or_none()
+    return recorded
+
+
 class _RolledBack(Exception):
     """The function's value is no step outcome (not JSON, or too large): `outcome` says why,
     and the transaction rolls back."""
@@ -167,39 +191,67 @@ class _RolledBack(Exception):
 @contextmanager
 def _guarded(conn: sa.Connection, name: str) -> Iterator[list[TransactionRefused]]:
     """While the app's function runs: each statement it sends is refused if it names remit's
-    tables or DBOS's. The refusals are kept too, so one the function caught still fails it."""
+    tables or DBOS's, or ends the transaction, and so is a commit or rollback of the
+    connection. The refusals are kept too, so one the function caught still fails it."""
     refusals: list[TransactionRefused] = []
+    sqlite = conn.dialect.name == "sqlite"
+
+    def refuse(message: str) -> None:
+        refusals.append(TransactionRefused(f"ctx.transaction `{name}` {message}"))
+        raise refusals[-1]
 
     def check(
         _conn: sa.Connection, _cursor: Any, statement: str, *_args: Any, **_kwargs: Any
     ) -> None:
-        table = refused_table(statement)
+        if _TRANSACTION_CONTROL.match(_NOT_NAMES.sub(" ", statement)):
+            refuse(_ENDS_ITSELF)
+        table = refused_table(statement, sqlite=sqlite)
         if table is not None:
-            refusals.append(
-                TransactionRefused(
-                    f"ctx.transaction `{name}` names `{table}`, one of remit's or DBOS's own "
-                    "tables: a step changes those through ctx (calls, approvals, collections), "
-                    "never directly. Keep the app's tables under names of their own (not "
-                    "remit_*)"
-                )
+            refuse(
+                f"names `{table}`, one of remit's or DBOS's own tables: a step changes those "
+                "through ctx (calls, approvals, collections), never directly. Keep the app's "
+                "tables under names of their own (not remit_*)"
             )
-            raise refusals[-1]
 
-    sa.event.listen(conn, "before_cursor_execute", check)
+    def ends(ending: sa.Connection) -> None:
+        # Raised from inside the commit (or rollback): the connection is thrown away, so the
+        # server rolls back what it had, and no pooled connection is left in a transaction.
+        ending.invalidate()
+        refuse(_ENDS_ITSELF)
+
+    listened: list[tuple[str, Callable[..., None]]] = [
+        ("before_cursor_execute", check),
+        ("commit", ends),
+        ("rollback", ends),
+    ]
+    for event, fn in listened:
+        sa.event.listen(conn, event, fn)
     try:
         yield refusals
     finally:
-        sa.event.remove(conn, "before_cursor_execute", check)
+        for event, fn in listened:
+            sa.event.remove(conn, event, fn)
 
 
-def refused_table(statement: str) -> str | None:
-    """The first of remit's or DBOS's tables `statement` names, or None."""
-    text = _STRING.sub("''", statement)
-    found = _ALWAYS.search(text)
-    if found is not None:
-        return found.group(1)
-    for match in _TABLE_AFTER_KEYWORD.finditer(text):
-        parts = [part.strip().strip('"') for part in match.group(1).split(".")]
-        if parts[-1].lower() in DBOS_TABLES:
+_ENDS_ITSELF = (
+    "would end its transaction itself (a commit or rollback): return from the function to "
+    "commit, raise to roll back"
+)
+
+
+def refused_table(statement: str, *, sqlite: bool) -> str | None:
+    """The first of remit's or DBOS's tables `statement` names, or None: a table named
+    `remit_*`, anything in DBOS's `dbos` schema (Postgres), or one of DBOS's tables (SQLite,
+    where they have no schema of their own)."""
+    text = _NOT_NAMES.sub("''", statement)
+    if _DBOS_SCHEMA.search(text):
+        return "dbos"
+    named = [match.group(1) for match in _TABLE.finditer(text)]
+    for listed in _FROM_LIST.finditer(text):
+        named += [item.split()[0] for item in listed.group(1).split(",")]
+    for name in named:
+        parts = [part.strip().strip('"') for part in name.split(".")]
+        table = parts[-1].lower()
+        if table.startswith("remit_") or (sqlite and table in DBOS_TABLES):
             return ".".join(parts)
     return None

@@ -37,7 +37,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 
 from remit.core.errors import CodeChanged
-from remit.core.schema import approvals, children, ledger, timers, waits
+from remit.core.schema import app_writes, approvals, children, ledger, timers, waits
 
 Kind = Literal["step", "op", "approval", "sleep", "patch", "message", "start", "children"]
 
@@ -278,8 +278,8 @@ class Journal:
 
 
 def load_marks(conn: sa.Connection, run_id: str) -> dict[int, Mark]:
-    """remit's rows of `run_id` that carry a position: its op calls (ledger), gates and long
-    sleeps."""
+    """remit's rows of `run_id` that carry a position: its op calls (ledger), gates, long
+    sleeps, waits, children and transactions' records."""
     return load_marks_of(conn, [run_id]).get(run_id, {})
 
 
@@ -302,8 +302,18 @@ def _marks(chunk: list[str]) -> sa.CompoundSelect[Any]:
     """Every row of `chunk`'s runs that carries a position, as (kind, run, step, a, b, c), the
     kinds numbered so that the ledger's come last (and win)."""
     return sa.union_all(
+        # A transaction's record (`ctx.transaction`): its writes committed at that position,
+        # whether or not DBOS lived to record its step.
         sa.select(
-            sa.literal(1).label("kind"),
+            sa.literal(0).label("kind"),
+            app_writes.c.run_id,
+            app_writes.c.position.label("step_id"),
+            app_writes.c.name.label("a"),
+            _text().label("b"),
+            _text().label("c"),
+        ).where(app_writes.c.run_id.in_(chunk)),
+        sa.select(
+            sa.literal(1),
             timers.c.run_id,
             timers.c.step_id,
             _text().label("a"),
@@ -348,6 +358,8 @@ def _marks(chunk: list[str]) -> sa.CompoundSelect[Any]:
 
 
 def _mark(row: Any) -> Mark:
+    if row.kind == 0:
+        return step_mark(row.a)
     if row.kind == 1:
         return sleep_mark()
     if row.kind == 2:
