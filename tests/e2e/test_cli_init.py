@@ -5,6 +5,7 @@ exists or a name remit cannot load is refused, with nothing written."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -183,6 +184,25 @@ def test_its_admins_may_connect_the_repo_to_a_wakeup_service(tmp_path: Path) -> 
         assert allowed.stdout.startswith("allowed: permitted by policies/acme_ops.cedar:")
         clerk = remit("policies", "explain", action, resource, "--as", "user:ann", cwd=repo)
         assert clerk.returncode == 1
+
+
+def test_whoever_started_a_run_may_withdraw_its_gates(tmp_path: Path) -> None:
+    repo = made(tmp_path)
+    for is_requester, code in [(True, 0), (False, 1)]:
+        context = json.dumps(
+            {
+                "requester": "user:ann",
+                "is_requester": is_requester,
+                "workflow": "refund",
+                "input": {},
+                "draft": {},
+            }
+        )
+        asked = ("withdraw", "acme-ops-refund", "--as", "user:ann", "--context", context)
+        explained = remit("policies", "explain", *asked, cwd=repo)
+        assert explained.returncode == code, explained.stdout + explained.stderr
+        if is_requester:
+            assert explained.stdout.startswith("allowed: permitted by policies/acme_ops.cedar:")
 
 
 def test_the_code_it_writes_is_lint_and_type_clean(tmp_path: Path) -> None:

@@ -320,6 +320,35 @@ CLI = [
     pytest.param(cli("show", "run_nope", says="no run `run_nope`"), id="unknown-run"),
     pytest.param(cli("cancel", "run_nope", says="no run `run_nope`"), id="unknown-run-cancel"),
     pytest.param(cli("approve", "apr_nope", says="apr_nope"), id="unknown-approval"),
+    pytest.param(
+        cli("approvals", "withdraw", "apr_nope", says="apr_nope"), id="unknown-approval-withdraw"
+    ),
+    pytest.param(
+        cli("approvals", "withdraw", "{approval}", "--key", "two words", says="key"),
+        id="space-in-withdraw-key",
+    ),
+    pytest.param(
+        cli(
+            "approvals",
+            "withdraw",
+            "{approval}",
+            "--reason",
+            "y" * 5000,
+            says="REMIT_MAX_REASON_CHARS",
+        ),
+        id="over-cap-withdraw-reason",
+    ),
+    pytest.param(
+        cli(
+            "approvals",
+            "withdraw",
+            "{approval}",
+            "--as",
+            "user:carol",
+            says="only they or an admin (REMIT_ADMINS) may withdraw it, not user:carol",
+        ),
+        id="withdraw-by-someone-else",
+    ),
     pytest.param(cli("task", "resolve", "tsk_nope", "--done", says="tsk_nope"), id="unknown-task"),
     pytest.param(
         cli("start", "write-everything", says="has no workflow `write-everything`"),
@@ -416,6 +445,7 @@ def http(method: str, path: str, status: int, says: str, **request: Any) -> Http
 
 START = "/runs"
 DECIDE = "/approvals/{approval}/decision"
+WITHDRAW = "/approvals/{approval}/withdraw"
 KEY = {"Idempotency-Key": "{key}"}  # a new key for each request
 HTTP_LISTINGS = [
     "/runs",
@@ -639,6 +669,29 @@ HTTP = [
             headers=KEY,
         ),
         id="unknown-approval",
+    ),
+    pytest.param(
+        http("POST", "/approvals/apr_nope/withdraw", 404, "apr_nope", headers=KEY),
+        id="unknown-approval-withdraw",
+    ),
+    pytest.param(
+        http("POST", WITHDRAW, 422, "10000", body={"reason": "y" * 10_001}, headers=KEY),
+        id="over-cap-withdraw-reason",
+    ),
+    pytest.param(
+        http("POST", WITHDRAW, 422, "NUL", body={"reason": f"no{NUL}"}, headers=KEY),
+        id="nul-in-withdraw-reason",
+    ),
+    pytest.param(
+        http(
+            "POST",
+            WITHDRAW,
+            400,
+            "Idempotency-Key",
+            body={"reason": "mine"},
+            headers={"Idempotency-Key": "two words"},
+        ),
+        id="space-in-withdraw-key",
     ),
     pytest.param(
         http(
@@ -876,6 +929,40 @@ CLIENT = [
             "apr_nope",
         ),
         id="unknown-approval",
+    ),
+    pytest.param(
+        client(lambda c, _: c.approvals.withdraw("apr_nope"), "RemitError", "apr_nope"),
+        id="unknown-approval-withdraw",
+    ),
+    pytest.param(
+        client(
+            lambda c, a: c.approvals.withdraw(a, reason="y" * 5000),
+            "TooLarge",
+            "REMIT_MAX_REASON_CHARS",
+        ),
+        id="over-cap-withdraw-reason",
+    ),
+    pytest.param(
+        client(
+            lambda c, a: c.approvals.withdraw(a, reason=f"no{NUL}"),
+            "InputInvalid",
+            "NUL character",
+        ),
+        id="nul-in-withdraw-reason",
+    ),
+    pytest.param(
+        client(
+            lambda c, a: c.approvals.withdraw(a, key=f"key{ESC}1"), "RemitError", "decision_key"
+        ),
+        id="control-in-withdraw-key",
+    ),
+    pytest.param(
+        client(
+            lambda c, a: c.approvals.withdraw(a, by="user:mallory"),
+            "DecisionRefused",
+            "only they or an admin (REMIT_ADMINS) may withdraw it, not user:mallory",
+        ),
+        id="withdraw-by-someone-else",
     ),
     pytest.param(
         client(

@@ -78,8 +78,9 @@ def test_a_gate_assigned_to_a_group_no_one_lists_fails_its_run_saying_so(h: Harn
     assert failed.error is not None
     assert (
         "approval `errand` is assigned to group:auditors, but policies/principals.toml lists "
-        "no group `auditors` (its groups: group:clerks, group:controllers, group:outsiders): "
-        "assign it to a group [groups] lists, or add the group there"
+        "no group `auditors`, nor do the data files declare it (the groups there are: "
+        "group:clerks, group:controllers, group:outsiders): assign it to one of those, or add "
+        "the group to principals.toml's [groups] or as a remit.group declaration"
     ) in failed.error
     assert h.approvals.list(run_id=run.run_id) == []
 

@@ -1,5 +1,6 @@
 """A gate withdrawn by whoever asked for it: the run carries on reading `withdrawn` and takes
-its own branch; the policies decide who may withdraw (`withdraw`, told who started the run);
+its own branch; only whoever started the run or an admin may withdraw it, with or without
+policies, and with them only as they let them too (`withdraw`, told who started the run);
 a withdrawn gate is decided by no one after, a decided one is withdrawn by no one, and a
 withdrawal racing a decision ends with one of them. Each is audited and on the record's
 activity, as a decision is."""
@@ -8,13 +9,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
-from remit import App, Context, DecisionRefused, RemitError, workflow
+from remit import App, Client, Context, DecisionRefused, RemitError, workflow
 from remit.testing import Harness
 from tests.support import REFUND, FakeShop, RefundDraft, create_order, get_item, shop
 
@@ -145,30 +147,46 @@ def test_the_requester_withdraws_a_gate_and_the_run_takes_its_withdrawn_branch(h
     assert h.runs.get(run.run_id).attempt == 2
 
 
-def test_only_the_policies_let_someone_withdraw_and_a_decided_gate_stays_decided(
+def test_only_the_requester_or_an_admin_the_policies_let_withdraws_and_a_decided_gate_stays_decided(
     h: Harness,
 ) -> None:
     run = h.start("errand", {"sku": "sku-1"})
     gate = h.gate(run.run_id)
 
-    # Bob did not start the run: the policies refuse him, and nothing is written.
+    # Bob did not start the run: the built-in rule refuses him, naming who may, before the
+    # policies are asked; nothing is written.
     with pytest.raises(DecisionRefused) as refused:
         h.approvals.withdraw(gate.id, by="user:bob")
-    assert refused.value.by_policy
+    assert not refused.value.by_policy
     assert str(refused.value) == (
-        f"withdrawal refused, nothing was written: {gate.id} user:bob may not withdraw "
+        f"withdrawal refused, nothing was written: {gate.id} was asked for by user:ann, who "
+        f"started run {run.run_id}: only they or an admin (REMIT_ADMINS) may withdraw it, "
+        "not user:bob"
+    )
+    assert not h.client.approvals.may_withdraw(gate.id, by="user:bob")
+    assert h.client.ops.denials() == []
+    # An admin passes the rule, but these policies let only the requester withdraw: both must
+    # let them, so the policies refuse root, told who asked.
+    with pytest.raises(DecisionRefused) as denied:
+        h.client.services.approvals.withdraw(
+            gate.id, by="user:root", via="test", key="root-w", admin=True
+        )
+    assert denied.value.by_policy
+    assert str(denied.value) == (
+        f"withdrawal refused, nothing was written: {gate.id} user:root may not withdraw "
         'ApprovalType::"refund": no policy permits it'
     )
     assert h.approvals.get(gate.id).status == "pending"
     assert h.approvals.audit(gate.id) == []
     (denial,) = h.client.ops.denials()
     assert (denial.principal, denial.action, denial.resource) == (
-        "user:bob",
+        "user:root",
         "withdraw",
         "refund",
     )
     assert denial.context["requester"] == "user:ann"
     assert denial.context["is_requester"] is False
+    assert h.client.approvals.may_withdraw(gate.id, by="user:ann")
     # Not a decision: `decide()` does not write `withdrawn`.
     with pytest.raises(RemitError, match="not decided as withdrawn: use `remit approvals"):
         h.decide(gate.id, "withdrawn", by="user:ann")
@@ -231,3 +249,47 @@ def test_a_withdrawal_racing_a_decision_ends_with_exactly_one_of_them(h: Harness
         assert done.output is not None
         assert done.output["branch"] == status
         assert done.attempt == 2  # resumed once
+
+
+def test_without_policies_only_the_requester_or_an_admin_withdraws(database_url: str) -> None:
+    app = App(name="desk", workflows=[errand], connectors=[shop], approvals=[REFUND])
+    with Harness(app, database_url=database_url, actor="user:ann") as h:
+        assert not h.client.services.guard.policy.enabled
+        mine = h.start("errand", {"sku": "sku-1", "assignee": "user:carol"})
+        other = h.start("errand", {"sku": "sku-2"})
+        gate, second = h.gate(mine.run_id), h.gate(other.run_id)
+
+        # Mallory did not start the run, nor did its assignee Carol: the rule holds without
+        # policies, names who may, and writes nothing.
+        for who in ("user:mallory", "user:carol"):
+            assert not h.client.approvals.may_withdraw(gate.id, by=who)
+            with pytest.raises(DecisionRefused) as refused:
+                h.approvals.withdraw(gate.id, by=who)
+            assert str(refused.value) == (
+                f"withdrawal refused, nothing was written: {gate.id} was asked for by "
+                f"user:ann, who started run {mine.run_id}: only they or an admin "
+                f"(REMIT_ADMINS) may withdraw it, not {who}"
+            )
+        assert h.approvals.get(gate.id).status == "pending"
+        assert h.approvals.audit(gate.id) == []
+
+        # Ann started it: she may.
+        assert h.client.approvals.may_withdraw(gate.id, by="user:ann")
+        h.approvals.withdraw(gate.id, reason="not needed")
+        assert h.wait(mine.run_id).output == {
+            "branch": "withdrawn",
+            "by": "user:ann",
+            "reason": "not needed",
+        }
+
+        # An admin (REMIT_ADMINS) may withdraw someone else's gate; a client that does not
+        # count Mallory as one still refuses her.
+        admins = replace(h.client.settings, admins=frozenset({"user:root"}))
+        with Client(app, admins, clock=h.worker.runtime.clock) as client:
+            assert not client.approvals.may_withdraw(second.id, by="user:mallory")
+            assert client.approvals.may_withdraw(second.id, by="user:root")
+            client.approvals.withdraw(second.id, by="user:root", key="root-w")
+        assert h.wait(other.run_id).output["by"] == "user:root"
+        assert [(r["actor"], r["action"]) for r in h.approvals.audit(second.id)] == [
+            ("user:root", "approval.withdrawn")
+        ]

@@ -1,8 +1,8 @@
 """Withdrawing a gate in the web console: the run's page shows a Withdraw button by each
 pending gate its viewer may withdraw (whoever started the run, under the desk's policies), and
 no one else's; the post carries the page's CSRF token and a key made with the page, so a form
-sent twice withdraws once; a post the policies refuse is 403, and one without its CSRF token
-403 too, each changing nothing. Driven over HTTP (starlette's TestClient on `create_api`)."""
+sent twice withdraws once; a post by someone who neither started the run nor is an admin is
+409, naming who may, and one without its CSRF token 403, each changing nothing. Driven over HTTP (starlette's TestClient on `create_api`)."""
 
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ def test_the_requester_withdraws_from_the_runs_page_and_no_one_else_may(
         data={"csrf": hidden(shown, "csrf"), "key": "console:bob"},
         follow_redirects=False,
     )
-    assert refused.status_code == 403
-    assert "user:bob may not withdraw" in refused.text
+    assert refused.status_code == 409
+    assert "only they or an admin (REMIT_ADMINS) may withdraw it, not user:bob" in refused.text
     assert harness.approvals.get(gate.id).status == "pending"
 
     sign_in(http, harness, "user:ann", by="user:ann")

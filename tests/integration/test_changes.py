@@ -334,3 +334,30 @@ def test_what_a_change_does_not_let_through(shop: Shop, harness: Harness) -> Non
     again = events.take("forge", copied, body)
     assert again.duplicate
     assert again.action == "ignored"
+
+
+def test_a_review_withdrawn_by_its_author_is_recorded_as_withdrawn(
+    shop: Shop, database_url: str
+) -> None:
+    """A review its author takes back is no rejection: the change reads `withdrawn`, and its run
+    waits for a push as after a rejection."""
+    policies = shop.folder / "policies"
+    with (policies / "shop.cedar").open("a") as cedar:
+        cedar.write(
+            '\npermit (principal, action == Action::"withdraw", resource) '
+            "when { context.is_requester };\n"
+        )
+    with Harness(shop.app, database_url=database_url, actor="user:ann", policies=policies) as h:
+        head = shop.forge.push(REPO, "tidy", {"NOTES.md": "notes\n"}, "Add notes", author="ann")
+        change = h.client.changes.open("tidy")
+        gate = review_gate(h, change_in(h, change.id, "review"))
+
+        h.approvals.withdraw(gate, reason="not ready")
+        withdrawn = change_in(h, change.id, "withdrawn")
+        assert withdrawn.head == head
+        activity = h.client.records.activity("change", change.id)
+        assert [row.kind for row in activity][-2:] == ["approval.withdrawn", "change.withdrawn"]
+        assert activity[-1].summary == f"review of {head[:12]} withdrawn by user:ann: not ready"
+        assert "change.rejected" not in kinds(h, change.id)
+        until("the run to wait for a push", lambda: h.runs.get(change.run_id).status == "waiting")
+        assert [w.topic for w in h.client.runs.waiting(change.run_id)] == ["forge"]

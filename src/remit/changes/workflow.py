@@ -10,9 +10,10 @@ A change run:
    one needs `Action::"decide"` on it and `Action::"call"` on `Op::"remit.change.merge"`. A
    newer head found once the gate is decided makes the decision count for nothing: the checks
    start again on that head;
-4. with a check failed, or the review rejected, waits for the forge's events (messages on the
-   topic `forge`, which the webhook sends): a push to the branch starts the checks again on the
-   branch's new head, a closed change request ends the run;
+4. with a check failed, or the review rejected (or withdrawn by whoever started the run, which
+   the change records as `withdrawn`, not `rejected`), waits for the forge's events (messages
+   on the topic `forge`, which the webhook sends): a push to the branch starts the checks again
+   on the branch's new head, a closed change request ends the run;
 5. merges through the forge under a key, so a retry never merges twice;
 6. deploys: starts the built-in `apply` at the merged revision (hosts' `source("main")` take it),
    waits for it, and checks each host's health and revision, recording each in `remit_deploys`;
@@ -263,12 +264,16 @@ class _Change:
                     if merged is not None:
                         break
                 else:
+                    # A review its author took back is no verdict on the change: it reads
+                    # `withdrawn`; one rejected, expired or cancelled reads `rejected`.
+                    ended = "withdrawn" if decision.withdrawn else "rejected"
                     self.note(
-                        "change.rejected",
+                        f"change.{ended}",
                         f"review of {head[:12]} {decision.status}"
-                        + (f" by {decision.decided_by}" if decision.decided_by else ""),
-                        f"rejected:{round_}",
-                        status="rejected",
+                        + (f" by {decision.decided_by}" if decision.decided_by else "")
+                        + (f": {decision.reason}" if decision.reason else ""),
+                        f"{ended}:{round_}",
+                        status=ended,
                     )
             after = self.wait_for_commit(head, round_)
             if after is None:

@@ -48,6 +48,7 @@ _COLOURS = {
     "unhealthy": "red",
     "failed": "red",
     "rolled_back": "yellow",
+    "withdrawn": "yellow",
     "closed": "yellow",
 }
 # How much of a commit a table shows.

@@ -636,7 +636,9 @@ class Context(_Base):
         is decided the run carries on from here, the steps before the gate not run again.
         `assignee` limits who may decide it (an admin may too); `expires_in` (seconds or a
         timedelta) decides it `expired` if no one has by then. The decision's `status` is
-        approved, rejected, expired or cancelled; its `draft` is the edited one, if edited.
+        approved, rejected, expired, cancelled or withdrawn (taken back by whoever started the
+        run: `approved` is false then too, so check `withdrawn` to tell it from a rejection);
+        its `draft` is the edited one, if edited.
         `record` names the business record the gate concerns, e.g. `("invoice", "inv_1003")`
         (default: the run's, if it names one): its opening and decision go to that record's
         activity.

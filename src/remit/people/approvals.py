@@ -14,9 +14,10 @@ before the fork).
 
 `withdraw()` is how whoever asked for a gate takes it back while it is pending: it goes the
 same way as a decision (the same transaction, locks, audit row and resume), writing
-`withdrawn`, as the policies let the one withdrawing (`withdraw` on the approval's type, told
-who started the run). The run reads `withdrawn` as its gate's outcome (`Decision.withdrawn`),
-and no one may decide the gate afterwards.
+`withdrawn`. Only whoever started the run or an admin may, and with policies only as they let
+the one withdrawing too (`withdraw` on the approval's type, told who started the run). The run
+reads `withdrawn` as its gate's outcome (`Decision.withdrawn`), and no one may decide the gate
+afterwards.
 
 A gate may be assigned to one principal (`assignee="user:carol"`) or to a group of
 `policies/principals.toml` (`assignee="group:controllers"`), any member of which may decide it.
@@ -363,16 +364,19 @@ class Approvals(Answers):
         via: str,
         key: str,
         reason: str | None = None,
+        admin: bool | None = None,
     ) -> DecideResult:
         """Withdraw the pending gate `approval_id` as `by`, who asked for it, and resume its
         run, which reads the gate as `withdrawn`.
 
         It is given as a decision is (the same transaction, audit row, activity row and
-        resume), checked as `withdraw` on the approval's type: the policies are told who
-        started the run (`requester`) and whether `by` is they (`is_requester`). `key` makes
-        the call idempotent as a decision key does. Raises `DecisionRefused` (a withdrawal,
-        nothing written) when the gate is no longer pending, its run has finished, or the
-        policies refuse it.
+        resume). Only whoever started the run or an admin (`admin`, default: `by` is in
+        REMIT_ADMINS) may withdraw it, with or without policies; with policies it is also
+        checked as `withdraw` on the approval's type, and the policies are told who started
+        the run (`requester`) and whether `by` is they (`is_requester`). `key` makes the call
+        idempotent as a decision key does. Raises `DecisionRefused` (a withdrawal, nothing
+        written) when the gate is no longer pending, its run has finished, `by` may not
+        withdraw it, or the policies refuse it.
         """
         if by.startswith(SYSTEM_PREFIX):
             raise RemitError(
@@ -389,7 +393,8 @@ class Approvals(Answers):
             allowed=(WITHDRAWN,),
         )
         check_decision([approval_id], None, reason)
-        call = DecideCall([approval_id], WITHDRAWN, by, via, key, {}, reason, False)
+        is_admin = by in self.admins if admin is None else admin
+        call = DecideCall([approval_id], WITHDRAWN, by, via, key, {}, reason, is_admin)
         return self._give(f"withdraw {key}", _Withdrawal(call, self.types))
 
     def archive(

@@ -68,8 +68,8 @@ class Gates:
         self.policy = policy
 
     def check_assignee(self, key: str, assignee: str | None) -> None:
-        """Refuse an assignee that names a group `principals.toml` does not list, saying which
-        groups it does."""
+        """Refuse an assignee that names a group neither `principals.toml` nor the data files
+        (`remit.group`) declare, saying which groups there are."""
         if assignee is None or not assignee.startswith(GROUP_PREFIX) or self.policy is None:
             return
         policy = self.policy()
@@ -83,8 +83,9 @@ class Gates:
             else f"{policy.folder.name}/principals.toml lists no group `{group}`"
         )
         raise AppError(
-            f"approval `{key}` is assigned to {assignee}, but {where} (its groups: {listed}): "
-            "assign it to a group [groups] lists, or add the group there"
+            f"approval `{key}` is assigned to {assignee}, but {where}, nor do the data files "
+            f"declare it (the groups there are: {listed}): assign it to one of those, or add "
+            "the group to principals.toml's [groups] or as a remit.group declaration"
         )
 
     def prepare(

@@ -6,8 +6,9 @@ app's policies let them approve or reject it as its draft stands, asked as `deci
 them. Asking here records no denial: a gate the policies keep from someone is simply not theirs
 to see. `decide()` asks again, with any edits, when they decide.
 
-`may_withdraw` says, the same way, whether someone may withdraw a pending gate: what the web
-console asks before it shows them the button.
+`may_withdraw` says, the same way, whether someone may withdraw a pending gate (they started
+its run or are an admin, and the policies, if any, let them): what the web console asks before
+it shows them the button.
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from remit.core.database import Database
 from remit.core.fence import FINISHED
 from remit.core.principals import SYSTEM_PREFIX
 from remit.core.runs import Run, RunStore
-from remit.policy.refusals import decide_context, is_assignee, withdraw_context
+from remit.policy.refusals import (
+    decide_context,
+    is_assignee,
+    requester_or_admin,
+    withdraw_context,
+)
 
 if TYPE_CHECKING:
     from remit.people.approvals import Approval
@@ -90,10 +96,13 @@ def _allowed(
     return guard.policy.check(by, "decide", approval.type, context).allowed
 
 
-def may_withdraw(guard: Guard, by: str, approval: Approval[Any], run: Run) -> bool:
-    """Whether the policies let `by` withdraw the pending gate `approval` of `run`, asked as
-    `withdraw()` asks them; asking records no denial."""
+def may_withdraw(guard: Guard, by: str, approval: Approval[Any], run: Run, *, admin: bool) -> bool:
+    """Whether `by` may withdraw the pending gate `approval` of `run` as `withdraw()` would
+    let them: they started the run or are an admin (`admin`), and the policies, if the app has
+    any, let them; asking records no denial."""
     if approval.status != "pending" or run.status in FINISHED or by.startswith(SYSTEM_PREFIX):
+        return False
+    if not requester_or_admin(by, run.started_by, admin=admin):
         return False
     if not guard.policy.enabled:
         return True

@@ -140,16 +140,18 @@ class ApprovalsRoom:
         return withdrawn
 
     def may_withdraw(self, approval_id: str, *, by: str | None = None) -> bool:
-        """Whether the policies let `by` withdraw the pending gate `approval_id` now (asking
-        records no denial); False for a gate no longer pending."""
+        """Whether `by` may withdraw the pending gate `approval_id` now: they started its run
+        or are an admin (REMIT_ADMINS), and the policies, if any, let them (asking records no
+        denial); False for a gate no longer pending."""
         from remit.people.inbox import may_withdraw
 
         approval = self._client.services.approvals.get(approval_id)
         run = self._client.services.runs.find(approval.run_id)
         if run is None:
             return False
-        guard = self._client.services.guard
-        return may_withdraw(guard, self._client.person(by), approval, run)
+        guard, who = self._client.services.guard, self._client.person(by)
+        admin = who in self._client.settings.admins
+        return may_withdraw(guard, who, approval, run, admin=admin)
 
     def audit(self, approval_id: str) -> builtins.list[dict[str, Any]]:
         """Who did what to the approval, oldest first."""

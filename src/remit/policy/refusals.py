@@ -8,9 +8,13 @@ workflow and input as context; a task's answer as `resolve` on the task's op (se
 A refusal by policy is one more reason, recorded as a denial once the answer is refused.
 
 A gate withdrawn by whoever asked for it (`Approvals.withdraw`) is refused for the same reasons
-a decision is about the gate itself (it is no longer pending, its run has finished), and is
-checked as `withdraw` on the approval's type, with who started the run as context
-(`withdraw_refusals`); the assignee rule is the deciders', and does not apply to it.
+a decision is about the gate itself (it is no longer pending, its run has finished). Whether or
+not the app has policies, only whoever started the run (the requester) or an admin may withdraw
+its gates (`requester_or_admin`): the gate is theirs to take back, and without this rule anyone
+could end someone else's wait. With policies it is also checked as `withdraw` on the approval's
+type, with who started the run as context, and both must let them (`withdraw_refusals`; the
+policies are asked only once the rule lets them, so a refusal by it records no denial). The
+assignee rule is the deciders', and does not apply to a withdrawal.
 
 A gate assigned to a group (`assignee="group:controllers"`) is decided by any member of the
 group `policies/principals.toml` lists (`is_assignee`), or an admin.
@@ -263,7 +267,8 @@ def withdraw_refusals(
 ) -> None:
     """Every reason to refuse withdrawing the gates of `call` (as `withdrawn`), raised
     together. `requesters` maps each run to whoever started it: the one who asked for its
-    gates, whom the policies are told of (`withdraw` on the approval's type)."""
+    gates, who may withdraw them (as may an admin, `call.admin`), and whom the policies are
+    told of (`withdraw` on the approval's type)."""
     reasons = _missing(call, locked)
     for row in locked:
         run = locked_runs.get(row.run_id)
@@ -273,6 +278,10 @@ def withdraw_refusals(
             reasons.append((row.id, mismatch))
             continue
         requester = requesters.get(row.run_id, "")
+        if not requester_or_admin(call.by, requester, admin=call.admin):
+            # The reason names who may: the policies, asked too, would only say it again.
+            reasons.append((row.id, not_the_requester(call.by, requester, row.run_id)))
+            continue
         context = withdraw_context(
             call.by,
             requester,
@@ -286,6 +295,21 @@ def withdraw_refusals(
     if reasons:
         by_policy = len(policy.found) == len(reasons)
         raise DecisionRefused(reasons, by_policy=by_policy, what="withdrawal")
+
+
+def requester_or_admin(by: str, requester: str, *, admin: bool) -> bool:
+    """Whether the rule that holds with or without policies lets `by` withdraw a gate of a
+    run `requester` started: they are the requester, or an admin (`REMIT_ADMINS`)."""
+    return admin or by == requester
+
+
+def not_the_requester(by: str, requester: str, run_id: str) -> str:
+    """Why `by` may not withdraw a gate of run `run_id`, which `requester` started, and who
+    may."""
+    return (
+        f"was asked for by {requester or 'no one named'}, who started run {run_id}: only they "
+        f"or an admin (REMIT_ADMINS) may withdraw it, not {by}"
+    )
 
 
 def withdraw_context(

@@ -46,6 +46,7 @@ CHANGE_STATUSES = (
     "review",
     "failing",
     "rejected",
+    "withdrawn",
     "merged",
     "deploying",
     "deployed",

@@ -1,5 +1,5 @@
 """The steps every scenario may say, whatever its connectors: the clock, starting runs,
-deciding gates, resolving tasks, sending messages, and what to expect of runs, gates, the
+deciding and withdrawing gates, resolving tasks, sending messages, and what to expect of runs, gates, the
 ledger, budgets, what runs publish and the child runs they start.
 
 Each is a regular expression over the step's text (the keyword, Given, When, Then, And or But,
@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from remit.budgets.model import APP_SCOPE, period_key
 from remit.core.errors import AppError
+from remit.people.approvals import DecideResult
 from remit.resources.workflows import DRIFT
 from remit.scenarios.features import Step
 from remit.scenarios.messages import message_model, sender
@@ -33,7 +34,7 @@ WHO = r"(?P<who>[\w.@:-]+)"
 RUN = r"\$(?P<run>[\w-]+)"
 UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400}
 RUN_STATUSES = "queued|running|waiting|sleeping|paused|done|failed|cancelled"
-GATE_STATUSES = "pending|approved|rejected|expired|cancelled"
+GATE_STATUSES = "pending|approved|rejected|expired|cancelled|withdrawn"
 # A ledger table's columns, and the row field each reads.
 LEDGER_COLUMNS = {
     "op": "op_id",
@@ -512,6 +513,17 @@ def _latest_gate(world: World, name: str) -> Any:
     return found[0]
 
 
+def _answer(world: World, name: str, give: Callable[[Any], DecideResult]) -> None:
+    """Give `give(gate)` (a decision or a withdrawal) to the pending gate of `$name`, and wait
+    for its run to settle on its next attempt if that resumed it."""
+    gate = _pending_gate(world, name)
+    attempt = world.harness.runs.get(gate.run_id).attempt
+    with acting():
+        decided = give(gate)
+    resumed = any(d.resumed_workflow_id for d in decided.decided)
+    world.settle(moved={gate.run_id: attempt} if resumed else None)
+
+
 def _decide(
     world: World,
     name: str,
@@ -521,14 +533,13 @@ def _decide(
     edits: Mapping[str, Any] | None = None,
     reason: str | None = None,
 ) -> None:
-    gate = _pending_gate(world, name)
-    attempt = world.harness.runs.get(gate.run_id).attempt
-    with acting():
-        decided = world.harness.decide(
+    _answer(
+        world,
+        name,
+        lambda gate: world.harness.decide(
             gate.id, decision, by=principal(who), edits=edits or None, reason=reason
-        )
-    resumed = any(d.resumed_workflow_id for d in decided.decided)
-    world.settle(moved={gate.run_id: attempt} if resumed else None)
+        ),
+    )
 
 
 @generic(rf"{WHO} approves {RUN}(?: with)?:?", "carol approves $writeoff")
@@ -547,6 +558,20 @@ def rejects(world: World, step: Step, m: dict[str, str]) -> None:
     reason = m.get("reason")
     _decide(
         world, m["run"], "rejected", m["who"], reason=reason.strip().strip('"') if reason else None
+    )
+
+
+@generic(
+    rf"{WHO} withdraws {RUN}(?: because (?P<reason>.+))?", "ann withdraws $writeoff because paid"
+)
+def withdraws(world: World, step: Step, m: dict[str, str]) -> None:
+    reason = m.get("reason")
+    _answer(
+        world,
+        m["run"],
+        lambda gate: world.harness.approvals.withdraw(
+            gate.id, by=principal(m["who"]), reason=reason.strip().strip('"') if reason else None
+        ),
     )
 
 

@@ -38,6 +38,19 @@ Feature: Writing off an invoice
       | outcome | not written off (rejected) |
     And the invoice inv_7 is open
 
+  Scenario: Whoever asked for a write-off withdraws it, and no one else may
+    When ann starts write-off as $writeoff with:
+      | invoice_id | inv_7 |
+    And carol withdraws $writeoff
+    Then it is refused because only they or an admin (REMIT_ADMINS) may withdraw it
+    When ann withdraws $writeoff because the customer paid
+    Then $writeoff is done
+    And the gate of $writeoff is withdrawn
+    And the gate of $writeoff was decided by ann
+    And the output of $writeoff is:
+      | outcome | not written off (withdrawn) |
+    And the invoice inv_7 is open
+
   Scenario: A clerk approves a small write-off
     When ann starts write-off as $writeoff with:
       | invoice_id | $small.invoice_id |
