@@ -405,6 +405,10 @@ class App:
         if self.policy.enabled and self._policies_folder is not None:
             del self.workflows[HELD], self.approval_types[HELD]
             self.use_policies(self._policies_folder)
+        elif not self.policy.enabled:
+            # No policies check anything, yet a gate assigned to a declared group is decided
+            # by its members.
+            self.policy = Policy.open(declared_people(self.resources)["declared_groups"])
 
     def _use_changes(self) -> None:
         """Add the built-in workflow `change` and its approval types (`changes/workflow.py`),

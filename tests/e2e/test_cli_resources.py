@@ -361,3 +361,33 @@ def test_the_secret_is_in_no_output_no_file_and_no_table(cli: Cli, tmp_path: Pat
                     if SECRET in repr(tuple(row)):
                         found.append(name)
     assert found == []
+
+
+PEOPLE = """\
+from remit.resources.people import group, person
+
+ann = person(principal='User::"ann"', name="Ann Example")
+clerks = group(name="clerks", members=["user:ann"])
+"""
+
+
+def test_declared_people_are_listed_as_local_not_as_waiting_to_be_made(
+    cli: Cli, tmp_path: Path
+) -> None:
+    folder = stock(cli, tmp_path)
+    (folder / "resources" / "people.py").write_text(PEOPLE)
+    applied(cli, folder)
+    assert set(lockfile(folder)) == {"data", "www"}
+    listed = cli("resources", app=folder).stdout
+    rows = {line.split()[1]: line for line in listed.splitlines() if line.split()[1:2]}
+    for name, type_id in (("ann", "remit.person"), ("clerks", "remit.group")):
+        assert type_id in rows[name]
+        assert "(local)" in rows[name]
+        assert "(not made)" not in rows[name]
+        assert "nothing to make" in rows[name]
+    assert "up to date" in rows["data"]
+    as_json = json.loads(cli("resources", "--offline", "--json", app=folder).stdout)
+    local = {each["name"]: each for each in as_json if each["local"]}
+    assert set(local) == {"ann", "clerks"}
+    assert local["ann"]["bound_to"] is None
+    assert local["ann"]["state"] == "declared (local: remit holds it, nothing to make)"

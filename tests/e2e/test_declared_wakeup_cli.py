@@ -104,3 +104,19 @@ def test_a_declared_wakeup_instance_needs_the_wakeup_service(
     assert "the wakeup the data files declare needs a wakeup service" in said
     assert "set REMIT_WAKEUP_URL" in said
     assert "Traceback" not in done.stderr
+
+
+def test_wakeup_status_asks_for_no_wakeup_service_for_a_vendors_own_clock(
+    env: dict[str, str],
+) -> None:
+    done = run_remit(["--app", str(ALARMED_APP), "wakeup", "status"], env=env, script=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    shown = done.stdout
+    assert (
+        "wakeup:         `wake` (clockhost.alarm), declared in the data files: a worker "
+        "stopping when idle registers its next deadline through clockhost.alarms.register"
+    ) in shown
+    assert "service:        none needed: clockhost.alarm is its vendor's own clock" in shown
+    assert "REMIT_WAKEUP_URL" not in shown
+    assert "remit wakeup connect" not in shown
+    assert "instance token" not in shown

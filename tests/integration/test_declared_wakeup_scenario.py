@@ -1,4 +1,4 @@
-"""The scenarios' given for a wakeup, on SQLite and Postgres: `Given a wakeup for URL` sets up
+"""The scenarios' given for a wakeup, on SQLite and Postgres: `Given a wakeup for "<URL>"` sets up
 the instance's wakeup at the fake service (as apply makes the declared one), and the wakeup's
 thens read what it holds once a wake is registered through it."""
 
@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from remit import App, Context, workflow
-from remit.connectors.wakeup import Wake, register_wake
+from remit.connectors.wakeup import Wake, register_wake, wakeup_steps
 from remit.scenarios import Scenario, ScenarioFailed, read, run_scenario
 
 
@@ -33,7 +33,7 @@ FEATURE = """\
 Feature: The instance's wakeup
   Background:
     Given it is 2026-12-01 09:00 UTC
-    And a wakeup for https://desk.example.com
+    And a wakeup for "https://desk.example.com"
 
   Scenario: {name}
 {steps}
@@ -51,11 +51,11 @@ def test_a_wakeup_given_for_the_instance_takes_the_wake_registered(
     tmp_path: Path, database_url: str
 ) -> None:
     steps = """\
-Then the wakeup for https://desk.example.com holds no wake
+Then the wakeup for "https://desk.example.com" holds no wake
 When ann starts wake-at as $wake with:
   | at | 2026-12-01T10:00:00Z |
 Then $wake is done
-And the wakeup for https://desk.example.com/ wakes it at 2026-12-01 10:00 UTC
+And the wakeup for "https://desk.example.com/" wakes it at 2026-12-01 10:00 UTC
 """
     run_scenario(APP, scenario_of(tmp_path, steps), database_url=database_url)
 
@@ -63,10 +63,18 @@ And the wakeup for https://desk.example.com/ wakes it at 2026-12-01 10:00 UTC
 def test_a_wakeup_then_about_another_host_fails_saying_what_is_held(
     tmp_path: Path, database_url: str
 ) -> None:
-    steps = "Then the wakeup for https://other.example.com holds no wake\n"
+    steps = 'Then the wakeup for "https://other.example.com" holds no wake\n'
     with pytest.raises(ScenarioFailed) as failed:
         run_scenario(APP, scenario_of(tmp_path, steps), database_url=database_url)
     assert (
         "the wakeup service holds no instance at https://other.example.com (it holds: "
         "https://desk.example.com)"
     ) in str(failed.value)
+
+
+def test_the_wakeup_given_takes_its_host_quoted() -> None:
+    (given,) = [each for each in wakeup_steps.definitions if each.kind == "given"]
+    assert given.match('a wakeup for "https://desk.example.com"') == {
+        "host": "https://desk.example.com"
+    }
+    assert given.match("a wakeup for https://desk.example.com") is None

@@ -13,8 +13,10 @@ import pytest
 from pydantic import BaseModel
 
 from remit import App, AppError, ref
+from remit.connectors.base import CallContext
 from remit.declare.ops import Op
 from remit.resources.people import group, person
+from remit.resources.planner import Change
 from remit.testing import Harness
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "apps"))
@@ -38,26 +40,28 @@ def people_app(tmp: Path, **extra: Any) -> App:
     return app
 
 
-def test_a_host_owned_by_a_declared_person_plans_with_no_call_for_the_person(
-    tmp_path: Path,
-) -> None:
-    app = people_app(tmp_path)
+def planned_on_fakes(app: App, called: list[str]) -> tuple[Change, ...]:
+    """The changes a plan of `app`'s declarations finds against the clockhost fake, each op it
+    calls added to `called`."""
     assert app.resources is not None
     fake = FakeClockhost()
-    called: list[str] = []
 
     def call(op: Op[Any, Any], payload: dict[str, Any], key: str) -> BaseModel:
         called.append(op.id)
-        from remit.connectors.base import CallContext
-
         context = CallContext(
             op=op, idempotency_key=key, run_id="run_test", attempt=1, actor="user:t", environ={}
         )
         return fake.invoke(op, op.input.model_validate(payload), context)
 
-    planned = app.resources.plan(call, {})
+    return app.resources.plan(call, {}).changes
+
+
+def test_a_host_owned_by_a_declared_person_plans_with_no_call_for_the_person(
+    tmp_path: Path,
+) -> None:
+    called: list[str] = []
+    (change,) = planned_on_fakes(people_app(tmp_path), called)
     assert called == ["clockhost.app.plan"]
-    (change,) = planned.changes
     assert (change.name, change.action) == ("web", "create")
     assert change.desired is not None
     assert change.desired["owner"] == "user:ann"
@@ -91,8 +95,9 @@ def test_the_policies_take_a_declared_group_as_their_own(tmp_path: Path) -> None
     [
         pytest.param(
             '[groups]\nclerks = ["user:bob"]\n',
-            "the group `clerks` is declared in the data files (a remit.group) and named in "
-            "policies/principals.toml: each group has one source; remove it from one of them",
+            "the group `clerks` is declared in the data files (a remit.group) and defined in "
+            "policies/principals.toml's [groups]: each group has one source; remove it from "
+            "one of them (a group there may still list group:clerks among its members)",
             id="a group",
         ),
         pytest.param(
@@ -134,8 +139,28 @@ def test_principals_toml_alone_keeps_working(tmp_path: Path) -> None:
     [
         pytest.param(
             {"leads": group(name="leads", members=["user:zed"])},
-            "resource `leads`: the group `leads` lists `user:zed`, whom no data file declares",
+            "resource `leads`: the group `leads` lists `user:zed`, whom no data file declares: "
+            'declare them (`person(principal="user:zed")`), or keep this group in '
+            "policies/principals.toml instead",
             id="an undeclared member",
+        ),
+        pytest.param(
+            {"leads": group(name="leads", members=["group:auditors"])},
+            "resource `leads`: the group `leads` lists `group:auditors`, a group no data file "
+            'declares: declare it (`group(name="auditors", ...)`), or keep this group in '
+            "policies/principals.toml instead",
+            id="an undeclared group",
+        ),
+        pytest.param(
+            {"leads": group(name="leads", members=["ann"])},
+            "resource `leads`: the group `leads` lists `ann`, which is no principal: list "
+            "`user:<name>`, `agent:<name>` or `group:<name>`",
+            id="a member that is no principal",
+        ),
+        pytest.param(
+            {"ann2": person(principal='User::"ann"')},
+            "resources `ann` and `ann2` both declare the person user:ann: keep one",
+            id="one principal twice, spelt two ways",
         ),
         pytest.param(
             {"ann2": person(principal="user:ann")},
@@ -161,3 +186,35 @@ def test_people_that_do_not_hold_are_refused(
     with pytest.raises(AppError) as refused:
         people_app(tmp_path, **extra)
     assert message in str(refused.value)
+
+
+def test_a_principal_spelt_as_cedar_writes_it_is_the_same_person(tmp_path: Path) -> None:
+    app = App(name="peopled", workflows=[hourly], connectors=[clockhost])
+    declarations = {
+        "ann": person(principal='User::"ann"'),
+        "clerks": group(name="clerks", members=["user:ann", 'Agent::"ar-bot"']),
+        "bot": person(principal="agent:ar-bot"),
+        "web": site(name="desk", owner=ref("ann", "principal")),
+    }
+    app.use_resources(declarations=declarations, lockfile=tmp_path / "remit.lock")
+    assert app.policy.groups["clerks"] == frozenset({"user:ann", "agent:ar-bot"})
+    (change,) = planned_on_fakes(app, [])
+    assert change.desired is not None
+    assert change.desired["owner"] == "user:ann"
+
+
+def test_a_principals_toml_group_may_hold_a_declared_group(tmp_path: Path) -> None:
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "main.cedar").write_text(
+        'permit (principal in Group::"controllers", action == Action::"start", resource);\n'
+    )
+    (policies / "principals.toml").write_text(
+        '[groups]\ncontrollers = ["group:clerks", "user:bob"]\n'
+    )
+    app = people_app(tmp_path)
+    app.use_policies(policies)
+    assert app.policy.problem is None
+    assert app.policy.groups["controllers"] == frozenset({"user:ann", "user:bob"})
+    assert app.policy.check("user:ann", "start", "hourly", {}).allowed
+    assert not app.policy.check("user:eve", "start", "hourly", {}).allowed

@@ -379,15 +379,21 @@ def import_(
     _exit(NO_CHANGES)
 
 
+# What `remit resources` says of a declared person or group.
+LOCAL_STATE = "declared (local: remit holds it, nothing to make)"
+
+
 @dataclass(frozen=True)
 class ResourceRow:
     """A resource as `remit resources` lists it: `bound_to` is its id at the vendor (None:
-    not made yet), `state` whether it is up to date or what apply would do."""
+    not made yet, or `local`), `state` whether it is up to date or what apply would do.
+    `local` is a declaration remit holds itself (a person, a group): no vendor makes it."""
 
     name: str
     type: str
     bound_to: str | None
     state: str
+    local: bool = False
 
 
 @cli.command(name="resources")
@@ -412,6 +418,8 @@ def list_resources(
     if declared_only:
         _print_declared(app_dir)
         return
+    from remit.resources.people import is_local
+
     app, settings = load(app_dir)
     resources = _resources(app)
     call, store = _session(app, settings, settings.actor)
@@ -430,15 +438,19 @@ def list_resources(
         bound = bindings.get(name)
         type_id = declared.type.id if declared else (bound.type if bound else "")
         state = actions.get(name, "not read" if offline else "")
-        if declared is None:
+        local = declared is not None and is_local(declared.type)
+        if local:
+            state = LOCAL_STATE
+        elif declared is None:
             state = f"removed from the files; {state}"
-        listed.append(ResourceRow(name, type_id, bound.id if bound else None, state))
+        listed.append(ResourceRow(name, type_id, bound.id if bound else None, state, local))
     if as_json:
         print_json(listed)
         return
     table = PlainTable("NAME", "TYPE", "BOUND TO", "STATE")
     for row in listed:
-        table.add_row(row.name, row.type, row.bound_to or "(not made)", row.state)
+        unbound = "(local)" if row.local else "(not made)"
+        table.add_row(row.name, row.type, row.bound_to or unbound, row.state)
     out.print(table)
 
 

@@ -22,7 +22,6 @@ cli.add_typer(wakeup_cli, name="wakeup")
 def status(app_dir: AppDir = None) -> None:
     """This instance's side of its wakeup: whether its worker runs, the deadline it registered,
     its last registration error, why its last idle check found it busy, and what is due next."""
-    from remit.core.wakeup_tokens import INSTANCE_TOKEN_SECRET
     from remit.ops.deadlines import next_deadline
     from remit.ops.idle import WakeupState
     from remit.ops.reconciler import Timeouts
@@ -33,16 +32,8 @@ def status(app_dir: AppDir = None) -> None:
         timeouts = Timeouts.of(remit.app, settings.op_timeout).workflows
         due = next_deadline(remit.db, timeouts=timeouts, app=remit.app.name)
         stored = {info.name for info in remit.services.secrets.list()}
-        lines = [
-            ("service", settings.wakeup_url or "- (set REMIT_WAKEUP_URL)"),
-            (
-                "instance token",
-                "stored"
-                if INSTANCE_TOKEN_SECRET in stored
-                else "- (run `remit wakeup connect URL`)",
-            ),
-            ("worker", "never stopped when idle" if row is None else _worker(remit, row)),
-        ]
+        lines = _registering(remit, stored)
+        lines.append(("worker", "never stopped when idle" if row is None else _worker(remit, row)))
         if row is not None:
             lines += [
                 ("executor", row.executor_id or "-"),
@@ -70,6 +61,37 @@ def status(app_dir: AppDir = None) -> None:
         )
         for name, value in lines:
             out.print(f"{name + ':':<16}{value}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _registering(remit: "Client", stored: set[str]) -> list[tuple[str, str]]:
+    """The lines on where the worker registers its wakes: the wakeup the data files declare,
+    if any; and remit's wakeup service with the instance's token, unless the declared wakeup is
+    a vendor's own clock, which needs neither."""
+    from remit.core.wakeup_tokens import INSTANCE_TOKEN_SECRET
+    from remit.resources.wakeups import declarations_of, declared_wakeup, needs_wakeup_service
+
+    declarations = declarations_of(remit.app)
+    wakeup = declared_wakeup(declarations)
+    lines: list[tuple[str, str]] = []
+    if wakeup is not None:
+        lines.append(
+            (
+                "wakeup",
+                f"`{wakeup.name}` ({wakeup.type.id}), declared in the data files: a worker "
+                f"stopping when idle registers its next deadline through {wakeup.register}",
+            )
+        )
+        if not needs_wakeup_service(declarations):
+            lines.append(("service", f"none needed: {wakeup.type.id} is its vendor's own clock"))
+            return lines
+    lines += [
+        ("service", remit.settings.wakeup_url or "- (set REMIT_WAKEUP_URL)"),
+        (
+            "instance token",
+            "stored" if INSTANCE_TOKEN_SECRET in stored else "- (run `remit wakeup connect URL`)",
+        ),
+    ]
+    return lines
 
 
 def _worker(remit: "Client", row: "WakeupRow") -> str:

@@ -689,11 +689,12 @@ class FakeWakeup(_InstanceType, Fake):
 wakeup_steps = steps(VENDOR)
 
 
-@wakeup_steps.given("a wakeup for {host}")
+@wakeup_steps.given('a wakeup for "{host}"')
 def a_wakeup_for(host: str) -> Given:
-    """Set up a wakeup for the instance at `host` (its public URL): the instance registered
-    at the fake service (`wakeup.instances.create`, the registration that applying a declared
-    `wakeup.instance` makes); its output, `{id, url}`, is kept as `$wakeup`."""
+    """Set up a wakeup for the instance at `host` (its public URL, quoted: `Given a wakeup for
+    "https://desk.example.com"`): the instance registered at the fake service
+    (`wakeup.instances.create`, the registration that applying a declared `wakeup.instance`
+    makes); its output, `{id, url}`, is kept as `$wakeup`."""
     return Given(op=create_instance, input={"url": host}, name="wakeup")
 
 
@@ -705,13 +706,13 @@ def _held(fake: FakeWakeup, host: str) -> FakeInstance:
     return found[0]
 
 
-@wakeup_steps.then("the wakeup for {host} holds no wake")
+@wakeup_steps.then('the wakeup for "{host}" holds no wake')
 def holds_no_wake(fake: FakeWakeup, host: str) -> None:
     held = _held(fake, host)
     assert held.at is None, f"the wakeup for {held.url} holds a wake at {held.at.isoformat()}"
 
 
-@wakeup_steps.then("the wakeup for {host} wakes it at {at}")
+@wakeup_steps.then('the wakeup for "{host}" wakes it at {at}')
 def wakes_at(fake: FakeWakeup, host: str, at: str) -> None:
     """`at` as a scenario writes a time: `2026-12-01 10:00 UTC`, or ISO 8601 with an offset."""
     utc = at.endswith(" UTC")

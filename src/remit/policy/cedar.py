@@ -219,9 +219,9 @@ class Policy:
     _where: dict[str, str] = field(default_factory=dict)
     _holds: dict[str, str] = field(default_factory=dict)
     _contexts: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # The people and agents `principals.toml` names in its groups (`user:ann`, ...).
+    # The people and agents `principals.toml` and the declared groups hold (`user:ann`, ...).
     members: list[str] = field(default_factory=list)
-    # Each group `principals.toml` names, with the people and agents in it, directly or
+    # Each group `principals.toml` or the data files name, with the people and agents in it, directly or
     # through the groups it holds: who may decide a gate assigned to `group:<name>`.
     groups: dict[str, frozenset[str]] = field(default_factory=dict)
     # The actions some policy that may apply to them reads `context` in: for the others the
@@ -235,8 +235,16 @@ class Policy:
     _keeping: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
-    def open(cls) -> Policy:
-        return cls(enabled=False)
+    def open(cls, declared_groups: Mapping[str, tuple[str, ...]] | None = None) -> Policy:
+        """Policies that check nothing (an app with no `policies/` folder), knowing the groups
+        the data files declare (`declared_groups`: each with its members), so that a gate
+        assigned to one of them is decided by its members."""
+        found: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        _declared_people(
+            Catalog({}, {}, {}, declared_groups=declared_groups or {}), found, set(), ""
+        )
+        entities = _people_entities(found)
+        return cls(enabled=False, members=_members(entities), groups=_groups(entities))
 
     @classmethod
     def load(cls, folder: Path, catalog: Catalog) -> Policy:
@@ -319,11 +327,7 @@ class Policy:
             )
         self._set = cedarpy.PolicySet.from_str(text)
         entities = _entities(folder / PRINCIPALS_FILE, catalog)
-        self.members = sorted(
-            f"{e['uid']['type'].lower()}:{e['uid']['id']}"
-            for e in entities
-            if e["uid"]["type"] in PRINCIPAL_TYPES.values()
-        )
+        self.members = _members(entities)
         self.groups = _groups(entities)
         try:
             self._entities = cedarpy.Entities.from_json_str(json.dumps(entities))
@@ -774,6 +778,15 @@ def _convert_record(typed: Mapping[str, Any], values: Mapping[str, Any]) -> dict
     return record
 
 
+def _members(entities: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The people and agents of the entity graph (`user:ann`, `agent:ar-bot`), sorted."""
+    return sorted(
+        f"{e['uid']['type'].lower()}:{e['uid']['id']}"
+        for e in entities
+        if e["uid"]["type"] in PRINCIPAL_TYPES.values()
+    )
+
+
 def _groups(entities: Iterable[Mapping[str, Any]]) -> dict[str, frozenset[str]]:
     """Each group of the entity graph with the people and agents in it, directly or through
     the groups it holds (`user:ann`, `agent:ar-bot`)."""
@@ -802,16 +815,11 @@ def _entities(principals_file: Path, catalog: Catalog) -> list[dict[str, Any]]:
     files' declared people (each principal and group from one of the two), and the app's ops
     (with their vendor, effect and idempotence), workflows and approval types."""
     found: dict[tuple[str, str], set[tuple[str, str]]] = {}
-    _principals_toml(principals_file, found)
-    _declared_people(catalog, found, f"{principals_file.parent.name}/{principals_file.name}")
-    entities: list[dict[str, Any]] = [
-        {
-            "uid": {"type": kind, "id": ident},
-            "attrs": {},
-            "parents": [{"type": t, "id": i} for t, i in sorted(parents)],
-        }
-        for (kind, ident), parents in sorted(found.items())
-    ]
+    defined = _principals_toml(principals_file, found)
+    _declared_people(
+        catalog, found, defined, f"{principals_file.parent.name}/{principals_file.name}"
+    )
+    entities = _people_entities(found)
     for op_id, (_, effect, idempotent) in sorted(catalog.ops.items()):
         vendor = op_id.split(".", 1)[0]
         attrs = {"vendor": vendor, "effect": effect, "idempotent": idempotent}
@@ -824,12 +832,25 @@ def _entities(principals_file: Path, catalog: Catalog) -> list[dict[str, Any]]:
     return entities
 
 
+def _people_entities(found: Mapping[tuple[str, str], set[tuple[str, str]]]) -> list[dict[str, Any]]:
+    """The entities of the people, agents and groups in `found`, each with its groups."""
+    return [
+        {
+            "uid": {"type": kind, "id": ident},
+            "attrs": {},
+            "parents": [{"type": t, "id": i} for t, i in sorted(parents)],
+        }
+        for (kind, ident), parents in sorted(found.items())
+    ]
+
+
 def _principals_toml(
     principals_file: Path, found: dict[tuple[str, str], set[tuple[str, str]]]
-) -> None:
-    """Add the groups and members of `principals.toml`, when the app has one, to `found`."""
+) -> set[str]:
+    """Add the groups and members of `principals.toml`, when the app has one, to `found`;
+    return the groups it defines (its `[groups]` keys, not those only listed as members)."""
     if not principals_file.exists():
-        return
+        return set()
     name = f"{principals_file.parent.name}/{principals_file.name}"
     try:
         declared = tomllib.loads(principals_file.read_text())
@@ -858,27 +879,32 @@ def _principals_toml(
                     raise _Broken(f"{name}: group `{group}`: {error}") from None
                 uid = (who.kind, who.name)
             found.setdefault(uid, set()).add(("Group", group))
+    return set(groups)
 
 
 def _declared_people(
-    catalog: Catalog, found: dict[tuple[str, str], set[tuple[str, str]]], toml: str
+    catalog: Catalog,
+    found: dict[tuple[str, str], set[tuple[str, str]]],
+    defined: set[str],
+    toml: str,
 ) -> None:
-    """Add the groups the data files declare to `found` (the graph `principals.toml` made),
-    refusing a group or a principal that both name: each has one source."""
-    named = {uid for parents in found.values() for uid in parents} | set(found)
+    """Add the groups the data files declare to `found` (the graph `principals.toml` made,
+    which defines the groups `defined`), refusing a group both define or a principal both
+    list: each has one source. A `principals.toml` group may hold a declared group."""
     for principal in sorted(catalog.declared_principals):
         who = Principal.parse(principal)
-        if (who.kind, who.name) in named:
+        if (who.kind, who.name) in found:
             raise _Broken(
                 f"{principal} is declared in the data files (a remit.person) and listed in "
                 f"{toml}: each principal has one source; remove them from {toml} and list "
                 "them in declared groups, or remove the declaration"
             )
     for group, members in sorted(catalog.declared_groups.items()):
-        if ("Group", group) in named:
+        if group in defined:
             raise _Broken(
-                f"the group `{group}` is declared in the data files (a remit.group) and named "
-                f"in {toml}: each group has one source; remove it from one of them"
+                f"the group `{group}` is declared in the data files (a remit.group) and "
+                f"defined in {toml}'s [groups]: each group has one source; remove it from "
+                f"one of them (a group there may still list group:{group} among its members)"
             )
         found.setdefault(("Group", group), set())
         for member in members:

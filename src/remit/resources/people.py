@@ -78,16 +78,39 @@ class DeclaredPeople:
     groups: Mapping[str, tuple[str, ...]]
 
 
+def canonical(member: str) -> str:
+    """A principal or group member as remit writes it: `User::"ann"` and `user:ann` are both
+    `user:ann`; `group:<name>`, and text that is no principal, stay as they are."""
+    if member.startswith(_GROUP_PREFIX):
+        return member
+    try:
+        return Principal.parse(member).text
+    except RemitError:
+        return member
+
+
+def local_fields(declared: Declaration) -> dict[str, Any]:
+    """What a declared person or group holds, as a reference to it resolves: its fields, with
+    a principal written as remit writes it (`user:ann`)."""
+    fields = dict(declared.fields)
+    if declared.type is person:
+        fields["principal"] = canonical(str(fields["principal"]))
+    elif declared.type is group:
+        fields["members"] = [canonical(str(m)) for m in fields.get("members") or []]
+    return fields
+
+
 def people_of(declarations: Mapping[str, Declaration]) -> DeclaredPeople:
-    """The people and groups among `declarations` (checked by `check_people`)."""
+    """The people and groups among `declarations` (checked by `check_people`), each principal
+    as remit writes it (`user:ann`, however the declaration spells it)."""
     principals: dict[str, str] = {}
     groups: dict[str, tuple[str, ...]] = {}
     for name, declared in sorted(declarations.items()):
         if declared.type is person:
-            principals[str(declared.fields["principal"])] = name
+            principals[canonical(str(declared.fields["principal"]))] = name
         elif declared.type is group:
             members = declared.fields.get("members") or []
-            groups[str(declared.fields["name"])] = tuple(str(m) for m in members)
+            groups[str(declared.fields["name"])] = tuple(canonical(str(m)) for m in members)
     return DeclaredPeople(principals, groups)
 
 
@@ -113,7 +136,7 @@ def check_people(found: Mapping[str, Declaration], where: Mapping[str, str]) -> 
                 said = str(invalid.errors()[0]["msg"]).removeprefix("Value error, ")
                 raise AppError(f"resource `{name}`{_at(where, name)}: {said}") from None
         if declared.type is person:
-            key = ("person", str(declared.fields["principal"]))
+            key = ("person", canonical(str(declared.fields["principal"])))
         elif declared.type is group:
             key = ("group", str(declared.fields["name"]))
         else:
@@ -129,19 +152,30 @@ def check_people(found: Mapping[str, Declaration], where: Mapping[str, str]) -> 
         if declared.type is not group:
             continue
         for member in declared.fields.get("members") or []:
-            other = str(member).removeprefix(_GROUP_PREFIX)
-            known = (
-                other in people.groups
-                if str(member).startswith(_GROUP_PREFIX)
-                else member in people.principals
-            )
-            if not known:
+            problem = _member_problem(str(member), people)
+            if problem is not None:
                 raise AppError(
                     f"resource `{name}`{_at(where, name)}: the group `{declared.fields['name']}` "
-                    f"lists `{member}`, whom no data file declares: declare them "
-                    f'(`person(principal="{member}")` or `group(name="{other}", ...)`), or '
-                    "keep this group in policies/principals.toml instead"
+                    f"lists `{member}`, {problem}, or keep this group in "
+                    "policies/principals.toml instead"
                 )
+
+
+def _member_problem(member: str, people: DeclaredPeople) -> str | None:
+    """What is wrong with a declared group's member, as the rest of a sentence; None when it
+    is a declared person or group."""
+    if member.startswith(_GROUP_PREFIX):
+        other = member.removeprefix(_GROUP_PREFIX)
+        if other in people.groups:
+            return None
+        return f'a group no data file declares: declare it (`group(name="{other}", ...)`)'
+    try:
+        who = Principal.parse(member).text
+    except RemitError:
+        return "which is no principal: list `user:<name>`, `agent:<name>` or `group:<name>`"
+    if who in people.principals:
+        return None
+    return f'whom no data file declares: declare them (`person(principal="{who}")`)'
 
 
 def _at(where: Mapping[str, str], name: str) -> str:

@@ -29,7 +29,7 @@ from remit.declare.resources import (
 )
 from remit.resources.files import Declared
 from remit.resources.lockfile import Binding
-from remit.resources.people import is_local
+from remit.resources.people import is_local, local_fields
 
 # How the planner calls an op: (op, input as JSON, a key naming the call) → the output.
 Caller = Callable[[Op[Any, Any], dict[str, Any], str], BaseModel]
@@ -266,7 +266,7 @@ def plan(
             )
         if is_local(rtype):
             # Held by no vendor (a person, a group): what it declares is all there is.
-            known[name] = dict(declaration.fields)
+            known[name] = local_fields(declaration)
             continue
         desired, unknown = resolve(declaration.fields, known)
         answer = call(

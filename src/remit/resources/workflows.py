@@ -50,7 +50,7 @@ from remit.resources.bindings import Bindings
 from remit.resources.files import Declared, source_refs, with_sources, without_sources
 from remit.resources.findings import Findings
 from remit.resources.lockfile import Binding, Lockfile
-from remit.resources.people import PEOPLE_TYPES, is_local
+from remit.resources.people import PEOPLE_TYPES, is_local, local_fields
 from remit.resources.planner import Caller, Change, Plan, plan, resolve
 
 APPLY = "apply"
@@ -335,7 +335,7 @@ class _Walk:
         # What references resolve to: the declared people (held by no vendor) as declared,
         # and each resource as apply leaves it.
         self.known: dict[str, Mapping[str, Any] | None] = {
-            name: dict(d.fields) for name, d in declared.by_name.items() if is_local(d.type)
+            name: local_fields(d) for name, d in declared.by_name.items() if is_local(d.type)
         }
         self.applied: list[dict[str, Any]] = []
         # By declaration: the last create an earlier apply began (`_earlier_creates`).
