@@ -52,7 +52,11 @@ def test_a_declared_wakeup_stops_the_worker_through_its_own_register_op(
         db = Database(database_url, pool_size=1)
         try:
             deadline = time.monotonic() + 90
-            while "is idle and stops" not in log_path.read_text():
+            # The worker may stop before the server says it listens: wait for both lines.
+            while not all(
+                line in log_path.read_text()
+                for line in ("is idle and stops", "it stops when idle and GET /wake starts it")
+            ):
                 assert proc.poll() is None, log_path.read_text()
                 assert time.monotonic() < deadline, log_path.read_text()
                 time.sleep(0.1)
