@@ -263,6 +263,8 @@ class Database:
         try:
             with server.connect() as conn:
                 if conn.execute(exists, {"name": name}).first() is not None:
+                    if self._reachable():
+                        return False  # another process made it meanwhile
                     # There, and still not reachable: not a missing database.
                     raise DatabaseError(
                         f"cannot reach the database at {self.shown_url} "
@@ -288,6 +290,13 @@ class Database:
         finally:
             server.dispose()
         return True
+
+    def _reachable(self) -> bool:
+        try:
+            with self.engine.connect():
+                return True
+        except sa.exc.OperationalError:
+            return False
 
     def insert(self, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
         """An INSERT into `table` in this database's dialect, which takes `on_conflict_do_nothing`

@@ -108,9 +108,14 @@ class AppWrites:
         transaction with the step's row, its outcome (`done(value)`) returned, or the recorded
         one if it ran before. `fn` raising, or being refused, rolls back and returns
         `failed(error)`; a value that is no outcome (not JSON) rolls back too."""
-        try:
+
+        def attempt() -> dict[str, Any]:
             with self.db.begin() as conn:
                 return self._once(conn, run, position, name, fn, now=now, done=done)
+
+        try:
+            # A busy SQLite file or a lost connection rolled it all back: tried again.
+            return self.db.retrying(f"ctx.transaction `{name}`", attempt)
         except _RolledBack as back:
             return back.outcome
         except sa.exc.IntegrityError as error:
