@@ -98,3 +98,20 @@ def test_workers_killed_at_random_moments_leave_one_row_per_run(crash: Workers) 
     unfinished = [(r.run_id, r.status, r.error) for r in runs if r.status != "done"]
     assert unfinished == [], f"seed {seed}"
     assert bookings(crash) == Counter(dict.fromkeys(run_ids, 1)), f"seed {seed}, {kills} kills"
+
+
+def test_a_cold_worker_taking_many_bookings_at_once_never_waits_out_the_write_lock(
+    crash: Workers,
+) -> None:
+    # More runs than the engine pools connections (15), all dequeued by one worker that has not
+    # yet read the app's stored secrets. A transaction that took a second connection while it
+    # held SQLite's write lock would wait for one the others, each waiting for that lock, hold.
+    run_ids = start_books(crash, 150)
+    crash.env["CRASH_JITTER_MS"] = "40"
+    crash.start()
+    runs = [crash.wait_finished(run_id, timeout=240) for run_id in run_ids]
+
+    assert [r.run_id for r in runs if r.status != "done"] == []
+    assert bookings(crash) == Counter(dict.fromkeys(run_ids, 1))
+    # SQLite's busy timeout is 30 s: "database is locked" means one wait lasted all of it.
+    assert "database is locked" not in crash.log(0), crash.logs()

@@ -15,6 +15,11 @@ check's runs only when the step has no checkpoint (it will run), after DBOS's re
 record's after DBOS's insert, whose owner check has passed by then. When the wrappers cannot be
 put in place, there is no `Checkpoint` and the caller writes on its own; a write the step's
 transactions did not take is left to the caller too (`Checkpoint.pending`, `took_begin`).
+
+A write given here runs while DBOS's transaction is open (on SQLite, holding the write lock):
+it uses the connection it is given and nothing else. A read on another connection (remit's
+engine, a stored secret) would wait for a pooled connection held by threads waiting for that
+lock; do such reads before the step, as `calls.py` does.
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from remit.core.keys import key_problem
 from remit.core.ledger import input_hash
 from remit.core.limits import check_json
 from remit.core.outcome import Failed, Ok, parse_outcome
+from remit.core.redact import Redactor
 from remit.core.runs import RunInfo
 from remit.core.text import describe_seconds
 from remit.declare.ops import Op
@@ -149,7 +150,21 @@ class _Base:
         """A `ctx.step`'s checkpoint with the app's secrets redacted, before DBOS stores it.
         The error it failed with, if any, is redacted too and put in `cause` (the cause of
         the `StepFailed` the workflow sees)."""
-        secrets = app_secrets(self._caller.environ, self._caller.implementations.values())
+        return self._redacted_by(self._secrets(), checkpoint, error, cause)
+
+    def _secrets(self) -> Redactor:
+        """The app's secrets as they are now (a stored secret's value is read again at most
+        every few seconds, on a connection of its own)."""
+        return app_secrets(self._caller.environ, self._caller.implementations.values())
+
+    @staticmethod
+    def _redacted_by(
+        secrets: Redactor,
+        checkpoint: dict[str, Any],
+        error: Exception | None = None,
+        cause: list[BaseException] | None = None,
+    ) -> dict[str, Any]:
+        """`_redacted`, with the secrets read already."""
         if error is not None and cause is not None:
             cause.append(secrets.exception(error))
         redacted: dict[str, Any] = secrets.json(checkpoint)
@@ -196,14 +211,20 @@ class _Base:
 
             position = DBOS.step_id
             assert position is not None, "a transaction runs as a DBOS step"
+            # Read before the transaction begins: reading stored secrets takes a connection of
+            # its own, which on SQLite, with the write lock held and every pooled connection
+            # waiting for that lock, would wait for a connection none of them gives back.
+            secrets = self._secrets()
             return AppWrites(self._caller.tasks.db).write(
                 self._run,
                 position,
                 name,
                 fn,
                 now=self._caller.clock.now,
-                done=lambda value: self._redacted(step_outcome(name, value)),
-                failed=lambda error: self._redacted(step_error(name, error), error, cause),
+                done=lambda value: self._redacted_by(secrets, step_outcome(name, value)),
+                failed=lambda error: self._redacted_by(
+                    secrets, step_error(name, error), error, cause
+                ),
             )
 
         return body

@@ -54,7 +54,7 @@ class Recoveries:
 
         def write() -> list[int]:
             now = self.clock.now()
-            with self.db.engine.begin() as conn:
+            with self.db.begin() as conn:
                 row = conn.execute(
                     sa.select(recoveries.c.stops)
                     .where(recoveries.c.workflow_id == workflow_id)
@@ -76,7 +76,15 @@ class Recoveries:
                 )
                 return stops
 
-        return self.db.retrying(f"attempt {workflow_id}: its recovery", write)
+        def written() -> list[int]:
+            try:
+                return write()
+            except sa.exc.IntegrityError:
+                # Another process recorded the attempt's first stop meanwhile (no row was there
+                # to lock): its row is there now, and this one is added to it.
+                return write()
+
+        return self.db.retrying(f"attempt {workflow_id}: its recovery", written)
 
 
 def without_progress(stops: list[int]) -> int:

@@ -132,7 +132,9 @@ class Retries:
         its fork): the fork is made first, so the retry carries on from what it copied."""
         if not self._held(run.workflow_id):
             with self.db.engine.connect() as conn:
-                self.resumer.fork_all(self.resumer.pending(conn, [run.workflow_id]))
+                pending = self.resumer.pending(conn, [run.workflow_id])
+            # Forked with the read's connection given back: a fork takes connections of its own.
+            self.resumer.fork_all(pending)
             if not self._held(run.workflow_id):
                 raise RetryRefused(
                     f"run {run.run_id}'s attempt {run.workflow_id} was never given to DBOS: "

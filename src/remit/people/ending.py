@@ -47,26 +47,32 @@ def cancel_run(
     """
     now = runs_store.clock.now()
     status: Literal["cancelled", "failed"] = "cancelled" if timed_out is None else "failed"
+    # A run left as it is is read after the transaction: a read on a second connection while
+    # this one holds the run's lock (on SQLite, the write lock) could wait for a pooled
+    # connection held by the threads that wait for that lock.
     with runs_store.db.begin() as conn:
         run = lock(conn, run_id)
         if run is None:
             raise RunNotFound(f"no run `{run_id}`: `remit runs` lists the runs")
         if only_on is not None and run.workflow_id != only_on:
-            return runs_store.get(run_id)
-        if timed_out is not None and run.status == "running" and _calling(conn, run_id, run):
-            return runs_store.get(run_id)  # its call ends within its timeout, then so does it
-        if not cancel(conn, run, now=now, status=status, error=timed_out):
-            return runs_store.get(run_id)
-        cancel_gates(conn, run_id, by=by, now=now, why=timed_out)
-        run_ended(conn, run_id, status, at=now, actor=by, error=timed_out)
-        audit_row(
-            conn,
-            at=now,
-            actor=by,
-            action="run.cancelled" if timed_out is None else "run.timed_out",
-            target=run_id,
-            meta={"workflow": run.workflow, "was": run.status},
-        )
+            ended = False
+        elif timed_out is not None and run.status == "running" and _calling(conn, run_id, run):
+            ended = False  # its call ends within its timeout, then so does it
+        else:
+            ended = cancel(conn, run, now=now, status=status, error=timed_out)
+        if ended:
+            cancel_gates(conn, run_id, by=by, now=now, why=timed_out)
+            run_ended(conn, run_id, status, at=now, actor=by, error=timed_out)
+            audit_row(
+                conn,
+                at=now,
+                actor=by,
+                action="run.cancelled" if timed_out is None else "run.timed_out",
+                target=run_id,
+                meta={"workflow": run.workflow, "was": run.status},
+            )
+    if not ended:
+        return runs_store.get(run_id)
     client.cancel_workflow(run.workflow_id)
     ended_from_outside(runs_store, client, run_id, by=by)
     return runs_store.get(run_id)
