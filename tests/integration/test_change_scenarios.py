@@ -54,6 +54,8 @@ def test_each_change_scenario_of_the_shop_passes(
     assert shop.forge.head(REPO, "notes") is None
     assert os.environ["REMIT_FAKES_DIR"] == str(shop.fakes)
     assert CHECKING not in os.environ
+    # The deploy bound the fake host's app in the scenario's own lockfile, not the app's.
+    assert not (shop.folder / "remit.lock").exists()
 
 
 def test_a_push_to_a_failing_change_s_branch_checks_it_again(

@@ -22,6 +22,7 @@ import secrets
 import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from remit.app import App
@@ -32,6 +33,7 @@ from remit.connectors.resources import FAKES_DIR
 from remit.core.errors import AppError
 from remit.core.settings import environment_set
 from remit.ops.changes import ForgeEvents
+from remit.resources.lockfile import FILE as LOCKFILE
 from remit.scenarios.features import Scenario, Step
 from remit.scenarios.generic import RUN, WHO, generic
 from remit.scenarios.world import RESTING, Mismatch, World, acting, principal
@@ -71,8 +73,13 @@ def own_fakes(app: App) -> Iterator[None]:
     """Around one scenario: its fakes keep their state in a folder of its own, removed after
     (`REMIT_FAKES_DIR`, and `REMIT_CHANGES_DIR` for the mirrors of its repo), as its database
     is its own, and the webhook secret of each of the app's remotes is one of its own. The
-    processes a change's checks start see the same, and `CHECKING`."""
-    with tempfile.TemporaryDirectory(prefix="remit-scenario-fakes-") as folder:
+    processes a change's checks start see the same, and `CHECKING`. A deploy's bindings go to
+    a lockfile of the scenario's own, starting empty: the app folder's `remit.lock` binds the
+    real vendors, never the scenario's fakes."""
+    with (
+        tempfile.TemporaryDirectory(prefix="remit-scenario-fakes-") as folder,
+        _own_lockfile(app, Path(folder) / LOCKFILE),
+    ):
         values = {
             FAKES_DIR: os.path.join(folder, "fakes"),
             CHANGES_DIR: os.path.join(folder, "changes"),
@@ -84,6 +91,21 @@ def own_fakes(app: App) -> Iterator[None]:
                 values[connector.remote.webhook_secret] = secrets.token_hex(16)
         with environment_set(values):
             yield
+
+
+@contextlib.contextmanager
+def _own_lockfile(app: App, path: Path) -> Iterator[None]:
+    """The app's resources bound in the lockfile at `path` until the block ends."""
+    resources = app.resources
+    if resources is None:
+        yield
+        return
+    kept = resources.lockfile.path
+    resources.lockfile.path = path
+    try:
+        yield
+    finally:
+        resources.lockfile.path = kept
 
 
 def opens_a_change(scenario: Scenario) -> bool:
