@@ -1,7 +1,7 @@
 """The database guards: a session that holds a run's row never hangs a person's answer.
 
-On Postgres a decision, a task's answer, a retry and the reconciler's passes wait at most
-`REMIT_LOCK_TIMEOUT` for a row lock, then fail naming who holds it, having written nothing; a
+On Postgres a decision, a task's answer, a retry, a message and the reconciler's passes wait at
+most `REMIT_LOCK_TIMEOUT` for a row lock, then fail naming who holds it, having written nothing; a
 session of remit's left idle inside a transaction is ended by the server after
 `REMIT_IDLE_TRANSACTION_TIMEOUT`, letting go of its locks; `remit worker` and `remit serve`
 create the database the URL names when the server has none. SQLite has one writer at a time:
@@ -125,6 +125,49 @@ def test_a_retry_blocked_by_a_held_row_fails_and_goes_through_once_it_is_let_go(
             assert "reporting-script" in str(refused.value)
             assert (h.runs.get(run.run_id).status, h.runs.get(run.run_id).attempt) == ("failed", 1)
         assert guarded.runs.retry(run.run_id, by="user:test").attempt == 2
+        guarded.close()
+
+
+def test_a_message_blocked_by_a_held_row_fails_keeps_nothing_and_goes_through_once_let_go(
+    postgres_url: str,
+) -> None:
+    def kept(topic: str) -> int:
+        with sa.create_engine(postgres_url).connect() as conn:
+            return int(
+                conn.execute(
+                    sa.text("SELECT count(*) FROM remit_messages WHERE topic = :t"), {"t": topic}
+                ).scalar_one()
+            )
+
+    with Harness(make_app(), database_url=postgres_url) as h:
+        run = h.start("refund", {"sku": "sku-1", "quantity": 2})
+        h.gate(run.run_id)
+        guarded = guarded_client(h, postgres_url, REMIT_LOCK_TIMEOUT="1")
+        with held_row(postgres_url, run.run_id):
+            began = time.monotonic()
+            with pytest.raises(RowLocked) as refused:
+                guarded.runs.send(run.run_id, "note", {"n": 1}, key="m-1", by="user:test")
+            said = str(refused.value)
+            assert f"send to run {run.run_id} on note" in said, said
+            assert "reporting-script" in said, said
+            assert time.monotonic() - began < 10
+            _, token = guarded.services.tokens.create("user:test", by="user:test")
+            api = create_api(guarded, allowed_hosts=["testserver"])
+            with TestClient(api, headers={"Authorization": f"Bearer {token}"}) as http:
+                answered = http.post(
+                    f"/runs/{run.run_id}/messages",
+                    json={"topic": "note", "payload": {"n": 1}},
+                    headers={"Idempotency-Key": "m-2"},
+                )
+            assert answered.status_code == 503, answered.text
+            assert answered.headers["Retry-After"] == "1"
+            assert "reporting-script" in answered.json()["error"]
+            assert kept("note") == 0
+        # Let go, the same send (its same key) goes through, once.
+        sent = guarded.runs.send(run.run_id, "note", {"n": 1}, key="m-1", by="user:test")
+        again = guarded.runs.send(run.run_id, "note", {"n": 1}, key="m-1", by="user:test")
+        assert (sent.seq, again.replayed) == (again.seq, True)
+        assert kept("note") == 1
         guarded.close()
 
 

@@ -166,7 +166,9 @@ class Messages:
         key: str | None = None,
     ) -> Sent:
         """Send `payload` to run `run_id` on `topic`, as `by`, if the policies let them (`send`
-        on the run's workflow). Refused with `SendRefused` once the run has finished."""
+        on the run's workflow). Refused with `SendRefused` once the run has finished, and with
+        `RowLocked` when another session holds the run's row past `REMIT_LOCK_TIMEOUT`
+        (Postgres), nothing written."""
         topic = check_topic(topic)
         if key is not None:
             problem = key_problem(key, what="message key", longest=200, example="payment-pi_3Nq")
@@ -198,7 +200,7 @@ class Messages:
         self, run_id: str, topic: str, body: Any, *, by: str, key: str | None
     ) -> tuple[Sent, list[Resume]]:
         now = self.clock.now()
-        with self.db.begin() as conn:
+        with self.db.begin_bounded(f"send to run {run_id} on {topic}") as conn:
             if key is not None and (replayed := self._first(conn, run_id, topic, body, key)):
                 return replayed
             run = lock(conn, run_id)
