@@ -1,7 +1,7 @@
 """The database guards: a session that holds a run's row never hangs a person's answer.
 
-On Postgres a decision, a task's answer, a retry, a message and the reconciler's passes wait at
-most `REMIT_LOCK_TIMEOUT` for a row lock, then fail naming who holds it, having written nothing; a
+On Postgres a decision, a task's answer, a retry, a message and the reconciler's moves of a run
+wait at most `REMIT_LOCK_TIMEOUT` for a row lock, then fail naming who holds it, having written nothing; a
 session of remit's left idle inside a transaction is ended by the server after
 `REMIT_IDLE_TRANSACTION_TIMEOUT`, letting go of its locks; `remit worker` and `remit serve`
 create the database the URL names when the server has none. SQLite has one writer at a time:
@@ -132,12 +132,13 @@ def test_a_message_blocked_by_a_held_row_fails_keeps_nothing_and_goes_through_on
     postgres_url: str,
 ) -> None:
     def kept(topic: str) -> int:
-        with sa.create_engine(postgres_url).connect() as conn:
-            return int(
-                conn.execute(
-                    sa.text("SELECT count(*) FROM remit_messages WHERE topic = :t"), {"t": topic}
-                ).scalar_one()
-            )
+        engine = sa.create_engine(postgres_url)
+        try:
+            with engine.connect() as conn:
+                query = sa.text("SELECT count(*) FROM remit_messages WHERE topic = :t")
+                return int(conn.execute(query, {"t": topic}).scalar_one())
+        finally:
+            engine.dispose()
 
     with Harness(make_app(), database_url=postgres_url) as h:
         run = h.start("refund", {"sku": "sku-1", "quantity": 2})

@@ -174,7 +174,7 @@ class Database:
     def begin_bounded(self, what: str) -> Iterator[sa.Connection]:
         """`begin`, for a transaction that must not wait long for a row lock: a person's answer
         (a decision, a task's answer, a retry), a message sent to a run, or a reconciler's
-        pass, which would otherwise
+        move of a run, which would otherwise
         hang behind a session that holds the run's row (one left idle inside a transaction,
         say). On Postgres each lock it takes waits at most `lock_timeout` seconds; past that
         the transaction rolls back, having written nothing, and `RowLocked` names `what` was
