@@ -96,7 +96,8 @@ if TYPE_CHECKING:
     from remit.declare.schedules import Schedule, schedule
     from remit.declare.steps import Given, StepSet, steps
     from remit.declare.workflows import Workflow, workflow
-    from remit.execution.context import AsyncContext, Context
+    from remit.execution.async_context import AsyncContext
+    from remit.execution.context import Context
     from remit.execution.waits import ChildHandle
     from remit.ops.deadlines import Deadline, next_deadline, upcoming_deadlines
     from remit.ops.messages import Child, Message, Sent, Waiting
@@ -199,7 +200,8 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "remit.declare.schedules": ("Schedule", "schedule"),
     "remit.declare.steps": ("Given", "StepSet", "steps"),
     "remit.declare.workflows": ("Workflow", "workflow"),
-    "remit.execution.context": ("AsyncContext", "Context"),
+    "remit.execution.async_context": ("AsyncContext",),
+    "remit.execution.context": ("Context",),
     "remit.execution.waits": ("ChildHandle",),
     "remit.ops.messages": ("Child", "Message", "Sent", "Waiting"),
     "remit.ops.deadlines": ("Deadline", "next_deadline", "upcoming_deadlines"),

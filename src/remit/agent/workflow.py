@@ -37,7 +37,7 @@ from remit.connectors.llm import ChatCost, ChatReply, ChatRequest, chat_complete
 from remit.core.errors import BudgetExceeded, OpError, RemitError
 from remit.core.schema import chats
 from remit.declare.workflows import Workflow, workflow
-from remit.execution.context import AsyncContext
+from remit.execution.async_context import AsyncContext
 from remit.policy.cedar import CHAT, denied
 
 if TYPE_CHECKING:

@@ -174,13 +174,12 @@ class Database:
     def begin_bounded(self, what: str) -> Iterator[sa.Connection]:
         """`begin`, for a transaction that must not wait long for a row lock: a person's answer
         (a decision, a task's answer, a retry), a message sent to a run, or a reconciler's
-        move of a run, which would otherwise
-        hang behind a session that holds the run's row (one left idle inside a transaction,
-        say). On Postgres each lock it takes waits at most `lock_timeout` seconds; past that
-        the transaction rolls back, having written nothing, and `RowLocked` names `what` was
-        refused and the session that holds the lock. SQLite has one writer at a time and no
-        row locks: there the transaction waits for the write lock as any other does, up to
-        its busy timeout (30 s)."""
+        move of a run, which would otherwise hang behind a session that holds the run's row
+        (one left idle inside a transaction, say). On Postgres each lock it takes waits at
+        most `lock_timeout` seconds; past that the transaction rolls back, having written
+        nothing, and `RowLocked` names `what` was refused and the session that holds the
+        lock. SQLite has one writer at a time and no row locks: there the transaction waits
+        for the write lock as any other does, up to its busy timeout (30 s)."""
         if self.is_sqlite or self.lock_timeout <= 0:
             with self.begin() as conn:
                 yield conn

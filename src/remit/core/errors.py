@@ -149,9 +149,9 @@ class DatabaseError(RemitError):
 
 class RowLocked(RemitError):
     """A transaction that answers a person (a decision, a task's answer, a retry), sends a
-    message to a run, or makes a reconciler's move of a run waited past `REMIT_LOCK_TIMEOUT` for a
-    row another session holds locked. Nothing was written; the message names the session
-    that holds the lock, where Postgres could tell. Trying again is safe."""
+    message to a run, or makes a reconciler's move of a run waited past `REMIT_LOCK_TIMEOUT`
+    for a row another session holds locked. Nothing was written; the message names the
+    session that holds the lock, where Postgres could tell. Trying again is safe."""
 
 
 class OpError(RemitError):

@@ -85,8 +85,9 @@ class Settings:
       of remit's (or of a worker's DBOS) may sit idle inside a transaction before the server
       ends it, letting go of its locks (default 60; 0 leaves the server's setting).
     - `lock_timeout`: `REMIT_LOCK_TIMEOUT`, seconds a person's answer, a retry, a message
-      sent to a run or a reconciler's move of a run waits for a row lock on Postgres before it is refused with
-      `RowLocked`, naming who holds it (default 10; 0 waits as long as it takes).
+      sent to a run or a reconciler's move of a run waits for a row lock on Postgres before
+      it is refused with `RowLocked`, naming who holds it (default 10; 0 waits as long as it
+      takes).
     """
 
     database_url: str

@@ -37,8 +37,9 @@ from remit.core.ledger import LedgerStore
 from remit.core.runs import FINISHED, RunInfo, app_runs, attempt_workflow_id
 from remit.core.schema import approvals, resumes, runs, tasks, timers, waits
 from remit.declare.workflows import Workflow
+from remit.execution.async_context import AsyncContext
 from remit.execution.calls import OpCaller
-from remit.execution.context import AsyncContext, Context
+from remit.execution.context import Context
 from remit.execution.journal import (
     CUT_OFF,
     Journal,

@@ -40,8 +40,9 @@ from remit.core.runs import RunInfo, RunStatus, RunStore, attempt_workflow_id, o
 from remit.core.settings import Settings
 from remit.declare.ops import Op
 from remit.declare.workflows import Workflow
+from remit.execution.async_context import AsyncContext
 from remit.execution.calls import OpCaller
-from remit.execution.context import AsyncContext, Context
+from remit.execution.context import Context
 from remit.execution.journal import CUT_OFF, Journal, load_marks, passed_steps
 from remit.execution.positions import LiveSteps
 from remit.execution.timers import DEFAULT_SUSPEND_AFTER, Timers

@@ -46,6 +46,17 @@ class Lockfile:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
 
+    @contextlib.contextmanager
+    def kept_at(self, path: Path) -> Iterator[None]:
+        """Read and write the lockfile at `path` instead until the block ends: a demo's or a
+        scenario's own, whose vendors are fakes, while the app folder's binds the real ones."""
+        kept = self.path
+        self.path = path
+        try:
+            yield
+        finally:
+            self.path = kept
+
     def read(self) -> dict[str, Binding]:
         """The bindings by declaration name; `AppError` naming the file when it cannot be read
         as a lockfile (it is left as it is)."""

@@ -78,7 +78,9 @@ def own_fakes(app: App) -> Iterator[None]:
     real vendors, never the scenario's fakes."""
     with (
         tempfile.TemporaryDirectory(prefix="remit-scenario-fakes-") as folder,
-        _own_lockfile(app, Path(folder) / LOCKFILE),
+        contextlib.nullcontext()
+        if app.resources is None
+        else app.resources.lockfile.kept_at(Path(folder) / LOCKFILE),
     ):
         values = {
             FAKES_DIR: os.path.join(folder, "fakes"),
@@ -91,21 +93,6 @@ def own_fakes(app: App) -> Iterator[None]:
                 values[connector.remote.webhook_secret] = secrets.token_hex(16)
         with environment_set(values):
             yield
-
-
-@contextlib.contextmanager
-def _own_lockfile(app: App, path: Path) -> Iterator[None]:
-    """The app's resources bound in the lockfile at `path` until the block ends."""
-    resources = app.resources
-    if resources is None:
-        yield
-        return
-    kept = resources.lockfile.path
-    resources.lockfile.path = path
-    try:
-        yield
-    finally:
-        resources.lockfile.path = kept
 
 
 def opens_a_change(scenario: Scenario) -> bool:

@@ -121,7 +121,7 @@ class Demo:
         self._client: Client | None = None
         self._lock: int | None = None  # the descriptor of the held lock file
         self._environ: dict[str, str | None] = {}  # what the demo's variables replaced
-        self._lockfile: Path | None = None  # the app's lockfile, while the demo keeps its own
+        self._own: contextlib.ExitStack = contextlib.ExitStack()  # the demo's own lockfile
 
     @classmethod
     def of(cls, app: App, app_folder: Path, environ: Mapping[str, str] | None = None) -> Demo:
@@ -190,11 +190,8 @@ class Demo:
     def _own_lockfile(self) -> None:
         """Bind the demo's resources in its own lockfile until `close`: its vendors are fakes
         wiped with it, and the app folder's `remit.lock` binds the real ones."""
-        resources = self.app.resources
-        if resources is None:
-            return
-        self._lockfile = resources.lockfile.path
-        resources.lockfile.path = self.folder / LOCKFILE
+        if self.app.resources is not None:
+            self._own.enter_context(self.app.resources.lockfile.kept_at(self.folder / LOCKFILE))
 
     def _hold_repo(self) -> dict[str, str]:
         """Put the app's repo on its fake forge, with a branch for each folder under
@@ -285,9 +282,7 @@ class Demo:
             else:
                 os.environ[name] = value
         self._environ = {}
-        if self._lockfile is not None and self.app.resources is not None:
-            self.app.resources.lockfile.path = self._lockfile
-            self._lockfile = None
+        self._own.close()
         if self._lock is not None:
             with contextlib.suppress(FileNotFoundError):
                 (self.folder / INSTANCE_FILE).unlink()
